@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tapelm needs to build, test and plot (only those missing).
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config
+      libopenblas-openmp-dev   # BLAS: the OpenMP build shares one thread pool with our kernels
+      libhdf5-dev              # checkpoints and parity fixtures
+      libboost-test-dev        # unit tests
+      libcli11-dev             # command-line flags
+      nlohmann-json3-dev       # configs, metrics, --json output
+      libbenchmark-dev         # GEMM micro-benchmark
+      gnuplot-nox)             # loss curves and trade-off plots
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y "${missing[@]}"
+fi

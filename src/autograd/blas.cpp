@@ -1,0 +1,64 @@
+#include "autograd/blas.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+extern "C" {
+int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
+}
+
+namespace tapelm {
+
+namespace {
+int g_threads = 0;
+}
+
+void set_num_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  g_threads = n;
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+int get_num_threads() { return g_threads > 0 ? g_threads : omp_get_max_threads(); }
+
+namespace kern {
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+              (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+SerialBlas::SerialBlas() : prev_(openblas_get_num_threads()) {
+  // The OpenMP build of OpenBLAS already runs serially inside a parallel region.
+  if (openblas_get_parallel() == 1 && prev_ != 1) openblas_set_num_threads(1);
+}
+
+SerialBlas::~SerialBlas() {
+  if (openblas_get_parallel() == 1 && prev_ != 1) openblas_set_num_threads(prev_);
+}
+
+void sgemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, int64_t sa, const float* B, int64_t ldb, int64_t sb, float beta, float* C,
+                   int64_t ldc, int64_t sc) {
+  const double flops = 2.0 * M * N * K;
+  const int nt = get_num_threads();
+  // One matrix per thread pays when there are enough of them and each is too small for
+  // OpenBLAS to split well.
+  if (batch >= nt && flops < 4e6 && !omp_in_parallel()) {
+    SerialBlas serial;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < batch; b++)
+      sgemm(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc);
+  } else {
+    for (int64_t b = 0; b < batch; b++)
+      sgemm(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc);
+  }
+}
+
+}  // namespace kern
+}  // namespace tapelm

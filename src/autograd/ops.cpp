@@ -1,0 +1,569 @@
+#include "autograd/ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "autograd/blas.h"
+#include "autograd/kernels.h"
+
+namespace tapelm {
+
+using kern::kParallelMin;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& op, const std::string& what) { throw ShapeError(op + ": " + what); }
+
+int norm_axis(const char* op, int axis, int ndim) {
+  int a = axis < 0 ? axis + ndim : axis;
+  if (a < 0 || a >= ndim) fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(ndim));
+  return a;
+}
+
+// [O, N, I] around an axis.
+void split_at(const Shape& s, int axis, int64_t& O, int64_t& N, int64_t& I) {
+  O = 1;
+  I = 1;
+  for (int k = 0; k < axis; k++) O *= s[k];
+  N = s[axis];
+  for (size_t k = axis + 1; k < s.size(); k++) I *= s[k];
+}
+
+void add_into(Tensor& dst, const Tensor& src) {
+  float* d = dst.data();
+  const float* s = src.data();
+  const int64_t n = src.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+// ---- broadcasting for binary ops: one operand is full, the other "small" one is read at
+// index k(i) of the output element i.
+enum class BMode { Same, Row, Col, Scalar };
+
+struct BPlan {
+  bool a_full;     // which operand has the output's shape
+  BMode mode;      // how the other one is read
+  int64_t period;  // Row: the small operand's size; Col: the full operand's last dim
+  Shape out;
+};
+
+Shape strip_leading_ones(Shape s) {
+  while (!s.empty() && s.front() == 1) s.erase(s.begin());
+  return s;
+}
+
+bool is_row_of(const Shape& small, const Shape& big) {
+  Shape s = strip_leading_ones(small);
+  if (s.size() > big.size() || s.empty()) return false;
+  return std::equal(s.begin(), s.end(), big.end() - s.size());
+}
+
+bool is_col_of(const Shape& small, const Shape& big) {
+  if (small.size() != big.size() || big.empty() || small.back() != 1) return false;
+  return std::equal(small.begin(), small.end() - 1, big.begin());
+}
+
+BPlan plan_binary(const char* op, const Shape& a, const Shape& b) {
+  if (a == b) return {true, BMode::Same, 0, a};
+  const int64_t na = shape_numel(a), nb = shape_numel(b);
+  if (nb == 1 && a.size() >= b.size()) return {true, BMode::Scalar, 1, a};
+  if (na == 1 && b.size() >= a.size()) return {false, BMode::Scalar, 1, b};
+  if (is_row_of(b, a)) return {true, BMode::Row, nb, a};
+  if (is_row_of(a, b)) return {false, BMode::Row, na, b};
+  if (is_col_of(b, a)) return {true, BMode::Col, a.back(), a};
+  if (is_col_of(a, b)) return {false, BMode::Col, b.back(), b};
+  fail(op, "cannot broadcast " + shape_str(a) + " with " + shape_str(b));
+}
+
+// fn(i, k): i indexes the full operand and the output, k the small operand.
+template <class Fn>
+void for_each_pair(BMode m, int64_t n, int64_t P, Fn fn) {
+  switch (m) {
+    case BMode::Same:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; i++) fn(i, i);
+      break;
+    case BMode::Scalar:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; i++) fn(i, 0);
+      break;
+    case BMode::Row:
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (int64_t r = 0; r < n / P; r++)
+        for (int64_t j = 0; j < P; j++) fn(r * P + j, j);
+      break;
+    case BMode::Col:
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (int64_t r = 0; r < n / P; r++)
+        for (int64_t j = 0; j < P; j++) fn(r * P + j, r);
+      break;
+  }
+}
+
+// Adds contributions c [n] (one per output element) into the small operand's gradient.
+void reduce_into_small(float* ds, const float* c, BMode m, int64_t n, int64_t P) {
+  switch (m) {
+    case BMode::Same:
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+      for (int64_t i = 0; i < n; i++) ds[i] += c[i];
+      break;
+    case BMode::Scalar:
+      ds[0] += static_cast<float>(kern::sum_all(c, n));
+      break;
+    case BMode::Row:
+      kern::colsum_add(ds, c, n / P, P);
+      break;
+    case BMode::Col:
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+      for (int64_t r = 0; r < n / P; r++) {
+        float s = 0;
+        for (int64_t j = 0; j < P; j++) s += c[r * P + j];
+        ds[r] += s;
+      }
+      break;
+  }
+}
+
+// f(x, y), and its partials dfx(x, y), dfy(x, y), with x from a and y from b.
+template <class F, class DX, class DY>
+Var binary(const char* op, const Var& a, const Var& b, F f, DX dfx, DY dfy) {
+  const BPlan p = plan_binary(op, a.shape(), b.shape());
+  Tensor out = Tensor::empty(p.out);
+  const int64_t n = out.numel();
+  float* o = out.data();
+  const float* A = a.val().data();
+  const float* B = b.val().data();
+  if (p.a_full)
+    for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { o[i] = f(A[i], B[k]); });
+  else
+    for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { o[i] = f(A[k], B[i]); });
+  return record({a, b}, out, [a, b, p, n, dfx, dfy](const Tensor& dout) {
+    const float* g = dout.data();
+    const float* A = a.val().data();
+    const float* B = b.val().data();
+    const Var& full = p.a_full ? a : b;
+    const Var& small = p.a_full ? b : a;
+    if (full.requires_grad()) {
+      float* d = full.grad().data();
+      if (p.a_full)
+        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { d[i] += g[i] * dfx(A[i], B[k]); });
+      else
+        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { d[i] += g[i] * dfy(A[k], B[i]); });
+    }
+    if (small.requires_grad()) {
+      Tensor c = Tensor::empty(dout.shape());
+      float* cd = c.data();
+      if (p.a_full)
+        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { cd[i] = g[i] * dfy(A[i], B[k]); });
+      else
+        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { cd[i] = g[i] * dfx(A[k], B[i]); });
+      reduce_into_small(small.grad().data(), cd, p.mode, n, p.period);
+    }
+  });
+}
+
+// y = f(x) with dy/dx = df(x, y).
+template <class F, class DF>
+Var unary(const Var& x, F f, DF df) {
+  Tensor out = Tensor::empty(x.shape());
+  const int64_t n = out.numel();
+  float* o = out.data();
+  const float* X = x.val().data();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) o[i] = f(X[i]);
+  Tensor y = out;
+  return record({x}, out, [x, y, n, df](const Tensor& dout) {
+    float* d = x.grad().data();
+    const float* g = dout.data();
+    const float* X = x.val().data();
+    const float* Y = y.data();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; i++) d[i] += g[i] * df(X[i], Y[i]);
+  });
+}
+
+}  // namespace
+
+// ---- elementwise binary ----------------------------------------------------------------------
+
+Var add(const Var& a, const Var& b) {
+  return binary("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.f; },
+                [](float, float) { return 1.f; });
+}
+Var sub(const Var& a, const Var& b) {
+  return binary("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.f; },
+                [](float, float) { return -1.f; });
+}
+Var mul(const Var& a, const Var& b) {
+  return binary("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
+                [](float x, float) { return x; });
+}
+Var div(const Var& a, const Var& b) {
+  return binary("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.f / y; },
+                [](float x, float y) { return -x / (y * y); });
+}
+Var add(const Var& a, float s) {
+  return unary(a, [s](float x) { return x + s; }, [](float, float) { return 1.f; });
+}
+Var mul(const Var& a, float s) {
+  return unary(a, [s](float x) { return x * s; }, [s](float, float) { return s; });
+}
+Var neg(const Var& a) { return mul(a, -1.f); }
+
+// ---- elementwise unary -----------------------------------------------------------------------
+
+Var exp(const Var& x) {
+  return unary(x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
+}
+Var log(const Var& x) {
+  return unary(x, [](float v) { return std::log(v); }, [](float v, float) { return 1.f / v; });
+}
+Var tanh(const Var& x) {
+  return unary(x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.f - y * y; });
+}
+Var relu(const Var& x) {
+  return unary(x, [](float v) { return v > 0.f ? v : 0.f; }, [](float v, float) { return v > 0.f ? 1.f : 0.f; });
+}
+
+Var gelu(const Var& x, bool tanh_approx) {
+  Tensor out = Tensor::empty(x.shape());
+  kern::gelu_fwd(out.data(), x.val().data(), out.numel(), tanh_approx);
+  return record({x}, out, [x, tanh_approx](const Tensor& dout) {
+    kern::gelu_bwd(x.grad().data(), dout.data(), x.val().data(), dout.numel(), tanh_approx);
+  });
+}
+
+Var silu(const Var& x) {
+  Tensor out = Tensor::empty(x.shape());
+  kern::silu_fwd(out.data(), x.val().data(), out.numel());
+  return record({x}, out, [x](const Tensor& dout) {
+    kern::silu_bwd(x.grad().data(), dout.data(), x.val().data(), dout.numel());
+  });
+}
+
+// ---- matrix products -------------------------------------------------------------------------
+
+Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
+  const Shape& as = a.shape();
+  const Shape& bs = b.shape();
+  const std::string shapes = shape_str(as) + (ta ? "ᵀ" : "") + " and " + shape_str(bs) + (tb ? "ᵀ" : "");
+  if (as.size() < 2 || bs.size() < 2) fail("matmul", "needs rank >= 2, got " + shapes);
+  const int64_t a0 = as[as.size() - 2], a1 = as.back(), b0 = bs[bs.size() - 2], b1 = bs.back();
+  int64_t M = ta ? a1 : a0, K = ta ? a0 : a1, Kb = tb ? b1 : b0, N = tb ? b0 : b1;
+  if (K != Kb) fail("matmul", "inner dimensions differ: " + shapes);
+  int64_t batch = 1;
+  Shape out_shape;
+  bool b_shared = false;  // b is one matrix for every row block of a
+  if (bs.size() == 2 && !ta) {
+    M = a.numel() / K;
+    out_shape.assign(as.begin(), as.end() - 1);
+    out_shape.push_back(N);
+    b_shared = true;
+  } else {
+    if (as.size() != bs.size() || !std::equal(as.begin(), as.end() - 2, bs.begin()))
+      fail("matmul", "batch dimensions differ: " + shapes);
+    batch = a.numel() / (a0 * a1);
+    out_shape.assign(as.begin(), as.end() - 2);
+    out_shape.push_back(M);
+    out_shape.push_back(N);
+  }
+  const int64_t lda = a1, ldb = b1;
+  const int64_t sa = b_shared ? 0 : a0 * a1, sb = b_shared ? 0 : b0 * b1, sc = M * N;
+  Tensor out = Tensor::empty(out_shape);
+  kern::sgemm_batched(batch, ta, tb, M, N, K, 1.f, a.val().data(), lda, sa, b.val().data(), ldb, sb, 0.f,
+                      out.data(), N, sc);
+  return record({a, b}, out, [=](const Tensor& dout) {
+    const float* dC = dout.data();
+    if (a.requires_grad()) {
+      float* dA = a.grad().data();
+      if (!ta)
+        kern::sgemm_batched(batch, false, !tb, M, K, N, 1.f, dC, N, sc, b.val().data(), ldb, sb, 1.f, dA, lda, sa);
+      else
+        kern::sgemm_batched(batch, tb, true, K, M, N, 1.f, b.val().data(), ldb, sb, dC, N, sc, 1.f, dA, lda, sa);
+    }
+    if (b.requires_grad()) {
+      float* dB = b.grad().data();
+      if (b_shared) {  // one gemm over all rows: dB accumulates their sum
+        if (!tb)
+          kern::sgemm(true, false, K, N, M, 1.f, a.val().data(), lda, dC, N, 1.f, dB, ldb);
+        else
+          kern::sgemm(true, false, N, K, M, 1.f, dC, N, a.val().data(), lda, 1.f, dB, ldb);
+      } else if (!tb) {
+        kern::sgemm_batched(batch, !ta, false, K, N, M, 1.f, a.val().data(), lda, sa, dC, N, sc, 1.f, dB, ldb, sb);
+      } else {
+        kern::sgemm_batched(batch, true, ta, N, K, M, 1.f, dC, N, sc, a.val().data(), lda, sa, 1.f, dB, ldb, sb);
+      }
+    }
+  });
+}
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  if (w.ndim() != 2 || x.ndim() < 1 || x.shape().back() != w.dim(1))
+    fail("linear", "input " + shape_str(x.shape()) + " does not fit weight " + shape_str(w.shape()));
+  const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
+  if (b.defined() && (b.ndim() != 1 || b.dim(0) != outf))
+    fail("linear", "bias " + shape_str(b.shape()) + " does not fit weight " + shape_str(w.shape()));
+  Shape os = x.shape();
+  os.back() = outf;
+  Tensor out = Tensor::empty(os);
+  float* y = out.data();
+  kern::sgemm(false, true, rows, outf, in, 1.f, x.val().data(), in, w.val().data(), in, 0.f, y, outf);
+  if (b.defined()) {
+    const float* bb = b.val().data();
+#pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < outf; j++) y[r * outf + j] += bb[j];
+  }
+  std::vector<Var> ins{x, w};
+  if (b.defined()) ins.push_back(b);
+  return record(ins, out, [x, w, b, rows, in, outf](const Tensor& dout) {
+    const float* dy = dout.data();
+    if (x.requires_grad())
+      kern::sgemm(false, false, rows, in, outf, 1.f, dy, outf, w.val().data(), in, 1.f, x.grad().data(), in);
+    if (w.requires_grad())
+      kern::sgemm(true, false, outf, in, rows, 1.f, dy, outf, x.val().data(), in, 1.f, w.grad().data(), in);
+    if (b.defined() && b.requires_grad()) kern::colsum_add(b.grad().data(), dy, rows, outf);
+  });
+}
+
+// ---- reductions ------------------------------------------------------------------------------
+
+static Var sum_scaled(const Var& x, float scale) {
+  Tensor out = Tensor::scalar(static_cast<float>(kern::sum_all(x.val().data(), x.numel()) * scale));
+  return record({x}, out, [x, scale](const Tensor& dout) {
+    const float g = dout.data()[0] * scale;
+    float* d = x.grad().data();
+    const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; i++) d[i] += g;
+  });
+}
+
+Var sum(const Var& x) { return sum_scaled(x, 1.f); }
+Var mean(const Var& x) {
+  if (x.numel() == 0) fail("mean", "empty input " + shape_str(x.shape()));
+  return sum_scaled(x, 1.f / static_cast<float>(x.numel()));
+}
+
+static Var sum_axis_scaled(const char* op, const Var& x, int axis, bool keepdim, bool average) {
+  const int ax = norm_axis(op, axis, x.ndim());
+  int64_t O, N, I;
+  split_at(x.shape(), ax, O, N, I);
+  if (average && N == 0) fail(op, "empty axis in " + shape_str(x.shape()));
+  const float scale = average ? 1.f / static_cast<float>(N) : 1.f;
+  Shape os = x.shape();
+  if (keepdim)
+    os[ax] = 1;
+  else
+    os.erase(os.begin() + ax);
+  Tensor out = Tensor::empty(os);
+  kern::sum_axis_fwd(out.data(), x.val().data(), O, N, I, scale);
+  return record({x}, out, [x, O, N, I, scale](const Tensor& dout) {
+    kern::sum_axis_bwd(x.grad().data(), dout.data(), O, N, I, scale);
+  });
+}
+
+Var sum(const Var& x, int axis, bool keepdim) { return sum_axis_scaled("sum", x, axis, keepdim, false); }
+Var mean(const Var& x, int axis, bool keepdim) { return sum_axis_scaled("mean", x, axis, keepdim, true); }
+
+// ---- layout ----------------------------------------------------------------------------------
+
+Var reshape(const Var& x, const Shape& shape) {
+  Tensor out;
+  try {
+    out = x.val().reshape(shape);
+  } catch (const ShapeError&) {
+    fail("reshape", "cannot view " + shape_str(x.shape()) + " as " + shape_str(shape));
+  }
+  return record({x}, out, [x](const Tensor& dout) { add_into(x.grad(), dout); });
+}
+
+Var permute(const Var& x, const std::vector<int>& perm) {
+  const int nd = x.ndim();
+  std::vector<int> p(perm), inv(nd, -1);
+  bool ok = static_cast<int>(p.size()) == nd && nd <= 8;
+  for (int k = 0; ok && k < nd; k++) {
+    if (p[k] < 0) p[k] += nd;
+    ok = p[k] >= 0 && p[k] < nd && inv[p[k]] < 0;
+    if (ok) inv[p[k]] = k;
+  }
+  if (!ok) {
+    std::string ps;
+    for (int v : perm) ps += (ps.empty() ? "" : ", ") + std::to_string(v);
+    fail("permute", "[" + ps + "] is not a permutation of the axes of " + shape_str(x.shape()));
+  }
+  Shape os(nd);
+  for (int k = 0; k < nd; k++) os[k] = x.shape()[p[k]];
+  Tensor out = Tensor::empty(os);
+  if (out.numel()) kern::permute(out.data(), x.val().data(), x.shape().data(), p.data(), nd, false);
+  return record({x}, out, [x, os, inv](const Tensor& dout) {
+    if (dout.numel()) kern::permute(x.grad().data(), dout.data(), os.data(), inv.data(), x.ndim(), true);
+  });
+}
+
+Var transpose(const Var& x, int a, int b) {
+  const int nd = x.ndim();
+  const int ia = norm_axis("transpose", a, nd), ib = norm_axis("transpose", b, nd);
+  std::vector<int> p(nd);
+  for (int k = 0; k < nd; k++) p[k] = k;
+  std::swap(p[ia], p[ib]);
+  return permute(x, p);
+}
+
+Var slice(const Var& x, int axis, int64_t start, int64_t end) {
+  const int ax = norm_axis("slice", axis, x.ndim());
+  int64_t O, N, I;
+  split_at(x.shape(), ax, O, N, I);
+  if (start < 0 || end > N || start > end)
+    fail("slice", "range [" + std::to_string(start) + ", " + std::to_string(end) + ") out of bounds for axis " +
+                      std::to_string(axis) + " of " + shape_str(x.shape()));
+  Shape os = x.shape();
+  os[ax] = end - start;
+  Tensor out = Tensor::empty(os);
+  const int64_t M = end - start;
+  kern::slice_rows(out.data(), x.val().data(), O, N, I, start, M, false);
+  return record({x}, out, [x, O, N, I, start, M](const Tensor& dout) {
+    kern::unslice_rows(x.grad().data(), dout.data(), O, N, I, start, M, true);
+  });
+}
+
+Var concat(const std::vector<Var>& xs, int axis) {
+  if (xs.empty()) fail("concat", "no inputs");
+  const int ax = norm_axis("concat", axis, xs[0].ndim());
+  Shape os = xs[0].shape();
+  int64_t total = 0;
+  for (const Var& v : xs) {
+    Shape s = v.shape();
+    if (s.size() != os.size()) fail("concat", "ranks differ: " + shape_str(os) + " and " + shape_str(s));
+    s[ax] = os[ax];
+    if (s != os) fail("concat", "shapes differ off axis " + std::to_string(axis) + ": " + shape_str(xs[0].shape()) +
+                                    " and " + shape_str(v.shape()));
+    total += v.shape()[ax];
+  }
+  os[ax] = total;
+  Tensor out = Tensor::empty(os);
+  int64_t O, N, I;
+  split_at(os, ax, O, N, I);
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (const Var& v : xs) {
+    starts.push_back(at);
+    kern::unslice_rows(out.data(), v.val().data(), O, N, I, at, v.shape()[ax], false);
+    at += v.shape()[ax];
+  }
+  return record(xs, out, [xs, starts, O, N, I, ax](const Tensor& dout) {
+    for (size_t k = 0; k < xs.size(); k++)
+      if (xs[k].requires_grad())
+        kern::slice_rows(xs[k].grad().data(), dout.data(), O, N, I, starts[k], xs[k].shape()[ax], true);
+  });
+}
+
+// ---- lookup ----------------------------------------------------------------------------------
+
+Var embedding(const Var& weight, const Index& ids) {
+  if (weight.ndim() != 2) fail("embedding", "weight must be [V, C], got " + shape_str(weight.shape()));
+  if (shape_numel(ids.shape) != ids.numel())
+    fail("embedding", std::to_string(ids.numel()) + " ids for shape " + shape_str(ids.shape));
+  const int64_t V = weight.dim(0), C = weight.dim(1), N = ids.numel();
+  for (int64_t t = 0; t < N; t++)
+    if (ids.data[t] < 0 || ids.data[t] >= V)
+      fail("embedding", "id " + std::to_string(ids.data[t]) + " at position " + std::to_string(t) +
+                            " out of range for vocabulary " + std::to_string(V));
+  Shape os = ids.shape;
+  os.push_back(C);
+  Tensor out = Tensor::empty(os);
+  kern::embedding_fwd(out.data(), weight.val().data(), ids.data.data(), N, C);
+  return record({weight}, out, [weight, ids, N, C](const Tensor& dout) {
+    kern::embedding_bwd(weight.grad().data(), dout.data(), ids.data.data(), N, C);
+  });
+}
+
+// ---- normalisation and probabilities ----------------------------------------------------------
+
+Var layernorm(const Var& x, const Var& w, const Var& b, float eps) {
+  const int64_t C = x.ndim() ? x.shape().back() : 0;
+  if (C == 0 || w.shape() != Shape{C} || (b.defined() && b.shape() != Shape{C}))
+    fail("layernorm", "input " + shape_str(x.shape()) + " with weight " + shape_str(w.shape()) +
+                          (b.defined() ? " and bias " + shape_str(b.shape()) : ""));
+  const int64_t N = x.numel() / C;
+  Tensor out = Tensor::empty(x.shape()), mu = Tensor::empty({N}), rs = Tensor::empty({N});
+  kern::layernorm_fwd(out.data(), mu.data(), rs.data(), x.val().data(), w.val().data(),
+                      b.defined() ? b.val().data() : nullptr, N, C, eps);
+  std::vector<Var> ins{x, w};
+  if (b.defined()) ins.push_back(b);
+  return record(ins, out, [x, w, b, mu, rs, N, C](const Tensor& dout) {
+    kern::layernorm_bwd(x.requires_grad() ? x.grad().data() : nullptr,
+                        w.requires_grad() ? w.grad().data() : nullptr,
+                        b.defined() && b.requires_grad() ? b.grad().data() : nullptr, dout.data(), x.val().data(),
+                        w.val().data(), mu.data(), rs.data(), N, C);
+  });
+}
+
+Var rmsnorm(const Var& x, const Var& w, float eps) {
+  const int64_t C = x.ndim() ? x.shape().back() : 0;
+  if (C == 0 || w.shape() != Shape{C})
+    fail("rmsnorm", "input " + shape_str(x.shape()) + " with weight " + shape_str(w.shape()));
+  const int64_t N = x.numel() / C;
+  Tensor out = Tensor::empty(x.shape()), rs = Tensor::empty({N});
+  kern::rmsnorm_fwd(out.data(), rs.data(), x.val().data(), w.val().data(), N, C, eps);
+  return record({x, w}, out, [x, w, rs, N, C](const Tensor& dout) {
+    kern::rmsnorm_bwd(x.requires_grad() ? x.grad().data() : nullptr, w.requires_grad() ? w.grad().data() : nullptr,
+                      dout.data(), x.val().data(), w.val().data(), rs.data(), N, C);
+  });
+}
+
+Var softmax(const Var& x) {
+  if (x.ndim() == 0) fail("softmax", "needs rank >= 1");
+  const int64_t C = x.shape().back(), N = C ? x.numel() / C : 0;
+  Tensor out = Tensor::empty(x.shape());
+  kern::softmax_fwd(out.data(), x.val().data(), N, C);
+  Tensor y = out;
+  return record({x}, out, [x, y, N, C](const Tensor& dout) {
+    kern::softmax_bwd(x.grad().data(), dout.data(), y.data(), N, C);
+  });
+}
+
+Var log_softmax(const Var& x) {
+  if (x.ndim() == 0) fail("log_softmax", "needs rank >= 1");
+  const int64_t C = x.shape().back(), N = C ? x.numel() / C : 0;
+  Tensor out = Tensor::empty(x.shape());
+  kern::log_softmax_fwd(out.data(), x.val().data(), N, C);
+  Tensor y = out;
+  return record({x}, out, [x, y, N, C](const Tensor& dout) {
+    kern::log_softmax_bwd(x.grad().data(), dout.data(), y.data(), N, C);
+  });
+}
+
+Var cross_entropy(const Var& logits, const Index& targets) {
+  if (logits.ndim() < 1) fail("cross_entropy", "logits need rank >= 1");
+  const int64_t V = logits.shape().back(), N = V ? logits.numel() / V : 0;
+  if (targets.numel() != N)
+    fail("cross_entropy", "logits " + shape_str(logits.shape()) + " and targets " + shape_str(targets.shape));
+  for (int64_t t = 0; t < N; t++)
+    if (targets.data[t] < -1 || targets.data[t] >= V)
+      fail("cross_entropy", "target " + std::to_string(targets.data[t]) + " at position " + std::to_string(t) +
+                                " out of range for vocabulary " + std::to_string(V));
+  Tensor losses = Tensor::empty({N}), lse = Tensor::empty({N});
+  const int64_t count = kern::cross_entropy_fwd(losses.data(), lse.data(), logits.val().data(), targets.data.data(), N, V);
+  // With every target ignored the loss is 0 and so is its gradient (PyTorch would give NaN).
+  const float inv = count ? 1.f / static_cast<float>(count) : 0.f;
+  Tensor out = Tensor::scalar(static_cast<float>(kern::sum_all(losses.data(), N) * inv));
+  return record({logits}, out, [logits, targets, lse, N, V, inv](const Tensor& dout) {
+    kern::cross_entropy_bwd(logits.grad().data(), logits.val().data(), lse.data(), targets.data.data(), N, V,
+                            dout.data()[0] * inv);
+  });
+}
+
+Var dropout(const Var& x, float p, uint64_t seed) {
+  if (!(p >= 0.f && p < 1.f)) fail("dropout", "probability " + std::to_string(p) + " not in [0, 1)");
+  if (p == 0.f) return x;
+  Tensor out = Tensor::empty(x.shape());
+  kern::dropout_fwd(out.data(), x.val().data(), out.numel(), p, seed, 0);
+  return record({x}, out, [x, p, seed](const Tensor& dout) {
+    kern::dropout_bwd(x.grad().data(), dout.data(), dout.numel(), p, seed, 0);
+  });
+}
+
+}  // namespace tapelm

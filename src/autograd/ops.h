@@ -1,0 +1,75 @@
+#pragma once
+// Differentiable ops: each computes its value and records its backward right below it.
+// Shape errors throw ShapeError naming the op and the shapes.
+#include <cstdint>
+#include <vector>
+
+#include "autograd/tape.h"
+
+namespace tapelm {
+
+// ---- elementwise binary, with broadcasting of one operand: same shape, a trailing-dims "row"
+// (b: [C] or [T,C] against a: [..., T, C]), a "column" (b: [..., 1] against a: [..., C]) or a scalar.
+Var add(const Var& a, const Var& b);
+Var sub(const Var& a, const Var& b);
+Var mul(const Var& a, const Var& b);
+Var div(const Var& a, const Var& b);
+Var add(const Var& a, float s);
+Var mul(const Var& a, float s);
+Var neg(const Var& a);
+inline Var operator+(const Var& a, const Var& b) { return add(a, b); }
+inline Var operator-(const Var& a, const Var& b) { return sub(a, b); }
+inline Var operator*(const Var& a, const Var& b) { return mul(a, b); }
+inline Var operator/(const Var& a, const Var& b) { return div(a, b); }
+inline Var operator*(const Var& a, float s) { return mul(a, s); }
+inline Var operator+(const Var& a, float s) { return add(a, s); }
+inline Var operator-(const Var& a) { return neg(a); }
+
+// ---- elementwise unary
+Var exp(const Var& x);
+Var log(const Var& x);
+Var tanh(const Var& x);
+Var relu(const Var& x);
+/// Exact erf GELU, or the tanh approximation.
+Var gelu(const Var& x, bool tanh_approx = false);
+Var silu(const Var& x);
+
+// ---- matrix products
+/// op(a) · op(b): 2-D [M,K]·[K,N]; batched [...,M,K]·[...,K,N] with equal leading dims; or an
+/// N-D a against a 2-D b (the leading dims become rows). Transposes are BLAS flags, not copies.
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+/// x·Wᵀ + b for x [..., in], W [out, in], b [out] (b may be undefined).
+Var linear(const Var& x, const Var& w, const Var& b = Var());
+
+// ---- reductions
+Var sum(const Var& x);
+Var mean(const Var& x);
+Var sum(const Var& x, int axis, bool keepdim = false);
+Var mean(const Var& x, int axis, bool keepdim = false);
+
+// ---- layout
+/// A view of the same data with another shape (one -1 is inferred).
+Var reshape(const Var& x, const Shape& shape);
+Var permute(const Var& x, const std::vector<int>& perm);
+Var transpose(const Var& x, int a, int b);
+/// Elements [start, end) along axis.
+Var slice(const Var& x, int axis, int64_t start, int64_t end);
+Var concat(const std::vector<Var>& xs, int axis);
+
+// ---- lookup
+/// weight [V, C] gathered at ids -> [ids.shape..., C]; backward scatter-adds.
+Var embedding(const Var& weight, const Index& ids);
+
+// ---- normalisation and probabilities
+/// Over the last axis; b may be undefined.
+Var layernorm(const Var& x, const Var& w, const Var& b = Var(), float eps = 1e-5f);
+Var rmsnorm(const Var& x, const Var& w, float eps = 1e-5f);
+Var softmax(const Var& x);
+Var log_softmax(const Var& x);
+/// Mean cross-entropy of logits [..., V] against targets [...]; targets of -1 are ignored.
+Var cross_entropy(const Var& logits, const Index& targets);
+/// Zeroes each element with probability p and scales the rest by 1/(1-p); the mask is a pure
+/// function of (seed, element index), so a run is reproducible and backward recomputes it.
+Var dropout(const Var& x, float p, uint64_t seed);
+
+}  // namespace tapelm

@@ -1,0 +1,72 @@
+#include "autograd/tape.h"
+
+#include <cstring>
+
+namespace tapelm {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+
+Var::Var(Tensor v, bool requires_grad) : n_(std::make_shared<Node>()) {
+  n_->val = std::move(v);
+  n_->requires_grad = requires_grad;
+}
+
+Tensor& Var::grad() const {
+  if (!n_->grad.defined()) n_->grad = Tensor::zeros(n_->val.shape());
+  return n_->grad;
+}
+
+void Var::zero_grad() const {
+  if (n_ && n_->grad.defined()) n_->grad.zero();
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGrad::NoGrad() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = prev_; }
+
+Tape& Tape::get() {
+  thread_local Tape tape;
+  return tape;
+}
+
+void Tape::backward(const Var& out) {
+  if (out.numel() != 1)
+    throw ShapeError("backward: output of shape " + shape_str(out.shape()) + " needs an explicit cotangent");
+  backward(out, Tensor::full(out.shape(), 1.f));
+}
+
+void Tape::backward(const Var& out, const Tensor& seed) {
+  if (seed.shape() != out.shape())
+    throw ShapeError("backward: cotangent " + shape_str(seed.shape()) + " for output " + shape_str(out.shape()));
+  if (!out.requires_grad()) {
+    clear();
+    throw std::logic_error("backward: the output does not depend on anything that requires a gradient");
+  }
+  Var o = out;
+  Tensor& g = o.grad();
+  std::memcpy(g.data(), seed.data(), seed.numel() * sizeof(float));
+  // Moving the closures out first keeps the tape usable if a closure throws.
+  std::vector<std::function<void()>> fns;
+  fns.swap(fns_);
+  for (auto it = fns.rbegin(); it != fns.rend(); ++it) {
+    (*it)();
+    *it = nullptr;  // free what this op saved as soon as it is done
+  }
+}
+
+Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const Tensor& dout)> bwd) {
+  bool needs = false;
+  if (grad_enabled())
+    for (const Var& v : inputs) needs = needs || v.requires_grad();
+  Var result(std::move(out), needs);
+  if (needs) {
+    Tape::get().push([result, bwd = std::move(bwd)]() mutable {
+      if (result.has_grad()) bwd(result.grad());
+    });
+  }
+  return result;
+}
+
+}  // namespace tapelm
