@@ -27,6 +27,10 @@ struct GradCheckResult {
 GradCheckResult gradcheck(const std::function<Var(const std::vector<Var>&)>& f, const std::vector<Tensor>& inputs,
                           const GradCheckOptions& opt = {});
 
+/// The same check for a function of existing Vars (e.g. a model's parameters), perturbed in place.
+GradCheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<Var>& params,
+                               const GradCheckOptions& opt = {});
+
 /// Random tensors for tests: normal(0, std), or uniform in [lo, hi).
 Tensor randn(const Shape& shape, uint64_t seed, float std = 1.f);
 Tensor rand_uniform(const Shape& shape, uint64_t seed, float lo, float hi);

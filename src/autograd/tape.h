@@ -38,6 +38,8 @@ class Var {
   /// Drop the gradient buffer.
   void drop_grad() const { n_->grad = Tensor(); }
   bool same(const Var& o) const { return n_ == o.n_; }
+  /// Identity of the underlying node (for de-duplicating shared parameters).
+  const void* id() const { return n_.get(); }
   long use_count() const { return n_.use_count(); }
 
  private:

@@ -1,0 +1,86 @@
+#include "nn/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace tapelm {
+
+std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt, Rng& rng) {
+  const int64_t B = logits.dim(0), V = logits.dim(1);
+  if (!opt.greedy && !(opt.temperature > 0))
+    throw std::invalid_argument("sample: temperature must be positive, got " + std::to_string(opt.temperature));
+  if (opt.top_k < 0) throw std::invalid_argument("sample: top_k must be >= 0, got " + std::to_string(opt.top_k));
+  std::vector<int32_t> out(B);
+  std::vector<double> p(V);
+  for (int64_t b = 0; b < B; b++) {
+    const float* l = logits.data() + b * V;
+    if (opt.greedy) {
+      out[b] = static_cast<int32_t>(std::max_element(l, l + V) - l);
+      continue;
+    }
+    double cut = -INFINITY;
+    if (opt.top_k > 0 && opt.top_k < V) {  // keep logits >= the k-th largest, as nanoGPT
+      std::vector<float> s(l, l + V);
+      std::nth_element(s.begin(), s.begin() + (opt.top_k - 1), s.end(), std::greater<float>());
+      cut = s[opt.top_k - 1];
+    }
+    double mx = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+      if (l[v] >= cut) mx = std::max(mx, double(l[v]) / opt.temperature);
+    double sum = 0;
+    for (int64_t v = 0; v < V; v++) {
+      p[v] = l[v] >= cut ? std::exp(double(l[v]) / opt.temperature - mx) : 0.0;
+      sum += p[v];
+    }
+    double u = rng.uniform() * sum;
+    int64_t pick = V - 1;
+    for (int64_t v = 0; v < V; v++) {
+      if (u < p[v]) {
+        pick = v;
+        break;
+      }
+      u -= p[v];
+    }
+    while (p[pick] == 0.0 && pick > 0) pick--;  // rounding at the end of the scan
+    out[b] = static_cast<int32_t>(pick);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+                                           int64_t n_new, const SampleOptions& opt, uint64_t seed) {
+  if (prompts.empty() || prompts[0].empty()) throw std::invalid_argument("generate: empty prompt");
+  const int64_t B = static_cast<int64_t>(prompts.size()), T = model.config().block_size;
+  const size_t t0 = prompts[0].size();
+  for (const auto& p : prompts)
+    if (p.size() != t0) throw std::invalid_argument("generate: prompts of different lengths");
+  std::vector<std::vector<int32_t>> seqs = prompts;
+  Rng rng(seed);
+  KVCache cache = model.make_cache(B, T);
+  auto feed = [&](int64_t from, int64_t count) {
+    Index ids;
+    ids.shape = {B, count};
+    for (int64_t b = 0; b < B; b++)
+      ids.data.insert(ids.data.end(), seqs[b].begin() + from, seqs[b].begin() + from + count);
+    return model.decode_step(ids, cache);
+  };
+  const int64_t len0 = static_cast<int64_t>(t0);
+  const int64_t start = std::max<int64_t>(0, len0 - T);
+  Tensor logits = feed(start, len0 - start);
+  for (int64_t i = 0; i < n_new; i++) {
+    std::vector<int32_t> next = sample_next(logits, opt, rng);
+    for (int64_t b = 0; b < B; b++) seqs[b].push_back(next[b]);
+    if (i + 1 == n_new) break;
+    const int64_t len = static_cast<int64_t>(seqs[0].size());
+    if (cache.len < T) {
+      logits = feed(len - 1, 1);
+    } else {  // window full: crop to the last T tokens and refill
+      cache.len = 0;
+      logits = feed(len - T, T);
+    }
+  }
+  return seqs;
+}
+
+}  // namespace tapelm

@@ -1,0 +1,100 @@
+#include "nn/gpt.h"
+
+#include <cmath>
+
+namespace tapelm {
+
+int64_t KVCache::bytes() const {
+  int64_t n = 0;
+  for (const LayerCache& l : layers) n += (l.k.numel() + l.v.numel()) * static_cast<int64_t>(sizeof(float));
+  return n;
+}
+
+GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared<Rng>(seed ^ 0xD50D0u)) {
+  cfg_.validate();
+  wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd));
+  if (cfg.pos == "learned") wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd));
+  drop_ = register_module("drop", std::make_shared<Dropout>(cfg.dropout, rng_));
+  for (int64_t i = 0; i < cfg.n_layer; i++)
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg, rng_)));
+  ln_f = register_module("ln_f", std::make_shared<Norm>(cfg.n_embd, cfg.norm, cfg.bias, cfg.norm_eps));
+  if (cfg.tie_embeddings)
+    lm_head = wte->weight;
+  else
+    lm_head = register_parameter("lm_head.weight", Tensor::zeros({cfg.vocab_size, cfg.n_embd}));
+  init_weights(seed);
+}
+
+void GPT::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  const double std_res = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  auto ends_with = [](const std::string& s, const std::string& suf) {
+    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+  };
+  for (auto& [name, p] : named_parameters()) {
+    Tensor& t = p.val();
+    if (ends_with(name, ".bias")) {
+      t.zero();
+    } else if (t.ndim() == 1) {
+      t.fill(1.f);
+    } else {
+      const bool residual =
+          ends_with(name, "attn.wo.weight") || ends_with(name, "mlp.proj.weight") || ends_with(name, "mlp.down.weight");
+      const double sd = residual ? std_res : 0.02;
+      for (int64_t i = 0; i < t.numel(); i++) t[i] = static_cast<float>(rng.normal() * sd);
+    }
+  }
+}
+
+Var GPT::embed(const Index& idx, int64_t pos0) const {
+  if (idx.shape.size() != 2)
+    throw ShapeError("gpt: token ids must be [B, T], got " + shape_str(idx.shape));
+  const int64_t T = idx.shape[1];
+  if (pos0 + T > cfg_.block_size)
+    throw ShapeError("gpt: sequence of " + std::to_string(pos0 + T) + " positions exceeds block_size " +
+                     std::to_string(cfg_.block_size));
+  Var x = wte->forward(idx);
+  if (wpe) x = add(x, slice(wpe->weight, 0, pos0, pos0 + T));  // [T, d] broadcast over the batch
+  return x;
+}
+
+Var GPT::forward(const Index& idx, const Index* key_keep) const {
+  Var x = drop_->forward(embed(idx, 0));
+  if (key_keep && key_keep->shape != idx.shape)
+    throw ShapeError("gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
+  for (const auto& b : blocks) x = b->forward(x, key_keep);
+  return linear(ln_f->forward(x), lm_head);
+}
+
+Var GPT::loss(const Index& idx, const Index& targets, const Index* key_keep) const {
+  if (targets.shape != idx.shape)
+    throw ShapeError("gpt: targets " + shape_str(targets.shape) + " for ids " + shape_str(idx.shape));
+  return cross_entropy(forward(idx, key_keep), targets);
+}
+
+KVCache GPT::make_cache(int64_t batch, int64_t max_len) const {
+  if (batch <= 0 || max_len <= 0 || max_len > cfg_.block_size)
+    throw ShapeError("gpt: cache for batch " + std::to_string(batch) + " and " + std::to_string(max_len) +
+                     " positions (block_size " + std::to_string(cfg_.block_size) + ")");
+  KVCache c;
+  c.batch = batch;
+  c.max_len = max_len;
+  const int64_t row = cfg_.n_kv_head * cfg_.head_dim();
+  for (int64_t l = 0; l < cfg_.n_layer; l++)
+    c.layers.push_back({Tensor::zeros({batch, max_len, row}), Tensor::zeros({batch, max_len, row})});
+  return c;
+}
+
+Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
+  NoGrad ng;
+  if (idx.shape.size() != 2 || idx.shape[0] != cache.batch)
+    throw ShapeError("gpt: decode ids " + shape_str(idx.shape) + " for a cache of batch " + std::to_string(cache.batch));
+  const int64_t B = idx.shape[0], t = idx.shape[1], pos = cache.len;
+  Var x = embed(idx, pos);
+  for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward_cached(x, cache.layers[l], pos);
+  cache.len += t;
+  Var last = reshape(slice(x, 1, t - 1, t), {B, cfg_.n_embd});
+  return linear(ln_f->forward(last), lm_head).val();
+}
+
+}  // namespace tapelm

@@ -1,0 +1,52 @@
+#pragma once
+// The GPT of SPEC.md §1 with configurable key/value heads, and KV-cache decoding.
+#include <memory>
+#include <vector>
+
+#include "nn/layers.h"
+
+namespace tapelm {
+
+/// K and V for every layer, holding the KV heads only: bytes ∝ n_kv_head.
+struct KVCache {
+  std::vector<LayerCache> layers;
+  int64_t batch = 0, max_len = 0, len = 0;  // len: positions filled so far
+  int64_t bytes() const;
+};
+
+class GPT : public Module {
+ public:
+  /// Builds the model and draws its init (SPEC.md §1) from seed.
+  explicit GPT(const GPTConfig& cfg, uint64_t seed = 1337);
+  const GPTConfig& config() const { return cfg_; }
+  /// Re-draws every parameter as SPEC.md §1: normal(0, 0.02), residual projections
+  /// 0.02/√(2L), norm weights 1, biases 0.
+  void init_weights(uint64_t seed);
+
+  /// Logits [B, T, V] for ids [B, T]; key_keep [B, T] (1 keep, 0 pad) masks padded keys.
+  Var forward(const Index& idx, const Index* key_keep = nullptr) const;
+  /// Mean cross-entropy of forward(idx) against targets [B, T] (-1 ignored).
+  Var loss(const Index& idx, const Index& targets, const Index* key_keep = nullptr) const;
+
+  /// An empty cache for `batch` sequences of up to max_len (<= block_size) positions.
+  KVCache make_cache(int64_t batch, int64_t max_len) const;
+  /// Feeds ids [B, t] at positions cache.len.. (prefill when t > 1), returns the logits of the
+  /// last position [B, V]. No tape.
+  Tensor decode_step(const Index& idx, KVCache& cache) const;
+
+  /// The dropout stream: its state is part of the training state.
+  Rng& dropout_rng() { return *rng_; }
+
+  std::shared_ptr<Embedding> wte, wpe;
+  std::vector<std::shared_ptr<Block>> blocks;
+  std::shared_ptr<Norm> ln_f;
+  Var lm_head;  // wte.weight when tied
+
+ private:
+  Var embed(const Index& idx, int64_t pos0) const;
+  GPTConfig cfg_;
+  std::shared_ptr<Rng> rng_;
+  std::shared_ptr<Dropout> drop_;
+};
+
+}  // namespace tapelm

@@ -1,0 +1,94 @@
+#include "nn/layers.h"
+
+namespace tapelm {
+
+Linear::Linear(int64_t in, int64_t out, bool has_bias) {
+  weight = register_parameter("weight", Tensor::zeros({out, in}));
+  if (has_bias) bias = register_parameter("bias", Tensor::zeros({out}));
+}
+
+Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::zeros({num, dim})); }
+
+Norm::Norm(int64_t dim, const std::string& kind, bool has_bias, double eps)
+    : rms_(kind == "rmsnorm"), eps_(static_cast<float>(eps)) {
+  weight = register_parameter("weight", Tensor::full({dim}, 1.f));
+  if (has_bias && !rms_) bias = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Var Norm::forward(const Var& x) const { return rms_ ? rmsnorm(x, weight, eps_) : layernorm(x, weight, bias, eps_); }
+
+Var Dropout::forward(const Var& x) const {
+  if (!is_training() || p_ == 0.f) return x;
+  return dropout(x, p_, rng_->next_u64());
+}
+
+MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == "swiglu") {
+  if (swiglu_) {
+    gate = register_module("gate", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
+    up = register_module("up", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
+    down = register_module("down", std::make_shared<Linear>(c.mlp_hidden, c.n_embd, c.bias));
+  } else {
+    fc = register_module("fc", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
+    proj = register_module("proj", std::make_shared<Linear>(c.mlp_hidden, c.n_embd, c.bias));
+  }
+}
+
+Var MLP::forward(const Var& x) const {
+  if (swiglu_) return down->forward(mul(silu(gate->forward(x)), up->forward(x)));
+  return proj->forward(gelu(fc->forward(x)));
+}
+
+Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
+    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rope_(c.pos == "rope"), theta_(c.rope_theta),
+      p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
+  wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, c.bias));
+  wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, c.bias));
+  wv = register_module("wv", std::make_shared<Linear>(c.n_embd, KV_ * hd_, c.bias));
+  wo = register_module("wo", std::make_shared<Linear>(H_ * hd_, c.n_embd, c.bias));
+}
+
+Var Attention::forward(const Var& x, const Index* key_keep) const {
+  Var q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);
+  if (rope_) {
+    q = rope(q, H_, 0, theta_);
+    k = rope(k, KV_, 0, theta_);
+  }
+  AttentionOptions o;
+  o.n_head = H_;
+  o.n_kv_head = KV_;
+  o.key_keep = key_keep;
+  if (is_training() && p_ > 0) {
+    o.dropout = p_;
+    o.seed = rng_->next_u64();
+  }
+  return wo->forward(attention(q, k, v, o));
+}
+
+Var Attention::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
+  Var q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);
+  if (rope_) {
+    q = rope(q, H_, pos, theta_);
+    k = rope(k, KV_, pos, theta_);
+  }
+  return wo->forward(attention_cached(q, k, v, cache.k, cache.v, H_, KV_, pos));
+}
+
+Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) {
+  ln1 = register_module("ln1", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
+  attn = register_module("attn", std::make_shared<Attention>(c, rng));
+  ln2 = register_module("ln2", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
+  mlp = register_module("mlp", std::make_shared<MLP>(c));
+  drop = register_module("drop", std::make_shared<Dropout>(c.dropout, rng));
+}
+
+Var Block::forward(const Var& x, const Index* key_keep) const {
+  Var h = add(x, drop->forward(attn->forward(ln1->forward(x), key_keep)));
+  return add(h, drop->forward(mlp->forward(ln2->forward(h))));
+}
+
+Var Block::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
+  Var h = add(x, attn->forward_cached(ln1->forward(x), cache, pos));
+  return add(h, mlp->forward(ln2->forward(h)));
+}
+
+}  // namespace tapelm

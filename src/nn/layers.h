@@ -1,0 +1,94 @@
+#pragma once
+// The layers of SPEC.md §1. nn/ only combines ops: no tape, no raw pointers.
+#include <memory>
+
+#include "autograd/attention.h"
+#include "autograd/ops.h"
+#include "nn/config.h"
+#include "nn/module.h"
+#include "nn/rng.h"
+
+namespace tapelm {
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias);
+  Var forward(const Var& x) const { return linear(x, weight, bias); }
+  Var weight, bias;  // bias undefined without bias
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim);
+  Var forward(const Index& ids) const { return embedding(weight, ids); }
+  Var weight;
+};
+
+/// LayerNorm (optional bias) or RMSNorm, per the config.
+class Norm : public Module {
+ public:
+  Norm(int64_t dim, const std::string& kind, bool bias, double eps);
+  Var forward(const Var& x) const;
+  Var weight, bias;
+
+ private:
+  bool rms_;
+  float eps_;
+};
+
+/// Draws a fresh mask seed from the model's dropout stream on every call in training mode.
+class Dropout : public Module {
+ public:
+  Dropout(double p, std::shared_ptr<Rng> rng) : p_(static_cast<float>(p)), rng_(std::move(rng)) {}
+  Var forward(const Var& x) const;
+
+ private:
+  float p_;
+  std::shared_ptr<Rng> rng_;
+};
+
+/// fc -> exact GELU -> proj, or down(silu(gate x) * up x).
+class MLP : public Module {
+ public:
+  explicit MLP(const GPTConfig& c);
+  Var forward(const Var& x) const;
+  std::shared_ptr<Linear> fc, proj, gate, up, down;
+
+ private:
+  bool swiglu_;
+};
+
+/// One attention layer's K and V for every position decoded so far: [B, max_len, KV*hd] each.
+struct LayerCache {
+  Tensor k, v;
+};
+
+class Attention : public Module {
+ public:
+  Attention(const GPTConfig& c, std::shared_ptr<Rng> rng);
+  /// x [B,T,d] -> [B,T,d] (before the residual dropout). key_keep: optional [B,T] padding mask.
+  Var forward(const Var& x, const Index* key_keep) const;
+  /// x [B,t,d] holds positions pos..pos+t-1; appends their K/V to the cache, attends over 0..pos+t-1.
+  Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
+  std::shared_ptr<Linear> wq, wk, wv, wo;
+
+ private:
+  int64_t H_, KV_, hd_;
+  bool rope_;
+  double theta_;
+  float p_;
+  std::shared_ptr<Rng> rng_;
+};
+
+class Block : public Module {
+ public:
+  Block(const GPTConfig& c, std::shared_ptr<Rng> rng);
+  Var forward(const Var& x, const Index* key_keep) const;
+  Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
+  std::shared_ptr<Norm> ln1, ln2;
+  std::shared_ptr<Attention> attn;
+  std::shared_ptr<MLP> mlp;
+  std::shared_ptr<Dropout> drop;
+};
+
+}  // namespace tapelm
