@@ -1,0 +1,256 @@
+#include "optim/optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <stdexcept>
+
+#include "autograd/kernels.h"
+
+// PyTorch rounds every op on its own except where its kernels fuse (add with alpha, addcmul use
+// FMA), so contraction is off here and the fused ones are spelled std::fma.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace tapelm {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+}  // namespace
+
+// ---- Optimizer ---------------------------------------------------------------------------
+Optimizer::Optimizer(NamedParams params) : params_(std::move(params)) {
+  for (size_t i = 0; i < params_.size(); i++) {
+    const auto& [name, var] = params_[i];
+    require(var.defined(), "optimizer: parameter '" + name + "' is undefined");
+    require(index_.emplace(name, i).second, "optimizer: parameter name '" + name + "' appears twice");
+    for (size_t j = 0; j < i; j++)
+      require(!params_[j].second.same(var), "optimizer: parameters '" + params_[j].first + "' and '" + name +
+                                                "' are one Var (list a tied weight once)");
+  }
+}
+
+std::map<std::string, Tensor>& Optimizer::state(const std::string& key) {
+  const auto keys = state_keys();
+  require(std::find(keys.begin(), keys.end(), key) != keys.end(),
+          "optimizer " + type() + ": no state '" + key + "'");
+  return state_[key];
+}
+
+const std::map<std::string, Tensor>& Optimizer::state(const std::string& key) const {
+  static const std::map<std::string, Tensor> empty;
+  const auto keys = state_keys();
+  require(std::find(keys.begin(), keys.end(), key) != keys.end(),
+          "optimizer " + type() + ": no state '" + key + "'");
+  auto it = state_.find(key);
+  return it == state_.end() ? empty : it->second;
+}
+
+void Optimizer::set_steps(int64_t steps) {
+  require(steps >= 0, "optimizer: negative step count");
+  steps_ = steps;
+}
+
+void Optimizer::check_state() const {
+  for (const auto& [key, by_name] : state_)
+    for (const auto& [name, t] : by_name) {
+      auto it = index_.find(name);
+      if (it == index_.end())
+        throw std::invalid_argument("optimizer: state " + key + "/" + name + " names no parameter");
+      const Var& p = params_[it->second].second;
+      if (!t.defined() || t.shape() != p.shape())
+        throw ShapeError("optimizer: state " + key + "/" + name + " has shape " +
+                         (t.defined() ? shape_str(t.shape()) : std::string("(none)")) + ", parameter " +
+                         shape_str(p.shape()));
+    }
+}
+
+Tensor& Optimizer::state_for(const std::string& key, const std::string& name, const Var& p, bool& fresh) {
+  auto& by_name = state_[key];
+  auto it = by_name.find(name);
+  fresh = it == by_name.end();
+  if (fresh) it = by_name.emplace(name, Tensor::empty(p.shape())).first;
+  return it->second;
+}
+
+void Optimizer::step(double lr) {
+  check_state();
+  steps_++;
+  for (const auto& [name, p] : params_)
+    if (p.has_grad()) update(name, p, lr);
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  for (const auto& [name, p] : params_) {
+    if (!p.has_grad()) continue;
+    if (set_to_none)
+      p.drop_grad();
+    else
+      p.zero_grad();
+  }
+}
+
+// ---- AdamW -------------------------------------------------------------------------------
+AdamW::AdamW(NamedParams params, double lr, double beta1, double beta2, double eps, double weight_decay)
+    : Optimizer(std::move(params)), h_{lr, beta1, beta2, eps, weight_decay} {
+  require(lr >= 0, "adamw: lr must be >= 0");
+  require(eps >= 0, "adamw: eps must be >= 0");
+  require(beta1 >= 0 && beta1 < 1, "adamw: beta1 must be in [0, 1)");
+  require(beta2 >= 0 && beta2 < 1, "adamw: beta2 must be in [0, 1)");
+  require(weight_decay >= 0, "adamw: weight_decay must be >= 0");
+}
+
+std::string AdamW::hparams_json() const {
+  return nlohmann::json{{"lr", h_.lr}, {"beta1", h_.beta1}, {"beta2", h_.beta2}, {"eps", h_.eps},
+                        {"weight_decay", h_.weight_decay}}
+      .dump();
+}
+
+void AdamW::update(const std::string& name, const Var& p, double lr) {
+  bool fresh_m, fresh_v;
+  Tensor& m_t = state_for("exp_avg", name, p, fresh_m);
+  Tensor& v_t = state_for("exp_avg_sq", name, p, fresh_v);
+  if (fresh_m) m_t.zero();
+  if (fresh_v) v_t.zero();
+  const double t = static_cast<double>(steps());
+  const double bc1 = 1.0 - std::pow(h_.beta1, t), bc2 = 1.0 - std::pow(h_.beta2, t);
+  // Each Python-float scalar becomes a float32 at torch's kernel.
+  const float decay = static_cast<float>(1.0 - lr * (p.ndim() >= 2 ? h_.weight_decay : 0.0));
+  const float b1 = static_cast<float>(h_.beta1), c1 = static_cast<float>(1.0 - h_.beta1);
+  const float b2 = static_cast<float>(h_.beta2), c2 = static_cast<float>(1.0 - h_.beta2);
+  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2)), eps = static_cast<float>(h_.eps);
+  const float neg_step = static_cast<float>(-(lr / bc1));
+  float* w = p.val().data();
+  const float* g = p.grad().data();
+  float* m = m_t.data();
+  float* v = v_t.data();
+  const int64_t n = p.numel();
+#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    const float gi = g[i];
+    const float mi = std::fma(c1, gi, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
+    const float vi = std::fma(c2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
+    w[i] = w[i] * decay + (neg_step * mi) / denom;  // p.mul_(decay).addcdiv_(m, denom, value=-step_size)
+  }
+}
+
+// ---- SGD ---------------------------------------------------------------------------------
+SGD::SGD(NamedParams params, double lr, double momentum, double dampening, double weight_decay, bool nesterov)
+    : Optimizer(std::move(params)), h_{lr, momentum, dampening, weight_decay, nesterov} {
+  require(lr >= 0, "sgd: lr must be >= 0");
+  require(momentum >= 0, "sgd: momentum must be >= 0");
+  require(weight_decay >= 0, "sgd: weight_decay must be >= 0");
+  require(!nesterov || (momentum > 0 && dampening == 0), "sgd: nesterov needs momentum > 0 and dampening 0");
+}
+
+std::string SGD::hparams_json() const {
+  return nlohmann::json{{"lr", h_.lr},
+                        {"momentum", h_.momentum},
+                        {"dampening", h_.dampening},
+                        {"weight_decay", h_.weight_decay},
+                        {"nesterov", h_.nesterov}}
+      .dump();
+}
+
+void SGD::update(const std::string& name, const Var& p, double lr) {
+  const bool decay = h_.weight_decay != 0 && p.ndim() >= 2;
+  const float wd = static_cast<float>(h_.weight_decay), mu = static_cast<float>(h_.momentum);
+  const float keep = static_cast<float>(1.0 - h_.dampening), neg_lr = static_cast<float>(-lr);
+  float* w = p.val().data();
+  const float* g = p.grad().data();
+  const int64_t n = p.numel();
+  if (h_.momentum == 0) {
+#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
+    for (int64_t i = 0; i < n; i++) {
+      const float d = decay ? std::fma(wd, w[i], g[i]) : g[i];
+      w[i] = std::fma(neg_lr, d, w[i]);
+    }
+    return;
+  }
+  bool fresh;
+  float* buf = state_for("momentum_buffer", name, p, fresh).data();
+  const bool nesterov = h_.nesterov;
+#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    const float d = decay ? std::fma(wd, w[i], g[i]) : g[i];  // d_p = grad.add(p, alpha=wd)
+    const float b = fresh ? d : std::fma(keep, d, buf[i] * mu);
+    buf[i] = b;
+    w[i] = std::fma(neg_lr, nesterov ? std::fma(mu, b, d) : b, w[i]);
+  }
+}
+
+// ---- factory, clipping, schedule ---------------------------------------------------------
+std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams params,
+                                          const std::string& hparams_json) {
+  const auto j = nlohmann::json::parse(hparams_json);
+  require(j.is_object(), "optimizer hyper-parameters: not a JSON object");
+  auto take = [&](const std::map<std::string, double*>& reals, bool* flag) {
+    for (const auto& [key, value] : j.items()) {
+      if (auto it = reals.find(key); it != reals.end() && value.is_number())
+        *it->second = value.get<double>();
+      else if (flag && key == "nesterov" && value.is_boolean())
+        *flag = value.get<bool>();
+      else
+        throw std::invalid_argument("optimizer " + type + ": bad hyper-parameter '" + key + "': " + value.dump());
+    }
+  };
+  if (type == "adamw") {
+    AdamW::Hparams h;
+    take({{"lr", &h.lr}, {"beta1", &h.beta1}, {"beta2", &h.beta2}, {"eps", &h.eps}, {"weight_decay", &h.weight_decay}},
+         nullptr);
+    return std::make_unique<AdamW>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
+  }
+  if (type == "sgd") {
+    SGD::Hparams h;
+    take({{"lr", &h.lr}, {"momentum", &h.momentum}, {"dampening", &h.dampening}, {"weight_decay", &h.weight_decay}},
+         &h.nesterov);
+    return std::make_unique<SGD>(std::move(params), h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov);
+  }
+  throw std::invalid_argument("unknown optimizer '" + type + "' (adamw or sgd)");
+}
+
+double grad_norm(const NamedParams& params) {
+  double sumsq = 0;
+  for (const auto& [name, p] : params)
+    if (p.has_grad()) sumsq += kern::sumsq_all(p.grad().data(), p.numel());
+  return std::sqrt(sumsq);
+}
+
+double clip_grad_norm(const NamedParams& params, double max_norm) {
+  const double total = grad_norm(params);
+  // torch: max_norm / (total + 1e-6) is (total + 1e-6).reciprocal() * max_norm in float32.
+  const float coef = (1.0f / (static_cast<float>(total) + 1e-6f)) * static_cast<float>(max_norm);
+  if (coef >= 1.0f) return total;  // a NaN coefficient falls through, as through torch's clamp
+  for (const auto& [name, p] : params) {
+    if (!p.has_grad()) continue;
+    float* g = p.grad().data();
+    const int64_t n = p.numel();
+#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
+    for (int64_t i = 0; i < n; i++) g[i] *= coef;
+  }
+  return total;
+}
+
+double lr_at(int64_t it, const LrSchedule& s) {
+  if (!s.decay) return s.lr;
+  if (it < s.warmup_iters) return s.lr * static_cast<double>(it + 1) / static_cast<double>(s.warmup_iters + 1);
+  // lr_decay_iters <= warmup_iters: no decay phase (nanoGPT would divide by zero at it == warmup).
+  if (it > s.lr_decay_iters || s.lr_decay_iters <= s.warmup_iters) return s.min_lr;
+  const double ratio =
+      static_cast<double>(it - s.warmup_iters) / static_cast<double>(s.lr_decay_iters - s.warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+  return s.min_lr + coeff * (s.lr - s.min_lr);
+}
+
+}  // namespace tapelm

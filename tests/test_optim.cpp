@@ -1,0 +1,429 @@
+// Optimizers, clipping and the schedule: one step against hand-computed numbers, three steps
+// against torch.optim on the gqa fixture's gradients (tests/data/optim_reference.h5, written by
+// tests/data/make_optim_reference.py), and bit-exact resumption from exported state.
+#include <hdf5.h>
+
+#include <bit>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "autograd/kernels.h"
+#include "optim/optim.h"
+#include "test_util.h"
+
+using namespace tapelm;
+namespace tt = boost::test_tools;
+
+namespace {
+
+Var param(const Shape& s, const std::vector<float>& v) { return Var(Tensor::from(s, v), true); }
+
+void set_grad(const Var& p, const std::vector<float>& g) {
+  BOOST_REQUIRE_EQUAL(static_cast<int64_t>(g.size()), p.numel());
+  std::copy(g.begin(), g.end(), p.grad().data());
+}
+
+void set_grad(const Var& p, const Tensor& g) {
+  BOOST_REQUIRE(g.shape() == p.shape());
+  std::memcpy(p.grad().data(), g.data(), sizeof(float) * g.numel());
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()) == 0;
+}
+
+NamedParams clone_params(const NamedParams& ps) {
+  NamedParams out;
+  for (const auto& [name, p] : ps) out.emplace_back(name, Var(p.val().clone(), true));
+  return out;
+}
+
+// ---- HDF5 C API, just enough to read float32 datasets and attributes ----------------------
+struct H5File {
+  hid_t id;
+  explicit H5File(const std::string& path) : id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)) {
+    BOOST_REQUIRE_MESSAGE(id >= 0, "cannot open " << path);
+  }
+  ~H5File() { H5Fclose(id); }
+  H5File(const H5File&) = delete;
+  H5File& operator=(const H5File&) = delete;
+};
+
+Tensor h5_read(hid_t file, const std::string& path) {
+  hid_t ds = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  BOOST_REQUIRE_MESSAGE(ds >= 0, "no dataset " << path);
+  hid_t space = H5Dget_space(ds);
+  const int nd = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(nd);
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  Shape shape(dims.begin(), dims.end());
+  Tensor t = Tensor::empty(shape);
+  const herr_t err = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data());
+  H5Sclose(space);
+  H5Dclose(ds);
+  BOOST_REQUIRE_MESSAGE(err >= 0, "cannot read " << path);
+  return t;
+}
+
+std::vector<std::string> h5_list(hid_t file, const std::string& group) {
+  hid_t g = H5Gopen2(file, group.c_str(), H5P_DEFAULT);
+  BOOST_REQUIRE_MESSAGE(g >= 0, "no group " << group);
+  H5G_info_t info;
+  H5Gget_info(g, &info);
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; i++) {
+    const ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string name(static_cast<size_t>(len), '\0');
+    H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1, H5P_DEFAULT);
+    names.push_back(name);
+  }
+  H5Gclose(g);
+  return names;
+}
+
+std::vector<double> h5_attr(hid_t file, const std::string& object, const std::string& attr) {
+  hid_t a = H5Aopen_by_name(file, object.c_str(), attr.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+  BOOST_REQUIRE_MESSAGE(a >= 0, "no attribute " << object << "@" << attr);
+  hid_t space = H5Aget_space(a);
+  std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(space)));
+  H5Aread(a, H5T_NATIVE_DOUBLE, v.data());
+  H5Sclose(space);
+  H5Aclose(a);
+  return v;
+}
+
+// The gqa fixture's parameters, and its gradients by the same names.
+struct Fixture {
+  NamedParams params;
+  std::vector<Tensor> grads;
+};
+
+Fixture load_fixture() {
+  H5File f(test::data_path("fixtures/gqa.h5"));
+  Fixture fx;
+  for (const auto& name : h5_list(f.id, "/model")) {
+    fx.params.emplace_back(name, Var(h5_read(f.id, "/model/" + name), true));
+    fx.grads.push_back(h5_read(f.id, "/expected/grad/" + name));
+  }
+  BOOST_REQUIRE(!fx.params.empty());
+  return fx;
+}
+
+void put_grads(const Fixture& fx) {
+  for (size_t i = 0; i < fx.params.size(); i++) set_grad(fx.params[i].second, fx.grads[i]);
+}
+
+// Worst deviation of `got` from `want` over a set of tensors.
+struct Deviation {
+  double max_rel = 0;  // max |a-b| / max |b|, per tensor
+  double max_abs = 0;
+  int64_t differing = 0, total = 0;
+  void add(const std::string& what, const Tensor& got, const Tensor& want) {
+    BOOST_REQUIRE_MESSAGE(got.shape() == want.shape(), what << ": shape " << shape_str(got.shape()));
+    double dmax = 0, scale = 0;
+    for (int64_t i = 0; i < want.numel(); i++) {
+      dmax = std::max(dmax, std::abs(static_cast<double>(got[i]) - want[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+      differing += std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]);
+    }
+    total += want.numel();
+    max_abs = std::max(max_abs, dmax);
+    max_rel = std::max(max_rel, scale > 0 ? dmax / scale : dmax);
+  }
+};
+
+// Runs 3 steps like make_optim_reference.py and compares parameters and state with /<run>.
+void check_against_torch(const std::string& run) {
+  Fixture fx = load_fixture();
+  H5File ref(test::data_path("optim_reference.h5"));
+  const auto steps = static_cast<int64_t>(h5_attr(ref.id, "/" + run, "step")[0]);
+  const double lr = h5_attr(ref.id, "/" + run, "lr")[0];
+  std::unique_ptr<Optimizer> opt;
+  if (run == "adamw")
+    opt = std::make_unique<AdamW>(fx.params, lr, h5_attr(ref.id, "/adamw", "beta1")[0],
+                                  h5_attr(ref.id, "/adamw", "beta2")[0], h5_attr(ref.id, "/adamw", "eps")[0],
+                                  h5_attr(ref.id, "/adamw", "weight_decay")[0]);
+  else
+    opt = std::make_unique<SGD>(fx.params, lr, h5_attr(ref.id, "/sgd", "momentum")[0],
+                                h5_attr(ref.id, "/sgd", "dampening")[0], h5_attr(ref.id, "/sgd", "weight_decay")[0],
+                                h5_attr(ref.id, "/sgd", "nesterov")[0] != 0);
+  std::vector<double> torch_norms;
+  if (run == "adamw") torch_norms = h5_attr(ref.id, "/adamw", "grad_norm");
+  int same_norms = 0;
+  for (int64_t s = 0; s < steps; s++) {
+    put_grads(fx);
+    if (run == "adamw") {
+      const double norm = clip_grad_norm(fx.params, 1.0);
+      BOOST_TEST(norm == torch_norms[s], tt::tolerance(1e-6));
+      same_norms += static_cast<float>(norm) == static_cast<float>(torch_norms[s]);
+    }
+    opt->step(lr);
+    opt->zero_grad();
+  }
+  BOOST_TEST(opt->steps() == steps);
+  Deviation dev;
+  for (const auto& [name, p] : fx.params)
+    dev.add(run + "/model/" + name, p.val(), h5_read(ref.id, "/" + run + "/model/" + name));
+  for (const auto& key : opt->state_keys()) {
+    const auto& st = opt->state(key);
+    BOOST_TEST(st.size() == fx.params.size());
+    for (const auto& [name, p] : fx.params) {
+      auto it = st.find(name);
+      BOOST_REQUIRE_MESSAGE(it != st.end(), "no state " << key << "/" << name);
+      dev.add(run + "/" + key + "/" + name, it->second, h5_read(ref.id, "/" + run + "/" + key + "/" + name));
+    }
+  }
+  BOOST_TEST_MESSAGE(run << " vs torch.optim after " << steps << " steps: max relative deviation " << dev.max_rel
+                         << ", max absolute " << dev.max_abs << ", " << dev.differing << " of " << dev.total
+                         << " floats not bit-identical"
+                         << (run == "adamw" ? ", float32 grad norm equal to torch's on " + std::to_string(same_norms) +
+                                                  " of " + std::to_string(steps) + " steps"
+                                            : std::string()));
+  // The update reproduces torch's float32 operations one by one; only the clip coefficient could
+  // differ (torch sums squares in float32, we in double), by one ulp when the norms round apart.
+  BOOST_TEST(dev.max_rel <= 1e-6);
+  if (same_norms == steps) BOOST_TEST(dev.differing == 0);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(optim)
+
+BOOST_AUTO_TEST_CASE(adamw_one_step_hand_computed) {
+  // Step 1: m = (1-b1) g, v = (1-b2) g^2 and the bias corrections cancel: p -= lr * g / (|g| + eps).
+  // g = 1e-8 = eps shows eps added after the bias correction: the step is lr/2.
+  const std::vector<float> p0 = {1.f, -2.f, 0.5f}, g = {0.5f, -0.25f, 1e-8f};
+  for (double wd : {0.0, 0.1}) {
+    Var w2 = param({1, 3}, p0), w1 = param({3}, p0);
+    AdamW opt({{"w2", w2}, {"w1", w1}}, 0.1, 0.9, 0.999, 1e-8, wd);
+    set_grad(w2, g);
+    set_grad(w1, g);
+    opt.step(0.1);
+    BOOST_TEST(opt.steps() == 1);
+    const float k = wd > 0 ? 0.99f : 1.f;  // 1 - lr*wd, on the 2-D parameter only
+    const std::vector<float> want2 = {1.f * k - 0.1f, -2.f * k + 0.1f, 0.5f * k - 0.05f};
+    const std::vector<float> want1 = {0.9f, -1.9f, 0.45f};
+    BOOST_TEST(w2.val().to_vector() == want2, tt::tolerance(1e-6f) << tt::per_element());
+    BOOST_TEST(w1.val().to_vector() == want1, tt::tolerance(1e-6f) << tt::per_element());
+    const std::vector<float> m = {0.05f, -0.025f, 1e-9f}, v = {2.5e-4f, 6.25e-5f, 1e-19f};
+    BOOST_TEST(opt.state("exp_avg").at("w1").to_vector() == m, tt::tolerance(1e-6f) << tt::per_element());
+    BOOST_TEST(opt.state("exp_avg_sq").at("w2").to_vector() == v, tt::tolerance(1e-5f) << tt::per_element());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adamw_two_steps_closed_form) {
+  const double lr = 0.01, b1 = 0.8, b2 = 0.9, eps = 1e-3, wd = 0.5;
+  Var w = param({2, 1}, {1.f, -1.f});
+  AdamW opt({{"w", w}}, lr, b1, b2, eps, wd);
+  const double g1[2] = {0.3, -0.1}, g2[2] = {-0.2, 0.4};
+  double want[2] = {1, -1};
+  for (int i = 0; i < 2; i++) {
+    double m = (1 - b1) * g1[i], v = (1 - b2) * g1[i] * g1[i];
+    want[i] = want[i] * (1 - lr * wd) - lr / (1 - b1) * m / (std::sqrt(v / (1 - b2)) + eps);
+    m = b1 * m + (1 - b1) * g2[i];
+    v = b2 * v + (1 - b2) * g2[i] * g2[i];
+    want[i] = want[i] * (1 - lr * wd) - lr / (1 - b1 * b1) * m / (std::sqrt(v / (1 - b2 * b2)) + eps);
+  }
+  set_grad(w, {0.3f, -0.1f});
+  opt.step(lr);
+  set_grad(w, {-0.2f, 0.4f});  // grad() was not dropped: overwrite
+  opt.step(lr);
+  BOOST_TEST(w.val()[0] == want[0], tt::tolerance(1e-6));
+  BOOST_TEST(w.val()[1] == want[1], tt::tolerance(1e-6));
+}
+
+BOOST_AUTO_TEST_CASE(sgd_plain) {
+  Var w = param({2}, {1.f, 2.f});
+  SGD opt({{"w", w}}, 0.1);
+  set_grad(w, {0.5f, -1.f});
+  opt.step(0.1);
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({0.95f, 2.1f}), tt::tolerance(1e-7f) << tt::per_element());
+  BOOST_TEST(opt.state("momentum_buffer").empty());
+}
+
+BOOST_AUTO_TEST_CASE(sgd_momentum_two_steps) {
+  // buf = g1, p1 = -lr g1;  buf = 0.9 g1 + g2 = [1.4, -1.3], p2 = p1 - lr buf.
+  Var w = param({2}, {0.f, 0.f});
+  SGD opt({{"w", w}}, 0.1, 0.9);
+  set_grad(w, {1.f, -2.f});
+  opt.step(0.1);
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.1f, 0.2f}), tt::tolerance(1e-6f) << tt::per_element());
+  BOOST_TEST(opt.state("momentum_buffer").at("w").to_vector() == std::vector<float>({1.f, -2.f}), tt::per_element());
+  set_grad(w, {0.5f, 0.5f});
+  opt.step(0.1);
+  BOOST_TEST(opt.state("momentum_buffer").at("w").to_vector() == std::vector<float>({1.4f, -1.3f}),
+             tt::tolerance(1e-6f) << tt::per_element());
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.24f, 0.33f}), tt::tolerance(1e-6f) << tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(sgd_nesterov_two_steps) {
+  // Step 1: buf = g, d = g + 0.9 g.  Step 2: buf = [1.4, -1.3], d = g2 + 0.9 buf = [1.76, -0.67].
+  Var w = param({2}, {0.f, 0.f});
+  SGD opt({{"w", w}}, 0.1, 0.9, 0, 0, true);
+  set_grad(w, {1.f, -2.f});
+  opt.step(0.1);
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.19f, 0.38f}), tt::tolerance(1e-6f) << tt::per_element());
+  set_grad(w, {0.5f, 0.5f});
+  opt.step(0.1);
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.366f, 0.447f}), tt::tolerance(1e-6f) << tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(sgd_weight_decay_on_matrices_only) {
+  Var w2 = param({1, 1}, {2.f}), w1 = param({1}, {2.f});
+  SGD opt({{"w2", w2}, {"w1", w1}}, 0.1, 0, 0, 0.5);
+  set_grad(w2, {0.f});
+  set_grad(w1, {0.f});
+  opt.step(0.1);
+  BOOST_TEST(w2.val()[0] == 1.9f, tt::tolerance(1e-7f));  // d = g + 0.5 p = 1
+  BOOST_TEST(w1.val()[0] == 2.f);
+}
+
+BOOST_AUTO_TEST_CASE(params_without_grad_are_skipped) {
+  Var a = param({2, 2}, {1, 2, 3, 4}), b = param({2, 2}, {1, 2, 3, 4});
+  AdamW opt({{"a", a}, {"b", b}}, 0.1, 0.9, 0.99, 1e-8, 0.1);
+  set_grad(a, {1, 1, 1, 1});
+  opt.step(0.1);
+  BOOST_TEST(b.val().to_vector() == std::vector<float>({1, 2, 3, 4}), tt::per_element());
+  BOOST_TEST(!b.has_grad());
+  BOOST_TEST(opt.state("exp_avg").count("a") == 1);
+  BOOST_TEST(opt.state("exp_avg").count("b") == 0);
+  opt.zero_grad(false);
+  BOOST_TEST(a.has_grad());
+  BOOST_TEST(a.grad().to_vector() == std::vector<float>(4, 0.f), tt::per_element());
+  opt.zero_grad();
+  BOOST_TEST(!a.has_grad());
+}
+
+BOOST_AUTO_TEST_CASE(clip_grad_norm_above_and_below) {
+  Var a = param({1}, {0}), b = param({1, 1}, {0}), c = param({3}, {0, 0, 0});  // c has no grad
+  NamedParams ps = {{"a", a}, {"b", b}, {"c", c}};
+  BOOST_TEST(grad_norm(ps) == 0.0);
+  set_grad(a, {3.f});
+  set_grad(b, {4.f});
+  BOOST_TEST(clip_grad_norm(ps, 10.0) == 5.0);
+  BOOST_TEST(a.grad()[0] == 3.f);  // coefficient >= 1: untouched
+  BOOST_TEST(b.grad()[0] == 4.f);
+  BOOST_TEST(clip_grad_norm(ps, 1.0) == 5.0);
+  BOOST_TEST(a.grad()[0] == 3.f / (5.f + 1e-6f), tt::tolerance(1e-7f));
+  BOOST_TEST(b.grad()[0] == 4.f / (5.f + 1e-6f), tt::tolerance(1e-7f));
+  BOOST_TEST(grad_norm(ps) == 1.0, tt::tolerance(1e-6));
+  BOOST_TEST(!c.has_grad());
+}
+
+BOOST_AUTO_TEST_CASE(lr_schedule) {
+  const LrSchedule s{1e-3, 1e-4, 10, 110};
+  BOOST_TEST(lr_at(0, s) == 1e-3 / 11, tt::tolerance(1e-12));  // warmup: lr (it+1) / (warmup+1)
+  BOOST_TEST(lr_at(9, s) == 1e-3 * 10 / 11, tt::tolerance(1e-12));
+  BOOST_TEST(lr_at(10, s) == 1e-3);                              // peak: cos(0)
+  BOOST_TEST(lr_at(60, s) == 5.5e-4, tt::tolerance(1e-12));     // middle: half way to min_lr
+  BOOST_TEST(lr_at(35, s) == 1e-4 + 0.5 * (1 + std::cos(std::numbers::pi / 4)) * 9e-4, tt::tolerance(1e-12));
+  BOOST_TEST(lr_at(110, s) == 1e-4);                             // end: cos(pi)
+  BOOST_TEST(lr_at(111, s) == 1e-4);                             // beyond
+  BOOST_TEST(lr_at(100000, s) == 1e-4);
+  LrSchedule constant = s;
+  constant.decay = false;
+  BOOST_TEST(lr_at(0, constant) == 1e-3);
+  BOOST_TEST(lr_at(500, constant) == 1e-3);
+  const LrSchedule no_warmup{1e-3, 1e-4, 0, 100};
+  BOOST_TEST(lr_at(0, no_warmup) == 1e-3);
+  const LrSchedule degenerate{1e-3, 1e-4, 10, 10};
+  BOOST_TEST(lr_at(10, degenerate) == 1e-4);
+}
+
+BOOST_AUTO_TEST_CASE(adamw_matches_torch) { check_against_torch("adamw"); }
+
+BOOST_AUTO_TEST_CASE(sgd_matches_torch) { check_against_torch("sgd"); }
+
+BOOST_AUTO_TEST_CASE(state_export_import_is_bit_exact) {
+  for (const std::string type : {"adamw", "sgd"}) {
+    Fixture fx = load_fixture();
+    const std::string hp = type == "adamw" ? AdamW(fx.params, 1e-3, 0.9, 0.99, 1e-8, 0.1).hparams_json()
+                                           : SGD(fx.params, 0.1, 0.9, 0, 0.01, true).hparams_json();
+    auto a = make_optimizer(type, fx.params, hp);
+    BOOST_TEST(a->type() == type);
+    BOOST_TEST(a->hparams_json() == hp);
+    const double lrs[3] = {1e-3, 7e-4, 3e-4};
+    for (int s = 0; s < 2; s++) {
+      put_grads(fx);
+      clip_grad_norm(fx.params, 1.0);
+      a->step(lrs[s]);
+      a->zero_grad();
+    }
+    // A resumed run: copies of the weights, a fresh optimizer from the hyper-parameters, the
+    // exported state and step count loaded before its first step.
+    NamedParams copy = clone_params(fx.params);
+    auto b = make_optimizer(a->type(), copy, a->hparams_json());
+    for (const auto& key : a->state_keys())
+      for (const auto& [name, t] : a->state(key)) b->state(key)[name] = t.clone();
+    b->set_steps(a->steps());
+    for (size_t i = 0; i < copy.size(); i++) {
+      set_grad(fx.params[i].second, fx.grads[i]);
+      set_grad(copy[i].second, fx.grads[i]);
+    }
+    BOOST_TEST(clip_grad_norm(fx.params, 1.0) == clip_grad_norm(copy, 1.0));
+    a->step(lrs[2]);
+    b->step(lrs[2]);
+    BOOST_TEST(b->steps() == 3);
+    for (size_t i = 0; i < copy.size(); i++)
+      BOOST_TEST(same_bits(fx.params[i].second.val(), copy[i].second.val()), type << " " << copy[i].first);
+    for (const auto& key : a->state_keys())
+      for (const auto& [name, t] : a->state(key))
+        BOOST_TEST(same_bits(t, b->state(key).at(name)), type << " " << key << "/" << name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(parallel_path_matches_serial) {
+  // A parameter big enough for the OpenMP loop, tiled from a small one: every tile must update
+  // exactly as the small parameter does.
+  const int64_t rows = 2 * kern::kParallelMin / 32;
+  Tensor small_w = randn({1, 32}, 7), small_g = randn({1, 32}, 8);
+  Tensor big_w = Tensor::empty({rows, 32}), big_g = Tensor::empty({rows, 32});
+  for (int64_t r = 0; r < rows; r++) {
+    std::memcpy(big_w.data() + r * 32, small_w.data(), 32 * sizeof(float));
+    std::memcpy(big_g.data() + r * 32, small_g.data(), 32 * sizeof(float));
+  }
+  for (const std::string type : {"adamw", "sgd"}) {
+    Var s(small_w.clone(), true), b(big_w.clone(), true);
+    const std::string hp = R"({"lr": 0.01, "weight_decay": 0.1, "momentum": 0.9, "nesterov": true})";
+    auto os = make_optimizer(type, {{"w", s}}, type == "sgd" ? hp : R"({"lr": 0.01, "weight_decay": 0.1})");
+    auto ob = make_optimizer(type, {{"w", b}}, type == "sgd" ? hp : R"({"lr": 0.01, "weight_decay": 0.1})");
+    for (int step = 0; step < 2; step++) {
+      set_grad(s, small_g);
+      set_grad(b, big_g);
+      os->step(0.01);
+      ob->step(0.01);
+    }
+    bool ok = true;
+    for (int64_t r = 0; r < rows; r++)
+      ok = ok && std::memcmp(b.val().data() + r * 32, s.val().data(), 32 * sizeof(float)) == 0;
+    BOOST_TEST(ok, type);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rejects_bad_params_state_and_hparams) {
+  Var w = param({2, 2}, {1, 2, 3, 4}), v = param({2}, {1, 2});
+  BOOST_CHECK_THROW(AdamW({{"w", w}, {"w", v}}, 1e-3), std::invalid_argument);  // one name twice
+  BOOST_CHECK_THROW(AdamW({{"w", w}, {"tied", w}}, 1e-3), std::invalid_argument);  // one Var twice
+  BOOST_CHECK_THROW(AdamW({{"w", w}}, 1e-3, 1.0), std::invalid_argument);
+  BOOST_CHECK_THROW(SGD({{"w", w}}, 0.1, 0, 0, 0, true), std::invalid_argument);  // nesterov without momentum
+  AdamW opt({{"w", w}}, 1e-3);
+  BOOST_CHECK_THROW(opt.state("momentum_buffer"), std::invalid_argument);
+  set_grad(w, {1, 1, 1, 1});
+  opt.state("exp_avg")["w"] = Tensor::zeros({4});
+  BOOST_CHECK_THROW(opt.step(1e-3), ShapeError);
+  opt.state("exp_avg").clear();
+  opt.state("exp_avg_sq")["nope"] = Tensor::zeros({2, 2});
+  BOOST_CHECK_THROW(opt.step(1e-3), std::invalid_argument);
+  opt.state("exp_avg_sq").clear();
+  BOOST_TEST(opt.steps() == 0);  // failed steps change nothing
+  BOOST_TEST(w.val().to_vector() == std::vector<float>({1, 2, 3, 4}), tt::per_element());
+  opt.step(1e-3);
+  BOOST_TEST(opt.steps() == 1);
+  BOOST_CHECK_THROW(make_optimizer("adam", {{"w", w}}, "{}"), std::invalid_argument);
+  BOOST_CHECK_THROW(make_optimizer("adamw", {{"x", v}}, R"({"momentum": 0.9})"), std::invalid_argument);
+  BOOST_CHECK_THROW(make_optimizer("sgd", {{"x", v}}, R"({"lr": "fast"})"), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
