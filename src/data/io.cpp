@@ -1,0 +1,81 @@
+#include "data/io.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+std::string temp_path_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + "." + std::to_string(::getpid()) + "." + std::to_string(counter++) + ".tmp";
+}
+
+void write_whole(const std::string& path, const std::string& bytes, const std::string& final_path) {
+  errno = 0;
+  std::FILE* raw = std::fopen(path.c_str(), "wb");
+  if (!raw) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+  File f(raw);
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
+    throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+  if (std::fflush(f.get()) != 0) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+  if (std::fclose(f.release()) != 0) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string read_file_bytes(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw DataError(what + " " + path + ": no such file");
+  if (fs::is_directory(st)) throw DataError(what + " " + path + ": is a directory, not a file");
+  errno = 0;
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) throw DataError(what + " " + path + ": cannot open: " + std::strerror(errno));
+  std::string bytes;
+  char buf[1 << 16];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof buf, f.get())) > 0) bytes.append(buf, got);
+  if (std::ferror(f.get())) throw DataError(what + " " + path + ": cannot read: " + std::strerror(errno));
+  return bytes;
+}
+
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::string> temps;
+  auto remove_temps = [&] {
+    std::error_code ec;
+    for (const std::string& t : temps) fs::remove(t, ec);
+  };
+  try {
+    for (const auto& [path, bytes] : files) {
+      temps.push_back(temp_path_for(path));
+      write_whole(temps.back(), bytes, path);
+    }
+    for (size_t i = 0; i < files.size(); i++) {
+      std::error_code ec;
+      fs::rename(temps[i], files[i].first, ec);
+      if (ec) throw DataError("cannot write " + files[i].first + ": " + ec.message());
+    }
+  } catch (...) {
+    remove_temps();
+    throw;
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) { write_files_atomic({{path, bytes}}); }
+
+}  // namespace tapelm

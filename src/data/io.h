@@ -1,0 +1,18 @@
+#pragma once
+// Whole-file reads and all-or-nothing writes, with errors that name the file.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/error.h"
+
+namespace tapelm {
+
+/// The bytes of a regular file; `what` ("data file", "token file", ...) starts each error message.
+std::string read_file_bytes(const std::string& path, const std::string& what);
+/// Writes each (path, bytes) to a temp file beside it, then renames them all; on error none is left.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
+/// write_files_atomic for one file.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace tapelm
