@@ -1,0 +1,614 @@
+#include "train/h5file.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <new>
+
+namespace tapelm {
+
+static_assert(std::is_same_v<hid_t, int64_t>, "HDF5 >= 1.10 is required (64-bit hid_t)");
+
+namespace {
+
+// Guards a dataset's element count against corrupted dimensions before allocating.
+constexpr int64_t max_elements = int64_t{1} << 40;
+
+// Silences HDF5's own error printing; per thread, as thread-safe builds keep error state per thread.
+void init_hdf5() {
+  thread_local const bool done = [] {
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+/// Owns any HDF5 identifier (file, group, dataset, dataspace, datatype, attribute, property list).
+class Handle {
+ public:
+  explicit Handle(hid_t id = -1) : id_(id) {}
+  Handle(Handle&& o) noexcept : id_(std::exchange(o.id_, -1)) {}
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+  hid_t release() { return std::exchange(id_, -1); }
+  void reset() {
+    if (id_ >= 0) H5Idec_ref(id_);
+    id_ = -1;
+  }
+
+ private:
+  hid_t id_;
+};
+
+herr_t innermost_error(unsigned, const H5E_error2_t* e, void* out) {
+  if (e->desc && *e->desc) *static_cast<std::string*>(out) = e->desc;
+  return 0;
+}
+
+/// ": <HDF5's innermost error description>" for the last failed call, or "". Must run before any
+/// other HDF5 call, since each API call clears the error stack.
+std::string h5_detail() {
+  std::string desc;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &desc);
+  return desc.empty() ? "" : ": " + desc;
+}
+
+/// "/a/b" from "a/b", "/a//b/" or "/a/b"; "" becomes "/".
+std::string norm(const std::string& obj) {
+  std::string p = "/";
+  for (char c : obj)
+    if (c != '/' || p.back() != '/') p += c;
+  if (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+std::string parent_of(const std::string& p) {
+  size_t slash = p.rfind('/');
+  return slash == 0 ? "/" : p.substr(0, slash);
+}
+
+std::string type_name(hid_t type) {
+  size_t bits = 8 * H5Tget_size(type);
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+      return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_FLOAT: return "float" + std::to_string(bits);
+    case H5T_STRING: return "string";
+    case H5T_ENUM: return "enum (bool?)";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "vlen";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    default: return "unknown type";
+  }
+}
+
+Handle dcpl_without_times() {
+  // As h5py does: no timestamps in object headers, so equal content gives equal files.
+  Handle p(H5Pcreate(H5P_DATASET_CREATE));
+  if (p.ok()) H5Pset_obj_track_times(p.get(), false);
+  return p;
+}
+
+/// A dataset opened for reading, with its type and extent.
+struct Dataset {
+  Handle ds, type;
+  Shape shape;
+  int64_t numel = 0;
+};
+
+/// Owns a vlen string HDF5 allocated during a read.
+struct H5String {
+  char* s = nullptr;
+  ~H5String() {
+    if (s) H5free_memory(s);
+  }
+};
+
+}  // namespace
+
+H5File& H5File::operator=(H5File&& o) noexcept {
+  if (this != &o) {
+    if (id_ >= 0) H5Fclose(id_);
+    id_ = std::exchange(o.id_, -1);
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+
+H5File::~H5File() {
+  if (id_ >= 0) H5Fclose(id_);
+}
+
+void H5File::fail(const std::string& what) const { throw H5Error(path_ + ": " + what); }
+
+H5File H5File::open_read(const std::string& path) {
+  init_hdf5();
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw H5Error(path + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw H5Error(path + ": is a directory, not an HDF5 file");
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw H5Error(path + ": cannot read: " + std::strerror(errno));
+  ::close(fd);
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw H5Error(path + ": not an HDF5 file (or truncated/corrupted)" + h5_detail());
+  return H5File(id, path);
+}
+
+H5File H5File::create(const std::string& path) {
+  init_hdf5();
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (id < 0) throw H5Error(path + ": cannot create HDF5 file" + h5_detail());
+  return H5File(id, path);
+}
+
+bool H5File::exists(const std::string& obj) const {
+  if (id_ < 0) fail("file is closed");
+  init_hdf5();  // every object access passes here, whichever thread it runs on
+  const std::string p = norm(obj);
+  if (p == "/") return true;
+  // H5Lexists needs every intermediate group to exist, so test the prefixes in order.
+  for (size_t end = p.find('/', 1);; end = p.find('/', end + 1)) {
+    if (H5Lexists(id_, p.substr(0, end).c_str(), H5P_DEFAULT) <= 0) return false;
+    if (end == std::string::npos) break;
+  }
+  return H5Oexists_by_name(id_, p.c_str(), H5P_DEFAULT) > 0;  // false for a dangling soft link
+}
+
+int64_t H5File::open_object(const std::string& obj) const {
+  const std::string p = norm(obj);
+  if (!exists(p)) fail("missing object " + p);
+  hid_t id = H5Oopen(id_, p.c_str(), H5P_DEFAULT);
+  if (id < 0) fail("cannot open " + p + h5_detail());
+  return id;
+}
+
+int64_t H5File::open_dataset(const std::string& obj) const {
+  const std::string p = norm(obj);
+  if (!exists(p)) fail("missing dataset " + p);
+  Handle o(open_object(p));
+  if (H5Iget_type(o.get()) != H5I_DATASET) fail(p + " is a group, expected a dataset");
+  return o.release();
+}
+
+int64_t H5File::open_attr(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  Handle o(open_object(p));
+  htri_t has = H5Aexists(o.get(), name.c_str());
+  if (has < 0) fail("cannot read attributes of " + p + h5_detail());
+  if (has == 0) fail("missing attribute " + name + " on " + p);
+  hid_t a = H5Aopen(o.get(), name.c_str(), H5P_DEFAULT);
+  if (a < 0) fail("cannot open attribute " + name + " on " + p + h5_detail());
+  return a;
+}
+
+std::vector<std::string> H5File::list(const std::string& group) const {
+  const std::string p = norm(group);
+  if (!exists(p)) fail("missing group " + p);
+  Handle g(open_object(p));
+  if (H5Iget_type(g.get()) != H5I_GROUP) fail(p + " is a dataset, expected a group");
+  std::vector<std::string> names;
+  auto add = [](hid_t, const char* name, const H5L_info_t*, void* out) -> herr_t {
+    try {
+      static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    } catch (...) {
+      return -1;
+    }
+    return 0;
+  };
+  if (H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, add, &names) < 0)
+    fail("cannot list group " + p + h5_detail());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> H5File::list_datasets_recursive(const std::string& group) const {
+  const std::string p = norm(group);
+  if (!exists(p)) fail("missing group " + p);
+  Handle g(open_object(p));
+  if (H5Iget_type(g.get()) != H5I_GROUP) fail(p + " is a dataset, expected a group");
+  // H5Lvisit follows hard links only and enters each group once, so cycles cannot loop.
+  std::vector<std::string> names;
+  auto add = [](hid_t grp, const char* name, const H5L_info_t* info, void* out) -> herr_t {
+    if (info->type != H5L_TYPE_HARD) return 0;
+    Handle o(H5Oopen(grp, name, H5P_DEFAULT));
+    if (!o.ok()) return -1;
+    try {
+      if (H5Iget_type(o.get()) == H5I_DATASET) static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+    } catch (...) {
+      return -1;  // never unwind through HDF5's C frames
+    }
+    return 0;
+  };
+  if (H5Lvisit(g.get(), H5_INDEX_NAME, H5_ITER_INC, add, &names) < 0)
+    fail("cannot list datasets below " + p + h5_detail());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void H5File::create_group(const std::string& group) {
+  const std::string p = norm(group);
+  if (exists(p)) {
+    Handle o(open_object(p));
+    if (H5Iget_type(o.get()) != H5I_GROUP) fail("cannot create group " + p + ": a dataset has that name");
+    return;
+  }
+  create_group(parent_of(p));
+  Handle g(H5Gcreate2(id_, p.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  if (!g.ok()) fail("cannot create group " + p + h5_detail());
+}
+
+namespace {
+
+/// Throws "<prefix> <what>", where prefix names the file and the object.
+[[noreturn]] void raise(const std::string& prefix, const std::string& what) { throw H5Error(prefix + " " + what); }
+
+/// The extent of a dataspace as a Shape.
+Shape space_shape(hid_t space, const std::string& prefix) {
+  switch (H5Sget_simple_extent_type(space)) {
+    case H5S_SCALAR: return {};
+    case H5S_SIMPLE: break;
+    case H5S_NULL: raise(prefix, "has no data (null dataspace)");
+    default: raise(prefix, "has an unreadable dataspace" + h5_detail());
+  }
+  int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0) raise(prefix, "has an unreadable dataspace" + h5_detail());
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0)
+    raise(prefix, "has an unreadable dataspace" + h5_detail());
+  Shape shape;
+  int64_t n = 1;
+  for (hsize_t d : dims) {
+    if (d > static_cast<hsize_t>(max_elements) || (d > 0 && n > max_elements / static_cast<int64_t>(d)))
+      raise(prefix, "has an implausible size (corrupted?)");
+    shape.push_back(static_cast<int64_t>(d));
+    n *= static_cast<int64_t>(d);
+  }
+  return shape;
+}
+
+}  // namespace
+
+Shape H5File::dataset_shape(const std::string& obj) const {
+  const std::string p = norm(obj);
+  Handle ds(open_dataset(p));
+  Handle space(H5Dget_space(ds.get()));
+  if (!space.ok()) fail("cannot read the dataspace of " + p + h5_detail());
+  return space_shape(space.get(), path_ + ": " + p);
+}
+
+namespace {
+
+/// Takes ownership of an open dataset and reads its type and extent.
+Dataset open_for_read(hid_t ds_id, const std::string& prefix) {
+  Dataset d;
+  d.ds = Handle(ds_id);
+  d.type = Handle(H5Dget_type(ds_id));
+  if (!d.type.ok()) raise(prefix, "has an unreadable datatype" + h5_detail());
+  Handle space(H5Dget_space(ds_id));
+  if (!space.ok()) raise(prefix, "has an unreadable dataspace" + h5_detail());
+  d.shape = space_shape(space.get(), prefix);
+  d.numel = shape_numel(d.shape);
+  return d;
+}
+
+/// Runs make(), turning an allocation failure (say, from corrupted dimensions) into an H5Error.
+template <class Make>
+auto allocate(const std::string& prefix, const Shape& shape, const Make& make) {
+  try {
+    return make();
+  } catch (const std::bad_alloc&) {
+    raise(prefix, "is too large to read: shape " + shape_str(shape));
+  }
+}
+
+}  // namespace
+
+Tensor H5File::read_tensor(const std::string& obj) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": " + p;
+  Dataset d = open_for_read(open_dataset(p), prefix);
+  H5T_class_t cls = H5Tget_class(d.type.get());
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+    raise(prefix, "is " + type_name(d.type.get()) + ", expected a numeric dataset");
+  Tensor t = allocate(prefix, d.shape, [&] { return Tensor::empty(d.shape); });
+  if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
+    fail("cannot read dataset " + p + h5_detail());
+  return t;
+}
+
+void H5File::write_dataset(const std::string& obj, const Shape& shape, int64_t file_type, int64_t mem_type,
+                           const void* data) {
+  const std::string p = norm(obj);
+  if (id_ < 0) fail("file is closed");
+  if (p == "/") fail("cannot write a dataset at /");
+  std::vector<hsize_t> dims;
+  for (int64_t d : shape) {
+    if (d < 0) fail("cannot write " + p + ": negative dimension in shape " + shape_str(shape));
+    dims.push_back(static_cast<hsize_t>(d));
+  }
+  create_group(parent_of(p));
+  if (exists(p)) {
+    if (H5Iget_type(Handle(open_object(p)).get()) != H5I_DATASET)
+      fail("cannot write dataset " + p + ": a group has that name");
+    if (H5Ldelete(id_, p.c_str(), H5P_DEFAULT) < 0) fail("cannot replace " + p + h5_detail());
+  }
+  Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  if (!space.ok()) fail("cannot create the dataspace for " + p + h5_detail());
+  Handle dcpl = dcpl_without_times();
+  Handle ds(H5Dcreate2(id_, p.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT));
+  if (!ds.ok()) fail("cannot create dataset " + p + h5_detail());
+  if (shape_numel(shape) > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    fail("cannot write dataset " + p + h5_detail());
+}
+
+void H5File::write_tensor(const std::string& obj, const Tensor& t) {
+  if (!t.defined()) fail("cannot write " + norm(obj) + ": undefined tensor");
+  write_dataset(obj, t.shape(), H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, t.data());
+}
+
+std::vector<int32_t> H5File::read_ints(const std::string& obj, Shape* shape) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": " + p;
+  Dataset d = open_for_read(open_dataset(p), prefix);
+  if (H5Tget_class(d.type.get()) != H5T_INTEGER)
+    raise(prefix, "is " + type_name(d.type.get()) + ", expected an integer dataset");
+  auto out = allocate(prefix, d.shape, [&] { return std::vector<int32_t>(static_cast<size_t>(d.numel)); });
+  size_t size = H5Tget_size(d.type.get());
+  bool is_signed = H5Tget_sign(d.type.get()) != H5T_SGN_NONE;
+  if (d.numel == 0) {
+    // nothing to read
+  } else if (size < 4 || (size == 4 && is_signed)) {
+    if (H5Dread(d.ds.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+      fail("cannot read dataset " + p + h5_detail());
+  } else {
+    // Wider types: read as 64-bit and check the range, since HDF5 would silently clamp.
+    const bool u64 = !is_signed && size == 8;
+    auto wide = allocate(prefix, d.shape, [&] { return std::vector<int64_t>(out.size()); });
+    if (H5Dread(d.ds.get(), u64 ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                wide.data()) < 0)
+      fail("cannot read dataset " + p + h5_detail());
+    for (size_t i = 0; i < wide.size(); i++) {
+      bool fits = u64 ? static_cast<uint64_t>(wide[i]) <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                      : std::in_range<int32_t>(wide[i]);
+      if (!fits) {
+        std::string v = u64 ? std::to_string(static_cast<uint64_t>(wide[i])) : std::to_string(wide[i]);
+        raise(prefix, "has value " + v + " at index " + std::to_string(i) + ", which does not fit in int32");
+      }
+      out[i] = static_cast<int32_t>(wide[i]);
+    }
+  }
+  if (shape) *shape = d.shape;
+  return out;
+}
+
+void H5File::write_ints(const std::string& obj, const std::vector<int32_t>& v, const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (static_cast<int64_t>(v.size()) != n)
+    fail("cannot write " + norm(obj) + ": " + std::to_string(v.size()) + " values for shape " + shape_str(shape));
+  write_dataset(obj, shape, H5T_STD_I32LE, H5T_NATIVE_INT32, v.data());
+}
+
+std::vector<uint8_t> H5File::read_bytes(const std::string& obj) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": " + p;
+  Dataset d = open_for_read(open_dataset(p), prefix);
+  if (H5Tget_class(d.type.get()) != H5T_INTEGER || H5Tget_size(d.type.get()) != 1)
+    raise(prefix, "is " + type_name(d.type.get()) + ", expected a uint8 dataset");
+  if (d.shape.size() != 1) raise(prefix, "has shape " + shape_str(d.shape) + ", expected a 1-D byte array");
+  auto out = allocate(prefix, d.shape, [&] { return std::vector<uint8_t>(static_cast<size_t>(d.numel)); });
+  // Reading as the stored type keeps int8 bit patterns instead of clamping them.
+  if (d.numel > 0 && H5Dread(d.ds.get(), d.type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    fail("cannot read dataset " + p + h5_detail());
+  return out;
+}
+
+void H5File::write_bytes(const std::string& obj, const std::vector<uint8_t>& v) {
+  write_dataset(obj, {static_cast<int64_t>(v.size())}, H5T_STD_U8LE, H5T_NATIVE_UINT8, v.data());
+}
+
+bool H5File::has_attr(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  if (!exists(p)) return false;
+  Handle o(open_object(p));
+  htri_t has = H5Aexists(o.get(), name.c_str());
+  if (has < 0) fail("cannot read attributes of " + p + h5_detail());
+  return has > 0;
+}
+
+namespace {
+
+/// An attribute opened for reading a single value.
+struct Attr {
+  Handle attr, type;
+};
+
+Attr open_scalar_attr(hid_t attr_id, const std::string& prefix) {
+  Attr a{Handle(attr_id), Handle(H5Aget_type(attr_id))};
+  if (!a.type.ok()) raise(prefix, "has an unreadable datatype" + h5_detail());
+  Handle space(H5Aget_space(attr_id));
+  if (!space.ok()) raise(prefix, "has an unreadable dataspace" + h5_detail());
+  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n != 1) raise(prefix, "has " + std::to_string(n) + " elements, expected one");
+  return a;
+}
+
+}  // namespace
+
+std::string H5File::read_attr_string(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  Attr a = open_scalar_attr(open_attr(p, name), prefix);
+  hid_t type = a.type.get();
+  if (H5Tget_class(type) != H5T_STRING) raise(prefix, "is " + type_name(type) + ", expected a string");
+  if (H5Tis_variable_str(type) > 0) {
+    Handle mem(H5Tcopy(H5T_C_S1));
+    if (!mem.ok() || H5Tset_size(mem.get(), H5T_VARIABLE) < 0 || H5Tset_cset(mem.get(), H5Tget_cset(type)) < 0)
+      raise(prefix, "cannot be read" + h5_detail());
+    H5String s;
+    if (H5Aread(a.attr.get(), mem.get(), &s.s) < 0) raise(prefix, "cannot be read" + h5_detail());
+    return s.s ? std::string(s.s) : std::string();
+  }
+  // Fixed-length: read the bytes as stored and strip the padding ourselves.
+  size_t size = H5Tget_size(type);
+  if (size == 0) raise(prefix, "has an unreadable datatype" + h5_detail());
+  std::string s(size, '\0');
+  if (H5Aread(a.attr.get(), type, s.data()) < 0) raise(prefix, "cannot be read" + h5_detail());
+  if (H5Tget_strpad(type) == H5T_STR_SPACEPAD) {
+    s.erase(s.find_last_not_of(' ') + 1);
+  } else {
+    s.resize(std::strlen(s.c_str()));
+  }
+  return s;
+}
+
+int64_t H5File::read_attr_int(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  Attr a = open_scalar_attr(open_attr(p, name), prefix);
+  hid_t type = a.type.get();
+  if (H5Tget_class(type) != H5T_INTEGER) raise(prefix, "is " + type_name(type) + ", expected an integer");
+  if (H5Tget_sign(type) == H5T_SGN_NONE && H5Tget_size(type) == 8) {
+    uint64_t u = 0;
+    if (H5Aread(a.attr.get(), H5T_NATIVE_UINT64, &u) < 0) raise(prefix, "cannot be read" + h5_detail());
+    if (!std::in_range<int64_t>(u)) raise(prefix, "has value " + std::to_string(u) + ", which does not fit in int64");
+    return static_cast<int64_t>(u);
+  }
+  int64_t v = 0;
+  if (H5Aread(a.attr.get(), H5T_NATIVE_INT64, &v) < 0) raise(prefix, "cannot be read" + h5_detail());
+  return v;
+}
+
+double H5File::read_attr_double(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  Attr a = open_scalar_attr(open_attr(p, name), prefix);
+  hid_t type = a.type.get();
+  H5T_class_t cls = H5Tget_class(type);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) raise(prefix, "is " + type_name(type) + ", expected a number");
+  double v = 0;
+  if (H5Aread(a.attr.get(), H5T_NATIVE_DOUBLE, &v) < 0) raise(prefix, "cannot be read" + h5_detail());
+  return v;
+}
+
+namespace {
+
+/// Replaces attribute `name` on `obj_id` with a scalar of `file_type` holding *value.
+void put_scalar_attr(hid_t obj_id, const std::string& name, hid_t file_type, hid_t mem_type, const void* value,
+                     const std::string& prefix) {
+  htri_t has = H5Aexists(obj_id, name.c_str());
+  if (has < 0) raise(prefix, "cannot be written" + h5_detail());
+  if (has > 0 && H5Adelete(obj_id, name.c_str()) < 0) raise(prefix, "cannot be replaced" + h5_detail());
+  Handle space(H5Screate(H5S_SCALAR));
+  if (!space.ok()) raise(prefix, "cannot be written" + h5_detail());
+  Handle attr(H5Acreate2(obj_id, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.ok()) raise(prefix, "cannot be created" + h5_detail());
+  if (H5Awrite(attr.get(), mem_type, value) < 0) raise(prefix, "cannot be written" + h5_detail());
+}
+
+}  // namespace
+
+void H5File::write_attr(const std::string& obj, const std::string& name, const std::string& v) {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  if (v.find('\0') != std::string::npos) raise(prefix, "cannot hold a NUL character");
+  Handle o(open_object(p));
+  Handle type(H5Tcopy(H5T_C_S1));
+  if (!type.ok() || H5Tset_size(type.get(), H5T_VARIABLE) < 0 || H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
+    raise(prefix, "cannot be written" + h5_detail());
+  const char* s = v.c_str();
+  put_scalar_attr(o.get(), name, type.get(), type.get(), &s, prefix);
+}
+
+void H5File::write_attr(const std::string& obj, const std::string& name, int64_t v) {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  Handle o(open_object(p));
+  put_scalar_attr(o.get(), name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, prefix);
+}
+
+void H5File::write_attr(const std::string& obj, const std::string& name, double v) {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  Handle o(open_object(p));
+  put_scalar_attr(o.get(), name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, prefix);
+}
+
+void H5File::flush() {
+  if (id_ < 0) fail("file is closed");
+  init_hdf5();
+  if (H5Fflush(id_, H5F_SCOPE_GLOBAL) < 0) fail("cannot flush" + h5_detail());
+}
+
+void H5File::close() {
+  if (id_ < 0) return;
+  init_hdf5();
+  if (H5Fclose(std::exchange(id_, -1)) < 0) fail("cannot close" + h5_detail());
+}
+
+namespace {
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags);
+  if (fd < 0) throw H5Error(path + ": cannot open to sync: " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw H5Error(path + ": cannot sync: " + std::strerror(err));
+}
+
+}  // namespace
+
+void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>& fill) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    {
+      H5File f = H5File::create(tmp);
+      fill(f);
+      if (f.is_open()) {
+        f.flush();
+        f.close();
+      }
+    }
+    fsync_path(tmp, O_RDONLY);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw H5Error(path + ": cannot rename " + tmp + " over it: " + std::strerror(errno));
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+  // Make the rename itself durable; a directory that cannot be synced is not worth failing for.
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  try {
+    fsync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY);
+  } catch (const H5Error&) {
+  }
+}
+
+}  // namespace tapelm
