@@ -1,62 +1,95 @@
 // tapelm: the command line, a thin layer of flag parsing over the library.
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "autograd/blas.h"
 #include "autograd/gradcheck.h"
-#include "autograd/ops.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/tokens.h"
+#include "nn/accounting.h"
+#include "nn/generate.h"
+#include "train/cli.h"
 
 using namespace tapelm;
-
-namespace {
-
-// A tiny forward/backward through every kind of op a transformer layer uses, with a gradient check.
-int run_demo(int threads) {
-  set_num_threads(threads);
-  const int64_t B = 2, T = 8, C = 16, V = 11;
-  Var wte(randn({V, C}, 1, 0.5f), true), w1(randn({4 * C, C}, 2, 0.2f), true), w2(randn({C, 4 * C}, 3, 0.2f), true);
-  Var g(Tensor::full({C}, 1.f), true), head(randn({V, C}, 4, 0.2f), true);
-  Index idx, tgt;
-  idx.shape = tgt.shape = {B, T};
-  for (int64_t i = 0; i < B * T; i++) {
-    idx.data.push_back(static_cast<int32_t>((i * 7) % V));
-    tgt.data.push_back(static_cast<int32_t>((i * 7 + 3) % V));
-  }
-  auto forward = [&](const std::vector<Var>& p) {
-    Var x = embedding(p[0], idx);
-    x = x + linear(gelu(linear(layernorm(x, p[3]), p[1])), p[2]);
-    return cross_entropy(linear(layernorm(x, p[3]), p[4]), tgt);
-  };
-  std::vector<Var> params{wte, w1, w2, g, head};
-  Var loss = forward(params);
-  std::printf("demo: loss %.6f (ln V = %.6f), tape of %zu ops\n", loss.item(), std::log(double(V)),
-              Tape::get().size());
-  backward(loss);
-  double gn = 0;
-  for (Var& p : params)
-    for (int64_t i = 0; i < p.numel(); i++) gn += double(p.grad()[i]) * p.grad()[i];
-  std::printf("demo: gradient norm %.6f over %zu parameters\n", std::sqrt(gn), params.size());
-  GradCheckResult r = gradcheck(forward, {wte.val(), w1.val(), w2.val(), g.val(), head.val()});
-  std::printf("demo: finite-difference check %s (worst ratio %.3f)\n", r.ok ? "passed" : "FAILED", r.worst_ratio);
-  return r.ok ? 0 : 1;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tapelm: train small GPT language models with MHA, GQA or MQA attention"};
   app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every subcommand");
   int threads = 0;
   app.add_option("--threads", threads, "threads for kernels and BLAS (0: all cores)");
+
+  cli::TrainArgs ta;
+  auto* train = app.add_subcommand("train", "train a model (nanoGPT's train.py)");
+  train->add_option("--config", ta.config, "training config JSON (model and training keys)");
+  train->add_option("--set", ta.sets, "override a config key: key=value (repeatable)");
+  train->add_option("--data", ta.data, "UTF-8 text file or a directory written by `prepare`")->required();
+  train->add_option("--out", ta.out, "run directory (checkpoint.h5, metrics.jsonl)")->required();
+  train->add_flag("--resume", ta.resume, "continue from RUN_DIR/checkpoint.h5");
+  train->add_flag("--quiet", ta.quiet, "no progress lines");
+
+  cli::EvalArgs ea;
+  auto* eval = app.add_subcommand("eval", "loss of a checkpoint on text, tokens or a parity file");
+  eval->add_option("--checkpoint", ea.checkpoint, "checkpoint (HDF5)")->required();
+  eval->add_option("--data", ea.data, "text file, token file (.bin), prepared directory or parity file (.h5)")->required();
+  eval->add_option("--split", ea.split, "for text: train, val or all")->check(CLI::IsMember({"train", "val", "all"}));
+  eval->add_option("--grad-out", ea.grad_out, "write d loss / d parameter to this HDF5 file");
+  eval->add_option("--batch", ea.batch, "windows per forward pass");
+  eval->add_flag("--json", ea.json, "print one JSON line");
+
+  cli::SampleArgs sa;
+  auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
+  sample->add_option("--checkpoint", sa.checkpoint, "checkpoint (HDF5) with a tokenizer")->required();
+  sample->add_option("--prompt", sa.prompt, "text to continue (default: a newline)");
+  sample->add_option("--tokens", sa.tokens, "tokens to generate");
+  sample->add_option("--temperature", sa.temperature, "softmax temperature");
+  sample->add_option("--top-k", sa.top_k, "sample among the k most likely tokens (0: all)");
+  sample->add_option("--seed", sa.seed, "random seed");
+  sample->add_flag("--greedy", sa.greedy, "always take the most likely token");
+
+  cli::ConvertArgs ca;
+  auto* convert = app.add_subcommand("convert", "convert MHA/GQA to fewer key/value heads");
+  convert->add_option("--from", ca.from, "source checkpoint")->required();
+  convert->add_option("--kv-heads", ca.kv_heads, "new number of key/value heads (divides the old)")->required();
+  convert->add_option("--method", ca.method, "mean, first or random")->check(CLI::IsMember({"mean", "first", "random"}));
+  convert->add_option("--out", ca.out, "output checkpoint")->required();
+  convert->add_option("--seed", ca.seed, "seed for --method random");
+
+  std::string inspect_path;
+  auto* inspect = app.add_subcommand("inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint");
+  inspect->add_option("checkpoint", inspect_path, "checkpoint (HDF5)")->required();
+
+  std::string prep_text, prep_out;
+  auto* prepare_cmd = app.add_subcommand("prepare", "tokenize a text into train.bin, val.bin and tokenizer.json");
+  prepare_cmd->add_option("--text", prep_text, "UTF-8 text file")->required();
+  prepare_cmd->add_option("--out", prep_out, "output directory")->required();
+
   auto* demo = app.add_subcommand("demo", "a tiny forward/backward with a gradient check");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    if (*demo) return run_demo(threads);
+    set_num_threads(threads);
+    if (*train) return cli::run_train(ta, threads);
+    if (*eval) return cli::run_eval(ea);
+    if (*sample) return cli::run_sample(sa);
+    if (*convert) return cli::run_convert(ca);
+    if (*inspect) return cli::run_inspect(inspect_path);
+    if (*prepare_cmd) {
+      Corpus c = prepare(prep_text, prep_out);
+      std::printf("prepared %s: vocabulary %d, train %zu tokens, val %zu tokens\n", prep_out.c_str(), c.tok.vocab_size(),
+                  c.train.size(), c.val.size());
+      return 0;
+    }
+    if (*demo) return cli::run_demo();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tapelm: error: %s\n", e.what());
     return 1;

@@ -1,0 +1,279 @@
+#include "train/cli.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "autograd/blas.h"
+#include "autograd/gradcheck.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/tokens.h"
+#include "nn/accounting.h"
+#include "nn/generate.h"
+#include "train/convert.h"
+#include "train/trainer.h"
+
+namespace tapelm::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+bool is_hdf5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path + ": cannot read the config file");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(path + ": not valid JSON: " + e.what());
+  }
+}
+
+struct Loaded {
+  std::unique_ptr<GPT> model;
+  bool has_tokenizer = false;
+  CharTokenizer tok;
+};
+
+Loaded load_checkpoint(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  Loaded l;
+  l.model = std::make_unique<GPT>(read_model_config(f));
+  read_model_weights(f, *l.model);
+  if (f.exists("/tokenizer")) {
+    l.tok = read_tokenizer(f);
+    l.has_tokenizer = true;
+  }
+  return l;
+}
+
+}  // namespace
+
+int run_train(const TrainArgs& a, int threads) {
+  Corpus corpus = load_corpus(a.data);
+  nlohmann::json j = nlohmann::json::object();
+  if (!a.config.empty()) {
+    j = read_json_file(a.config);
+  } else if (a.resume) {
+    H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
+    j = read_train_config(f).to_json();
+  } else {
+    throw ConfigError("train needs --config FILE.json (or --resume with a run directory)");
+  }
+  if (!j.is_object()) throw ConfigError(a.config + ": the config must be a JSON object");
+  TrainConfig::apply_overrides(j, a.sets);
+  if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
+  if (threads > 0) j["threads"] = threads;
+  TrainConfig cfg = TrainConfig::from_json(j);
+  install_stop_handler();
+  TrainOptions opt;
+  opt.resume = a.resume;
+  opt.quiet = a.quiet;
+  const ModelCost cost = model_cost(cfg.model);
+  if (!a.quiet)
+    std::printf("training %.2fM parameters (%ld layers, %ld heads, %ld kv heads, d %ld, T %ld) on %zu tokens; run dir %s\n",
+                cost.params / 1e6, (long)cfg.model.n_layer, (long)cfg.model.n_head, (long)cfg.model.n_kv_head,
+                (long)cfg.model.n_embd, (long)cfg.model.block_size, corpus.train.size(), a.out.c_str());
+  TrainResult r = train(cfg, corpus, a.out, opt);
+  if (!a.quiet)
+    std::printf("%s after %ld steps in %.1fs: val loss %.4f, median %.0f tokens/s\n",
+                r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, r.tokens_per_s);
+  return 0;
+}
+
+int run_eval(const EvalArgs& a) {
+  Loaded l = load_checkpoint(a.checkpoint);
+  GPT& model = *l.model;
+  model.eval();
+  const GPTConfig& c = model.config();
+  if (a.batch <= 0) throw std::invalid_argument("--batch must be positive");
+
+  // Batches of (inputs, targets) and the weight of each in the mean.
+  std::vector<std::pair<Index, Index>> batches;
+  if (ends_with(a.data, ".h5") || is_hdf5(a.data)) {
+    H5File f = H5File::open_read(a.data);
+    Shape s;
+    std::vector<int32_t> tok = f.read_ints("/tokens", &s);
+    if (s.size() != 2 || s[1] < 2) throw std::invalid_argument(a.data + ": /tokens must be [B, T+1], got " + shape_str(s));
+    if (s[1] - 1 > c.block_size)
+      throw std::invalid_argument(a.data + ": /tokens holds " + std::to_string(s[1] - 1) + " positions, block_size is " +
+                                  std::to_string(c.block_size));
+    Index x, y;
+    x.shape = y.shape = {s[0], s[1] - 1};
+    for (int64_t b = 0; b < s[0]; b++)
+      for (int64_t t = 0; t + 1 < s[1]; t++) {
+        const int32_t in = tok[b * s[1] + t], out = tok[b * s[1] + t + 1];
+        if (in < 0 || in >= c.vocab_size || out < -1 || out >= c.vocab_size)
+          throw std::invalid_argument(a.data + ": /tokens[" + std::to_string(b) + ", " + std::to_string(t) +
+                                      "] holds an id outside [0, " + std::to_string(c.vocab_size) + ")");
+        x.data.push_back(in);
+        y.data.push_back(out);
+      }
+    batches.emplace_back(std::move(x), std::move(y));
+  } else {
+    std::vector<int32_t> ids;
+    if (ends_with(a.data, ".bin")) {
+      ids = read_token_file(a.data);
+    } else {
+      Corpus corpus;
+      if (fs::is_directory(a.data)) {
+        corpus = load_corpus(a.data);
+      } else {
+        const std::string text = read_text_file(a.data);
+        corpus.tok = l.has_tokenizer ? l.tok : CharTokenizer::from_text(text);
+        TokenSplit sp = split_90_10(corpus.tok.encode(text));
+        corpus.train = std::move(sp.train);
+        corpus.val = std::move(sp.val);
+      }
+      if (a.split == "train") ids = corpus.train;
+      else if (a.split == "val") ids = corpus.val;
+      else {
+        ids = corpus.train;
+        ids.insert(ids.end(), corpus.val.begin(), corpus.val.end());
+      }
+    }
+    check_ids(ids, c.vocab_size, a.data);
+    std::vector<int64_t> starts = eval_windows(ids, c.block_size, a.data);
+    for (size_t i = 0; i < starts.size(); i += a.batch) {
+      std::vector<int64_t> chunk(starts.begin() + i, starts.begin() + std::min(starts.size(), i + size_t(a.batch)));
+      Index x, y;
+      fill_windows(ids, chunk, c.block_size, x, y);
+      batches.emplace_back(std::move(x), std::move(y));
+    }
+  }
+  int64_t total = 0;
+  for (auto& [x, y] : batches)
+    for (int32_t t : y.data) total += t >= 0;
+  if (total == 0) throw std::invalid_argument(a.data + ": no target positions to evaluate");
+  const bool grads = !a.grad_out.empty();
+  double loss_sum = 0;
+  for (auto& [x, y] : batches) {
+    int64_t n = 0;
+    for (int32_t t : y.data) n += t >= 0;
+    if (grads) {
+      Var l = model.loss(x, y);
+      loss_sum += double(l.item()) * n;
+      backward(mul(l, static_cast<float>(double(n) / total)));
+    } else {
+      NoGrad ng;
+      loss_sum += double(model.loss(x, y).item()) * n;
+    }
+  }
+  const double loss = loss_sum / total;
+  if (grads) {
+    write_h5_atomic(a.grad_out, [&](H5File& f) {
+      f.write_attr("/", "loss", loss);
+      f.create_group("/grad");
+      for (const auto& [name, p] : model.named_parameters())
+        f.write_tensor("/grad/" + name, p.has_grad() ? p.grad() : Tensor::zeros(p.shape()));
+    });
+  }
+  if (a.json) {
+    nlohmann::json j{{"loss", loss}, {"tokens", total}, {"perplexity", std::exp(loss)}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", loss, (long)total, std::exp(loss));
+  }
+  return 0;
+}
+
+int run_sample(const SampleArgs& a) {
+  Loaded l = load_checkpoint(a.checkpoint);
+  if (!l.has_tokenizer)
+    throw std::invalid_argument(a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
+  if (a.tokens < 0) throw std::invalid_argument("--tokens must be >= 0");
+  l.model->eval();
+  std::vector<int32_t> prompt;
+  try {
+    prompt = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(std::string("--prompt: ") + e.what());
+  }
+  SampleOptions so;
+  so.greedy = a.greedy;
+  so.temperature = a.temperature;
+  so.top_k = a.top_k;
+  auto out = generate(*l.model, {prompt}, a.tokens, so, a.seed);
+  std::printf("%s\n", l.tok.decode(out[0]).c_str());
+  return 0;
+}
+
+int run_convert(const ConvertArgs& a) {
+  H5File f = H5File::open_read(a.from);
+  GPT src(read_model_config(f));
+  read_model_weights(f, src);
+  const ConvertMethod m = parse_convert_method(a.method);
+  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, m, a.seed);
+  const bool tok = f.exists("/tokenizer");
+  CharTokenizer t;
+  if (tok) t = read_tokenizer(f);
+  write_h5_atomic(a.out, [&](H5File& o) {
+    write_model(o, *out);
+    o.write_attr("/", "converted_from", nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
+    if (tok) {
+      o.create_group("/tokenizer");
+      o.write_attr("/tokenizer", "json", t.to_json());
+    }
+  });
+  std::printf("converted %s: %ld -> %ld kv heads by %s, written to %s\n", a.from.c_str(),
+              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.out.c_str());
+  return 0;
+}
+
+int run_inspect(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  const GPTConfig c = read_model_config(f);
+  const ModelCost m = model_cost(c);
+  std::printf("checkpoint %s\n", path.c_str());
+  std::printf("config %s\n", c.to_json().dump().c_str());
+  const char* kind = c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA";
+  std::printf("attention %s: %ld query heads, %ld key/value heads, head dim %ld\n", kind, (long)c.n_head,
+              (long)c.n_kv_head, (long)c.head_dim());
+  std::printf("parameters %ld (%.3fM)\n", (long)m.params, m.params / 1e6);
+  std::printf("forward FLOPs per token %.4g (at T = %ld), training FLOPs per token %.4g\n", m.forward_flops_per_token,
+              (long)c.block_size, m.train_flops_per_token);
+  std::printf("KV-cache bytes per token %ld\n", (long)m.kv_cache_bytes_per_token);
+  if (f.exists("/train"))
+    std::printf("trained steps %ld, tokens seen %ld\n", (long)f.read_attr_int("/train", "step"),
+                (long)f.read_attr_int("/train", "tokens_seen"));
+  return 0;
+}
+
+int run_demo() {
+  const int64_t B = 2, T = 8, C = 16, V = 11;
+  Var wte(randn({V, C}, 1, 0.5f), true), w1(randn({4 * C, C}, 2, 0.2f), true), w2(randn({C, 4 * C}, 3, 0.2f), true);
+  Var g(Tensor::full({C}, 1.f), true), head(randn({V, C}, 4, 0.2f), true);
+  Index idx, tgt;
+  idx.shape = tgt.shape = {B, T};
+  for (int64_t i = 0; i < B * T; i++) {
+    idx.data.push_back(static_cast<int32_t>((i * 7) % V));
+    tgt.data.push_back(static_cast<int32_t>((i * 7 + 3) % V));
+  }
+  auto forward = [&](const std::vector<Var>& p) {
+    Var x = embedding(p[0], idx);
+    x = x + linear(gelu(linear(layernorm(x, p[3]), p[1])), p[2]);
+    return cross_entropy(linear(layernorm(x, p[3]), p[4]), tgt);
+  };
+  std::vector<Var> params{wte, w1, w2, g, head};
+  Var loss = forward(params);
+  std::printf("demo: loss %.6f (ln V = %.6f), tape of %zu ops\n", loss.item(), std::log(double(V)), Tape::get().size());
+  backward(loss);
+  GradCheckResult r = gradcheck(forward, {wte.val(), w1.val(), w2.val(), g.val(), head.val()});
+  std::printf("demo: finite-difference check %s (worst ratio %.3f)\n", r.ok ? "passed" : "FAILED", r.worst_ratio);
+  return r.ok ? 0 : 1;
+}
+
+}  // namespace tapelm::cli

@@ -1,0 +1,38 @@
+#pragma once
+// The subcommands behind the `tapelm` binary: each parses nothing itself and returns an exit code.
+#include <string>
+#include <vector>
+
+namespace tapelm::cli {
+
+struct TrainArgs {
+  std::string config, data, out;
+  std::vector<std::string> sets;
+  bool resume = false, quiet = false;
+};
+struct EvalArgs {
+  std::string checkpoint, data, split = "val", grad_out;
+  int64_t batch = 16;
+  bool json = false;
+};
+struct SampleArgs {
+  std::string checkpoint, prompt = "\n";
+  int64_t tokens = 500, top_k = 0;
+  double temperature = 0.8;
+  uint64_t seed = 1337;
+  bool greedy = false;
+};
+struct ConvertArgs {
+  std::string from, method = "mean", out;
+  int64_t kv_heads = 0;
+  uint64_t seed = 0;
+};
+
+int run_train(const TrainArgs& a, int threads);
+int run_eval(const EvalArgs& a);
+int run_sample(const SampleArgs& a);
+int run_convert(const ConvertArgs& a);
+int run_inspect(const std::string& path);
+int run_demo();
+
+}  // namespace tapelm::cli

@@ -1,0 +1,161 @@
+#include "train/train_config.h"
+
+#include <set>
+
+namespace tapelm {
+
+namespace {
+const std::set<std::string> kTrainKeys = {
+    "batch_size", "max_iters", "learning_rate", "min_lr",     "warmup_iters",  "lr_decay_iters",
+    "decay_lr",   "weight_decay", "beta1",      "beta2",      "eps",           "momentum",
+    "nesterov",   "grad_clip", "grad_accum",    "optimizer",  "eval_interval", "eval_iters",
+    "log_interval", "checkpoint_interval", "seed", "threads", "peak_flops"};
+
+[[noreturn]] void bad_type(const std::string& k, const char* want, const nlohmann::json& v) {
+  throw ConfigError("config key '" + k + "' must be " + want + ", got " + v.dump());
+}
+
+void get_int(const nlohmann::json& j, const std::string& k, int64_t& out) {
+  if (!j.contains(k)) return;
+  const auto& v = j.at(k);
+  if (v.is_number_integer()) out = v.get<int64_t>();
+  else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+    out = static_cast<int64_t>(v.get<double>());
+  else bad_type(k, "an integer", v);
+}
+void get_num(const nlohmann::json& j, const std::string& k, double& out) {
+  if (!j.contains(k)) return;
+  if (!j.at(k).is_number()) bad_type(k, "a number", j.at(k));
+  out = j.at(k).get<double>();
+}
+void get_bool(const nlohmann::json& j, const std::string& k, bool& out) {
+  if (!j.contains(k)) return;
+  if (!j.at(k).is_boolean()) bad_type(k, "true or false", j.at(k));
+  out = j.at(k).get<bool>();
+}
+}  // namespace
+
+TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw ConfigError("training config must be a JSON object, got " + j.dump());
+  nlohmann::json model = nlohmann::json::object();
+  for (const auto& [k, v] : j.items()) {
+    if (GPTConfig::is_key(k)) model[k] = v;
+    else if (!kTrainKeys.count(k)) throw ConfigError("unknown config key '" + k + "'");
+  }
+  TrainConfig c;
+  c.model = GPTConfig::from_json(model);
+  get_int(j, "batch_size", c.batch_size);
+  get_int(j, "max_iters", c.max_iters);
+  get_num(j, "learning_rate", c.learning_rate);
+  get_num(j, "min_lr", c.min_lr);
+  get_int(j, "warmup_iters", c.warmup_iters);
+  c.lr_decay_iters = c.max_iters;
+  get_int(j, "lr_decay_iters", c.lr_decay_iters);
+  get_bool(j, "decay_lr", c.decay_lr);
+  get_num(j, "weight_decay", c.weight_decay);
+  get_num(j, "beta1", c.beta1);
+  get_num(j, "beta2", c.beta2);
+  get_num(j, "eps", c.eps);
+  get_num(j, "momentum", c.momentum);
+  get_bool(j, "nesterov", c.nesterov);
+  get_num(j, "grad_clip", c.grad_clip);
+  get_int(j, "grad_accum", c.grad_accum);
+  if (j.contains("optimizer")) {
+    if (!j.at("optimizer").is_string()) bad_type("optimizer", "a string", j.at("optimizer"));
+    c.optimizer = j.at("optimizer").get<std::string>();
+  }
+  get_int(j, "eval_interval", c.eval_interval);
+  get_int(j, "eval_iters", c.eval_iters);
+  get_int(j, "log_interval", c.log_interval);
+  get_int(j, "checkpoint_interval", c.checkpoint_interval);
+  int64_t seed = static_cast<int64_t>(c.seed);
+  get_int(j, "seed", seed);
+  if (seed < 0) throw ConfigError("config seed must be >= 0, got " + std::to_string(seed));
+  c.seed = static_cast<uint64_t>(seed);
+  get_int(j, "threads", c.threads);
+  get_num(j, "peak_flops", c.peak_flops);
+  c.validate();
+  return c;
+}
+
+void TrainConfig::apply_overrides(nlohmann::json& j, const std::vector<std::string>& sets) {
+  for (const std::string& s : sets) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) throw ConfigError("--set expects key=value, got '" + s + "'");
+    const std::string k = s.substr(0, eq), v = s.substr(eq + 1);
+    if (!GPTConfig::is_key(k) && !kTrainKeys.count(k)) throw ConfigError("unknown config key '" + k + "' in --set");
+    try {
+      j[k] = nlohmann::json::parse(v);
+    } catch (const nlohmann::json::parse_error&) {
+      j[k] = v;  // a bare word such as rmsnorm
+    }
+  }
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j = model.to_json();
+  j["batch_size"] = batch_size;
+  j["max_iters"] = max_iters;
+  j["learning_rate"] = learning_rate;
+  j["min_lr"] = min_lr;
+  j["warmup_iters"] = warmup_iters;
+  j["lr_decay_iters"] = lr_decay_iters;
+  j["decay_lr"] = decay_lr;
+  j["weight_decay"] = weight_decay;
+  j["beta1"] = beta1;
+  j["beta2"] = beta2;
+  j["eps"] = eps;
+  j["momentum"] = momentum;
+  j["nesterov"] = nesterov;
+  j["grad_clip"] = grad_clip;
+  j["grad_accum"] = grad_accum;
+  j["optimizer"] = optimizer;
+  j["eval_interval"] = eval_interval;
+  j["eval_iters"] = eval_iters;
+  j["log_interval"] = log_interval;
+  j["checkpoint_interval"] = checkpoint_interval;
+  j["seed"] = seed;
+  j["threads"] = threads;
+  j["peak_flops"] = peak_flops;
+  return j;
+}
+
+void TrainConfig::validate() const {
+  model.validate();
+  auto pos = [](const char* k, int64_t v) {
+    if (v <= 0) throw ConfigError(std::string("config ") + k + " must be positive, got " + std::to_string(v));
+  };
+  pos("batch_size", batch_size);
+  pos("grad_accum", grad_accum);
+  pos("eval_interval", eval_interval);
+  pos("eval_iters", eval_iters);
+  pos("log_interval", log_interval);
+  pos("checkpoint_interval", checkpoint_interval);
+  if (max_iters < 0) throw ConfigError("config max_iters must be >= 0, got " + std::to_string(max_iters));
+  if (warmup_iters < 0) throw ConfigError("config warmup_iters must be >= 0, got " + std::to_string(warmup_iters));
+  if (!(learning_rate > 0)) throw ConfigError("config learning_rate must be positive, got " + std::to_string(learning_rate));
+  if (!(min_lr >= 0)) throw ConfigError("config min_lr must be >= 0, got " + std::to_string(min_lr));
+  if (!(grad_clip >= 0)) throw ConfigError("config grad_clip must be >= 0, got " + std::to_string(grad_clip));
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    throw ConfigError("config beta1 and beta2 must be in [0, 1)");
+  if (optimizer != "adamw" && optimizer != "sgd")
+    throw ConfigError("config optimizer must be \"adamw\" or \"sgd\", got \"" + optimizer + "\"");
+  if (threads < 0) throw ConfigError("config threads must be >= 0, got " + std::to_string(threads));
+}
+
+LrSchedule TrainConfig::schedule() const {
+  LrSchedule s;
+  s.lr = learning_rate;
+  s.min_lr = min_lr;
+  s.warmup_iters = warmup_iters;
+  s.lr_decay_iters = lr_decay_iters;
+  s.decay = decay_lr;
+  return s;
+}
+
+std::unique_ptr<Optimizer> TrainConfig::make_optimizer(const NamedParams& params) const {
+  if (optimizer == "sgd") return std::make_unique<SGD>(params, learning_rate, momentum, 0.0, weight_decay, nesterov);
+  return std::make_unique<AdamW>(params, learning_rate, beta1, beta2, eps, weight_decay);
+}
+
+}  // namespace tapelm
