@@ -1,0 +1,387 @@
+// Conversion, the trainer (bit-exact resume, NaN stop, signals), evaluation and the CLI's
+// handling of bad input.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "data/tokens.h"
+#include "train/convert.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace tapelm;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("tapelm_train_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& s) const { return (path / s).string(); }
+};
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+// Runs build/tapelm with the given arguments (shell words), capturing both streams.
+Run run_cli(const std::string& args, const std::string& prefix = "") {
+  TempDir d;
+  const std::string cmd = prefix + std::string(TAPELM_BINARY) + " " + args + " >" + (d / "out") + " 2>" + (d / "err");
+  const int st = std::system(cmd.c_str());
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(d / "out"), slurp(d / "err")};
+}
+
+// A bad input must give a non-zero exit, one line on stderr naming the problem, no crash.
+void expect_error(const Run& r, const std::string& part) {
+  BOOST_TEST(r.code == 1, "exit code " << r.code << ", stderr: " << r.err);
+  BOOST_TEST(r.err.find(part) != std::string::npos, "stderr lacks '" << part << "': " << r.err);
+  BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, "not one line: " << r.err);
+  BOOST_TEST(r.err.find("Sanitizer") == std::string::npos, r.err);
+}
+
+const Corpus& shakespeare() {
+  static Corpus c = load_corpus(std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  return c;
+}
+
+TrainConfig tiny_train(int64_t iters) {
+  nlohmann::json j = {{"vocab_size", 65}, {"n_layer", 2},         {"n_head", 4},          {"n_kv_head", 2},
+                      {"n_embd", 32},     {"block_size", 16},     {"batch_size", 4},      {"max_iters", iters},
+                      {"dropout", 0.1},   {"learning_rate", 3e-3}, {"min_lr", 3e-4},      {"warmup_iters", 6},
+                      {"lr_decay_iters", 10}, {"grad_clip", 0.5}, {"eval_interval", 5},   {"eval_iters", 2},
+                      {"log_interval", 1}, {"checkpoint_interval", 100}, {"seed", 7}};
+  return TrainConfig::from_json(j);
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(train)
+
+// ---- conversion -------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(conversion_reproduces_the_reference) {
+  H5File f = H5File::open_read(fixture("convert_mha.h5"));
+  GPT src(read_model_config(f));
+  read_model_weights(f, src);
+  Index x, y;
+  Shape s;
+  std::vector<int32_t> tok = f.read_ints("/tokens", &s);
+  x.shape = y.shape = {s[0], s[1] - 1};
+  for (int64_t b = 0; b < s[0]; b++)
+    for (int64_t t = 0; t + 1 < s[1]; t++) x.data.push_back(tok[b * s[1] + t]), y.data.push_back(tok[b * s[1] + t + 1]);
+  for (auto [method, G] : {std::pair{"mean", 2}, std::pair{"mean", 1}, std::pair{"first", 2}}) {
+    const std::string g = std::string("/expected/convert/") + method + "_kv" + std::to_string(G);
+    auto out = convert_kv_heads(src, G, parse_convert_method(method), 0);
+    BOOST_TEST(out->config().n_kv_head == G);
+    for (const auto& [name, p] : out->named_parameters())
+      BOOST_TEST(p.val().to_vector() == f.read_tensor(g + "/model/" + name).to_vector(), tt::per_element());
+    NoGrad ng;
+    const double loss = out->loss(x, y).item(), want = f.read_attr_double(g, "loss");
+    BOOST_TEST(std::fabs(loss - want) / want < 1e-5, method << " kv" << G << ": loss " << loss << " vs " << want);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
+  for (int64_t G : {2, 1}) {
+    GPTConfig c;
+    c.vocab_size = 13;
+    c.block_size = 8;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_kv_head = 4;
+    c.n_embd = 16;
+    c.mlp_hidden = 32;
+    c.bias = true;
+    GPT m(c, 3);
+    const int64_t hd = 4, rep = 4 / G;
+    for (auto& [name, p] : m.named_parameters()) {
+      if (name.find(".attn.wk.") == std::string::npos && name.find(".attn.wv.") == std::string::npos) continue;
+      Tensor& t = p.val();
+      t = randn(t.shape(), 77 + t.numel(), 0.3f);
+      const int64_t block = t.numel() / 4;  // one head's rows
+      for (int64_t h = 0; h < 4; h++) std::copy(t.data() + (h / rep) * rep * block, t.data() + ((h / rep) * rep + 1) * block, t.data() + h * block);
+      (void)hd;
+    }
+    Index ids({1, 5, 2, 7, 3, 3, 9, 12, 0, 4, 6, 8, 10, 11, 2, 1}, {2, 8});
+    NoGrad ng;
+    Tensor before = m.forward(ids).val();
+    for (const char* method : {"mean", "first"}) {
+      auto out = convert_kv_heads(m, G, parse_convert_method(method));
+      Tensor after = out->forward(ids).val();
+      double worst = 0;
+      for (int64_t i = 0; i < after.numel(); i++) worst = std::max(worst, double(std::fabs(after[i] - before[i])));
+      BOOST_TEST(worst < 1e-6, method << " G=" << G << ": max |diff| " << worst);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
+  std::unique_ptr<GPT> m = load_model(fixture("gqa.h5"));
+  auto same = convert_kv_heads(*m, 2, ConvertMethod::Mean);
+  auto a = m->named_parameters(), b = same->named_parameters();
+  for (size_t i = 0; i < a.size(); i++) BOOST_TEST(a[i].second.val().to_vector() == b[i].second.val().to_vector());
+  auto r = convert_kv_heads(*m, 1, ConvertMethod::Random, 5);
+  const Tensor& wk = r->blocks[0]->attn->wk->weight.val();
+  double s2 = 0;
+  for (int64_t i = 0; i < wk.numel(); i++) s2 += double(wk[i]) * wk[i];
+  BOOST_TEST(std::sqrt(s2 / wk.numel()) == 0.02, tt::tolerance(0.15));
+  BOOST_CHECK_THROW(convert_kv_heads(*m, 3, ConvertMethod::Mean), std::invalid_argument);
+  BOOST_CHECK_THROW(convert_kv_heads(*m, 4, ConvertMethod::Mean), std::invalid_argument);  // 2 -> 4 is not a pooling
+  BOOST_CHECK_THROW(parse_convert_method("median"), std::invalid_argument);
+  Run bad = run_cli("convert --from " + fixture("gqa.h5") + " --kv-heads 3 --out /tmp/never.h5");
+  expect_error(bad, "cannot convert 2 kv heads to 3");
+  BOOST_TEST(!fs::exists("/tmp/never.h5"));
+}
+
+// ---- the trainer --------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
+  // AdamW, clipping, dropout 0.1 and a warmup (6 steps) that spans the break at step 4.
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(8), shakespeare(), d / "straight", quiet);
+  tapelm::train(tiny_train(4), shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  TrainResult r = tapelm::train(tiny_train(8), shakespeare(), d / "split", resume);
+  BOOST_TEST(r.steps == 8);
+  auto m1 = read_metrics(d / "straight/metrics.jsonl"), m2 = read_metrics(d / "split/metrics.jsonl");
+  BOOST_TEST_REQUIRE(m1.size() == m2.size());
+  for (size_t i = 0; i < m1.size(); i++) {
+    BOOST_TEST(m1[i]["step"] == m2[i]["step"]);
+    if (m1[i].contains("train_loss")) BOOST_TEST(m1[i]["train_loss"].get<double>() == m2[i]["train_loss"].get<double>());
+  }
+  H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model")) {
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+    BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), n);
+  }
+  BOOST_TEST(a.read_attr_int("/train", "step") == 8);
+  BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
+}
+
+BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(40);
+  c.model.dropout = 0;
+  c.lr_decay_iters = 40;
+  TrainResult r = tapelm::train(c, shakespeare(), d / "run", quiet);
+  auto m = read_metrics(d / "run/metrics.jsonl");
+  BOOST_TEST(m.front()["val_loss"].get<double>() > r.val_loss + 0.5, "val loss " << m.front()["val_loss"] << " -> " << r.val_loss);
+  BOOST_TEST(m.front()["val_loss"].get<double>() == std::log(65.0), tt::tolerance(0.05));
+}
+
+BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(50);
+  c.learning_rate = 1e12;
+  c.min_lr = 1e12;
+  c.warmup_iters = 0;
+  c.grad_clip = 0;
+  c.checkpoint_interval = 1;
+  try {
+    tapelm::train(c, shakespeare(), d / "run", quiet);
+    BOOST_ERROR("training with lr 1e12 did not stop");
+  } catch (const TrainError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST((msg.find("NaN") != std::string::npos || msg.find("Inf") != std::string::npos), msg);
+  }
+  // whatever step it stopped at, the checkpoint on disk is a complete, loadable file
+  BOOST_TEST_REQUIRE(fs::exists(d / "run/checkpoint.h5"));
+  BOOST_CHECK_NO_THROW(load_model(d / "run/checkpoint.h5"));
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
+  TempDir d;
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                      "/data/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
+                  "timeout --preserve-status -s INT 4 ");
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
+  H5File f = H5File::open_read(d / "run/checkpoint.h5");
+  BOOST_TEST(f.read_attr_int("/train", "step") > 0);
+  // and it resumes from there
+  Run again = run_cli("train --out " + (d / "run") + " --resume --quiet --set max_iters=" +
+                      std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
+                      std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  BOOST_TEST(again.code == 0, again.err);
+}
+
+// ---- the command line with good and bad input -----------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(eval_cli_on_a_parity_fixture) {
+  TempDir d;
+  const std::string f = fixture("mha.h5");
+  Run r = run_cli("eval --checkpoint " + f + " --data " + f + " --grad-out " + (d / "g.h5") + " --json");
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  H5File fx = H5File::open_read(f), g = H5File::open_read(d / "g.h5");
+  const double want = fx.read_attr_double("/expected", "loss");
+  BOOST_TEST(std::fabs(j["loss"].get<double>() - want) / want < 1e-5);
+  BOOST_TEST(j["tokens"].get<int64_t>() == 48);
+  BOOST_TEST(j["perplexity"].get<double>() == std::exp(want), tt::tolerance(1e-4));
+  BOOST_TEST(g.read_attr_double("/", "loss") == want, tt::tolerance(1e-5));
+  for (const std::string& n : fx.list_datasets_recursive("/expected/grad")) {
+    Tensor a = g.read_tensor("/grad/" + n), b = fx.read_tensor("/expected/grad/" + n);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.numel(); i++) num += std::pow(a[i] - b[i], 2), den += double(b[i]) * b[i];
+    BOOST_TEST(std::sqrt(num / den) < 1e-4, n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_gives_one_clear_line) {
+  TempDir d;
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "max_iters": 2, "batch_size": 2})";
+  const std::string cfg = " --config " + (d / "cfg.json");
+  auto train_with = [&](const std::string& data, const std::string& extra = "") {
+    return run_cli("train" + cfg + " --data " + data + " --out " + (d / "out") + extra + " --quiet");
+  };
+  expect_error(train_with(d / "missing.txt"), "missing.txt");
+  std::ofstream(d / "empty.txt").close();
+  expect_error(train_with(d / "empty.txt"), "empty.txt");
+  std::ofstream(d / "short.txt") << "to be or not";
+  expect_error(train_with(d / "short.txt"), "shorter than block_size + 1");
+  expect_error(train_with(text, " --set n_layerz=3"), "unknown config key 'n_layerz'");
+  expect_error(train_with(text, " --set batch_size='\"big\"'"), "'batch_size' must be an integer");
+  expect_error(train_with(text, " --set n_kv_head=3 --set n_head=2"), "n_head 2 is not divisible by n_kv_head 3");
+  expect_error(run_cli("train --out " + (d / "nothing") + " --resume --data " + text), "checkpoint.h5");
+  expect_error(train_with(text, " --set vocab_size=10"), "vocab_size");
+  std::ofstream(d / "afile") << "x";
+  expect_error(run_cli("train" + cfg + " --data " + text + " --out " + (d / "afile") + "/run --quiet"), "afile");
+  BOOST_TEST(!fs::exists(d / "out/checkpoint.h5"));
+
+  // token files: bad header, size disagreeing with the count, ids beyond the vocabulary
+  const std::string ck = fixture("mha.h5");
+  write_token_file(d / "ok.bin", std::vector<int32_t>(40, 3));
+  {
+    std::fstream f(d / "ok.bin", std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::ofstream(d / "badmagic.bin", std::ios::binary).write("XXXX", 4).write(bytes.data() + 4, bytes.size() - 4);
+    std::ofstream(d / "badsize.bin", std::ios::binary).write(bytes.data(), bytes.size() - 2);
+  }
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "badmagic.bin")), "badmagic.bin");
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "badsize.bin")), "badsize.bin");
+  write_token_file(d / "bigid.bin", std::vector<int32_t>(40, 70));
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "bigid.bin")), "70");
+
+  // checkpoints: another format, version or config; missing, extra, mis-shaped; truncated; garbage
+  auto with_attr = [&](const std::string& name, const std::function<void(H5File&)>& edit) {
+    fs::copy_file(ck, d / name);
+    fs::permissions(d / name, fs::perms::owner_read | fs::perms::owner_write);
+    H5File::open_read(d / name);  // a valid copy first
+    {
+      H5File f = H5File::create(d / (name + ".new"));
+      H5File src = H5File::open_read(d / name);
+      f.write_attr("/", "format", src.read_attr_string("/", "format"));
+      f.write_attr("/", "format_version", src.read_attr_int("/", "format_version"));
+      f.write_attr("/", "config", src.read_attr_string("/", "config"));
+      for (const std::string& n : src.list_datasets_recursive("/model")) f.write_tensor("/model/" + n, src.read_tensor("/model/" + n));
+      edit(f);
+    }
+    fs::rename(d / (name + ".new"), d / name);
+    return d / name;
+  };
+  auto eval_ck = [&](const std::string& path) { return run_cli("eval --checkpoint " + path + " --data " + text); };
+  expect_error(eval_ck(with_attr("fmt.h5", [](H5File& f) { f.write_attr("/", "format", std::string("pytorch")); })), "not a tapelm checkpoint");
+  expect_error(eval_ck(with_attr("ver.h5", [](H5File& f) { f.write_attr("/", "format_version", int64_t(7)); })), "format_version 7");
+  expect_error(eval_ck(with_attr("cfg.h5", [](H5File& f) { f.write_attr("/", "config", std::string(R"({"n_head": 3})")); })), "bad model config");
+  expect_error(eval_ck(with_attr("extra.h5", [](H5File& f) { f.write_tensor("/model/blocks.9.attn.wq.weight", Tensor::zeros({2})); })), "extra blocks.9.attn.wq.weight");
+  expect_error(eval_ck(with_attr("shape.h5", [](H5File& f) { f.write_tensor("/model/ln_f.weight", Tensor::zeros({31})); })), "mis-shaped ln_f.weight [31]");
+  {
+    // missing: a file without one parameter
+    H5File src = H5File::open_read(ck);
+    H5File f = H5File::create(d / "missing.h5");
+    f.write_attr("/", "format", std::string("tapelm"));
+    f.write_attr("/", "format_version", int64_t(1));
+    f.write_attr("/", "config", src.read_attr_string("/", "config"));
+    for (const std::string& n : src.list_datasets_recursive("/model"))
+      if (n != "wpe.weight") f.write_tensor("/model/" + n, src.read_tensor("/model/" + n));
+  }
+  expect_error(eval_ck(d / "missing.h5"), "missing wpe.weight");
+  {
+    std::ifstream in(ck, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(d / "trunc.h5", std::ios::binary).write(bytes.data(), bytes.size() / 2);
+    std::ofstream(d / "text.h5") << "not an hdf5 file at all\n";
+  }
+  expect_error(eval_ck(d / "trunc.h5"), "trunc.h5");
+  expect_error(eval_ck(d / "text.h5"), "text.h5");
+  expect_error(run_cli("sample --checkpoint " + ck), "no tokenizer");
+  expect_error(run_cli("eval --checkpoint " + (d / "none.h5") + " --data " + text), "none.h5");
+  // nothing half-written anywhere
+  for (const auto& e : fs::recursive_directory_iterator(d.path))
+    BOOST_TEST(e.path().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
+  TempDir d;
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_kv_head": 1, "n_embd": 16, "block_size": 16,
+    "max_iters": 3, "batch_size": 2, "eval_iters": 1, "eval_interval": 2, "log_interval": 1})";
+  Run t = run_cli("train --config " + (d / "cfg.json") + " --data " + text + " --out " + (d / "run"));
+  BOOST_TEST_REQUIRE(t.code == 0, t.err);
+  BOOST_TEST(t.out.find("step 3/3") != std::string::npos, t.out);
+  BOOST_TEST(t.out.find("tok/s") != std::string::npos);
+  BOOST_TEST(t.out.find("ETA") != std::string::npos);
+  auto m = read_metrics(d / "run/metrics.jsonl");
+  BOOST_TEST(m.back()["step"] == 3);
+  for (const char* k : {"train_loss", "val_loss", "lr", "tokens_per_s"}) BOOST_TEST(m.back().contains(k), k);
+  Run s = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
+  BOOST_TEST(s.code == 0, s.err);
+  BOOST_TEST(s.out.rfind("ROMEO:", 0) == 0u, s.out);
+  Run s2 = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
+  BOOST_TEST(s.out == s2.out);
+  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9");
+  Run i = run_cli("inspect " + (d / "run/checkpoint.h5"));
+  BOOST_TEST(i.code == 0, i.err);
+  BOOST_TEST(i.out.find("KV-cache bytes per token 64") != std::string::npos, i.out);  // (K, V) · 1 layer · 1 head · hd 8 · 4 bytes
+  BOOST_TEST(i.out.find("MQA") != std::string::npos, i.out);
+  Run e = run_cli("eval --checkpoint " + (d / "run/checkpoint.h5") + " --data " + text + " --json");
+  BOOST_TEST(e.code == 0, e.err);
+  // the val split (111,540 tokens) in non-overlapping windows of 16 positions
+  BOOST_TEST(nlohmann::json::parse(e.out)["tokens"].get<int64_t>() == (111540 - 1) / 16 * 16);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
