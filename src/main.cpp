@@ -69,6 +69,18 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--text", prep_text, "UTF-8 text file")->required();
   prepare_cmd->add_option("--out", prep_out, "output directory")->required();
 
+  cli::BenchArgs ba;
+  auto* bench = app.add_subcommand("bench", "speed of a training step or of KV-cache decoding");
+  bench->add_option("--config", ba.config, "config JSON (model keys, batch_size)");
+  bench->add_option("--set", ba.sets, "override a config key: key=value (repeatable)");
+  bench->add_option("--mode", ba.mode, "train or decode")->check(CLI::IsMember({"train", "decode"}));
+  bench->add_option("--batch", ba.batch, "batch (default: batch_size for train, 1 for decode)");
+  bench->add_option("--decode-len", ba.decode_len, "decode: tokens per sequence (default: block_size)");
+  bench->add_option("--iters", ba.iters, "timed iterations");
+  bench->add_option("--warmup", ba.warmup, "untimed iterations first");
+  bench->add_option("--seed", ba.seed, "seed for weights and tokens");
+  bench->add_flag("--json", ba.json, "print one JSON line");
+
   auto* demo = app.add_subcommand("demo", "a tiny forward/backward with a gradient check");
 
   try {
@@ -89,6 +101,7 @@ int main(int argc, char** argv) {
                   c.train.size(), c.val.size());
       return 0;
     }
+    if (*bench) return cli::run_bench(ba, threads);
     if (*demo) return cli::run_demo();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tapelm: error: %s\n", e.what());

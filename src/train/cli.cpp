@@ -12,6 +12,7 @@
 #include "data/tokens.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
+#include "train/bench.h"
 #include "train/convert.h"
 #include "train/trainer.h"
 
@@ -91,6 +92,47 @@ int run_train(const TrainArgs& a, int threads) {
   if (!a.quiet)
     std::printf("%s after %ld steps in %.1fs: val loss %.4f, median %.0f tokens/s\n",
                 r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, r.tokens_per_s);
+  return 0;
+}
+
+int run_bench(const BenchArgs& a, int threads) {
+  nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_json_file(a.config);
+  TrainConfig::apply_overrides(j, a.sets);
+  TrainConfig cfg = TrainConfig::from_json(j);
+  if (a.iters <= 0 || a.warmup < 0) throw std::invalid_argument("bench: --iters must be positive and --warmup >= 0");
+  const bool train_mode = a.mode == "train";
+  const int64_t batch = a.batch > 0 ? a.batch : train_mode ? cfg.batch_size : 1;
+  const BenchResult r = train_mode ? bench_train(cfg.model, batch, a.iters, a.warmup, a.seed)
+                                   : bench_decode(cfg.model, batch, a.decode_len, a.iters, a.warmup, a.seed);
+  const ModelCost cost = model_cost(cfg.model);
+  nlohmann::json out{{"mode", a.mode},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"median_s", r.median_s},
+                     {"min_s", r.min_s},
+                     {"iters", a.iters},
+                     {"warmup", a.warmup},
+                     {"batch", batch},
+                     {"tokens_per_iter", r.tokens_per_iter},
+                     {"threads", get_num_threads()},
+                     {"params", cost.params},
+                     {"L", cfg.model.n_layer},
+                     {"H", cfg.model.n_head},
+                     {"KV", cfg.model.n_kv_head},
+                     {"d", cfg.model.n_embd},
+                     {"T", cfg.model.block_size},
+                     {"times", r.times}};
+  if (train_mode) {
+    out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
+    out["sgemm_peak_flops_per_s"] = measured_peak_flops();
+  }
+  (void)threads;
+  if (a.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("%s: median %.3f ms per %s, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
+                a.mode.c_str(), r.median_s * 1e3, train_mode ? "step" : "token step", r.tokens_per_s, a.iters,
+                a.warmup, get_num_threads());
+  }
   return 0;
 }
 

@@ -28,6 +28,16 @@ struct ConvertArgs {
   uint64_t seed = 0;
 };
 
+struct BenchArgs {
+  std::string config, mode = "train";
+  std::vector<std::string> sets;
+  int64_t batch = 0, decode_len = 0;
+  int iters = 10, warmup = 3;
+  uint64_t seed = 1337;
+  bool json = false;
+};
+
+int run_bench(const BenchArgs& a, int threads);
 int run_train(const TrainArgs& a, int threads);
 int run_eval(const EvalArgs& a);
 int run_sample(const SampleArgs& a);
