@@ -60,6 +60,32 @@ int main(int argc, char** argv) {
   convert->add_option("--out", ca.out, "output checkpoint")->required();
   convert->add_option("--seed", ca.seed, "seed for --method random");
 
+  cli::UptrainArgs ua;
+  auto* up = app.add_subcommand("uptrain", "convert to fewer kv heads, then train a fraction of the original steps");
+  up->add_option("--from", ua.from, "full checkpoint of the original run")->required();
+  up->add_option("--kv-heads", ua.kv_heads, "new number of key/value heads")->required();
+  up->add_option("--method", ua.method, "mean, first or random")->check(CLI::IsMember({"mean", "first", "random"}));
+  up->add_option("--fraction", ua.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
+  up->add_option("--schedule", ua.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
+      ->check(CLI::IsMember({"rewarm", "continue"}));
+  up->add_option("--data", ua.data, "the original run's text or prepared directory")->required();
+  up->add_option("--out", ua.out, "run directory")->required();
+  up->add_option("--seed", ua.seed, "seed for batches, dropout and random init");
+  up->add_flag("--resume", ua.resume, "continue an interrupted uptraining run");
+  up->add_flag("--quiet", ua.quiet, "no progress lines");
+
+  cli::SweepArgs sw;
+  auto* sweep = app.add_subcommand("sweep", "the MHA -> GQA/MQA trade-off study with report and plots");
+  sweep->add_option("--preset", sw.preset, "tiny (~10 min), small (~1 h) or paper (long)")
+      ->check(CLI::IsMember({"tiny", "small", "paper", "micro"}));
+  sweep->add_option("--data", sw.data, "UTF-8 text (or a prepared directory)")->required();
+  sweep->add_option("--out", sw.out, "report directory (re-running resumes)")->required();
+  sweep->add_flag("--quiet", sw.quiet, "no progress lines");
+
+  std::string plot_dir;
+  auto* plot = app.add_subcommand("plot", "draw RUN_DIR/loss.png from RUN_DIR/metrics.jsonl");
+  plot->add_option("run_dir", plot_dir, "run directory")->required();
+
   std::string inspect_path;
   auto* inspect = app.add_subcommand("inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint");
   inspect->add_option("checkpoint", inspect_path, "checkpoint (HDF5)")->required();
@@ -102,6 +128,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*bench) return cli::run_bench(ba, threads);
+    if (*up) return cli::run_uptrain(ua);
+    if (*sweep) return cli::run_sweep(sw);
+    if (*plot) return cli::run_plot(plot_dir);
     if (*demo) return cli::run_demo();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tapelm: error: %s\n", e.what());

@@ -1,6 +1,8 @@
 // Conversion, the trainer (bit-exact resume, NaN stop, signals), evaluation and the CLI's
 // handling of bad input.
 #include <sys/wait.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
@@ -12,6 +14,8 @@
 #include "data/dataset.h"
 #include "data/tokens.h"
 #include "train/convert.h"
+#include "train/sweep.h"
+#include "train/uptrain.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -246,6 +250,86 @@ BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
                       std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
                       std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
   BOOST_TEST(again.code == 0, again.err);
+}
+
+// ---- uptraining and the sweep ------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig pre = tiny_train(40);
+  pre.model.n_kv_head = 4;
+  pre.model.dropout = 0;
+  pre.lr_decay_iters = 40;
+  tapelm::train(pre, shakespeare(), d / "mha", quiet);
+  UptrainOptions o;
+  o.kv_heads = 1;
+  o.fraction = 0.25;
+  o.quiet = true;
+  UptrainResult r = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa", o);
+  BOOST_TEST(r.steps == 10);  // 0.25 × 40
+  BOOST_TEST(H5File::open_read(d / "mqa/checkpoint.h5").read_attr_int("/train", "step") == 10);
+  BOOST_TEST(r.val_loss < r.loss_before, "uptrained " << r.val_loss << " vs converted " << r.loss_before);
+  BOOST_TEST(r.config.model.n_kv_head == 1);
+  // continue: the original run's final learning rate, constant
+  TrainConfig cont = uptrain_config(pre, {.kv_heads = 2, .fraction = 0.1, .schedule = UptrainSchedule::Continue});
+  BOOST_TEST(cont.max_iters == 4);
+  BOOST_TEST(cont.learning_rate == lr_at(40, pre.schedule()));
+  BOOST_TEST(!cont.decay_lr);
+  // interrupted after its first step (a signal), then resumed: the same weights as in one go
+  install_stop_handler();
+  std::raise(SIGINT);
+  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
+  BOOST_TEST(H5File::open_read(d / "mqa2/checkpoint.h5").read_attr_int("/train", "step") == 1);
+  clear_stop_request();
+  o.resume = true;
+  UptrainResult r2 = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
+  BOOST_TEST(r2.val_loss == r.val_loss);
+  H5File a = H5File::open_read(d / "mqa/checkpoint.h5"), b = H5File::open_read(d / "mqa2/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  // α = 0: convert and evaluate only
+  o.resume = false;
+  o.fraction = 0;
+  UptrainResult z = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "zero", o);
+  BOOST_TEST(z.steps == 0);
+  BOOST_TEST(z.val_loss == z.loss_before);
+}
+
+BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
+  TempDir d;
+  const std::string text = test::data_path("tiny.txt");
+  Run r = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  for (const char* f : {"results.csv", "report.md", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
+    BOOST_TEST(fs::file_size(d / (std::string("sw/") + f)) > 100u, f);
+  std::ifstream csv(d / "sw/results.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  for (const char* col : {"kv_heads", "method", "alpha", "seed", "val_loss", "perplexity", "decode_ms_per_sample_b1",
+                          "decode_ms_per_token_step_b4", "kv_cache_bytes_per_token", "params", "forward_flops_per_token",
+                          "train_seconds"})
+    BOOST_TEST(header.find(col) != std::string::npos, col);
+  int rows = 0;
+  const size_t ncols = std::count(header.begin(), header.end(), ',');
+  while (std::getline(csv, line)) {
+    rows++;
+    BOOST_TEST(size_t(std::count(line.begin(), line.end(), ',')) == ncols, line);
+  }
+  // pretrain + KV 4 (identity) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the
+  // headline cell per KV + from-scratch KV 2 and 1
+  BOOST_TEST(rows == 1 + 3 + 2 * 3 * 3 + 3 * 2 + 2);
+  std::ifstream md(d / "sw/report.md");
+  std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2"})
+    BOOST_TEST(report.find(part) != std::string::npos, part);
+  const auto stamp = fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json");
+  Run again = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  BOOST_TEST(again.code == 0, again.err);
+  BOOST_TEST(again.out.find("finished cells are skipped") != std::string::npos, again.out);
+  BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);
+  BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));
 }
 
 // ---- the command line with good and bad input -----------------------------------------------------

@@ -14,6 +14,9 @@
 #include "nn/generate.h"
 #include "train/bench.h"
 #include "train/convert.h"
+#include "train/plot.h"
+#include "train/sweep.h"
+#include "train/uptrain.h"
 #include "train/trainer.h"
 
 namespace tapelm::cli {
@@ -92,6 +95,51 @@ int run_train(const TrainArgs& a, int threads) {
   if (!a.quiet)
     std::printf("%s after %ld steps in %.1fs: val loss %.4f, median %.0f tokens/s\n",
                 r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, r.tokens_per_s);
+  return 0;
+}
+
+int run_uptrain(const UptrainArgs& a) {
+  Corpus corpus = load_corpus(a.data);
+  {
+    H5File f = H5File::open_read(a.from);
+    read_model_config(f);
+    if (!f.exists("/train"))
+      throw CheckpointError(a.from + ": weights only; uptraining needs the original run's training config (/train)");
+    if (f.exists("/tokenizer") && !(read_tokenizer(f) == corpus.tok))
+      throw std::invalid_argument(a.data + ": its characters differ from the tokenizer of " + a.from);
+  }
+  UptrainOptions o;
+  o.kv_heads = a.kv_heads;
+  o.method = parse_convert_method(a.method);
+  o.fraction = a.fraction;
+  o.schedule = parse_uptrain_schedule(a.schedule);
+  o.seed = a.seed;
+  o.resume = a.resume;
+  o.quiet = a.quiet;
+  install_stop_handler();
+  UptrainResult r = uptrain(a.from, corpus, a.out, o);
+  if (stop_requested()) {
+    std::printf("uptraining stopped by signal; resume with --resume\n");
+    return 0;
+  }
+  std::printf("uptrained %s to %ld kv heads by %s: %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
+              "(converted, before uptraining: %.4f); checkpoint %s/checkpoint.h5\n",
+              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), (long)r.steps, a.fraction, a.schedule.c_str(),
+              r.config.learning_rate, r.config.decay_lr ? r.config.min_lr : r.config.learning_rate, r.val_loss,
+              r.loss_before, a.out.c_str());
+  return 0;
+}
+
+int run_sweep(const SweepArgs& a) {
+  install_stop_handler();
+  if (!tapelm::run_sweep(sweep_preset(a.preset), a.data, a.out, a.quiet)) {
+    std::printf("sweep stopped by signal; run the same command again to resume\n");
+  }
+  return 0;
+}
+
+int run_plot(const std::string& run_dir) {
+  std::printf("%s\n", plot_run(run_dir).c_str());
   return 0;
 }
 

@@ -37,6 +37,21 @@ struct BenchArgs {
   bool json = false;
 };
 
+struct UptrainArgs {
+  std::string from, method = "mean", data, out, schedule = "rewarm";
+  int64_t kv_heads = 0;
+  double fraction = 0.05;
+  uint64_t seed = 1;
+  bool resume = false, quiet = false;
+};
+struct SweepArgs {
+  std::string preset = "tiny", data, out;
+  bool quiet = false;
+};
+
+int run_uptrain(const UptrainArgs& a);
+int run_sweep(const SweepArgs& a);
+int run_plot(const std::string& run_dir);
 int run_bench(const BenchArgs& a, int threads);
 int run_train(const TrainArgs& a, int threads);
 int run_eval(const EvalArgs& a);

@@ -80,6 +80,7 @@ void install_stop_handler() {
 }
 
 bool stop_requested() { return g_stop.load(); }
+void clear_stop_request() { g_stop = false; }
 
 double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch) {

@@ -47,5 +47,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
 /// Installs the SIGINT/SIGTERM handler that asks the running loop to stop after its step.
 void install_stop_handler();
 bool stop_requested();
+/// Forgets a stop request (after the caller has acted on it).
+void clear_stop_request();
 
 }  // namespace tapelm

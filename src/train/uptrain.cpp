@@ -1,0 +1,93 @@
+#include "train/uptrain.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "data/sampler.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+UptrainSchedule parse_uptrain_schedule(const std::string& s) {
+  if (s == "rewarm") return UptrainSchedule::Rewarm;
+  if (s == "continue") return UptrainSchedule::Continue;
+  throw std::invalid_argument("unknown uptraining schedule \"" + s + "\" (expected rewarm or continue)");
+}
+
+std::string to_string(UptrainSchedule s) { return s == UptrainSchedule::Rewarm ? "rewarm" : "continue"; }
+
+TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o) {
+  if (!(o.fraction >= 0 && o.fraction <= 10))
+    throw std::invalid_argument("uptraining fraction " + std::to_string(o.fraction) + " is not in [0, 10]");
+  TrainConfig c = original;
+  c.model.n_kv_head = o.kv_heads;
+  c.model.validate();
+  const int64_t steps = std::llround(o.fraction * static_cast<double>(original.max_iters));
+  c.max_iters = steps;
+  c.seed = o.seed;
+  if (o.schedule == UptrainSchedule::Rewarm) {
+    c.warmup_iters = std::min(original.warmup_iters, std::max<int64_t>(1, steps / 10));
+    c.lr_decay_iters = std::max<int64_t>(1, steps);
+    c.decay_lr = true;
+  } else {
+    c.learning_rate = lr_at(original.max_iters, original.schedule());
+    c.min_lr = c.learning_rate;
+    c.warmup_iters = 0;
+    c.decay_lr = false;
+  }
+  c.eval_interval = std::max<int64_t>(1, std::min(original.eval_interval, std::max<int64_t>(1, steps / 4)));
+  c.checkpoint_interval = std::max<int64_t>(1, std::min(original.checkpoint_interval, std::max<int64_t>(1, steps)));
+  c.log_interval = std::max<int64_t>(1, std::min(original.log_interval, std::max<int64_t>(1, steps / 10)));
+  return c;
+}
+
+double evaluate_split(GPT& model, const std::vector<int32_t>& split) {
+  const int64_t T = model.config().block_size;
+  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32);
+}
+
+UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
+  H5File f = H5File::open_read(from);
+  GPT src(read_model_config(f));
+  read_model_weights(f, src);
+  const TrainConfig original = read_train_config(f);
+  UptrainResult r;
+  r.config = uptrain_config(original, o);
+  r.steps = r.config.max_iters;
+  std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, o.method, o.seed);
+  r.loss_before = evaluate_split(*converted, corpus.val);
+
+  TrainOptions to;
+  to.resume = o.resume;
+  to.quiet = o.quiet;
+  to.label = o.label;
+  to.init_from = converted.get();
+  to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
+                                 {"kv_heads_from", src.config().n_kv_head},
+                                 {"kv_heads", o.kv_heads},
+                                 {"method", to_string(o.method)},
+                                 {"fraction", o.fraction},
+                                 {"schedule", to_string(o.schedule)}}
+                      .dump();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r.steps == 0) {
+    // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
+    fs::create_directories(out_dir);
+    auto opt = r.config.make_optimizer(converted->named_parameters());
+    TrainState st;
+    st.extra_json = to.extra_json;
+    st.dropout_rng = converted->dropout_rng().state();
+    save_training_checkpoint((fs::path(out_dir) / "checkpoint.h5").string(), *converted, *opt, r.config, st, corpus.tok);
+    r.val_loss = r.loss_before;
+    return r;
+  }
+  tapelm::train(r.config, corpus, out_dir, to);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::unique_ptr<GPT> done = load_model((fs::path(out_dir) / "checkpoint.h5").string());
+  r.val_loss = evaluate_split(*done, corpus.val);
+  return r;
+}
+
+}  // namespace tapelm

@@ -1,0 +1,47 @@
+#pragma once
+// Uptraining (Ainslie et al. 2023, §2.1): convert an MHA (or GQA) checkpoint to fewer key/value
+// heads, then continue training for a fraction α of the original run's steps with the original
+// run's training config. The optimizer starts fresh (K and V change shape).
+#include <string>
+
+#include "train/convert.h"
+#include "train/trainer.h"
+
+namespace tapelm {
+
+enum class UptrainSchedule {
+  Rewarm,    // short warmup, then cosine to min_lr over the uptraining steps
+  Continue,  // the original run's final learning rate, constant
+};
+UptrainSchedule parse_uptrain_schedule(const std::string& s);
+std::string to_string(UptrainSchedule s);
+
+struct UptrainOptions {
+  int64_t kv_heads = 1;
+  ConvertMethod method = ConvertMethod::Mean;
+  double fraction = 0.05;  // α; 0: convert and evaluate only
+  UptrainSchedule schedule = UptrainSchedule::Rewarm;
+  uint64_t seed = 1;       // batches, dropout, and the random conversion
+  bool resume = false;
+  bool quiet = false;
+  std::string label;
+};
+
+struct UptrainResult {
+  int64_t steps = 0;          // α × the original max_iters
+  double val_loss = 0;        // on the whole val split, non-overlapping windows
+  double loss_before = 0;     // the converted model before any uptraining, same windows
+  double seconds = 0;         // training wall time
+  TrainConfig config;         // what the uptraining ran with
+};
+
+/// The config uptraining runs with, from the original run's.
+TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o);
+
+/// Converts `from`, uptrains into out_dir (checkpoint.h5, metrics.jsonl) and evaluates.
+UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o);
+
+/// Loss of the model on the whole split in non-overlapping windows of block_size.
+double evaluate_split(GPT& model, const std::vector<int32_t>& split);
+
+}  // namespace tapelm
