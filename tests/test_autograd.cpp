@@ -220,6 +220,20 @@ BOOST_AUTO_TEST_CASE(matmul_values) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(vectorised_exp_and_erf_accuracy) {
+  double worst_exp = 0, worst_erf = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.0137) {
+    const float xf = static_cast<float>(x);
+    const double e = std::exp(double(xf));
+    worst_exp = std::max(worst_exp, std::fabs(kern::exp_approx(xf) - e) / e);
+  }
+  for (double x = -6.0; x <= 6.0; x += 0.001) worst_erf = std::max(worst_erf, std::fabs(kern::erf_approx(static_cast<float>(x)) - std::erf(x)));
+  BOOST_TEST(worst_exp < 3e-7, "exp relative error " << worst_exp);  // 2 ulp
+  BOOST_TEST(worst_erf < 5e-7, "erf absolute error " << worst_erf);   // 1.5e-7 (A&S) plus float rounding
+  BOOST_TEST(kern::exp_approx(-1000.f) < 1e-37f);
+  BOOST_TEST(kern::exp_approx(0.f) == 1.f);
+}
+
 BOOST_AUTO_TEST_CASE(softmax_values) {
   Tensor y = softmax(Var(Tensor::from({2, 3}, {1, 2, 3, 1000, 1000, 1000}))).val();
   const double z = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);

@@ -60,7 +60,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
             }
             float sum = 0;
             for (int64_t j = 0; j < lim; j++) {
-              const float e = (!keep || keep[j]) ? std::exp(row[j] - mx) : 0.f;
+              const float e = (!keep || keep[j]) ? kern::exp_approx(row[j] - mx) : 0.f;
               row[j] = e;
               sum += e;
             }

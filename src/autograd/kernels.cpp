@@ -281,7 +281,7 @@ void softmax_fwd(float* y, const float* x, int64_t N, int64_t C) {
     for (int64_t c = 0; c < C; c++) mx = std::max(mx, xr[c]);
     float s = 0;
     for (int64_t c = 0; c < C; c++) {
-      yr[c] = std::exp(xr[c] - mx);
+      yr[c] = exp_approx(xr[c] - mx);
       s += yr[c];
     }
     const float inv = 1.0f / s;
@@ -309,7 +309,7 @@ void log_softmax_fwd(float* y, const float* x, int64_t N, int64_t C) {
     float mx = -INFINITY;
     for (int64_t c = 0; c < C; c++) mx = std::max(mx, xr[c]);
     float s = 0;
-    for (int64_t c = 0; c < C; c++) s += std::exp(xr[c] - mx);
+    for (int64_t c = 0; c < C; c++) s += exp_approx(xr[c] - mx);
     const float lse = mx + std::log(s);
     for (int64_t c = 0; c < C; c++) yr[c] = xr[c] - lse;
   }
@@ -323,7 +323,7 @@ void log_softmax_bwd(float* dx, const float* dy, const float* y, int64_t N, int6
     float s = 0;
     for (int64_t c = 0; c < C; c++) s += g[c];
     float* d = dx + r * C;
-    for (int64_t c = 0; c < C; c++) d[c] += g[c] - std::exp(yr[c]) * s;
+    for (int64_t c = 0; c < C; c++) d[c] += g[c] - exp_approx(yr[c]) * s;
   }
 }
 
@@ -336,7 +336,7 @@ int64_t cross_entropy_fwd(float* losses, float* lse, const float* logits, const 
     float mx = -INFINITY;
     for (int64_t c = 0; c < V; c++) mx = std::max(mx, xr[c]);
     float s = 0;
-    for (int64_t c = 0; c < V; c++) s += std::exp(xr[c] - mx);
+    for (int64_t c = 0; c < V; c++) s += exp_approx(xr[c] - mx);
     lse[r] = mx + std::log(s);
     if (targets[r] < 0) {
       losses[r] = 0;
@@ -356,7 +356,7 @@ void cross_entropy_bwd(float* dlogits, const float* logits, const float* lse, co
     const float* xr = logits + r * V;
     float* d = dlogits + r * V;
     const float l = lse[r];
-    for (int64_t c = 0; c < V; c++) d[c] += scale * std::exp(xr[c] - l);
+    for (int64_t c = 0; c < V; c++) d[c] += scale * exp_approx(xr[c] - l);
     d[targets[r]] -= scale;
   }
 }
@@ -378,7 +378,7 @@ void gelu_fwd(float* y, const float* x, int64_t n, bool tanh_approx) {
     }
   } else {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+    for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erf_approx(x[i] * kInvSqrt2));
   }
 }
 
@@ -396,8 +396,8 @@ void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_a
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) {
       const float v = x[i];
-      const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+      const float cdf = 0.5f * (1.0f + erf_approx(v * kInvSqrt2));
+      const float pdf = kInvSqrt2Pi * exp_approx(-0.5f * v * v);
       dx[i] += dy[i] * (cdf + v * pdf);
     }
   }
@@ -405,13 +405,13 @@ void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_a
 
 void silu_fwd(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
 }
 
 void silu_bwd(float* dx, const float* dy, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; i++) {
-    const float s = 1.0f / (1.0f + std::exp(-x[i]));
+    const float s = 1.0f / (1.0f + exp_approx(-x[i]));
     dx[i] += dy[i] * s * (1.0f + x[i] * (1.0f - s));
   }
 }
