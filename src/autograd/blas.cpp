@@ -29,6 +29,18 @@ namespace kern {
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  // A product with one row or one column is a matrix-vector product: OpenBLAS's sgemm small
+  // kernels are several times slower than its sgemv there (one-token decoding is all of these).
+  if (M == 1 && K > 0) {  // Cᵀ = op(B)ᵀ · op(A)ᵀ
+    cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, (int)(tb ? N : K), (int)(tb ? K : N), alpha, B,
+                (int)ldb, A, ta ? (int)lda : 1, beta, C, 1);
+    return;
+  }
+  if (N == 1 && K > 0) {  // C = op(A) · op(B)
+    cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, (int)(ta ? K : M), (int)(ta ? M : K), alpha, A,
+                (int)lda, B, tb ? 1 : (int)ldb, beta, C, (int)ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
               (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }

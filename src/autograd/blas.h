@@ -11,7 +11,8 @@ int get_num_threads();
 namespace kern {
 
 /// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = Xᵀ when the flag is set.
-/// lda/ldb/ldc are the row strides of A, B, C as stored.
+/// lda/ldb/ldc are the row strides of A, B, C as stored. The one place tapelm calls BLAS: a
+/// product with a single row or column goes to sgemv, everything else to sgemm.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

@@ -371,20 +371,20 @@ constexpr float kSqrt2OverPi = 0.79788456080286536f;
 
 void gelu_fwd(float* y, const float* x, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) {
       const float v = x[i];
       y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
     }
   } else {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erf_approx(x[i] * kInvSqrt2));
   }
 }
 
 void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) {
       const float v = x[i];
       const float u = kSqrt2OverPi * (v + 0.044715f * v * v * v);
@@ -393,7 +393,7 @@ void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_a
       dx[i] += dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
     }
   } else {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) {
       const float v = x[i];
       const float cdf = 0.5f * (1.0f + erf_approx(v * kInvSqrt2));
@@ -404,12 +404,12 @@ void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_a
 }
 
 void silu_fwd(float* y, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
   for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + exp_approx(-x[i]));
 }
 
 void silu_bwd(float* dx, const float* dy, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
   for (int64_t i = 0; i < n; i++) {
     const float s = 1.0f / (1.0f + exp_approx(-x[i]));
     dx[i] += dy[i] * s * (1.0f + x[i] * (1.0f - s));

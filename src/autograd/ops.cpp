@@ -34,7 +34,7 @@ void add_into(Tensor& dst, const Tensor& src) {
   float* d = dst.data();
   const float* s = src.data();
   const int64_t n = src.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
   for (int64_t i = 0; i < n; i++) d[i] += s[i];
 }
 
@@ -82,11 +82,11 @@ template <class Fn>
 void for_each_pair(BMode m, int64_t n, int64_t P, Fn fn) {
   switch (m) {
     case BMode::Same:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
       for (int64_t i = 0; i < n; i++) fn(i, i);
       break;
     case BMode::Scalar:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
       for (int64_t i = 0; i < n; i++) fn(i, 0);
       break;
     case BMode::Row:
@@ -106,7 +106,7 @@ void for_each_pair(BMode m, int64_t n, int64_t P, Fn fn) {
 void reduce_into_small(float* ds, const float* c, BMode m, int64_t n, int64_t P) {
   switch (m) {
     case BMode::Same:
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
       for (int64_t i = 0; i < n; i++) ds[i] += c[i];
       break;
     case BMode::Scalar:
@@ -171,7 +171,7 @@ Var unary(const Var& x, F f, DF df) {
   const int64_t n = out.numel();
   float* o = out.data();
   const float* X = x.val().data();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
   for (int64_t i = 0; i < n; i++) o[i] = f(X[i]);
   Tensor y = out;
   return record({x}, out, [x, y, n, df](const Tensor& dout) {
@@ -179,7 +179,7 @@ Var unary(const Var& x, F f, DF df) {
     const float* g = dout.data();
     const float* X = x.val().data();
     const float* Y = y.data();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) d[i] += g[i] * df(X[i], Y[i]);
   });
 }
@@ -336,7 +336,7 @@ static Var sum_scaled(const Var& x, float scale) {
     const float g = dout.data()[0] * scale;
     float* d = x.grad().data();
     const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (n >= kParallelMin)
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
     for (int64_t i = 0; i < n; i++) d[i] += g;
   });
 }
