@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rewarm", "continue"}));
   up->add_option("--data", ua.data, "the original run's text or prepared directory")->required();
   up->add_option("--out", ua.out, "run directory")->required();
+  up->add_option("--lr", ua.lr, "rewarm: peak learning rate (default: half the original run's peak)");
   up->add_option("--seed", ua.seed, "seed for batches, dropout and random init");
   up->add_flag("--resume", ua.resume, "continue an interrupted uptraining run");
   up->add_flag("--quiet", ua.quiet, "no progress lines");

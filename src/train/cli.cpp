@@ -113,6 +113,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.method = parse_convert_method(a.method);
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
+  o.lr = a.lr;
   o.seed = a.seed;
   o.resume = a.resume;
   o.quiet = a.quiet;

@@ -40,7 +40,7 @@ struct BenchArgs {
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm";
   int64_t kv_heads = 0;
-  double fraction = 0.05;
+  double fraction = 0.05, lr = 0;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
 };

@@ -123,7 +123,7 @@ SweepPreset sweep_preset(const std::string& name) {
          {"min_lr", 1e-4},    {"eval_interval", 250}, {"eval_iters", 20},    {"log_interval", 100}};
   } else if (name == "small") {  // eight query heads, so KV runs 8, 4, 2, 1: about an hour
     j = {{"n_layer", 4},      {"n_head", 8},          {"n_embd", 256},       {"block_size", 128},
-         {"batch_size", 16},  {"max_iters", 1200},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
+         {"batch_size", 16},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
          {"min_lr", 1e-4},    {"eval_interval", 300}, {"eval_iters", 10},    {"log_interval", 100}};
   } else if (name == "paper") {  // the long run: nanoGPT shakespeare-char size with 8 heads
     j = {{"n_layer", 6},      {"n_head", 8},           {"n_embd", 384},       {"block_size", 256},

@@ -28,6 +28,8 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   c.max_iters = steps;
   c.seed = o.seed;
   if (o.schedule == UptrainSchedule::Rewarm) {
+    c.learning_rate = o.lr > 0 ? o.lr : original.learning_rate * o.rewarm_scale;
+    c.min_lr = std::min(original.min_lr, c.learning_rate);
     c.warmup_iters = std::min(original.warmup_iters, std::max<int64_t>(1, steps / 10));
     c.lr_decay_iters = std::max<int64_t>(1, steps);
     c.decay_lr = true;

@@ -21,6 +21,8 @@ struct UptrainOptions {
   ConvertMethod method = ConvertMethod::Mean;
   double fraction = 0.05;  // α; 0: convert and evaluate only
   UptrainSchedule schedule = UptrainSchedule::Rewarm;
+  double lr = 0;           // rewarm: the peak (0: the original run's peak × rewarm_scale); continue: ignored
+  double rewarm_scale = 0.5;  // re-warming a converged model to its full peak undoes part of its training
   uint64_t seed = 1;       // batches, dropout, and the random conversion
   bool resume = false;
   bool quiet = false;
