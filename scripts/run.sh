@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and runs tapelm on the bundled data.
+# The main job: installs what is missing, builds, and runs the MHA -> GQA/MQA trade-off study
+# (`tiny` preset, about 6-10 minutes on 2 cores) on the bundled tinyshakespeare. Re-running
+# resumes and skips finished cells. Pass another preset as the first argument (small, paper).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+preset="${1:-tiny}"
 bash scripts/setup.sh
 bash scripts/build.sh
-./build/tapelm --help
-./build/tapelm demo
+./build/tapelm sweep --preset "$preset" --data data/tinyshakespeare.txt --out "runs/sweep-$preset"
+echo
+echo "report: runs/sweep-$preset/report.md"
