@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <unordered_map>
 #include <sstream>
 
 namespace tapelm {
@@ -11,12 +13,60 @@ namespace tapelm {
 namespace {
 std::atomic<int64_t> g_live_blocks{0}, g_live_bytes{0}, g_total_allocs{0};
 
+// Freed blocks are kept by size and handed out again: a training step allocates the same sizes
+// every time, so after the first step nothing reaches the system allocator, and large blocks are
+// not returned to the kernel only to fault in, zeroed, on the next step.
+class BlockCache {
+ public:
+  void* take(size_t bytes) {
+#ifdef __SANITIZE_ADDRESS__
+    return nullptr;  // let AddressSanitizer see every use after free
+#endif
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_ -= bytes;
+    return p;
+  }
+  void give(void* p, size_t bytes) {
+#ifndef __SANITIZE_ADDRESS__
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cached_ + bytes <= kMaxCached) {
+        free_[bytes].push_back(p);
+        cached_ += bytes;
+        return;
+      }
+    }
+#endif
+    std::free(p);
+  }
+  ~BlockCache() {
+    for (auto& [bytes, v] : free_)
+      for (void* p : v) std::free(p);
+  }
+
+ private:
+  static constexpr size_t kMaxCached = size_t(2) << 30;
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache();  // never destroyed: tensors may outlive static destructors
+  return *c;
+}
+
 std::shared_ptr<float> alloc_storage(int64_t n) {
   // Round up to whole cache lines: aligned_alloc needs a multiple of the alignment,
   // and SIMD tails may then read (never use) a few floats past the end.
   size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
-  void* p = std::aligned_alloc(64, bytes);
+  void* p = cache().take(bytes);
+  if (!p) p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   g_live_blocks++;
   g_live_bytes += static_cast<int64_t>(bytes);
@@ -24,7 +74,7 @@ std::shared_ptr<float> alloc_storage(int64_t n) {
   return std::shared_ptr<float>(static_cast<float*>(p), [bytes](float* q) {
     g_live_blocks--;
     g_live_bytes -= static_cast<int64_t>(bytes);
-    std::free(q);
+    cache().give(q, bytes);
   });
 }
 }  // namespace
