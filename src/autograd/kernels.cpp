@@ -272,6 +272,15 @@ void rmsnorm_bwd(float* dx, float* dw, const float* dout, const float* x, const 
   }
 }
 
+// log Σ exp(x[c]) for one row, shifted by its max so nothing overflows.
+static inline float log_sum_exp(const float* xr, int64_t C) {
+  float mx = -INFINITY;
+  for (int64_t c = 0; c < C; c++) mx = std::max(mx, xr[c]);
+  float s = 0;
+  for (int64_t c = 0; c < C; c++) s += exp_approx(xr[c] - mx);
+  return mx + std::log(s);
+}
+
 void softmax_fwd(float* y, const float* x, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (N * C >= kParallelMin)
   for (int64_t r = 0; r < N; r++) {
@@ -306,11 +315,7 @@ void log_softmax_fwd(float* y, const float* x, int64_t N, int64_t C) {
   for (int64_t r = 0; r < N; r++) {
     const float* xr = x + r * C;
     float* yr = y + r * C;
-    float mx = -INFINITY;
-    for (int64_t c = 0; c < C; c++) mx = std::max(mx, xr[c]);
-    float s = 0;
-    for (int64_t c = 0; c < C; c++) s += exp_approx(xr[c] - mx);
-    const float lse = mx + std::log(s);
+    const float lse = log_sum_exp(xr, C);
     for (int64_t c = 0; c < C; c++) yr[c] = xr[c] - lse;
   }
 }
@@ -333,11 +338,7 @@ int64_t cross_entropy_fwd(float* losses, float* lse, const float* logits, const 
 #pragma omp parallel for schedule(static) reduction(+ : count) if (N * V >= kParallelMin)
   for (int64_t r = 0; r < N; r++) {
     const float* xr = logits + r * V;
-    float mx = -INFINITY;
-    for (int64_t c = 0; c < V; c++) mx = std::max(mx, xr[c]);
-    float s = 0;
-    for (int64_t c = 0; c < V; c++) s += exp_approx(xr[c] - mx);
-    lse[r] = mx + std::log(s);
+    lse[r] = log_sum_exp(xr, V);
     if (targets[r] < 0) {
       losses[r] = 0;
     } else {

@@ -9,26 +9,40 @@ const std::set<std::string> kKeys = {"vocab_size", "block_size", "n_layer",  "n_
                                      "n_embd",     "mlp_hidden", "norm",     "norm_eps", "pos",
                                      "rope_theta", "mlp",        "bias",     "tie_embeddings", "dropout"};
 
-template <class T>
-void get(const nlohmann::json& j, const char* key, T& out) {
-  if (!j.contains(key)) return;
-  const auto& v = j.at(key);
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) throw ConfigError(std::string("config key '") + key + "' must be true or false, got " + v.dump());
-    out = v.get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())))
-      throw ConfigError(std::string("config key '") + key + "' must be an integer, got " + v.dump());
-    out = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (!v.is_number()) throw ConfigError(std::string("config key '") + key + "' must be a number, got " + v.dump());
-    out = v.get<double>();
-  } else {
-    if (!v.is_string()) throw ConfigError(std::string("config key '") + key + "' must be a string, got " + v.dump());
-    out = v.get<std::string>();
-  }
+}  // namespace
+
+namespace {
+[[noreturn]] void bad_type(const std::string& k, const char* want, const nlohmann::json& v) {
+  throw ConfigError("config key '" + k + "' must be " + want + ", got " + v.dump());
 }
 }  // namespace
+
+void config_get(const nlohmann::json& j, const std::string& k, int64_t& out) {
+  if (!j.contains(k)) return;
+  const auto& v = j.at(k);
+  if (v.is_number_integer()) out = v.get<int64_t>();
+  else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+    out = static_cast<int64_t>(v.get<double>());
+  else bad_type(k, "an integer", v);
+}
+
+void config_get(const nlohmann::json& j, const std::string& k, double& out) {
+  if (!j.contains(k)) return;
+  if (!j.at(k).is_number()) bad_type(k, "a number", j.at(k));
+  out = j.at(k).get<double>();
+}
+
+void config_get(const nlohmann::json& j, const std::string& k, bool& out) {
+  if (!j.contains(k)) return;
+  if (!j.at(k).is_boolean()) bad_type(k, "true or false", j.at(k));
+  out = j.at(k).get<bool>();
+}
+
+void config_get(const nlohmann::json& j, const std::string& k, std::string& out) {
+  if (!j.contains(k)) return;
+  if (!j.at(k).is_string()) bad_type(k, "a string", j.at(k));
+  out = j.at(k).get<std::string>();
+}
 
 bool GPTConfig::is_key(const std::string& k) { return kKeys.count(k) > 0; }
 
@@ -37,24 +51,24 @@ GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
   for (const auto& [k, v] : j.items())
     if (!is_key(k)) throw ConfigError("unknown model config key '" + k + "'");
   GPTConfig c;
-  get(j, "vocab_size", c.vocab_size);
-  get(j, "block_size", c.block_size);
-  get(j, "n_layer", c.n_layer);
-  get(j, "n_head", c.n_head);
+  config_get(j, "vocab_size", c.vocab_size);
+  config_get(j, "block_size", c.block_size);
+  config_get(j, "n_layer", c.n_layer);
+  config_get(j, "n_head", c.n_head);
   c.n_kv_head = c.n_head;
-  get(j, "n_kv_head", c.n_kv_head);
-  get(j, "n_embd", c.n_embd);
+  config_get(j, "n_kv_head", c.n_kv_head);
+  config_get(j, "n_embd", c.n_embd);
   c.mlp_hidden = 4 * c.n_embd;
-  get(j, "mlp_hidden", c.mlp_hidden);
-  if (j.contains("mlp_hidden") && j.at("mlp_hidden").is_number() && c.mlp_hidden == 0) c.mlp_hidden = 4 * c.n_embd;
-  get(j, "norm", c.norm);
-  get(j, "norm_eps", c.norm_eps);
-  get(j, "pos", c.pos);
-  get(j, "rope_theta", c.rope_theta);
-  get(j, "mlp", c.mlp);
-  get(j, "bias", c.bias);
-  get(j, "tie_embeddings", c.tie_embeddings);
-  get(j, "dropout", c.dropout);
+  config_get(j, "mlp_hidden", c.mlp_hidden);
+  if (c.mlp_hidden == 0) c.mlp_hidden = 4 * c.n_embd;  // 0 means the default, as in the reference
+  config_get(j, "norm", c.norm);
+  config_get(j, "norm_eps", c.norm_eps);
+  config_get(j, "pos", c.pos);
+  config_get(j, "rope_theta", c.rope_theta);
+  config_get(j, "mlp", c.mlp);
+  config_get(j, "bias", c.bias);
+  config_get(j, "tie_embeddings", c.tie_embeddings);
+  config_get(j, "dropout", c.dropout);
   c.validate();
   return c;
 }

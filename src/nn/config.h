@@ -12,6 +12,13 @@ struct ConfigError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// Reads j[key] into out when the key is present; a value of the wrong JSON type is a
+/// ConfigError naming the key (integers also accept floats with an integral value).
+void config_get(const nlohmann::json& j, const std::string& key, int64_t& out);
+void config_get(const nlohmann::json& j, const std::string& key, double& out);
+void config_get(const nlohmann::json& j, const std::string& key, bool& out);
+void config_get(const nlohmann::json& j, const std::string& key, std::string& out);
+
 struct GPTConfig {
   int64_t vocab_size = 65;
   int64_t block_size = 64;

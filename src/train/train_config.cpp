@@ -11,28 +11,6 @@ const std::set<std::string> kTrainKeys = {
     "nesterov",   "grad_clip", "grad_accum",    "optimizer",  "eval_interval", "eval_iters",
     "log_interval", "checkpoint_interval", "seed", "threads", "peak_flops"};
 
-[[noreturn]] void bad_type(const std::string& k, const char* want, const nlohmann::json& v) {
-  throw ConfigError("config key '" + k + "' must be " + want + ", got " + v.dump());
-}
-
-void get_int(const nlohmann::json& j, const std::string& k, int64_t& out) {
-  if (!j.contains(k)) return;
-  const auto& v = j.at(k);
-  if (v.is_number_integer()) out = v.get<int64_t>();
-  else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
-    out = static_cast<int64_t>(v.get<double>());
-  else bad_type(k, "an integer", v);
-}
-void get_num(const nlohmann::json& j, const std::string& k, double& out) {
-  if (!j.contains(k)) return;
-  if (!j.at(k).is_number()) bad_type(k, "a number", j.at(k));
-  out = j.at(k).get<double>();
-}
-void get_bool(const nlohmann::json& j, const std::string& k, bool& out) {
-  if (!j.contains(k)) return;
-  if (!j.at(k).is_boolean()) bad_type(k, "true or false", j.at(k));
-  out = j.at(k).get<bool>();
-}
 }  // namespace
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
@@ -44,36 +22,33 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
   }
   TrainConfig c;
   c.model = GPTConfig::from_json(model);
-  get_int(j, "batch_size", c.batch_size);
-  get_int(j, "max_iters", c.max_iters);
-  get_num(j, "learning_rate", c.learning_rate);
-  get_num(j, "min_lr", c.min_lr);
-  get_int(j, "warmup_iters", c.warmup_iters);
+  config_get(j, "batch_size", c.batch_size);
+  config_get(j, "max_iters", c.max_iters);
+  config_get(j, "learning_rate", c.learning_rate);
+  config_get(j, "min_lr", c.min_lr);
+  config_get(j, "warmup_iters", c.warmup_iters);
   c.lr_decay_iters = c.max_iters;
-  get_int(j, "lr_decay_iters", c.lr_decay_iters);
-  get_bool(j, "decay_lr", c.decay_lr);
-  get_num(j, "weight_decay", c.weight_decay);
-  get_num(j, "beta1", c.beta1);
-  get_num(j, "beta2", c.beta2);
-  get_num(j, "eps", c.eps);
-  get_num(j, "momentum", c.momentum);
-  get_bool(j, "nesterov", c.nesterov);
-  get_num(j, "grad_clip", c.grad_clip);
-  get_int(j, "grad_accum", c.grad_accum);
-  if (j.contains("optimizer")) {
-    if (!j.at("optimizer").is_string()) bad_type("optimizer", "a string", j.at("optimizer"));
-    c.optimizer = j.at("optimizer").get<std::string>();
-  }
-  get_int(j, "eval_interval", c.eval_interval);
-  get_int(j, "eval_iters", c.eval_iters);
-  get_int(j, "log_interval", c.log_interval);
-  get_int(j, "checkpoint_interval", c.checkpoint_interval);
+  config_get(j, "lr_decay_iters", c.lr_decay_iters);
+  config_get(j, "decay_lr", c.decay_lr);
+  config_get(j, "weight_decay", c.weight_decay);
+  config_get(j, "beta1", c.beta1);
+  config_get(j, "beta2", c.beta2);
+  config_get(j, "eps", c.eps);
+  config_get(j, "momentum", c.momentum);
+  config_get(j, "nesterov", c.nesterov);
+  config_get(j, "grad_clip", c.grad_clip);
+  config_get(j, "grad_accum", c.grad_accum);
+  config_get(j, "optimizer", c.optimizer);
+  config_get(j, "eval_interval", c.eval_interval);
+  config_get(j, "eval_iters", c.eval_iters);
+  config_get(j, "log_interval", c.log_interval);
+  config_get(j, "checkpoint_interval", c.checkpoint_interval);
   int64_t seed = static_cast<int64_t>(c.seed);
-  get_int(j, "seed", seed);
+  config_get(j, "seed", seed);
   if (seed < 0) throw ConfigError("config seed must be >= 0, got " + std::to_string(seed));
   c.seed = static_cast<uint64_t>(seed);
-  get_int(j, "threads", c.threads);
-  get_num(j, "peak_flops", c.peak_flops);
+  config_get(j, "threads", c.threads);
+  config_get(j, "peak_flops", c.peak_flops);
   c.validate();
   return c;
 }
