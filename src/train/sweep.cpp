@@ -225,6 +225,15 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   };
 
   const std::string pre_ck = (runs / "pretrain_mha" / "checkpoint.h5").string();
+  // The converted model before uptraining is the same for every α and seed (but for random init,
+  // which depends on the seed): evaluate it once.
+  std::map<std::string, double> converted_loss;
+  auto conversion_key = [](const Cell& c) {
+    return std::to_string(c.kv) + c.method + (c.method == "random" ? std::to_string(c.seed) : "");
+  };
+  for (const Cell& c : cells)
+    if (c.kind == "convert" && fs::exists(cells_dir / (c.id + ".json")))
+      converted_loss[conversion_key(c)] = read_json(cells_dir / (c.id + ".json"))["loss_before"].get<double>();
   size_t index = 0;
   for (const Cell& c : cells) {
     index++;
@@ -266,7 +275,10 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       o.resume = partial && c.steps > 0;
       o.quiet = true;
       o.label = label;
+      auto known = converted_loss.find(conversion_key(c));
+      if (known != converted_loss.end()) o.known_loss_before = known->second;
       UptrainResult u = uptrain(pre_ck, corpus, run_dir.string(), o);
+      converted_loss[conversion_key(c)] = u.loss_before;
       if (stop_requested()) return false;
       train_seconds = u.seconds;
       r["val_loss"] = u.val_loss;

@@ -59,7 +59,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   r.config = uptrain_config(original, o);
   r.steps = r.config.max_iters;
   std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, o.method, o.seed);
-  r.loss_before = evaluate_split(*converted, corpus.val);
+  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
 
   TrainOptions to;
   to.resume = o.resume;

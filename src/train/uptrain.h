@@ -27,6 +27,7 @@ struct UptrainOptions {
   bool resume = false;
   bool quiet = false;
   std::string label;
+  double known_loss_before = -1;  // >= 0: the converted model's val loss, already measured
 };
 
 struct UptrainResult {
