@@ -41,12 +41,18 @@ void BM_gemm(benchmark::State& st) {
               (s.tb ? " Bᵀ" : ""));
 }
 
-void args(benchmark::internal::Benchmark* b) {
-  for (int i = 0; i < static_cast<int>(std::size(kShapes)); i++)
-    for (int t : {1, 2}) b->Args({i, t});
-}
 }  // namespace
 
-BENCHMARK_TEMPLATE(BM_gemm, false)->Name("openblas_direct")->Apply(args)->UseRealTime();
-BENCHMARK_TEMPLATE(BM_gemm, true)->Name("tapelm_sgemm")->Apply(args)->UseRealTime();
-BENCHMARK_MAIN();
+// Each shape's two variants are registered side by side, so they run one right after the other
+// and share whatever else the machine is doing at that moment.
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  for (int i = 0; i < static_cast<int>(std::size(kShapes)); i++)
+    for (int t : {1, 2}) {
+      benchmark::RegisterBenchmark("openblas_direct", BM_gemm<false>)->Args({i, t})->UseRealTime();
+      benchmark::RegisterBenchmark("tapelm_sgemm", BM_gemm<true>)->Args({i, t})->UseRealTime();
+    }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
