@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
                   c.train.size(), c.val.size());
       return 0;
     }
-    if (*bench) return cli::run_bench(ba, threads);
+    if (*bench) return cli::run_bench(ba);
     if (*up) return cli::run_uptrain(ua);
     if (*sweep) return cli::run_sweep(sw);
     if (*plot) return cli::run_plot(plot_dir);

@@ -130,14 +130,13 @@ BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
     c.mlp_hidden = 32;
     c.bias = true;
     GPT m(c, 3);
-    const int64_t hd = 4, rep = 4 / G;
+    const int64_t rep = 4 / G;
     for (auto& [name, p] : m.named_parameters()) {
       if (name.find(".attn.wk.") == std::string::npos && name.find(".attn.wv.") == std::string::npos) continue;
       Tensor& t = p.val();
       t = randn(t.shape(), 77 + t.numel(), 0.3f);
       const int64_t block = t.numel() / 4;  // one head's rows
       for (int64_t h = 0; h < 4; h++) std::copy(t.data() + (h / rep) * rep * block, t.data() + ((h / rep) * rep + 1) * block, t.data() + h * block);
-      (void)hd;
     }
     Index ids({1, 5, 2, 7, 3, 3, 9, 12, 0, 4, 6, 8, 10, 11, 2, 1}, {2, 8});
     NoGrad ng;

@@ -35,7 +35,8 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
   SerialBlas serial;
 #pragma omp parallel if (big && s.B * s.KV > 1)
   {
-    std::vector<float> scratch(probs ? 0 : s.Tq * s.Tk);
+    // Per-thread buffers: the probabilities when the caller keeps none, and their dropped copy.
+    std::vector<float> scratch(probs ? 0 : s.Tq * s.Tk), pd(p_drop > 0 ? s.Tq * s.Tk : 0);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
       for (int64_t g = 0; g < s.KV; g++) {
@@ -71,10 +72,9 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
           float* yh = y + b * s.Tq * C + h * s.hd;
           if (p_drop > 0) {
             // y uses the dropped probabilities; probs keeps the softmax for backward.
-            std::vector<float> pd(P, P + s.Tq * s.Tk);
             for (int64_t i = 0; i < s.Tq; i++)
               for (int64_t j = 0; j < s.Tk; j++)
-                pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? pd[i * s.Tk + j] * keep_scale : 0.f;
+                pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
             sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, pd.data(), s.Tk, vg, CK, 0.f, yh, C);
           } else {
             sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, P, s.Tk, vg, CK, 0.f, yh, C);

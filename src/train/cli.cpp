@@ -144,7 +144,7 @@ int run_plot(const std::string& run_dir) {
   return 0;
 }
 
-int run_bench(const BenchArgs& a, int threads) {
+int run_bench(const BenchArgs& a) {
   nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_json_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
   TrainConfig cfg = TrainConfig::from_json(j);
@@ -174,7 +174,6 @@ int run_bench(const BenchArgs& a, int threads) {
     out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
     out["sgemm_peak_flops_per_s"] = measured_peak_flops();
   }
-  (void)threads;
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {

@@ -52,7 +52,7 @@ struct SweepArgs {
 int run_uptrain(const UptrainArgs& a);
 int run_sweep(const SweepArgs& a);
 int run_plot(const std::string& run_dir);
-int run_bench(const BenchArgs& a, int threads);
+int run_bench(const BenchArgs& a);
 int run_train(const TrainArgs& a, int threads);
 int run_eval(const EvalArgs& a);
 int run_sample(const SampleArgs& a);
