@@ -7,6 +7,7 @@ PKGS=(build-essential cmake pkg-config
       libboost-test-dev        # unit tests
       libcli11-dev             # command-line flags
       nlohmann-json3-dev       # configs, metrics, --json output
+      libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N tapelm train
       libbenchmark-dev         # GEMM micro-benchmark
       gnuplot-nox)             # loss curves and trade-off plots
 missing=()

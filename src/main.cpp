@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
+#include "dist/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/cli.h"
@@ -18,6 +19,7 @@
 using namespace tapelm;
 
 int main(int argc, char** argv) {
+  dist::Session mpi(&argc, &argv);  // initialises MPI only under an MPI launcher
   CLI::App app{"tapelm: train small GPT language models with MHA, GQA or MQA attention"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
   train->add_option("--out", ta.out, "run directory (checkpoint.h5, metrics.jsonl)")->required();
   train->add_flag("--resume", ta.resume, "continue from RUN_DIR/checkpoint.h5");
   train->add_flag("--quiet", ta.quiet, "no progress lines");
+  train->add_flag("--check-sync", ta.check_sync,
+                  "under mpirun: compare every rank's weights after every step (debugging)");
 
   cli::EvalArgs ea;
   auto* eval = app.add_subcommand("eval", "loss of a checkpoint on text, tokens or a parity file");
@@ -113,7 +117,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (dist::rank() == 0) return app.exit(e);  // every rank parsed the same words
+    return e.get_exit_code();
+  }
+  if (dist::multi() && !*train) {
+    if (dist::rank() == 0)
+      std::fprintf(stderr, "tapelm: error: only `tapelm train` runs on more than one MPI rank (this job has %d)\n",
+                   dist::size());
+    return 1;
   }
   try {
     set_num_threads(threads);
@@ -133,8 +144,12 @@ int main(int argc, char** argv) {
     if (*sweep) return cli::run_sweep(sw);
     if (*plot) return cli::run_plot(plot_dir);
     if (*demo) return cli::run_demo();
+  } catch (const dist::AgreedError& e) {  // every rank has it; one reports
+    if (e.print_here) std::fprintf(stderr, "tapelm: error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "tapelm: error: %s\n", e.what());
+    std::fprintf(stderr, "tapelm: error: %s%s\n", dist::rank_prefix().c_str(), e.what());
+    if (dist::multi()) dist::abort_job(1);  // the other ranks may be waiting in a collective
     return 1;
   }
   return 0;

@@ -20,51 +20,11 @@
 #include "test_util.h"
 
 using namespace tapelm;
+using namespace tapelm::test;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("tapelm_train_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& s) const { return (path / s).string(); }
-};
-
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-// Runs build/tapelm with the given arguments (shell words), capturing both streams.
-Run run_cli(const std::string& args, const std::string& prefix = "") {
-  TempDir d;
-  const std::string cmd = prefix + std::string(TAPELM_BINARY) + " " + args + " >" + (d / "out") + " 2>" + (d / "err");
-  const int st = std::system(cmd.c_str());
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  };
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(d / "out"), slurp(d / "err")};
-}
-
-// A bad input must give a non-zero exit, one line on stderr naming the problem, no crash.
-void expect_error(const Run& r, const std::string& part) {
-  BOOST_TEST(r.code == 1, "exit code " << r.code << ", stderr: " << r.err);
-  BOOST_TEST(r.err.find(part) != std::string::npos, "stderr lacks '" << part << "': " << r.err);
-  BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, "not one line: " << r.err);
-  BOOST_TEST(r.err.find("Sanitizer") == std::string::npos, r.err);
-}
 
 const Corpus& shakespeare() {
   static Corpus c = load_corpus(std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
@@ -78,14 +38,6 @@ TrainConfig tiny_train(int64_t iters) {
                       {"lr_decay_iters", 10}, {"grad_clip", 0.5}, {"eval_interval", 5},   {"eval_iters", 2},
                       {"log_interval", 1}, {"checkpoint_interval", 100}, {"seed", 7}};
   return TrainConfig::from_json(j);
-}
-
-std::vector<nlohmann::json> read_metrics(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
 }
 
 std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }

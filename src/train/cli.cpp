@@ -10,6 +10,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
+#include "dist/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"
@@ -67,34 +68,53 @@ Loaded load_checkpoint(const std::string& path) {
 }  // namespace
 
 int run_train(const TrainArgs& a, int threads) {
-  Corpus corpus = load_corpus(a.data);
-  nlohmann::json j = nlohmann::json::object();
-  if (!a.config.empty()) {
-    j = read_json_file(a.config);
-  } else if (a.resume) {
-    H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
-    j = read_train_config(f).to_json();
-  } else {
-    throw ConfigError("train needs --config FILE.json (or --resume with a run directory)");
+  Corpus corpus;
+  TrainConfig cfg;
+  std::string setup_error;
+  try {  // in a multi-rank job every rank reads its own inputs; dist::agree ends the job if one fails
+    corpus = load_corpus(a.data);
+    nlohmann::json j = nlohmann::json::object();
+    if (!a.config.empty()) {
+      j = read_json_file(a.config);
+    } else if (a.resume) {
+      H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
+      j = read_train_config(f).to_json();
+    } else {
+      throw ConfigError("train needs --config FILE.json (or --resume with a run directory)");
+    }
+    if (!j.is_object()) throw ConfigError(a.config + ": the config must be a JSON object");
+    TrainConfig::apply_overrides(j, a.sets);
+    if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
+    if (threads > 0) j["threads"] = threads;
+    cfg = TrainConfig::from_json(j);
+  } catch (const std::exception& e) {
+    if (!dist::multi()) throw;
+    setup_error = e.what();
   }
-  if (!j.is_object()) throw ConfigError(a.config + ": the config must be a JSON object");
-  TrainConfig::apply_overrides(j, a.sets);
-  if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
-  if (threads > 0) j["threads"] = threads;
-  TrainConfig cfg = TrainConfig::from_json(j);
+  dist::agree(setup_error);
   install_stop_handler();
   TrainOptions opt;
   opt.resume = a.resume;
   opt.quiet = a.quiet;
+  opt.check_sync = a.check_sync;
+  const bool talk = !a.quiet && dist::rank() == 0;
   const ModelCost cost = model_cost(cfg.model);
-  if (!a.quiet)
+  if (talk) {
     std::printf("training %.2fM parameters (%ld layers, %ld heads, %ld kv heads, d %ld, T %ld) on %zu tokens; run dir %s\n",
                 cost.params / 1e6, (long)cfg.model.n_layer, (long)cfg.model.n_head, (long)cfg.model.n_kv_head,
                 (long)cfg.model.n_embd, (long)cfg.model.block_size, corpus.train.size(), a.out.c_str());
+    if (dist::multi())
+      std::printf("data parallel over %d ranks: %ld windows per rank per micro-step, %ld per step in all\n", dist::size(),
+                  (long)cfg.batch_size, (long)(cfg.batch_size * cfg.grad_accum * dist::size()));
+  }
   TrainResult r = train(cfg, corpus, a.out, opt);
-  if (!a.quiet)
+  if (talk) {
     std::printf("%s after %ld steps in %.1fs: val loss %.4f, median %.0f tokens/s\n",
                 r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, r.tokens_per_s);
+    if (dist::multi())
+      std::printf("gradient all-reduce: %.1fs, %.1f%% of the wall time\n", r.comm_seconds,
+                  100.0 * r.comm_seconds / std::max(r.seconds, 1e-9));
+  }
   return 0;
 }
 

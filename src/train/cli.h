@@ -9,6 +9,7 @@ struct TrainArgs {
   std::string config, data, out;
   std::vector<std::string> sets;
   bool resume = false, quiet = false;
+  bool check_sync = false;  // multi-rank: checksum every rank's weights after every step
 };
 struct EvalArgs {
   std::string checkpoint, data, split = "val", grad_out;

@@ -23,6 +23,16 @@ void save_training_checkpoint(const std::string& path, const GPT& model, const O
     f.write_attr("/train", "dropout_rng", std::to_string(st.dropout_rng));
     f.write_attr("/train", "extra", st.extra_json);
     f.write_bytes("/train/sampler_state", std::vector<uint8_t>(st.sampler_state.begin(), st.sampler_state.end()));
+    if (st.world_size > 1) {  // written only by multi-rank runs, so one-process files are as before
+      f.write_attr("/train", "world_size", static_cast<int64_t>(st.world_size));
+      for (int r = 1; r < st.world_size; r++) {
+        const std::string g = "/train/rank_" + std::to_string(r);
+        f.create_group(g);
+        f.write_attr(g, "dropout_rng", std::to_string(st.rank_dropout_rngs.at(r - 1)));
+        const std::string& ss = st.rank_sampler_states.at(r - 1);
+        f.write_bytes(g + "/sampler_state", std::vector<uint8_t>(ss.begin(), ss.end()));
+      }
+    }
     f.create_group("/tokenizer");
     f.write_attr("/tokenizer", "json", tok.to_json());
   });
@@ -65,6 +75,22 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
   if (f.has_attr("/train", "extra")) s.extra_json = f.read_attr_string("/train", "extra");
   std::vector<uint8_t> ss = f.read_bytes("/train/sampler_state");
   s.sampler_state.assign(ss.begin(), ss.end());
+  if (f.has_attr("/train", "world_size")) {
+    const int64_t n = f.read_attr_int("/train", "world_size");
+    if (n < 1 || n > 1000000) throw CheckpointError(p + ": bad /train world_size " + std::to_string(n));
+    s.world_size = static_cast<int>(n);
+    for (int r = 1; r < s.world_size; r++) {
+      const std::string g = "/train/rank_" + std::to_string(r);
+      if (!f.exists(g)) throw CheckpointError(p + ": world_size is " + std::to_string(n) + " but " + g + " is missing");
+      try {
+        s.rank_dropout_rngs.push_back(std::stoull(f.read_attr_string(g, "dropout_rng")));
+      } catch (const std::logic_error&) {
+        throw CheckpointError(p + ": bad " + g + " dropout_rng attribute");
+      }
+      std::vector<uint8_t> rs = f.read_bytes(g + "/sampler_state");
+      s.rank_sampler_states.emplace_back(rs.begin(), rs.end());
+    }
+  }
   // Read every optimizer tensor before touching anything, so a bad file changes nothing.
   std::map<std::string, std::map<std::string, Tensor>> states;
   std::map<std::string, Shape> shapes;

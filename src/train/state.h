@@ -2,6 +2,7 @@
 // Full training checkpoints (SPEC.md §2): the model, the optimizer's state by parameter name,
 // the step, tokens seen, the training config, the RNG and sampler state, and the tokenizer.
 #include <string>
+#include <vector>
 
 #include "data/tokenizer.h"
 #include "optim/optim.h"
@@ -16,6 +17,10 @@ struct TrainState {
   uint64_t dropout_rng = 0;  // the model's dropout stream
   std::string sampler_state; // the train batch sampler
   std::string extra_json = "{}";  // e.g. how an uptraining run began
+  // A multi-rank run: the streams of ranks 1..world_size-1 (rank 0's are the two fields above).
+  int world_size = 1;
+  std::vector<uint64_t> rank_dropout_rngs;
+  std::vector<std::string> rank_sampler_states;
 };
 
 /// Writes everything atomically to path (temp file, flush, rename).

@@ -8,10 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "autograd/blas.h"
+#include "autograd/kernels.h"
 #include "data/sampler.h"
+#include "dist/dist.h"
 #include "nn/accounting.h"
 
 namespace tapelm {
@@ -77,29 +81,91 @@ void install_stop_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // mpirun forwards SIGUSR1 to every rank without ending the job (Ctrl-C on mpirun sends SIGTERM
+  // and, one second later, SIGKILL: too soon for a large model to finish its step and save).
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 bool stop_requested() { return g_stop.load(); }
 void clear_stop_request() { g_stop = false; }
 
 double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
-                        int64_t batch) {
+                        int64_t batch, bool split_across_ranks) {
   NoGrad ng;
   const bool was_training = model.is_training();
   model.eval();
-  double total = 0;
-  int64_t count = 0;
+  const size_t stride = split_across_ranks ? static_cast<size_t>(dist::size()) : 1;
+  const size_t first = split_across_ranks ? static_cast<size_t>(dist::rank()) : 0;
+  double sums[2] = {0, 0};  // loss * windows, windows
   Index x, y;
-  for (size_t i = 0; i < starts.size(); i += batch) {
+  for (size_t i = first * batch; i < starts.size(); i += stride * batch) {
     std::vector<int64_t> chunk(starts.begin() + i, starts.begin() + std::min(starts.size(), i + batch));
     fill_windows(data, chunk, T, x, y);
     const double l = model.loss(x, y).item();
-    total += l * static_cast<double>(chunk.size());
-    count += static_cast<int64_t>(chunk.size());
+    sums[0] += l * static_cast<double>(chunk.size());
+    sums[1] += static_cast<double>(chunk.size());
   }
+  if (split_across_ranks) dist::allreduce_sum(sums, 2);
   model.train(was_training);
-  return count ? total / static_cast<double>(count) : 0.0;
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
+
+namespace {
+// One flat buffer for the gradient all-reduce: every gradient, then the step's loss and the
+// number of ranks asked to stop, so one MPI_Allreduce per step carries every decision.
+class GradReducer {
+ public:
+  explicit GradReducer(const NamedParams& params) : params_(params) {
+    for (const auto& [name, p] : params_) n_ += static_cast<size_t>(p.numel());
+    buf_.resize(n_ + 2);
+  }
+  /// Averages the gradients over ranks in place; returns the mean loss and whether any rank stops.
+  std::pair<double, bool> reduce(double loss, bool stop) {
+    size_t off = 0;
+    for (const auto& [name, p] : params_) {  // p.grad() allocates a zero gradient if p got none
+      std::copy_n(p.grad().data(), p.numel(), buf_.data() + off);
+      off += static_cast<size_t>(p.numel());
+    }
+    buf_[n_] = static_cast<float>(loss);
+    buf_[n_ + 1] = stop ? 1.f : 0.f;
+    dist::allreduce_sum(buf_.data(), buf_.size());
+    const float inv = 1.0f / static_cast<float>(dist::size());
+    off = 0;
+    for (const auto& [name, p] : params_) {
+      float* g = p.grad().data();
+      const float* b = buf_.data() + off;
+      const int64_t n = p.numel();
+#pragma omp parallel for simd schedule(static) if (parallel: n >= kern::kParallelMin)
+      for (int64_t i = 0; i < n; i++) g[i] = b[i] * inv;
+      off += static_cast<size_t>(n);
+    }
+    return {static_cast<double>(buf_[n_]) * inv, buf_[n_ + 1] > 0};
+  }
+  /// Bytes each rank contributes per step.
+  size_t bytes() const { return buf_.size() * sizeof(float); }
+
+ private:
+  const NamedParams& params_;
+  size_t n_ = 0;
+  std::vector<float> buf_;
+};
+
+// Rank 0's weights to every rank, and a check that every rank runs the same config on the same data.
+void agree_on_start(const NamedParams& params, const TrainConfig& cfg, const Corpus& corpus) {
+  std::string mine = cfg.to_json().dump() + "|" + corpus.tok.to_json() + "|" + std::to_string(corpus.train.size()) + "|" +
+                     std::to_string(corpus.val.size()) + "|" +
+                     std::to_string(dist::checksum(corpus.train.data(), corpus.train.size() * sizeof(int32_t)));
+  std::string lead = mine;
+  dist::broadcast(lead);
+  std::string err;
+  if (mine != lead) {
+    err = "its training config or data differ from rank 0's";
+    if (cfg.to_json().dump() != lead.substr(0, lead.find('|'))) err += " (config: " + cfg.to_json().dump() + ")";
+  }
+  dist::agree(err);
+  for (const auto& [name, p] : params) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
+}
+}  // namespace
 
 double measured_peak_flops() {
   static double peak = 0;
@@ -119,60 +185,108 @@ double measured_peak_flops() {
   return peak;
 }
 
+void check_ranks_in_sync(const NamedParams& params, int64_t step) {
+  std::vector<uint64_t> lo, hi;
+  for (const auto& [name, p] : params) lo.push_back(dist::checksum(p.val().data(), p.numel() * sizeof(float)));
+  hi = lo;
+  dist::allreduce_min(lo.data(), lo.size());
+  dist::allreduce_max(hi.data(), hi.size());
+  for (size_t i = 0; i < lo.size(); i++)
+    if (lo[i] != hi[i])
+      throw dist::AgreedError("step " + std::to_string(step) + ": parameter " + params[i].first +
+                                  " differs between ranks (--check-sync)",
+                              dist::rank() == 0);
+}
+
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt) {
   const auto t_start = Clock::now();
+  const int rank = dist::rank(), world = dist::size();
+  const bool lead = rank == 0, multi = world > 1;
+  const bool quiet = opt.quiet || !lead;
+  if (multi && opt.init_from) throw TrainError("init_from is for one-process runs");
   set_num_threads(static_cast<int>(cfg.threads));
-  if (corpus.tok.vocab_size() > cfg.model.vocab_size)
-    throw ConfigError("the corpus has " + std::to_string(corpus.tok.vocab_size()) + " symbols but vocab_size is " +
-                      std::to_string(cfg.model.vocab_size));
-  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
-  check_window_fits(static_cast<int64_t>(corpus.train.size()), T, "train split");
-  check_window_fits(static_cast<int64_t>(corpus.val.size()), T, "val split");
-
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec || !fs::is_directory(out_dir)) throw TrainError(out_dir + ": cannot create the run directory");
   const std::string ck_path = (fs::path(out_dir) / "checkpoint.h5").string();
   const std::string metrics_path = (fs::path(out_dir) / "metrics.jsonl").string();
-  {  // fail now, not after the first interval, when the directory is not writable
-    const std::string probe = (fs::path(out_dir) / ".write_test").string();
-    std::ofstream t(probe);
-    if (!t) throw TrainError(out_dir + ": run directory is not writable");
-    t.close();
-    fs::remove(probe, ec);
-  }
-
+  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   GPT model(cfg.model, cfg.seed);
-  if (opt.init_from) {
-    auto src = opt.init_from->named_parameters();
-    auto dst = model.named_parameters();
-    if (src.size() != dst.size()) throw TrainError("init_from: parameter sets differ");
-    for (size_t i = 0; i < src.size(); i++) {
-      if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
-        throw TrainError("init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
-      dst[i].second.val() = src[i].second.val().clone();
-    }
-  }
-  model.train();
   NamedParams params = model.named_parameters();
   std::unique_ptr<Optimizer> optim = cfg.make_optimizer(params);
-  BatchSampler sampler(&corpus.train, B, T, cfg.seed, "train split");
+  std::optional<BatchSampler> sampler;
   TrainState st;
   st.extra_json = opt.extra_json;
+  std::optional<MetricsLog> metrics;
 
-  if (opt.resume) {
-    if (!fs::exists(ck_path)) throw TrainError(out_dir + ": --resume but there is no checkpoint.h5 to resume from");
-    H5File f = H5File::open_read(ck_path);
-    TrainConfig saved = read_train_config(f);
-    if (!(saved.model == cfg.model))
-      throw CheckpointError(ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
-    load_training_checkpoint(f, model, *optim, st);
-    sampler.set_state(st.sampler_state);
-    trim_metrics(metrics_path, st.step);
-  } else {
-    std::ofstream(metrics_path, std::ios::trunc);
+  // Set-up: anything that fails here fails before the first collective, so in a multi-rank job
+  // every rank learns of it at dist::agree and the job ends with the failing rank's message.
+  auto set_up = [&] {
+    if (corpus.tok.vocab_size() > cfg.model.vocab_size)
+      throw ConfigError("the corpus has " + std::to_string(corpus.tok.vocab_size()) + " symbols but vocab_size is " +
+                        std::to_string(cfg.model.vocab_size));
+    check_window_fits(static_cast<int64_t>(corpus.train.size()), T, "train split");
+    check_window_fits(static_cast<int64_t>(corpus.val.size()), T, "val split");
+
+    std::error_code ec;
+    if (lead) fs::create_directories(out_dir, ec);
+    if (ec || (lead && !fs::is_directory(out_dir))) throw TrainError(out_dir + ": cannot create the run directory");
+    if (lead) {  // fail now, not after the first interval, when the directory is not writable
+      const std::string probe = (fs::path(out_dir) / ".write_test").string();
+      std::ofstream t(probe);
+      if (!t) throw TrainError(out_dir + ": run directory is not writable");
+      t.close();
+      fs::remove(probe, ec);
+    }
+
+    if (opt.init_from) {
+      auto src = opt.init_from->named_parameters();
+      auto dst = model.named_parameters();
+      if (src.size() != dst.size()) throw TrainError("init_from: parameter sets differ");
+      for (size_t i = 0; i < src.size(); i++) {
+        if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
+          throw TrainError("init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
+        dst[i].second.val() = src[i].second.val().clone();
+      }
+    }
+    model.train();
+    // Each rank draws its own batches and dropout masks; rank 0's streams are a one-process run's.
+    sampler.emplace(&corpus.train, B, T, dist::rank_seed(cfg.seed, rank), "train split");
+    model.dropout_rng().set_state(dist::rank_seed(model.dropout_rng().state(), rank));
+
+    if (opt.resume) {
+      if (!fs::exists(ck_path)) throw TrainError(out_dir + ": --resume but there is no checkpoint.h5 to resume from");
+      H5File f = H5File::open_read(ck_path);
+      TrainConfig saved = read_train_config(f);
+      if (!(saved.model == cfg.model))
+        throw CheckpointError(ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
+      load_training_checkpoint(f, model, *optim, st);
+      if (rank == 0) {
+        sampler->set_state(st.sampler_state);
+      } else if (rank < st.world_size) {  // this rank's own streams, where it left them
+        sampler->set_state(st.rank_sampler_states.at(rank - 1));
+        model.dropout_rng().set_state(st.rank_dropout_rngs.at(rank - 1));
+      } else {  // a rank the saved run did not have: fresh streams, distinct from any used before
+        const uint64_t epoch = static_cast<uint64_t>(st.step) + 1;
+        sampler.emplace(&corpus.train, B, T, dist::rank_seed(cfg.seed, rank, epoch), "train split");
+        model.dropout_rng().set_state(dist::rank_seed(cfg.seed ^ 0xD50D0u, rank, epoch));
+      }
+      if (lead && st.world_size != world && !quiet)
+        std::printf("%sresuming a %d-rank run with %d rank%s: ranks below %d continue their data streams%s\n",
+                    opt.label.c_str(), st.world_size, world, world > 1 ? "s" : "", std::min(st.world_size, world),
+                    world > st.world_size ? ", the others start new ones" : "");
+      if (lead) trim_metrics(metrics_path, st.step);
+    } else if (lead) {
+      std::ofstream(metrics_path, std::ios::trunc);
+    }
+    if (lead) metrics.emplace(metrics_path);
+  };
+  std::string setup_error;
+  try {
+    set_up();
+  } catch (const std::exception& e) {
+    if (!multi) throw;
+    setup_error = e.what();
   }
-  MetricsLog metrics(metrics_path);
+  dist::agree(setup_error);
+  if (multi) agree_on_start(params, cfg, corpus);
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t n_eval = cfg.eval_iters * B;
@@ -186,32 +300,46 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
   const std::vector<int64_t> train_windows = pick_windows(corpus.train, cfg.seed + 11);
 
   const ModelCost cost = model_cost(cfg.model);
-  const double peak = cfg.peak_flops > 0 ? cfg.peak_flops : measured_peak_flops();
-  const double tokens_per_step = static_cast<double>(B * T * cfg.grad_accum);
+  // The job's peak: every rank measures its own share at once (so they compete as in training).
+  double peak = cfg.peak_flops > 0 ? cfg.peak_flops : measured_peak_flops();
+  dist::allreduce_sum(&peak, 1);
+  const double tokens_per_step = static_cast<double>(B * T * cfg.grad_accum * world);
   const LrSchedule sched = cfg.schedule();
   const float inv_accum = 1.0f / static_cast<float>(cfg.grad_accum);
 
   TrainResult res;
   std::vector<double> rates;
-  auto save = [&] {
+  std::optional<GradReducer> reducer;
+  if (multi) reducer.emplace(params);
+  auto save = [&] {  // a collective: rank 0 gathers every rank's streams, then writes alone
+    const std::vector<std::string> streams = dist::gather(std::to_string(model.dropout_rng().state()) + "\n" + sampler->state());
+    if (!lead) return;
     st.dropout_rng = model.dropout_rng().state();
-    st.sampler_state = sampler.state();
+    st.sampler_state = sampler->state();
+    st.world_size = world;
+    st.rank_dropout_rngs.clear();
+    st.rank_sampler_states.clear();
+    for (int r = 1; r < world; r++) {
+      const size_t nl = streams[r].find('\n');
+      st.rank_dropout_rngs.push_back(std::stoull(streams[r].substr(0, nl)));
+      st.rank_sampler_states.push_back(streams[r].substr(nl + 1));
+    }
     save_training_checkpoint(ck_path, model, *optim, cfg, st, corpus.tok);
   };
   auto evaluate = [&](nlohmann::json& rec) {
-    const double vl = evaluate_windows(model, corpus.val, val_windows, T, B);
-    const double tl = evaluate_windows(model, corpus.train, train_windows, T, B);
+    const double vl = evaluate_windows(model, corpus.val, val_windows, T, B, multi);
+    const double tl = evaluate_windows(model, corpus.train, train_windows, T, B, multi);
     rec["val_loss"] = vl;
     rec["train_loss_eval"] = tl;
     res.val_loss = vl;
-    if (!opt.quiet)
+    if (!quiet)
       std::printf("%sstep %ld: train loss %.4f, val loss %.4f\n", opt.label.c_str(), static_cast<long>(st.step), tl, vl);
   };
 
   if (!opt.resume && cfg.max_iters > 0) {
     nlohmann::json rec{{"step", 0}};
     evaluate(rec);
-    metrics.write(rec);
+    if (lead) metrics->write(rec);
   }
   auto t_log = Clock::now();
   int64_t steps_since_log = 0;
@@ -221,16 +349,24 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     const double lr = lr_at(st.step, sched);
     double loss_sum = 0;
     for (int64_t m = 0; m < cfg.grad_accum; m++) {
-      sampler.next(x, y);
+      sampler->next(x, y);
       Var loss = model.loss(x, y);
       loss_sum += loss.item();
       backward(cfg.grad_accum > 1 ? mul(loss, inv_accum) : loss);
     }
-    const double step_loss = loss_sum / static_cast<double>(cfg.grad_accum);
+    double step_loss = loss_sum / static_cast<double>(cfg.grad_accum);
+    bool stopping = false;
+    if (multi) {  // every rank leaves with the same gradients, loss and decision to stop
+      const auto t_comm = Clock::now();
+      std::tie(step_loss, stopping) = reducer->reduce(step_loss, stop_requested());
+      res.comm_seconds += seconds_since(t_comm);
+    }
     if (!std::isfinite(step_loss)) {
       Tape::get().clear();
-      throw TrainError("step " + std::to_string(st.step) + ": loss is " + (std::isnan(step_loss) ? "NaN" : "Inf") +
-                       "; stopping (the last good checkpoint, if any, is " + ck_path + ")");
+      const std::string msg = "step " + std::to_string(st.step) + ": loss is " + (std::isnan(step_loss) ? "NaN" : "Inf") +
+                              "; stopping (the last good checkpoint, if any, is " + ck_path + ")";
+      if (multi) throw dist::AgreedError(msg, lead);
+      throw TrainError(msg);
     }
     if (cfg.grad_clip > 0) clip_grad_norm(params, cfg.grad_clip);
     optim->step(lr);
@@ -239,9 +375,10 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     st.tokens_seen += static_cast<int64_t>(tokens_per_step);
     res.last_train_loss = step_loss;
     steps_since_log++;
+    if (multi && opt.check_sync) check_ranks_in_sync(params, st.step);
 
     const bool last = st.step == cfg.max_iters;
-    const bool stopping = stop_requested();
+    if (!multi) stopping = stop_requested();
     if (st.step % cfg.log_interval == 0 || last || stopping || st.step % cfg.eval_interval == 0) {
       const double dt = seconds_since(t_log);
       const double tps = steps_since_log * tokens_per_step / std::max(dt, 1e-9);
@@ -250,26 +387,38 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
       steps_since_log = 0;
       nlohmann::json rec{{"step", st.step}, {"train_loss", step_loss}, {"lr", lr}, {"tokens_per_s", tps}};
       if (st.step % cfg.eval_interval == 0 || last) evaluate(rec);
-      metrics.write(rec);
-      if (!opt.quiet) {
+      if (lead) metrics->write(rec);
+      if (!quiet) {
         const double done = static_cast<double>(st.step - first_step);
         const double eta = done > 0 ? seconds_since(t_start) / done * (cfg.max_iters - st.step) : 0;
-        std::printf("%sstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% | ETA %s\n", opt.label.c_str(),
+        std::string comm;
+        if (multi) {
+          char b[48];
+          std::snprintf(b, sizeof b, " | all-reduce %.0f%%", 100.0 * res.comm_seconds / seconds_since(t_start));
+          comm = b;
+        }
+        std::printf("%sstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%%%s | ETA %s\n", opt.label.c_str(),
                     static_cast<long>(st.step), static_cast<long>(cfg.max_iters), step_loss, lr, tps,
-                    100.0 * tps * cost.train_flops_per_token / peak, fmt_duration(eta).c_str());
+                    100.0 * tps * cost.train_flops_per_token / peak, comm.c_str(), fmt_duration(eta).c_str());
         std::fflush(stdout);
       }
     }
     if (st.step % cfg.checkpoint_interval == 0 || last || stopping) save();
     if (stopping && !last) {
       res.interrupted = true;
-      if (!opt.quiet)
+      if (!quiet)
         std::printf("%sstopped by signal at step %ld; checkpoint written to %s\n", opt.label.c_str(),
                     static_cast<long>(st.step), ck_path.c_str());
       break;
     }
   }
-  if (st.step >= cfg.max_iters && !fs::exists(ck_path)) save();  // max_iters = 0: weights as they start
+  bool have_checkpoint = fs::exists(ck_path);
+  if (multi) {  // only rank 0 need see the file
+    double h = have_checkpoint && lead ? 1 : 0;
+    dist::allreduce_sum(&h, 1);
+    have_checkpoint = h > 0;
+  }
+  if (st.step >= cfg.max_iters && !have_checkpoint) save();  // max_iters = 0: weights as they start
   res.steps = st.step;
   res.seconds = seconds_since(t_start);
   if (!rates.empty()) {

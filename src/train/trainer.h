@@ -24,6 +24,7 @@ struct TrainResult {
   double seconds = 0;           // wall time of this call
   double tokens_per_s = 0;      // median over logged intervals
   bool interrupted = false;     // stopped by a signal, checkpoint written
+  double comm_seconds = 0;      // spent in the gradient all-reduce (multi-rank runs)
 };
 
 struct TrainOptions {
@@ -32,19 +33,29 @@ struct TrainOptions {
   const GPT* init_from = nullptr;         // start from these weights instead of the init
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines
+  bool check_sync = false;                // multi-rank: compare every rank's weights after every step
 };
 
 /// Loss (mean over batches) of `model` on the given windows of `data`, in eval mode, no tape.
+/// With split_across_ranks (a collective in a multi-rank job) each rank evaluates every N-th
+/// batch and the sums are reduced, so every rank gets the same number as one process would.
 double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
-                        int64_t batch);
+                        int64_t batch, bool split_across_ranks = false);
 
 /// The sgemm throughput of this machine at the current thread count (FLOP/s), measured once.
 double measured_peak_flops();
 
 /// Trains per cfg on the corpus, writing out_dir/checkpoint.h5 and out_dir/metrics.jsonl.
+/// In a multi-rank job (dist::multi()) every rank calls it: each rank draws batch_size windows
+/// per micro-step from its own stream, gradients are averaged over ranks before clipping, and
+/// rank 0 alone writes checkpoints, metrics and progress.
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt = {});
 
-/// Installs the SIGINT/SIGTERM handler that asks the running loop to stop after its step.
+/// A collective (--check-sync): compares a checksum of every parameter across ranks and throws
+/// dist::AgreedError naming the first parameter that differs.
+void check_ranks_in_sync(const NamedParams& params, int64_t step);
+
+/// Installs the SIGINT/SIGTERM/SIGUSR1 handler that asks the running loop to stop after its step.
 void install_stop_handler();
 bool stop_requested();
 /// Forgets a stop request (after the caller has acted on it).
