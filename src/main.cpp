@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
 
 #include "autograd/blas.h"
 #include "autograd/gradcheck.h"
@@ -114,17 +116,31 @@ int main(int argc, char** argv) {
 
   auto* demo = app.add_subcommand("demo", "a tiny forward/backward with a gradient check");
 
+  std::optional<CLI::ParseError> parse_error;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (dist::rank() == 0) return app.exit(e);  // every rank parsed the same words
-    return e.get_exit_code();
+    if (!dist::multi()) return app.exit(e);
+    parse_error = e;
   }
-  if (dist::multi() && !*train) {
-    if (dist::rank() == 0)
-      std::fprintf(stderr, "tapelm: error: only `tapelm train` runs on more than one MPI rank (this job has %d)\n",
-                   dist::size());
-    return 1;
+  if (dist::multi()) {  // one decision for the whole job: a rank that left alone would hang the rest
+    std::string why;    // this rank's reason not to train, "" if none
+    const bool help = parse_error && parse_error->get_exit_code() == 0;
+    if (parse_error) {
+      std::ostringstream out, err;
+      app.exit(*parse_error, out, err);
+      why = help ? out.str() : err.str();
+      if (!help) why = why.substr(0, why.find('\n'));
+    } else if (!*train) {
+      why = "only `tapelm train` runs on more than one MPI rank (this job has " + std::to_string(dist::size()) + ")";
+    }
+    try {
+      dist::agree(why);
+    } catch (const dist::AgreedError& e) {
+      if (e.print_here && help) std::fputs(why.c_str(), stdout);
+      else if (e.print_here) std::fprintf(stderr, "tapelm: error: %s\n", e.what());
+      return help ? 0 : 1;
+    }
   }
   try {
     set_num_threads(threads);

@@ -28,14 +28,18 @@ namespace {
 // mpirun, allowed as root and on fewer cores than ranks. In the sanitizer build, OpenMPI's own
 // allocations that outlive MPI_Finalize are suppressed (tests/lsan_mpi.supp); to name them, its
 // plugins stay loaded and stacks are unwound in full. Our code's leaks are still reported.
-std::string launcher() {
-  return std::string("OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" "
-                     "LSAN_OPTIONS=suppressions=") +
+// A job that hangs (a collective one rank never reaches) is killed after 300 s and fails.
+std::string launcher(bool with_timeout = true) {
+  return std::string(with_timeout ? "timeout -k 10 300 " : "") +
+         "env OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" "
+         "LSAN_OPTIONS=suppressions=" +
          TAPELM_SOURCE_DIR + "/tests/lsan_mpi.supp:print_suppressions=0 " + TAPELM_MPIEXEC +
          " --allow-run-as-root --oversubscribe --bind-to none ";
 }
 // Two ranks of one thread each on however many cores CI has.
-std::string mpirun(int np) { return launcher() + "-np " + std::to_string(np) + " "; }
+std::string mpirun(int np, bool with_timeout = true) {
+  return launcher(with_timeout) + "-np " + std::to_string(np) + " ";
+}
 std::string binary() { return TAPELM_BINARY; }
 std::string tiny_text() { return data_path("tiny.txt"); }
 
@@ -85,7 +89,7 @@ struct Job {
     pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);
-      const std::string line = "exec env " + cmd + " >" + log + " 2>&1";  // env: cmd may start with VAR=value
+      const std::string line = "exec " + cmd + " >" + log + " 2>&1";
       ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -210,15 +214,15 @@ BOOST_AUTO_TEST_CASE(resume_on_two_ranks_is_bit_exact) {
   TempDir d;
   const std::string cfg8 = write_config(d, "c8.json", small_config(8, 0.1));
   const std::string cfg4 = write_config(d, "c4.json", small_config(4, 0.1));
-  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "straight")).code == 0);
-  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg4, d / "split")).code == 0);
+  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "straight") + " --check-sync").code == 0);
+  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg4, d / "split") + " --check-sync").code == 0);
   {
     H5File f = H5File::open_read(d / "split/checkpoint.h5");
     BOOST_TEST(f.read_attr_int("/train", "world_size") == 2);
     BOOST_TEST(f.exists("/train/rank_1/sampler_state"));
   }
   fs::copy(d / "split", d / "split_copy");
-  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "split") + " --resume");
+  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "split") + " --resume --check-sync");
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto a = train_losses(d / "straight"), b = train_losses(d / "split");
   BOOST_REQUIRE(a.size() == 8u);
@@ -243,15 +247,34 @@ BOOST_AUTO_TEST_CASE(one_process_checkpoint_resumes_on_two_ranks) {
   TempDir d;
   const std::string cfg = write_config(d, "c.json", small_config(4, 0.1));
   BOOST_REQUIRE(run_cli(train_args(cfg, d / "run")).code == 0);
-  Run r = run_shell(mpirun(2) + binary() + " " +
-                    train_args(cfg, d / "run") + " --resume --set max_iters=7");
+  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") + " --resume --check-sync --set max_iters=7");
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
-  H5File f = H5File::open_read(d / "run/checkpoint.h5");
-  BOOST_TEST(f.read_attr_int("/train", "step") == 7);
-  BOOST_TEST(f.read_attr_int("/train", "world_size") == 2);
+  {
+    H5File f = H5File::open_read(d / "run/checkpoint.h5");
+    BOOST_TEST(f.read_attr_int("/train", "step") == 7);
+    BOOST_TEST(f.read_attr_int("/train", "world_size") == 2);
+    // Rank 1 joined with a stream of its own, not a copy of rank 0's.
+    BOOST_TEST(f.read_bytes("/train/rank_1/sampler_state") != f.read_bytes("/train/sampler_state"));
+  }
   const auto losses = train_losses(d / "run");
   BOOST_TEST(losses.size() == 7u);
   for (double l : losses) BOOST_TEST(std::isfinite(l));
+
+  // Grow to three ranks (rank 2 starts a stream; 0 and 1 continue theirs), then shrink to two.
+  Run three = run_shell(mpirun(3) + binary() + " " + train_args(cfg, d / "run") + " --resume --check-sync --set max_iters=9");
+  BOOST_REQUIRE_MESSAGE(three.code == 0, three.err);
+  {
+    H5File f = H5File::open_read(d / "run/checkpoint.h5");
+    BOOST_TEST(f.read_attr_int("/train", "world_size") == 3);
+    BOOST_TEST(f.exists("/train/rank_2/sampler_state"));
+    BOOST_TEST(f.read_bytes("/train/rank_2/sampler_state") != f.read_bytes("/train/rank_1/sampler_state"));
+  }
+  Run two = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") + " --resume --check-sync --set max_iters=10");
+  BOOST_REQUIRE_MESSAGE(two.code == 0, two.err);
+  H5File f = H5File::open_read(d / "run/checkpoint.h5");
+  BOOST_TEST(f.read_attr_int("/train", "step") == 10);
+  BOOST_TEST(f.read_attr_int("/train", "world_size") == 2);
+  BOOST_TEST(!f.exists("/train/rank_2"));
 }
 
 // A bad config on one rank only (MPMD launch): that rank's message, once; no checkpoint.
@@ -274,8 +297,26 @@ BOOST_AUTO_TEST_CASE(a_bad_config_on_one_rank_ends_the_job) {
                      train_args(good, d / "run2") + " --set learning_rate=0.001");
   BOOST_TEST(r2.code == 1, r2.err);
   BOOST_TEST(tapelm_error_lines(r2.err) == 1, r2.err);
-  BOOST_TEST(r2.err.find("rank 1 of 2: its training config or data differ from rank 0's") != std::string::npos, r2.err);
+  BOOST_TEST(r2.err.find("rank 1 of 2: its training config differs from rank 0's") != std::string::npos, r2.err);
   BOOST_TEST(!fs::exists(d / "run2/checkpoint.h5"));
+}
+
+// A bad flag, or another subcommand, on one rank only: one line from that rank, and no hang.
+BOOST_AUTO_TEST_CASE(a_bad_command_line_on_one_rank_ends_the_job) {
+  TempDir d;
+  const std::string good = write_config(d, "good.json", small_config(4, 0.0));
+  Run r = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run") + " : -np 1 " + binary() + " " +
+                    train_args(good, d / "run") + " --bogus-flag");
+  BOOST_TEST(r.code == 1, r.err);
+  BOOST_TEST(tapelm_error_lines(r.err) == 1, r.err);
+  BOOST_TEST(r.err.find("rank 1 of 2") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("--bogus-flag") != std::string::npos, r.err);
+  Run mixed = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run") + " : -np 1 " + binary() +
+                        " inspect " + data_path("fixtures/mha.h5"));
+  BOOST_TEST(mixed.code == 1, mixed.err);
+  BOOST_TEST(tapelm_error_lines(mixed.err) == 1, mixed.err);
+  BOOST_TEST(mixed.err.find("rank 1 of 2: only `tapelm train`") != std::string::npos, mixed.err);
+  BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
 }
 
 // Errors every rank meets alike are reported once.
@@ -307,7 +348,7 @@ BOOST_AUTO_TEST_CASE(a_killed_rank_ends_the_job_and_the_checkpoint_survives) {
   j["log_interval"] = 1000;
   j["eval_interval"] = 1000000;
   const std::string cfg = write_config(d, "c.json", j);
-  Job job(mpirun(2) + binary() + " " + train_args(cfg, d / "killrun"), d / "log");
+  Job job(mpirun(2, false) + binary() + " " + train_args(cfg, d / "killrun"), d / "log");
   BOOST_REQUIRE_MESSAGE(wait_for_file(d / "killrun/checkpoint.h5", 60), slurp(d / "log"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const pid_t victim = find_rank(d / "killrun", 1);
@@ -317,9 +358,18 @@ BOOST_AUTO_TEST_CASE(a_killed_rank_ends_the_job_and_the_checkpoint_survives) {
   BOOST_TEST(code != -1, "the job did not end within 60 s of losing a rank");
   BOOST_TEST(code != 0);
   GPT m = load_weights(d / "killrun/checkpoint.h5");  // throws if the file is damaged
-  H5File f = H5File::open_read(d / "killrun/checkpoint.h5");
-  BOOST_TEST(f.read_attr_int("/train", "step") % 10 == 0);
+  int64_t step = 0;
+  {
+    H5File f = H5File::open_read(d / "killrun/checkpoint.h5");
+    step = f.read_attr_int("/train", "step");
+  }
+  BOOST_TEST(step % 10 == 0);
   BOOST_TEST(run_cli("inspect " + (d / "killrun/checkpoint.h5")).code == 0);
+  // The run resumes (here as one process), and a temp file a killed write left is cleared away.
+  Run r = run_cli(train_args(cfg, d / "killrun") + " --resume --set max_iters=" + std::to_string(step + 2));
+  BOOST_TEST(r.code == 0, r.err);
+  for (const auto& e : fs::directory_iterator(d / "killrun"))
+    BOOST_TEST(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
 }
 
 // SIGUSR1 to mpirun reaches every rank: they finish the step, rank 0 saves, all exit 0.
@@ -330,7 +380,7 @@ BOOST_AUTO_TEST_CASE(sigusr1_stops_every_rank_cleanly) {
   j["log_interval"] = 1000;
   j["eval_interval"] = 1000000;
   const std::string cfg = write_config(d, "c.json", j);
-  Job job(mpirun(2) + binary() + " train --config " + cfg + " --data " + tiny_text() + " --out " + (d / "run"), d / "log");
+  Job job(mpirun(2, false) + binary() + " train --config " + cfg + " --data " + tiny_text() + " --out " + (d / "run"), d / "log");
   BOOST_REQUIRE_MESSAGE(wait_for_file(d / "run/checkpoint.h5", 60), slurp(d / "log"));
   ::kill(job.pid, SIGUSR1);
   const int code = job.wait(60);

@@ -36,19 +36,35 @@ uint64_t mix(uint64_t z) {
 }
 }  // namespace
 
-bool launched_by_mpi() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr; }
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
 
 Session::Session(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
   int done = 0;
   MPI_Initialized(&done);
-  if (done) return;
-  int provided = 0;
-  // Only the main thread calls MPI; OpenMP threads work between the calls.
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
-  g_initialised = true;
+  if (!done) {
+    int provided = 0;
+    // Only the main thread calls MPI; OpenMP threads work between the calls.
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    g_initialised = true;
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  // A launcher this MPI library cannot talk to (MPICH's, say) would start N separate worlds of
+  // one, each training alone and writing the same files: refuse instead.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* n = std::getenv(v);
+    if (n && std::atoi(n) > 1 && g_size == 1) {
+      std::fprintf(stderr, "tapelm: error: started as one of %s processes (%s) but MPI sees a world of 1: "
+                           "launch with this OpenMPI's mpirun\n", n, v);
+      if (g_initialised) MPI_Finalize();
+      std::exit(1);
+    }
+  }
 }
 
 Session::~Session() {

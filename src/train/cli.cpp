@@ -68,6 +68,7 @@ Loaded load_checkpoint(const std::string& path) {
 }  // namespace
 
 int run_train(const TrainArgs& a, int threads) {
+  install_stop_handler();  // first, so a signal during set-up cannot kill one rank of a job
   Corpus corpus;
   TrainConfig cfg;
   std::string setup_error;
@@ -89,10 +90,9 @@ int run_train(const TrainArgs& a, int threads) {
     cfg = TrainConfig::from_json(j);
   } catch (const std::exception& e) {
     if (!dist::multi()) throw;
-    setup_error = e.what();
+    setup_error = *e.what() ? e.what() : "unknown error";
   }
   dist::agree(setup_error);
-  install_stop_handler();
   TrainOptions opt;
   opt.resume = a.resume;
   opt.quiet = a.quiet;

@@ -151,16 +151,31 @@ class GradReducer {
 };
 
 // Rank 0's weights to every rank, and a check that every rank runs the same config on the same data.
-void agree_on_start(const NamedParams& params, const TrainConfig& cfg, const Corpus& corpus) {
-  std::string mine = cfg.to_json().dump() + "|" + corpus.tok.to_json() + "|" + std::to_string(corpus.train.size()) + "|" +
-                     std::to_string(corpus.val.size()) + "|" +
-                     std::to_string(dist::checksum(corpus.train.data(), corpus.train.size() * sizeof(int32_t)));
+// Every rank must also hold the same resumed state and options, or their collectives would differ.
+void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
+                    const Corpus& corpus, const TrainOptions& opt) {
+  auto sum = [](const std::vector<int32_t>& v) { return std::to_string(dist::checksum(v.data(), v.size() * 4)); };
+  const std::string data = corpus.tok.to_json() + "|" + sum(corpus.train) + "|" + sum(corpus.val);
+  uint64_t moments = 0;
+  for (const std::string& key : optim.state_keys())
+    for (const auto& [name, t] : optim.state(key))
+      moments = moments * 31 + dist::checksum(t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+  const std::string state = std::to_string(st.step) + "|" + std::to_string(st.tokens_seen) + "|" +
+                            std::to_string(optim.steps()) + "|" + std::to_string(moments) + "|" +
+                            std::to_string(opt.resume) + std::to_string(opt.check_sync);
+  const std::string mine = cfg.to_json().dump() + "#" + data + "#" + state;
   std::string lead = mine;
   dist::broadcast(lead);
   std::string err;
   if (mine != lead) {
-    err = "its training config or data differ from rank 0's";
-    if (cfg.to_json().dump() != lead.substr(0, lead.find('|'))) err += " (config: " + cfg.to_json().dump() + ")";
+    const size_t a = lead.find('#'), b = lead.find('#', a + 1);
+    if (cfg.to_json().dump() != lead.substr(0, a))
+      err = "its training config differs from rank 0's (config: " + cfg.to_json().dump() + ")";
+    else if (data != lead.substr(a + 1, b - a - 1))
+      err = "its data differ from rank 0's (another corpus or tokenizer)";
+    else
+      err = "its resumed state or options differ from rank 0's (step " + std::to_string(st.step) +
+            "; is RUN_DIR the same file on every rank? are --resume and --check-sync given to all?)";
   }
   dist::agree(err);
   for (const auto& [name, p] : params) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
@@ -210,7 +225,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
   const int64_t B = cfg.batch_size, T = cfg.model.block_size;
   GPT model(cfg.model, cfg.seed);
   NamedParams params = model.named_parameters();
-  std::unique_ptr<Optimizer> optim = cfg.make_optimizer(params);
+  std::unique_ptr<Optimizer> optim;
   std::optional<BatchSampler> sampler;
   TrainState st;
   st.extra_json = opt.extra_json;
@@ -219,6 +234,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
   // Set-up: anything that fails here fails before the first collective, so in a multi-rank job
   // every rank learns of it at dist::agree and the job ends with the failing rank's message.
   auto set_up = [&] {
+    optim = cfg.make_optimizer(params);
     if (corpus.tok.vocab_size() > cfg.model.vocab_size)
       throw ConfigError("the corpus has " + std::to_string(corpus.tok.vocab_size()) + " symbols but vocab_size is " +
                         std::to_string(cfg.model.vocab_size));
@@ -234,6 +250,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
       if (!t) throw TrainError(out_dir + ": run directory is not writable");
       t.close();
       fs::remove(probe, ec);
+      // Temp files of a checkpoint write that a killed job left behind (the checkpoint is intact).
+      for (const auto& e : fs::directory_iterator(out_dir, ec))
+        if (e.path().filename().string().rfind("checkpoint.h5.tmp.", 0) == 0) fs::remove(e.path(), ec);
     }
 
     if (opt.init_from) {
@@ -283,10 +302,10 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     set_up();
   } catch (const std::exception& e) {
     if (!multi) throw;
-    setup_error = e.what();
+    setup_error = *e.what() ? e.what() : "unknown error";
   }
   dist::agree(setup_error);
-  if (multi) agree_on_start(params, cfg, corpus);
+  if (multi) agree_on_start(params, *optim, st, cfg, corpus, opt);
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t n_eval = cfg.eval_iters * B;
