@@ -25,13 +25,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// mpirun, allowed as root and on fewer cores than ranks. In the sanitizer build, OpenMPI's own
+// mpirun, allowed as root and on fewer cores than ranks, with shared-memory copies that need no
+// ptrace permission (containers often deny it). In the sanitizer build, OpenMPI's own
 // allocations that outlive MPI_Finalize are suppressed (tests/lsan_mpi.supp); to name them, its
 // plugins stay loaded and stacks are unwound in full. Our code's leaks are still reported.
 // A job that hangs (a collective one rank never reaches) is killed after 300 s and fails.
 std::string launcher(bool with_timeout = true) {
   return std::string(with_timeout ? "timeout -k 10 300 " : "") +
-         "env OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" "
+         "env OMPI_MCA_mca_base_component_disable_dlclose=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+         "ASAN_OPTIONS=\"${ASAN_OPTIONS}:fast_unwind_on_malloc=0\" "
          "LSAN_OPTIONS=suppressions=" +
          TAPELM_SOURCE_DIR + "/tests/lsan_mpi.supp:print_suppressions=0 " + TAPELM_MPIEXEC +
          " --allow-run-as-root --oversubscribe --bind-to none ";
