@@ -70,6 +70,27 @@ int tapelm_error_lines(const std::string& err) {
   return n;
 }
 
+// A run that goes on until stopped, with a checkpoint every 10 steps.
+std::string endless_config(const TempDir& d) {
+  nlohmann::json j = small_config(100000000, 0.0);
+  j["checkpoint_interval"] = 10;
+  j["log_interval"] = 1000;
+  j["eval_interval"] = 1000000;
+  return write_config(d, "endless.json", j);
+}
+
+// Rank 0 and rank 1 started with different arguments (an MPMD launch).
+Run mpmd(const std::string& rank0_args, const std::string& rank1_args) {
+  return run_shell(launcher() + "-np 1 " + binary() + " " + rank0_args + " : -np 1 " + binary() + " " + rank1_args);
+}
+
+// The job failed with exit 1 and exactly one line from tapelm, containing `part`.
+void expect_job_error(const Run& r, const std::string& part) {
+  BOOST_TEST(r.code == 1, r.err);
+  BOOST_TEST(tapelm_error_lines(r.err) == 1, r.err);
+  BOOST_TEST(r.err.find(part) != std::string::npos, "stderr lacks '" << part << "': " << r.err);
+}
+
 std::vector<double> train_losses(const std::string& run_dir) {
   std::vector<double> out;
   for (const auto& rec : read_metrics(run_dir + "/metrics.jsonl"))
@@ -286,20 +307,13 @@ BOOST_AUTO_TEST_CASE(a_bad_config_on_one_rank_ends_the_job) {
   nlohmann::json bad = small_config(4, 0.0);
   bad["bogus_key"] = 1;
   const std::string badp = write_config(d, "bad.json", bad);
-  Run r = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run") + " : -np 1 " + binary() + " " +
-                    train_args(badp, d / "run"));
-  BOOST_TEST(r.code == 1, r.err);
-  BOOST_TEST(tapelm_error_lines(r.err) == 1, r.err);
-  BOOST_TEST(r.err.find("tapelm: error: rank 1 of 2:") != std::string::npos, r.err);
+  Run r = mpmd(train_args(good, d / "run"), train_args(badp, d / "run"));
+  expect_job_error(r, "tapelm: error: rank 1 of 2:");
   BOOST_TEST(r.err.find("bogus_key") != std::string::npos, r.err);
   BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
-
   // Two valid but different configs would train two different models: refused.
-  Run r2 = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run2") + " : -np 1 " + binary() + " " +
-                     train_args(good, d / "run2") + " --set learning_rate=0.001");
-  BOOST_TEST(r2.code == 1, r2.err);
-  BOOST_TEST(tapelm_error_lines(r2.err) == 1, r2.err);
-  BOOST_TEST(r2.err.find("rank 1 of 2: its training config differs from rank 0's") != std::string::npos, r2.err);
+  expect_job_error(mpmd(train_args(good, d / "run2"), train_args(good, d / "run2") + " --set learning_rate=0.001"),
+                   "rank 1 of 2: its training config differs from rank 0's");
   BOOST_TEST(!fs::exists(d / "run2/checkpoint.h5"));
 }
 
@@ -307,17 +321,9 @@ BOOST_AUTO_TEST_CASE(a_bad_config_on_one_rank_ends_the_job) {
 BOOST_AUTO_TEST_CASE(a_bad_command_line_on_one_rank_ends_the_job) {
   TempDir d;
   const std::string good = write_config(d, "good.json", small_config(4, 0.0));
-  Run r = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run") + " : -np 1 " + binary() + " " +
-                    train_args(good, d / "run") + " --bogus-flag");
-  BOOST_TEST(r.code == 1, r.err);
-  BOOST_TEST(tapelm_error_lines(r.err) == 1, r.err);
-  BOOST_TEST(r.err.find("rank 1 of 2") != std::string::npos, r.err);
-  BOOST_TEST(r.err.find("--bogus-flag") != std::string::npos, r.err);
-  Run mixed = run_shell(launcher() + "-np 1 " + binary() + " " + train_args(good, d / "run") + " : -np 1 " + binary() +
-                        " inspect " + data_path("fixtures/mha.h5"));
-  BOOST_TEST(mixed.code == 1, mixed.err);
-  BOOST_TEST(tapelm_error_lines(mixed.err) == 1, mixed.err);
-  BOOST_TEST(mixed.err.find("rank 1 of 2: only `tapelm train`") != std::string::npos, mixed.err);
+  expect_job_error(mpmd(train_args(good, d / "run"), train_args(good, d / "run") + " --bogus-flag"), "--bogus-flag");
+  expect_job_error(mpmd(train_args(good, d / "run"), "inspect " + data_path("fixtures/mha.h5")),
+                   "rank 1 of 2: only `tapelm train`");
   BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
 }
 
@@ -345,11 +351,7 @@ BOOST_AUTO_TEST_CASE(errors_on_every_rank_are_reported_once) {
 // SIGKILL one rank mid-run: the job ends (no hang) with a failure and the checkpoint still loads.
 BOOST_AUTO_TEST_CASE(a_killed_rank_ends_the_job_and_the_checkpoint_survives) {
   TempDir d;
-  nlohmann::json j = small_config(100000000, 0.0);
-  j["checkpoint_interval"] = 10;
-  j["log_interval"] = 1000;
-  j["eval_interval"] = 1000000;
-  const std::string cfg = write_config(d, "c.json", j);
+  const std::string cfg = endless_config(d);
   Job job(mpirun(2, false) + binary() + " " + train_args(cfg, d / "killrun"), d / "log");
   BOOST_REQUIRE_MESSAGE(wait_for_file(d / "killrun/checkpoint.h5", 60), slurp(d / "log"));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -377,11 +379,7 @@ BOOST_AUTO_TEST_CASE(a_killed_rank_ends_the_job_and_the_checkpoint_survives) {
 // SIGUSR1 to mpirun reaches every rank: they finish the step, rank 0 saves, all exit 0.
 BOOST_AUTO_TEST_CASE(sigusr1_stops_every_rank_cleanly) {
   TempDir d;
-  nlohmann::json j = small_config(100000000, 0.0);
-  j["checkpoint_interval"] = 10;
-  j["log_interval"] = 1000;
-  j["eval_interval"] = 1000000;
-  const std::string cfg = write_config(d, "c.json", j);
+  const std::string cfg = endless_config(d);
   Job job(mpirun(2, false) + binary() + " train --config " + cfg + " --data " + tiny_text() + " --out " + (d / "run"), d / "log");
   BOOST_REQUIRE_MESSAGE(wait_for_file(d / "run/checkpoint.h5", 60), slurp(d / "log"));
   ::kill(job.pid, SIGUSR1);
