@@ -141,9 +141,6 @@ class GradReducer {
     }
     return {static_cast<double>(buf_[n_]) * inv, buf_[n_ + 1] > 0};
   }
-  /// Bytes each rank contributes per step.
-  size_t bytes() const { return buf_.size() * sizeof(float); }
-
  private:
   const NamedParams& params_;
   size_t n_ = 0;
