@@ -84,14 +84,9 @@ int main(int argc, char** argv) {
         "rank_seed() streams collide");
 
   // check_ranks_in_sync: equal weights pass; one changed bit on rank 1 is caught on both ranks.
-  GPTConfig cfg;
-  cfg.vocab_size = 11;
-  cfg.n_layer = 1;
-  cfg.n_head = 2;
-  cfg.n_kv_head = 1;
-  cfg.n_embd = 8;
-  cfg.block_size = 6;
-  GPT model(cfg, 3);
+  GPT model(GPTConfig::from_json({{"vocab_size", 11}, {"n_layer", 1}, {"n_head", 2}, {"n_kv_head", 1},
+                                   {"n_embd", 8}, {"block_size", 6}}),
+            3);
   NamedParams params = model.named_parameters();
   try {
     check_ranks_in_sync(params, 1);
