@@ -13,6 +13,7 @@
 
 #include "data/dataset.h"
 #include "data/tokens.h"
+#include "train/checkpoint.h"
 #include "train/convert.h"
 #include "train/sweep.h"
 #include "train/uptrain.h"
@@ -140,6 +141,10 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
     BOOST_TEST(m1[i]["step"] == m2[i]["step"]);
     if (m1[i].contains("train_loss")) BOOST_TEST(m1[i]["train_loss"].get<double>() == m2[i]["train_loss"].get<double>());
   }
+  BOOST_TEST(m1.back()["val_loss_full"].get<double>() == m2.back()["val_loss_full"].get<double>());
+  bool first_half_closed = false;  // the first call's own last step (4) had its closing evaluation
+  for (const auto& rec : m2) first_half_closed |= rec["step"] == 4 && rec.contains("val_loss_full");
+  BOOST_TEST(first_half_closed);
   H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
   for (const std::string& n : a.list_datasets_recursive("/model")) {
     BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
@@ -160,6 +165,14 @@ BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch
   auto m = read_metrics(d / "run/metrics.jsonl");
   BOOST_TEST(m.front()["val_loss"].get<double>() > r.val_loss + 0.5, "val loss " << m.front()["val_loss"] << " -> " << r.val_loss);
   BOOST_TEST(m.front()["val_loss"].get<double>() == std::log(65.0), tt::tolerance(0.05));
+  // the final evaluation covers the whole val split: the same number as evaluating the saved
+  // weights afresh, on the last record only
+  std::unique_ptr<GPT> saved = load_model(d / "run/checkpoint.h5");
+  BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val));
+  BOOST_TEST(r.val_positions == (static_cast<int64_t>(shakespeare().val.size()) - 1) / 16 * 16);
+  BOOST_TEST(r.val_loss_full != r.val_loss);
+  BOOST_TEST(m.back()["val_loss_full"].get<double>() == r.val_loss_full);
+  for (size_t i = 0; i + 1 < m.size(); i++) BOOST_TEST(!m[i].contains("val_loss_full"), "record " << i);
   // two micro-batches of 4 accumulate to the step one batch of 8 takes (the sampler draws the
   // same 8 windows in the same order); equal up to float summation order
   TrainConfig acc = c, big = c;
@@ -417,7 +430,7 @@ BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   BOOST_TEST(t.out.find("ETA") != std::string::npos);
   auto m = read_metrics(d / "run/metrics.jsonl");
   BOOST_TEST(m.back()["step"] == 3);
-  for (const char* k : {"train_loss", "val_loss", "lr", "tokens_per_s"}) BOOST_TEST(m.back().contains(k), k);
+  for (const char* k : {"train_loss", "val_loss", "lr", "tokens_per_s", "val_loss_full"}) BOOST_TEST(m.back().contains(k), k);
   Run s = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
   BOOST_TEST(s.code == 0, s.err);
   BOOST_TEST(s.out.rfind("ROMEO:", 0) == 0u, s.out);
@@ -432,6 +445,10 @@ BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   BOOST_TEST(e.code == 0, e.err);
   // the val split (111,540 tokens) in non-overlapping windows of 16 positions
   BOOST_TEST(nlohmann::json::parse(e.out)["tokens"].get<int64_t>() == (111540 - 1) / 16 * 16);
+  // train's closing figure is what `eval` says of the checkpoint (other batching: float order only)
+  BOOST_TEST(m.back()["val_loss_full"].get<double>() == nlohmann::json::parse(e.out)["loss"].get<double>(),
+             tt::tolerance(1e-5));
+  BOOST_TEST(t.out.find("val loss on the whole val split") != std::string::npos, t.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

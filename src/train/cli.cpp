@@ -109,8 +109,15 @@ int run_train(const TrainArgs& a, int threads) {
   }
   TrainResult r = train(cfg, corpus, a.out, opt);
   if (talk) {
-    std::printf("%s after %ld steps in %.1fs: val loss %.4f, median %.0f tokens/s\n",
-                r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, r.tokens_per_s);
+    std::string full;
+    if (r.val_loss_full >= 0) {
+      char b[96];
+      std::snprintf(b, sizeof b, ", %.4f on the whole val split", r.val_loss_full);
+      full = b;
+    }
+    std::printf("%s after %ld steps in %.1fs: val loss %.4f (%ld fixed batches)%s, median %.0f tokens/s\n",
+                r.interrupted ? "stopped" : "done", (long)r.steps, r.seconds, r.val_loss, (long)cfg.eval_iters,
+                full.c_str(), r.tokens_per_s);
     if (dist::multi())
       std::printf("gradient all-reduce: %.1fs, %.1f%% of the wall time\n", r.comm_seconds,
                   100.0 * r.comm_seconds / std::max(r.seconds, 1e-9));

@@ -256,6 +256,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       o.quiet = quiet;
       o.label = label;
       o.resume = partial;
+      o.final_eval = false;  // evaluated below, outside the timed training
       TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
       train_seconds = tr.seconds;
       if (tr.interrupted) return false;

@@ -403,6 +403,12 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
       steps_since_log = 0;
       nlohmann::json rec{{"step", st.step}, {"train_loss", step_loss}, {"lr", lr}, {"tokens_per_s", tps}};
       if (st.step % cfg.eval_interval == 0 || last) evaluate(rec);
+      if (last && opt.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
+        const std::vector<int64_t> all = eval_windows(corpus.val, T, "val split");
+        res.val_loss_full = evaluate_windows(model, corpus.val, all, T, kFullEvalBatch, multi);
+        res.val_positions = static_cast<int64_t>(all.size()) * T;
+        rec["val_loss_full"] = res.val_loss_full;
+      }
       if (lead) metrics->write(rec);
       if (!quiet) {
         const double done = static_cast<double>(st.step - first_step);
@@ -416,6 +422,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
         std::printf("%sstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%%%s | ETA %s\n", opt.label.c_str(),
                     static_cast<long>(st.step), static_cast<long>(cfg.max_iters), step_loss, lr, tps,
                     100.0 * tps * cost.train_flops_per_token / peak, comm.c_str(), fmt_duration(eta).c_str());
+        if (res.val_loss_full >= 0 && last)
+          std::printf("%sstep %ld: val loss on the whole val split %.4f (%ld positions)\n", opt.label.c_str(),
+                      static_cast<long>(st.step), res.val_loss_full, static_cast<long>(res.val_positions));
         std::fflush(stdout);
       }
     }

@@ -20,7 +20,9 @@ struct TrainError : std::runtime_error {
 struct TrainResult {
   int64_t steps = 0;            // optimizer steps completed in total
   double last_train_loss = 0;   // of the last step
-  double val_loss = 0;          // at the last evaluation
+  double val_loss = 0;          // at the last evaluation (eval_iters fixed val batches)
+  double val_loss_full = -1;    // on the whole val split after the last step (final_eval), else -1
+  int64_t val_positions = 0;    // positions behind val_loss_full
   double seconds = 0;           // wall time of this call
   double tokens_per_s = 0;      // median over logged intervals
   bool interrupted = false;     // stopped by a signal, checkpoint written
@@ -34,7 +36,12 @@ struct TrainOptions {
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
+  bool final_eval = true;                 // after the last step, also the loss on the whole val split
 };
+
+/// Windows per forward pass when a whole split is evaluated (the trainer's final evaluation,
+/// uptraining and the sweep), so their figures are the same number for the same weights.
+inline constexpr int64_t kFullEvalBatch = 32;
 
 /// Loss (mean over batches) of `model` on the given windows of `data`, in eval mode, no tape.
 /// With split_across_ranks (a collective in a multi-rank job) each rank evaluates every N-th

@@ -47,7 +47,7 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 
 double evaluate_split(GPT& model, const std::vector<int32_t>& split) {
   const int64_t T = model.config().block_size;
-  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32);
+  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, kFullEvalBatch);
 }
 
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
@@ -66,6 +66,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.quiet = o.quiet;
   to.label = o.label;
   to.init_from = converted.get();
+  to.final_eval = false;  // evaluated below, outside the timed training
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
                                  {"kv_heads_from", src.config().n_kv_head},
                                  {"kv_heads", o.kv_heads},
