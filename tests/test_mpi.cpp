@@ -17,7 +17,6 @@
 #include "data/sampler.h"
 #include "dist/dist.h"
 #include "train/trainer.h"
-#include "train/uptrain.h"
 #include "test_util.h"
 
 using namespace tapelm;

@@ -169,7 +169,6 @@ BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch
   // weights afresh, on the last record only
   std::unique_ptr<GPT> saved = load_model(d / "run/checkpoint.h5");
   BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val));
-  BOOST_TEST(r.val_positions == (static_cast<int64_t>(shakespeare().val.size()) - 1) / 16 * 16);
   BOOST_TEST(r.val_loss_full != r.val_loss);
   BOOST_TEST(m.back()["val_loss_full"].get<double>() == r.val_loss_full);
   for (size_t i = 0; i + 1 < m.size(); i++) BOOST_TEST(!m[i].contains("val_loss_full"), "record " << i);

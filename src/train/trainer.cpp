@@ -110,6 +110,11 @@ double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std:
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
+double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks) {
+  const int64_t T = model.config().block_size;
+  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32, split_across_ranks);
+}
+
 namespace {
 // One flat buffer for the gradient all-reduce: every gradient, then the step's loss and the
 // number of ranks asked to stop, so one MPI_Allreduce per step carries every decision.
@@ -404,9 +409,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
       nlohmann::json rec{{"step", st.step}, {"train_loss", step_loss}, {"lr", lr}, {"tokens_per_s", tps}};
       if (st.step % cfg.eval_interval == 0 || last) evaluate(rec);
       if (last && opt.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
-        const std::vector<int64_t> all = eval_windows(corpus.val, T, "val split");
-        res.val_loss_full = evaluate_windows(model, corpus.val, all, T, kFullEvalBatch, multi);
-        res.val_positions = static_cast<int64_t>(all.size()) * T;
+        res.val_loss_full = evaluate_split(model, corpus.val, multi);
         rec["val_loss_full"] = res.val_loss_full;
       }
       if (lead) metrics->write(rec);
@@ -423,8 +426,8 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
                     static_cast<long>(st.step), static_cast<long>(cfg.max_iters), step_loss, lr, tps,
                     100.0 * tps * cost.train_flops_per_token / peak, comm.c_str(), fmt_duration(eta).c_str());
         if (res.val_loss_full >= 0 && last)
-          std::printf("%sstep %ld: val loss on the whole val split %.4f (%ld positions)\n", opt.label.c_str(),
-                      static_cast<long>(st.step), res.val_loss_full, static_cast<long>(res.val_positions));
+          std::printf("%sstep %ld: val loss on the whole val split %.4f\n", opt.label.c_str(), static_cast<long>(st.step),
+                      res.val_loss_full);
         std::fflush(stdout);
       }
     }

@@ -22,7 +22,6 @@ struct TrainResult {
   double last_train_loss = 0;   // of the last step
   double val_loss = 0;          // at the last evaluation (eval_iters fixed val batches)
   double val_loss_full = -1;    // on the whole val split after the last step (final_eval), else -1
-  int64_t val_positions = 0;    // positions behind val_loss_full
   double seconds = 0;           // wall time of this call
   double tokens_per_s = 0;      // median over logged intervals
   bool interrupted = false;     // stopped by a signal, checkpoint written
@@ -39,15 +38,15 @@ struct TrainOptions {
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
 };
 
-/// Windows per forward pass when a whole split is evaluated (the trainer's final evaluation,
-/// uptraining and the sweep), so their figures are the same number for the same weights.
-inline constexpr int64_t kFullEvalBatch = 32;
-
 /// Loss (mean over batches) of `model` on the given windows of `data`, in eval mode, no tape.
 /// With split_across_ranks (a collective in a multi-rank job) each rank evaluates every N-th
 /// batch and the sums are reduced, so every rank gets the same number as one process would.
 double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch, bool split_across_ranks = false);
+
+/// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
+/// `tapelm eval` reports (32 windows per forward pass). With split_across_ranks, a collective.
+double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks = false);
 
 /// The sgemm throughput of this machine at the current thread count (FLOP/s), measured once.
 double measured_peak_flops();

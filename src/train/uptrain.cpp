@@ -45,11 +45,6 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   return c;
 }
 
-double evaluate_split(GPT& model, const std::vector<int32_t>& split) {
-  const int64_t T = model.config().block_size;
-  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, kFullEvalBatch);
-}
-
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
   H5File f = H5File::open_read(from);
   GPT src(read_model_config(f));

@@ -44,7 +44,5 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 /// Converts `from`, uptrains into out_dir (checkpoint.h5, metrics.jsonl) and evaluates.
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o);
 
-/// Loss of the model on the whole split in non-overlapping windows of block_size.
-double evaluate_split(GPT& model, const std::vector<int32_t>& split);
 
 }  // namespace tapelm
