@@ -59,7 +59,7 @@ def train_rate(binary, mpirun, setting, steps, batch, rnd):
                    learning_rate=6e-4, min_lr=6e-5, warmup_iters=10, lr_decay_iters=steps, dropout=0.0)
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
-        common = ["train", "--config", os.path.join(d, "config.json"), "--data", "data/tinyshakespeare.txt",
+        common = ["train", "--config", os.path.join(d, "config.json"), "--data", "corpora/tinyshakespeare.txt",
                   "--out", os.path.join(d, "run")]
         if setting == "2r1t":
             cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "core", "-np", "2",

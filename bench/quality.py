@@ -103,7 +103,7 @@ def main():
     ap.add_argument("--no-variant", action="store_true", help="skip the PyTorch no-decay-embeddings experiment")
     ap.add_argument("--binary", default="build/tapelm")
     ap.add_argument("--config", default="configs/baby.json")
-    ap.add_argument("--data", default="data/tinyshakespeare.txt")
+    ap.add_argument("--data", default="corpora/tinyshakespeare.txt")
     ap.add_argument("--reference", default="../shared/reference")
     ap.add_argument("--results", default="bench/RESULTS.md")
     ap.add_argument("--raw", default="bench/QUALITY.jsonl")

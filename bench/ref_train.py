@@ -3,7 +3,7 @@ Trains the PyTorch reference model (../shared/reference/gpt.py) with nanoGPT's t
 text corpus, then evaluates the whole val split in non-overlapping windows of block_size, the way
 `tapelm eval` does, so the two programs' quality can be compared on equal terms.
 
-    /usr/bin/python3 bench/ref_train.py REFERENCE_DIR data/tinyshakespeare.txt [--iters 2000] [--seed 1337]
+    /usr/bin/python3 bench/ref_train.py REFERENCE_DIR corpora/tinyshakespeare.txt [--iters 2000] [--seed 1337]
 
 Prints one JSON line: {"val_loss": ..., "val_loss_20": ..., "val_loss_20_sd": ..., "seconds": ..., ...}.
 val_loss is the whole val split; val_loss_20 is nanoGPT's own estimate (the mean over 20 batches of

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string shakespeare_path() { return std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt"; }
+std::string shakespeare_path() { return std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt"; }
 
 // A fresh directory under the system temp dir, removed with everything in it.
 struct TempDir {
@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(ids_beyond_the_vocabulary_are_named) {
   check_ids({0, 64}, 65, "ok");
 
   TempDir dir;
-  prepare(test::data_path("tiny.txt"), dir.path.string());
+  prepare(test::fixture_path("tiny.txt"), dir.path.string());
   write_token_file(dir.file("val.bin"), {1, 2, 31, 0});
   check_error([&] { load_corpus(dir.path.string()); }, {"val.bin", "token id 31", "position 2", "vocab_size 31"});
 }
@@ -282,7 +282,7 @@ BOOST_AUTO_TEST_CASE(prepare_writes_three_files_and_loads_like_the_text) {
   BOOST_TEST(from_text.train.size() == 1003854u);
 
   // Preparing again over the same directory replaces the files and leaves no temp files.
-  prepare(test::data_path("tiny.txt"), out);
+  prepare(test::fixture_path("tiny.txt"), out);
   BOOST_TEST(files_in(out) == 3u);
   const Corpus tiny = load_corpus(out);
   BOOST_TEST(tiny.tok.vocab_size() == 31);
@@ -295,13 +295,13 @@ BOOST_AUTO_TEST_CASE(prepare_and_load_errors) {
   TempDir dir;
   const std::string blocker = dir.file("a_file");
   write_bytes(blocker, "x");
-  check_error([&] { prepare(test::data_path("tiny.txt"), blocker); }, {"output directory", blocker, "cannot create"});
+  check_error([&] { prepare(test::fixture_path("tiny.txt"), blocker); }, {"output directory", blocker, "cannot create"});
   const std::string missing = dir.file("missing.txt");
   check_error([&] { prepare(missing, dir.file("out")); }, {missing, "no such file"});
   BOOST_TEST(!fs::exists(dir.file("out")));
 
   const std::string out = dir.file("out2");
-  prepare(test::data_path("tiny.txt"), out);
+  prepare(test::fixture_path("tiny.txt"), out);
   fs::remove(out + "/train.bin");
   check_error([&] { load_corpus(out); }, {"train.bin", "no such file"});
   fs::remove(out + "/tokenizer.json");
@@ -403,7 +403,7 @@ BOOST_AUTO_TEST_CASE(short_corpus_errors) {
   check_error([&] { eval_windows(data, 64); }, {"corpus of 64 tokens", "block_size + 1 = 65"});
   check_error([&] { BatchSampler(&data, 0, 8, 1); }, {"batch_size"});
   check_error([&] { BatchSampler(&data, 1, 0, 1); }, {"block_size"});
-  const Corpus tiny = load_corpus(test::data_path("tiny.txt"));
+  const Corpus tiny = load_corpus(test::fixture_path("tiny.txt"));
   check_error([&] { BatchSampler(&tiny.val, 4, 64, 1, "val split"); },
               {"val split of 53 tokens", "shorter than block_size + 1 = 65"});
 }

@@ -20,7 +20,7 @@ using namespace tapelm;
 
 namespace {
 
-std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
+std::string fixture(const std::string& name) { return test::fixture_path("parity/" + name); }
 
 /// A fresh directory under the system temp dir, removed with everything in it.
 struct TempDir {
@@ -176,7 +176,7 @@ BOOST_AUTO_TEST_CASE(all_h5py_fixtures_open) {
 }
 
 BOOST_AUTO_TEST_CASE(h5py_dtypes_convert) {
-  H5File f = H5File::open_read(test::data_path("h5py_types.h5"));
+  H5File f = H5File::open_read(test::fixture_path("h5py_types.h5"));
   Shape shape;
   BOOST_TEST(f.read_ints("/i64", &shape) == (std::vector<int32_t>{0, -1, 2, 3, 2147483647, -2147483647 - 1}));
   BOOST_TEST(shape == (Shape{2, 3}));

@@ -15,7 +15,7 @@
 
 #include "autograd/blas.h"
 #include "data/sampler.h"
-#include "dist/dist.h"
+#include "train/dist.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -45,7 +45,7 @@ std::string mpirun(int np, bool with_timeout = true) {
   return launcher(with_timeout) + "-np " + std::to_string(np) + " ";
 }
 std::string binary() { return TAPELM_BINARY; }
-std::string tiny_text() { return data_path("tiny.txt"); }
+std::string tiny_text() { return fixture_path("tiny.txt"); }
 
 nlohmann::json small_config(int64_t iters, double dropout) {
   return {{"n_layer", 2},      {"n_head", 4},          {"n_kv_head", 2},       {"n_embd", 32},
@@ -345,7 +345,7 @@ BOOST_AUTO_TEST_CASE(a_bad_command_line_on_one_rank_ends_the_job) {
   TempDir d;
   const std::string good = write_config(d, "good.json", small_config(4, 0.0));
   expect_job_error(mpmd(train_args(good, d / "run"), train_args(good, d / "run") + " --bogus-flag"), "--bogus-flag");
-  expect_job_error(mpmd(train_args(good, d / "run"), "inspect " + data_path("fixtures/mha.h5")),
+  expect_job_error(mpmd(train_args(good, d / "run"), "inspect " + fixture_path("parity/mha.h5")),
                    "rank 1 of 2: only `tapelm train`");
   BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
 }
@@ -365,7 +365,7 @@ BOOST_AUTO_TEST_CASE(errors_on_every_rank_are_reported_once) {
   BOOST_TEST(tapelm_error_lines(nan.err) == 1, nan.err);
   BOOST_TEST((nan.err.find("NaN") != std::string::npos || nan.err.find("Inf") != std::string::npos), nan.err);
 
-  Run other = run_shell(mpirun(2) + binary() + " inspect " + data_path("fixtures/mha.h5"));
+  Run other = run_shell(mpirun(2) + binary() + " inspect " + fixture_path("parity/mha.h5"));
   BOOST_TEST(other.code == 1, other.err);
   BOOST_TEST(tapelm_error_lines(other.err) == 1, other.err);
   BOOST_TEST(other.err.find("only `tapelm train`") != std::string::npos, other.err);

@@ -1,6 +1,6 @@
 // Optimizers, clipping and the schedule: one step against hand-computed numbers, three steps
-// against torch.optim on the gqa fixture's gradients (tests/data/optim_reference.h5, written by
-// tests/data/make_optim_reference.py), and bit-exact resumption from exported state.
+// against torch.optim on the gqa fixture's gradients (tests/fixtures/optim_reference.h5, written by
+// tests/fixtures/make_optim_reference.py), and bit-exact resumption from exported state.
 #include <hdf5.h>
 
 #include <bit>
@@ -101,7 +101,7 @@ struct Fixture {
 };
 
 Fixture load_fixture() {
-  H5File f(test::data_path("fixtures/gqa.h5"));
+  H5File f(test::fixture_path("parity/gqa.h5"));
   Fixture fx;
   for (const auto& name : h5_list(f.id, "/model")) {
     fx.params.emplace_back(name, Var(h5_read(f.id, "/model/" + name), true));
@@ -137,7 +137,7 @@ struct Deviation {
 // Runs 3 steps like make_optim_reference.py and compares parameters and state with /<run>.
 void check_against_torch(const std::string& run) {
   Fixture fx = load_fixture();
-  H5File ref(test::data_path("optim_reference.h5"));
+  H5File ref(test::fixture_path("optim_reference.h5"));
   const auto steps = static_cast<int64_t>(h5_attr(ref.id, "/" + run, "step")[0]);
   const double lr = h5_attr(ref.id, "/" + run, "lr")[0];
   std::unique_ptr<Optimizer> opt;

@@ -1,7 +1,7 @@
 // Exact parity with the PyTorch reference: every fixture's weights go through the checkpoint
 // reader, its tokens through the model, and loss, logits and every parameter's gradient must
-// match what PyTorch computed (tests/data/fixtures: the six public ones plus extra configurations
-// written by tests/data/make_fixtures.py with the reference's own exporter).
+// match what PyTorch computed (tests/fixtures/parity: the six public ones plus extra configurations
+// written by tests/fixtures/make_fixtures.py with the reference's own exporter).
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
@@ -16,7 +16,7 @@ namespace {
 
 std::vector<std::string> fixtures() {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(test::data_path("fixtures")))
+  for (const auto& e : fs::directory_iterator(test::fixture_path("parity")))
     if (e.path().extension() == ".h5") out.push_back(e.path().string());
   std::sort(out.begin(), out.end());
   return out;
@@ -95,7 +95,7 @@ BOOST_AUTO_TEST_CASE(every_fixture_matches_pytorch) {
 BOOST_AUTO_TEST_CASE(weights_round_trip_and_mismatch_errors) {
   const std::string dir = (fs::temp_directory_path() / ("tapelm_parity_" + std::to_string(::getpid()))).string();
   fs::create_directories(dir);
-  std::unique_ptr<GPT> m = load_model(test::data_path("fixtures/gqa.h5"));
+  std::unique_ptr<GPT> m = load_model(test::fixture_path("parity/gqa.h5"));
   save_model(dir + "/w.h5", *m);
   std::unique_ptr<GPT> m2 = load_model(dir + "/w.h5");
   BOOST_TEST((m2->config() == m->config()));

@@ -28,7 +28,7 @@ namespace tt = boost::test_tools;
 namespace {
 
 const Corpus& shakespeare() {
-  static Corpus c = load_corpus(std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+  static Corpus c = load_corpus(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
   return c;
 }
 
@@ -41,7 +41,7 @@ TrainConfig tiny_train(int64_t iters) {
   return TrainConfig::from_json(j);
 }
 
-std::string fixture(const std::string& name) { return test::data_path("fixtures/" + name); }
+std::string fixture(const std::string& name) { return test::fixture_path("parity/" + name); }
 
 }  // namespace
 
@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
   TempDir d;
   std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
   Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
-                      "/data/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
+                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
                   "timeout --preserve-status -s INT 4 ");
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
@@ -226,7 +226,7 @@ BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
   // and it resumes from there
   Run again = run_cli("train --out " + (d / "run") + " --resume --quiet --set max_iters=" +
                       std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
-                      std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt");
+                      std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
   BOOST_TEST(again.code == 0, again.err);
 }
 
@@ -277,7 +277,7 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
 
 BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
   TempDir d;
-  const std::string text = test::data_path("tiny.txt");
+  const std::string text = test::fixture_path("tiny.txt");
   Run r = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
   BOOST_TEST_REQUIRE(r.code == 0, r.err);
   for (const char* f : {"results.csv", "report.md", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
@@ -334,7 +334,7 @@ BOOST_AUTO_TEST_CASE(eval_cli_on_a_parity_fixture) {
 
 BOOST_AUTO_TEST_CASE(bad_input_gives_one_clear_line) {
   TempDir d;
-  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt";
   std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "max_iters": 2, "batch_size": 2})";
   const std::string cfg = " --config " + (d / "cfg.json");
   auto train_with = [&](const std::string& data, const std::string& extra = "") {
@@ -419,7 +419,7 @@ BOOST_AUTO_TEST_CASE(bad_input_gives_one_clear_line) {
 
 BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   TempDir d;
-  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt";
   std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_kv_head": 1, "n_embd": 16, "block_size": 16,
     "max_iters": 3, "batch_size": 2, "eval_iters": 1, "eval_interval": 2, "log_interval": 1})";
   Run t = run_cli("train --config " + (d / "cfg.json") + " --data " + text + " --out " + (d / "run"));

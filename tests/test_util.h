@@ -25,7 +25,7 @@ inline void check_grad(const std::string& what, const std::function<Var(const st
 }
 
 /// The directory holding the project's test data.
-inline std::string data_path(const std::string& rel) { return std::string(TAPELM_SOURCE_DIR) + "/tests/data/" + rel; }
+inline std::string fixture_path(const std::string& rel) { return std::string(TAPELM_SOURCE_DIR) + "/tests/fixtures/" + rel; }
 
 /// A fresh directory under the system's temp directory, removed with everything in it.
 struct TempDir {

@@ -1,4 +1,4 @@
-// Checks of the collectives in src/dist, run by the dist test suite as `mpirun -np 2 worker`.
+// Checks of the collectives in train/dist, run by the dist test suite as `mpirun -np 2 worker`.
 // Each rank prints "FAIL: ..." for every failed check and "ok rank R" at the end; it exits 1 if
 // any check failed on it.
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "autograd/blas.h"
-#include "dist/dist.h"
+#include "train/dist.h"
 #include "nn/gpt.h"
 #include "train/trainer.h"
 

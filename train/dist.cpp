@@ -1,4 +1,4 @@
-#include "dist/dist.h"
+#include "train/dist.h"
 
 // The C API only: the deprecated C++ bindings would need libmpi_cxx.
 #define OMPI_SKIP_MPICXX 1

@@ -1,4 +1,4 @@
-#include "train/cli.h"
+#include "train/cli/cli.h"
 
 #include <cmath>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
-#include "dist/dist.h"
+#include "train/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"

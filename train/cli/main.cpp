@@ -13,10 +13,10 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
-#include "dist/dist.h"
+#include "train/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
-#include "train/cli.h"
+#include "train/cli/cli.h"
 
 using namespace tapelm;
 

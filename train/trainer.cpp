@@ -15,7 +15,7 @@
 #include "autograd/blas.h"
 #include "autograd/kernels.h"
 #include "data/sampler.h"
-#include "dist/dist.h"
+#include "train/dist.h"
 #include "nn/accounting.h"
 
 namespace tapelm {
