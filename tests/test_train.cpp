@@ -256,11 +256,11 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   BOOST_TEST(cont.learning_rate == lr_at(40, pre.schedule()));
   BOOST_TEST(!cont.decay_lr);
   // interrupted after its first step (a signal), then resumed: the same weights as in one go
-  install_stop_handler();
+  o.stop = signal_stop_token();
   std::raise(SIGINT);
   uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
   BOOST_TEST(H5File::open_read(d / "mqa2/checkpoint.h5").read_attr_int("/train", "step") == 1);
-  clear_stop_request();
+  o.stop.clear();
   o.resume = true;
   UptrainResult r2 = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
   BOOST_TEST(r2.val_loss == r.val_loss);

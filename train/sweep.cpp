@@ -143,7 +143,8 @@ SweepPreset sweep_preset(const std::string& name) {
   return p;
 }
 
-bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet) {
+bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet,
+               const StopToken& stop) {
   const auto t0 = Clock::now();
   Corpus corpus = load_corpus(data_path);
   TrainConfig cfg = p.pretrain;
@@ -256,6 +257,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       o.quiet = quiet;
       o.label = label;
       o.resume = partial;
+      o.stop = stop;
       o.final_eval = false;  // evaluated below, outside the timed training
       TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
       train_seconds = tr.seconds;
@@ -277,11 +279,12 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       o.resume = partial && c.steps > 0;
       o.quiet = true;
       o.label = label;
+      o.stop = stop;
       auto known = converted_loss.find(conversion_key(c));
       if (known != converted_loss.end()) o.known_loss_before = known->second;
       UptrainResult u = uptrain(pre_ck, corpus, run_dir.string(), o);
       converted_loss[conversion_key(c)] = u.loss_before;
-      if (stop_requested()) return false;
+      if (stop.requested()) return false;
       train_seconds = u.seconds;
       r["val_loss"] = u.val_loss;
       r["loss_before"] = u.loss_before;
@@ -306,7 +309,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                   std::chrono::duration<double>(Clock::now() - tc).count(), 100.0 * done / total,
                   fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
     std::fflush(stdout);
-    if (stop_requested()) return false;
+    if (stop.requested()) return false;
   }
 
   // ---- results.csv ---------------------------------------------------------------------------

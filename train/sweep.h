@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "train/stop.h"
 #include "train/train_config.h"
 
 namespace tapelm {
@@ -26,7 +27,8 @@ SweepPreset sweep_preset(const std::string& name);
 
 /// Runs (or resumes) the study, writing out_dir/results.csv, report.md and the plots.
 /// Returns false when stopped by a signal (re-run to resume).
-bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet = false);
+bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet = false,
+               const StopToken& stop = StopToken());
 
 /// The KV head counts of the study: H, H/2, ... while divisible, down to 1.
 std::vector<int64_t> sweep_kv_heads(int64_t H);

@@ -1,10 +1,8 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -23,9 +21,6 @@ namespace tapelm {
 namespace fs = std::filesystem;
 
 namespace {
-std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop = true; }
-
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -74,20 +69,6 @@ class MetricsLog {
   std::ofstream out_;
 };
 }  // namespace
-
-void install_stop_handler() {
-  struct sigaction sa{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  // mpirun forwards SIGUSR1 to every rank without ending the job (Ctrl-C on mpirun sends SIGTERM
-  // and, one second later, SIGKILL: too soon for a large model to finish its step and save).
-  sigaction(SIGUSR1, &sa, nullptr);
-}
-
-bool stop_requested() { return g_stop.load(); }
-void clear_stop_request() { g_stop = false; }
 
 double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch, bool split_across_ranks) {
@@ -379,7 +360,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     bool stopping = false;
     if (multi) {  // every rank leaves with the same gradients, loss and decision to stop
       const auto t_comm = Clock::now();
-      std::tie(step_loss, stopping) = reducer->reduce(step_loss, stop_requested());
+      std::tie(step_loss, stopping) = reducer->reduce(step_loss, opt.stop.requested());
       res.comm_seconds += seconds_since(t_comm);
     }
     if (!std::isfinite(step_loss)) {
@@ -399,7 +380,7 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
     if (multi && opt.check_sync) check_ranks_in_sync(params, st.step);
 
     const bool last = st.step == cfg.max_iters;
-    if (!multi) stopping = stop_requested();
+    if (!multi) stopping = opt.stop.requested();
     if (st.step % cfg.log_interval == 0 || last || stopping || st.step % cfg.eval_interval == 0) {
       const double dt = seconds_since(t_log);
       const double tps = steps_since_log * tokens_per_step / std::max(dt, 1e-9);

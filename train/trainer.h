@@ -9,6 +9,7 @@
 
 #include "data/dataset.h"
 #include "train/state.h"
+#include "train/stop.h"
 
 namespace tapelm {
 
@@ -36,6 +37,7 @@ struct TrainOptions {
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
+  StopToken stop;                         // requested: save after the current step and return
 };
 
 /// Loss (mean over batches) of `model` on the given windows of `data`, in eval mode, no tape.
@@ -60,11 +62,5 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
 /// A collective (--check-sync): compares a checksum of every parameter across ranks and throws
 /// dist::AgreedError naming the first parameter that differs.
 void check_ranks_in_sync(const NamedParams& params, int64_t step);
-
-/// Installs the SIGINT/SIGTERM/SIGUSR1 handler that asks the running loop to stop after its step.
-void install_stop_handler();
-bool stop_requested();
-/// Forgets a stop request (after the caller has acted on it).
-void clear_stop_request();
 
 }  // namespace tapelm

@@ -60,6 +60,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.resume = o.resume;
   to.quiet = o.quiet;
   to.label = o.label;
+  to.stop = o.stop;
   to.init_from = converted.get();
   to.final_eval = false;  // evaluated below, outside the timed training
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},

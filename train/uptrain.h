@@ -28,6 +28,7 @@ struct UptrainOptions {
   bool quiet = false;
   std::string label;
   double known_loss_before = -1;  // >= 0: the converted model's val loss, already measured
+  StopToken stop;                 // requested: save after the current step and return
 };
 
 struct UptrainResult {

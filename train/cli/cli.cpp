@@ -68,7 +68,7 @@ Loaded load_checkpoint(const std::string& path) {
 }  // namespace
 
 int run_train(const TrainArgs& a, int threads) {
-  install_stop_handler();  // first, so a signal during set-up cannot kill one rank of a job
+  const StopToken stop = signal_stop_token();  // first, so a signal during set-up cannot kill one rank of a job
   Corpus corpus;
   TrainConfig cfg;
   std::string setup_error;
@@ -97,6 +97,7 @@ int run_train(const TrainArgs& a, int threads) {
   opt.resume = a.resume;
   opt.quiet = a.quiet;
   opt.check_sync = a.check_sync;
+  opt.stop = stop;
   const bool talk = !a.quiet && dist::rank() == 0;
   const ModelCost cost = model_cost(cfg.model);
   if (talk) {
@@ -144,9 +145,9 @@ int run_uptrain(const UptrainArgs& a) {
   o.seed = a.seed;
   o.resume = a.resume;
   o.quiet = a.quiet;
-  install_stop_handler();
+  o.stop = signal_stop_token();
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
-  if (stop_requested()) {
+  if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
     return 0;
   }
@@ -159,8 +160,7 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 int run_sweep(const SweepArgs& a) {
-  install_stop_handler();
-  if (!tapelm::run_sweep(sweep_preset(a.preset), a.data, a.out, a.quiet)) {
+  if (!tapelm::run_sweep(sweep_preset(a.preset), a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }
   return 0;
