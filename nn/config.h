@@ -1,9 +1,13 @@
 #pragma once
-// The model configuration of SPEC.md §1, from and to JSON.
+// The model configuration of SPEC.md §1, from and to JSON. Each key is declared once, in
+// TAPELM_GPT_FIELDS: the struct's members, the key set, from_json, to_json and the simple range
+// checks are all expanded from that one table (as PyTorch's TORCH_ARG declares an option once).
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tapelm {
 
@@ -12,29 +16,89 @@ struct ConfigError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+enum class NormKind { LayerNorm, RMSNorm };
+enum class PosKind { Learned, Rope };
+enum class MlpKind { Gelu, SwiGLU };
+
+/// The JSON spelling of each value of a config enum; parsed once, when a config is read.
+template <class E> struct EnumNames;
+template <> struct EnumNames<NormKind> {
+  static constexpr std::array<std::pair<NormKind, const char*>, 2> values{
+      {{NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}}};
+};
+template <> struct EnumNames<PosKind> {
+  static constexpr std::array<std::pair<PosKind, const char*>, 2> values{
+      {{PosKind::Learned, "learned"}, {PosKind::Rope, "rope"}}};
+};
+template <> struct EnumNames<MlpKind> {
+  static constexpr std::array<std::pair<MlpKind, const char*>, 2> values{
+      {{MlpKind::Gelu, "gelu"}, {MlpKind::SwiGLU, "swiglu"}}};
+};
+
+/// The JSON spelling of a config enum value.
+template <class E> std::string to_string(E e) {
+  for (const auto& [v, name] : EnumNames<E>::values)
+    if (v == e) return name;
+  throw std::logic_error("config enum value without a name");
+}
+
+/// Range checks a table row can name; `any` checks nothing (validate() does the rest).
+enum class Check { any, positive, non_negative, unit_interval };
+
 /// Reads j[key] into out when the key is present; a value of the wrong JSON type is a
 /// ConfigError naming the key (integers also accept floats with an integral value).
 void config_get(const nlohmann::json& j, const std::string& key, int64_t& out);
+void config_get(const nlohmann::json& j, const std::string& key, uint64_t& out);
 void config_get(const nlohmann::json& j, const std::string& key, double& out);
 void config_get(const nlohmann::json& j, const std::string& key, bool& out);
 void config_get(const nlohmann::json& j, const std::string& key, std::string& out);
+template <class E, class = decltype(EnumNames<E>::values)>
+void config_get(const nlohmann::json& j, const std::string& key, E& out) {
+  if (!j.contains(key)) return;
+  std::string s, expected;
+  config_get(j, key, s);
+  for (const auto& [v, name] : EnumNames<E>::values) {
+    if (s == name) {
+      out = v;
+      return;
+    }
+    expected += std::string(expected.empty() ? "" : " or ") + "\"" + name + "\"";
+  }
+  throw ConfigError("config " + key + " must be " + expected + ", got \"" + s + "\"");
+}
+/// The JSON value of a config member (enums by name).
+template <class T> nlohmann::json config_value(const T& v) {
+  if constexpr (std::is_enum_v<T>) return to_string(v);
+  else return v;
+}
+/// Throws a ConfigError when v breaks the row's check.
+void config_check(const char* key, double v, Check c);
+template <class T> void config_check(const char* key, const T& v, Check c) {
+  if constexpr (std::is_arithmetic_v<T>) config_check(key, static_cast<double>(v), c);
+}
+
+// type, key, default, check. n_kv_head = 0 and mlp_hidden = 0 stand for their derived defaults
+// (n_head and 4·n_embd), filled in by from_json.
+#define TAPELM_GPT_FIELDS(X)                                \
+  X(int64_t, vocab_size, 65, positive)                      \
+  X(int64_t, block_size, 64, positive)                      \
+  X(int64_t, n_layer, 4, positive)                          \
+  X(int64_t, n_head, 4, positive)                           \
+  X(int64_t, n_kv_head, 4, positive)                        \
+  X(int64_t, n_embd, 128, positive)                         \
+  X(int64_t, mlp_hidden, 512, positive)                     \
+  X(NormKind, norm, NormKind::LayerNorm, any)               \
+  X(double, norm_eps, 1e-5, positive)                       \
+  X(PosKind, pos, PosKind::Learned, any)                    \
+  X(double, rope_theta, 10000.0, positive)                  \
+  X(MlpKind, mlp, MlpKind::Gelu, any)                       \
+  X(bool, bias, false, any)                                 \
+  X(bool, tie_embeddings, true, any)                        \
+  X(double, dropout, 0.0, unit_interval)
 
 struct GPTConfig {
-  int64_t vocab_size = 65;
-  int64_t block_size = 64;
-  int64_t n_layer = 4;
-  int64_t n_head = 4;
-  int64_t n_kv_head = 4;
-  int64_t n_embd = 128;
-  int64_t mlp_hidden = 512;  // 4 * n_embd unless given
-  std::string norm = "layernorm";
-  double norm_eps = 1e-5;
-  std::string pos = "learned";
-  double rope_theta = 10000.0;
-  std::string mlp = "gelu";
-  bool bias = false;
-  bool tie_embeddings = true;
-  double dropout = 0.0;
+#define TAPELM_MEMBER(type, key, def, check) type key = def;
+  TAPELM_GPT_FIELDS(TAPELM_MEMBER)
 
   int64_t head_dim() const { return n_embd / n_head; }
   /// Reads every key of SPEC.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to

@@ -13,7 +13,7 @@ int64_t KVCache::bytes() const {
 GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared<Rng>(seed ^ 0xD50D0u)) {
   cfg_.validate();
   wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd));
-  if (cfg.pos == "learned") wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd));
+  if (cfg.pos == PosKind::Learned) wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd));
   drop_ = register_module("drop", std::make_shared<Dropout>(cfg.dropout, rng_));
   for (int64_t i = 0; i < cfg.n_layer; i++)
     blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg, rng_)));

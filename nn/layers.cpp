@@ -9,8 +9,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
 
 Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::zeros({num, dim})); }
 
-Norm::Norm(int64_t dim, const std::string& kind, bool has_bias, double eps)
-    : rms_(kind == "rmsnorm"), eps_(static_cast<float>(eps)) {
+Norm::Norm(int64_t dim, NormKind kind, bool has_bias, double eps)
+    : rms_(kind == NormKind::RMSNorm), eps_(static_cast<float>(eps)) {
   weight = register_parameter("weight", Tensor::full({dim}, 1.f));
   if (has_bias && !rms_) bias = register_parameter("bias", Tensor::zeros({dim}));
 }
@@ -22,7 +22,7 @@ Var Dropout::forward(const Var& x) const {
   return dropout(x, p_, rng_->next_u64());
 }
 
-MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == "swiglu") {
+MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU) {
   if (swiglu_) {
     gate = register_module("gate", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
     up = register_module("up", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
@@ -39,7 +39,7 @@ Var MLP::forward(const Var& x) const {
 }
 
 Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
-    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rope_(c.pos == "rope"), theta_(c.rope_theta),
+    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rope_(c.pos == PosKind::Rope), theta_(c.rope_theta),
       p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
   wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, c.bias));
   wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, c.bias));

@@ -27,7 +27,7 @@ class Embedding : public Module {
 /// LayerNorm (optional bias) or RMSNorm, per the config.
 class Norm : public Module {
  public:
-  Norm(int64_t dim, const std::string& kind, bool bias, double eps);
+  Norm(int64_t dim, NormKind kind, bool bias, double eps);
   Var forward(const Var& x) const;
   Var weight, bias;
 

@@ -45,7 +45,7 @@ std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tens
   return y;
 }
 
-GPTConfig tiny(int64_t KV, const std::string& pos = "learned") {
+GPTConfig tiny(int64_t KV, PosKind pos = PosKind::Learned) {
   GPTConfig c;
   c.vocab_size = 11;
   c.block_size = 12;
@@ -132,9 +132,9 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   for (const char* variant : {"plain", "llama", "bias"}) {
     GPTConfig v = c;
     if (std::string(variant) == "llama") {
-      v.norm = "rmsnorm";
-      v.pos = "rope";
-      v.mlp = "swiglu";
+      v.norm = NormKind::RMSNorm;
+      v.pos = PosKind::Rope;
+      v.mlp = MlpKind::SwiGLU;
       v.tie_embeddings = false;
     } else if (std::string(variant) == "bias") {
       v.bias = true;
@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients) {
 
 BOOST_AUTO_TEST_CASE(cached_decoding_equals_full_forward) {
   for (int64_t KV : {4, 2, 1})
-    for (const char* pos : {"learned", "rope"}) {
+    for (PosKind pos : {PosKind::Learned, PosKind::Rope}) {
       GPT model(tiny(KV, pos), 7);
       model.eval();
       const int64_t B = 3, T = 12;
@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(cached_decoding_equals_full_forward) {
           for (int64_t v = 0; v < 11; v++)
             worst = std::max(worst, double(std::fabs(logits[b * 11 + v] - full[(b * T + p) * 11 + v])));
       }
-      BOOST_TEST(worst < 1e-5, "KV=" << KV << " pos=" << pos << ": max |cached - full| " << worst);
+      BOOST_TEST(worst < 1e-5, "KV=" << KV << " pos=" << to_string(pos) << ": max |cached - full| " << worst);
       BOOST_TEST(cache.len == T);
     }
 }
@@ -233,9 +233,9 @@ BOOST_AUTO_TEST_CASE(parameter_names_shapes_and_counts) {
   BOOST_TEST(np.size() == 2u + 2 * 16 + 2);
   BOOST_TEST(m.num_parameters() == model_cost(c).params);
 
-  GPTConfig l = tiny(1, "rope");
-  l.norm = "rmsnorm";
-  l.mlp = "swiglu";
+  GPTConfig l = tiny(1, PosKind::Rope);
+  l.norm = NormKind::RMSNorm;
+  l.mlp = MlpKind::SwiGLU;
   l.tie_embeddings = false;
   l.bias = true;  // rmsnorm has no bias; linears do
   GPT lm(l, 1);

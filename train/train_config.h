@@ -9,31 +9,36 @@
 
 namespace tapelm {
 
+// type, key, default, check: the training keys, declared once (see TAPELM_GPT_FIELDS).
+// lr_decay_iters defaults to max_iters when not given.
+#define TAPELM_TRAIN_FIELDS(X)                     \
+  X(int64_t, batch_size, 12, positive)             \
+  X(int64_t, max_iters, 2000, non_negative)        \
+  X(double, learning_rate, 1e-3, positive)         \
+  X(double, min_lr, 1e-4, non_negative)            \
+  X(int64_t, warmup_iters, 100, non_negative)      \
+  X(int64_t, lr_decay_iters, 2000, any)            \
+  X(bool, decay_lr, true, any)                     \
+  X(double, weight_decay, 0.1, any)                \
+  X(double, beta1, 0.9, unit_interval)             \
+  X(double, beta2, 0.99, unit_interval)            \
+  X(double, eps, 1e-8, any)                        \
+  X(double, momentum, 0.9, any)       /* SGD */    \
+  X(bool, nesterov, false, any)       /* SGD */    \
+  X(double, grad_clip, 1.0, non_negative) /* 0: off */ \
+  X(int64_t, grad_accum, 1, positive)              \
+  X(std::string, optimizer, "adamw", any)          \
+  X(int64_t, eval_interval, 250, positive)         \
+  X(int64_t, eval_iters, 20, positive)             \
+  X(int64_t, log_interval, 10, positive)           \
+  X(int64_t, checkpoint_interval, 500, positive)   \
+  X(uint64_t, seed, 1337, any)                     \
+  X(int64_t, threads, 0, non_negative) /* 0: all cores */ \
+  X(double, peak_flops, 0, any) /* for MFU; 0: measure this machine's sgemm peak */
+
 struct TrainConfig {
   GPTConfig model;
-  int64_t batch_size = 12;
-  int64_t max_iters = 2000;
-  double learning_rate = 1e-3;
-  double min_lr = 1e-4;
-  int64_t warmup_iters = 100;
-  int64_t lr_decay_iters = 2000;
-  bool decay_lr = true;
-  double weight_decay = 0.1;
-  double beta1 = 0.9;
-  double beta2 = 0.99;
-  double eps = 1e-8;
-  double momentum = 0.9;  // SGD only
-  bool nesterov = false;  // SGD only
-  double grad_clip = 1.0; // 0: off
-  int64_t grad_accum = 1;
-  std::string optimizer = "adamw";
-  int64_t eval_interval = 250;
-  int64_t eval_iters = 20;
-  int64_t log_interval = 10;
-  int64_t checkpoint_interval = 500;
-  uint64_t seed = 1337;
-  int64_t threads = 0;        // 0: all cores
-  double peak_flops = 0;      // for MFU; 0: measure this machine's sgemm peak
+  TAPELM_TRAIN_FIELDS(TAPELM_MEMBER)
 
   /// From a JSON object (model keys and training keys side by side). Validates.
   static TrainConfig from_json(const nlohmann::json& j);
