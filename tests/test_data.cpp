@@ -379,8 +379,8 @@ BOOST_AUTO_TEST_CASE(sampler_is_reproducible_and_resumes_from_its_state) {
 
 BOOST_AUTO_TEST_CASE(sampler_sequence_is_pinned) {
   // Checkpoints store the sampler state: a change to the drawing code would silently change
-  // resumed runs, so the first starts for one seed are fixed here (cross-checked against a separate
-  // Python implementation of mt19937_64 with the same rejection rule).
+  // resumed runs, so the first starts for one seed are fixed here. The numbers come from
+  // tests/fixtures/make_sampler_starts.py: a plain-Python mt19937_64 with the same rejection rule.
   std::vector<int32_t> data(1000003);
   std::iota(data.begin(), data.end(), 0);
   BatchSampler s(&data, 6, 3, 1337);
