@@ -1,0 +1,40 @@
+#pragma once
+// The one exception tapelm throws for bad input or a run that cannot go on: a one-line message
+// naming the file, key, shape or value at fault, and a category the CLI maps to an exit code.
+// It sits in autograd, the lowest layer, so every module throws the same type.
+#include <stdexcept>
+#include <string>
+
+namespace tapelm {
+
+/// What went wrong, coarsely: enough to choose an exit code and to catch one kind in a test.
+enum class ErrorKind {
+  usage,       // a flag or argument the command cannot take
+  config,      // a model or training config key with a wrong type or value
+  data,        // text, token files, prepared corpora, parity files
+  checkpoint,  // HDF5 files and the checkpoint format
+  shape,       // an op given tensors whose shapes do not fit
+  train,       // a run that cannot go on (NaN loss, unwritable run directory, ...)
+  internal,    // a broken invariant of tapelm itself
+};
+
+/// The category's name, as the CLI prints it under --json and tests name it.
+const char* to_string(ErrorKind k);
+
+/// The process exit code for a failure of this kind: 2 for usage (as getopt-style tools do),
+/// 1 for everything else.
+int exit_code(ErrorKind k);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+/// Throws Error(kind, what): the one way to fail.
+[[noreturn]] void fail(ErrorKind kind, const std::string& what);
+
+}  // namespace tapelm
