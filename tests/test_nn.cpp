@@ -1,5 +1,7 @@
-// The model: attention (MHA/GQA/MQA) against a naive reference and finite differences, RoPE,
-// cached decoding against the full forward, configs, names, init, accounting and sampling.
+// The model: whole-model gradients, cached decoding against the full forward, configs, names,
+// init, accounting and sampling. (The attention and RoPE ops are tested in test_attention.cpp.)
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 
@@ -11,39 +13,9 @@
 using namespace tapelm;
 using tapelm::test::check_grad;
 namespace tt = boost::test_tools;
+namespace bdata = boost::unit_test::data;
 
 namespace {
-
-// softmax(q kᵀ/√hd) v per head, kv head h / (H/KV), in double with explicit loops.
-std::vector<double> naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t H, int64_t KV,
-                                    bool causal, const Index* keep) {
-  const int64_t B = q.dim(0), T = q.dim(1), hd = q.dim(2) / H, Tk = k.dim(1);
-  std::vector<double> y(q.numel(), 0.0);
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      const int64_t g = h / (H / KV);
-      for (int64_t i = 0; i < T; i++) {
-        std::vector<double> s(Tk, -INFINITY);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < Tk; j++) {
-          if ((causal && j > i) || (keep && !keep->data[b * Tk + j])) continue;
-          double d = 0;
-          for (int64_t c = 0; c < hd; c++) d += double(q[(b * T + i) * H * hd + h * hd + c]) * k[(b * Tk + j) * KV * hd + g * hd + c];
-          s[j] = d / std::sqrt(double(hd));
-          mx = std::max(mx, s[j]);
-        }
-        if (mx == -INFINITY) continue;
-        double z = 0;
-        for (int64_t j = 0; j < Tk; j++) z += s[j] == -INFINITY ? 0 : std::exp(s[j] - mx);
-        for (int64_t j = 0; j < Tk; j++) {
-          if (s[j] == -INFINITY) continue;
-          const double p = std::exp(s[j] - mx) / z;
-          for (int64_t c = 0; c < hd; c++) y[(b * T + i) * H * hd + h * hd + c] += p * v[(b * Tk + j) * KV * hd + g * hd + c];
-        }
-      }
-    }
-  return y;
-}
 
 GPTConfig tiny(int64_t KV, PosKind pos = PosKind::Learned) {
   GPTConfig c;
@@ -69,58 +41,6 @@ Index random_ids(int64_t B, int64_t T, int32_t V, uint64_t seed) {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(nn)
-
-BOOST_AUTO_TEST_CASE(attention_matches_naive_reference) {
-  for (auto [H, KV] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}, std::pair{3, 3}, std::pair{6, 3}}) {
-    const int64_t B = 2, T = 7, hd = 5;
-    Tensor q = randn({B, T, H * hd}, 1), k = randn({B, T, KV * hd}, 2), v = randn({B, T, KV * hd}, 3);
-    Index keep({1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1}, {B, T});
-    for (bool causal : {true, false})
-      for (const Index* kk : {static_cast<const Index*>(nullptr), static_cast<const Index*>(&keep)}) {
-        AttentionOptions o{H, KV, causal, 0.f, 0, kk};
-        Tensor y = attention(Var(q), Var(k), Var(v), o).val();
-        std::vector<double> ref = naive_attention(q, k, v, H, KV, causal, kk);
-        double worst = 0;
-        for (int64_t i = 0; i < y.numel(); i++) worst = std::max(worst, std::fabs(y[i] - ref[i]));
-        BOOST_TEST(worst < 1e-5, "H=" << H << " KV=" << KV << " causal=" << causal << " mask=" << (kk != nullptr)
-                                      << ": max |diff| " << worst);
-      }
-  }
-}
-
-BOOST_AUTO_TEST_CASE(attention_gradients) {
-  for (auto [H, KV] : {std::pair{4, 4}, std::pair{4, 2}, std::pair{4, 1}}) {
-    for (auto [B, T, hd] : {std::tuple{2, 5, 3}, std::tuple{1, 1, 2}, std::tuple{3, 9, 4}}) {
-      const std::string what = "attention H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " T=" + std::to_string(T);
-      std::vector<Tensor> in{randn({B, T, H * hd}, 5), randn({B, T, KV * hd}, 6), randn({B, T, KV * hd}, 7)};
-      AttentionOptions o{H, KV, true, 0.f, 0, nullptr};
-      check_grad(what, [o](const std::vector<Var>& x) { return attention(x[0], x[1], x[2], o); }, in);
-      AttentionOptions od{H, KV, true, 0.25f, 99, nullptr};
-      check_grad(what + " dropout", [od](const std::vector<Var>& x) { return attention(x[0], x[1], x[2], od); }, in);
-      AttentionOptions onc{H, KV, false, 0.f, 0, nullptr};
-      check_grad(what + " non-causal", [onc](const std::vector<Var>& x) { return attention(x[0], x[1], x[2], onc); }, in);
-    }
-  }
-  Index keep({1, 0, 1, 1, 0, 1, 1, 1}, {2, 4});
-  AttentionOptions om{4, 2, true, 0.f, 0, &keep};
-  check_grad("attention key mask", [om](const std::vector<Var>& x) { return attention(x[0], x[1], x[2], om); },
-             {randn({2, 4, 12}, 8), randn({2, 4, 6}, 9), randn({2, 4, 6}, 10)});
-}
-
-BOOST_AUTO_TEST_CASE(rope_values_and_gradient) {
-  // One head of size 4 at position 3: pairs (0,2) rotate by 3·θ^0, (1,3) by 3·θ^(-1/2).
-  Tensor x = Tensor::from({1, 4, 4}, std::vector<float>(16, 0.f));
-  for (int i = 0; i < 4; i++) x[12 + i] = static_cast<float>(i + 1);
-  Tensor y = rope(Var(x), 1, 0, 10000.0).val();
-  const double a0 = 3.0, a1 = 3.0 / 100.0;
-  BOOST_TEST(y[12] == 1 * std::cos(a0) - 3 * std::sin(a0), tt::tolerance(1e-5));
-  BOOST_TEST(y[14] == 3 * std::cos(a0) + 1 * std::sin(a0), tt::tolerance(1e-5));
-  BOOST_TEST(y[13] == 2 * std::cos(a1) - 4 * std::sin(a1), tt::tolerance(1e-5));
-  BOOST_TEST(y[15] == 4 * std::cos(a1) + 2 * std::sin(a1), tt::tolerance(1e-5));
-  for (int64_t pos0 : {0, 5})
-    check_grad("rope pos0=" + std::to_string(pos0), [pos0](const std::vector<Var>& v) { return rope(v[0], 3, pos0, 10000.0); },
-               {randn({2, 3, 12}, 11)});
-}
 
 BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   GPTConfig c = tiny(2);
@@ -153,36 +73,35 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(cached_decoding_equals_full_forward) {
-  for (int64_t KV : {4, 2, 1})
-    for (PosKind pos : {PosKind::Learned, PosKind::Rope}) {
-      GPT model(tiny(KV, pos), 7);
-      model.eval();
-      const int64_t B = 3, T = 12;
-      Index ids = random_ids(B, T, 11, KV);
-      Tensor full;
-      {
-        NoGrad ng;
-        full = model.forward(ids).val();  // [B, T, V]
-      }
-      KVCache cache = model.make_cache(B, T);
-      BOOST_TEST(cache.bytes() == 2 * 2 * B * T * KV * 4 * 4);  // layers · (k, v) · B · T · KV · hd · 4
-      double worst = 0;
-      const int64_t prefill = 4;
-      for (int64_t p = prefill - 1; p < T; p++) {
-        Index step;
-        const int64_t from = p == prefill - 1 ? 0 : p, n = p == prefill - 1 ? prefill : 1;
-        step.shape = {B, n};
-        for (int64_t b = 0; b < B; b++)
-          for (int64_t t = from; t < from + n; t++) step.data.push_back(ids.data[b * T + t]);
-        Tensor logits = model.decode_step(step, cache);
-        for (int64_t b = 0; b < B; b++)
-          for (int64_t v = 0; v < 11; v++)
-            worst = std::max(worst, double(std::fabs(logits[b * 11 + v] - full[(b * T + p) * 11 + v])));
-      }
-      BOOST_TEST(worst < 1e-5, "KV=" << KV << " pos=" << to_string(pos) << ": max |cached - full| " << worst);
-      BOOST_TEST(cache.len == T);
-    }
+// KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE}.
+BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({false, true}), KV, use_rope) {
+  const PosKind pos = use_rope ? PosKind::Rope : PosKind::Learned;
+  GPT model(tiny(KV, pos), 7);
+  model.eval();
+  const int64_t B = 3, T = 12;
+  Index ids = random_ids(B, T, 11, KV);
+  Tensor full;
+  {
+    NoGrad ng;
+    full = model.forward(ids).val();  // [B, T, V]
+  }
+  KVCache cache = model.make_cache(B, T);
+  BOOST_TEST(cache.bytes() == 2 * 2 * B * T * KV * 4 * 4);  // layers · (k, v) · B · T · KV · hd · 4
+  double worst = 0;
+  const int64_t prefill = 4;
+  for (int64_t p = prefill - 1; p < T; p++) {
+    Index step;
+    const int64_t from = p == prefill - 1 ? 0 : p, n = p == prefill - 1 ? prefill : 1;
+    step.shape = {B, n};
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = from; t < from + n; t++) step.data.push_back(ids.data[b * T + t]);
+    Tensor logits = model.decode_step(step, cache);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t v = 0; v < 11; v++)
+        worst = std::max(worst, double(std::fabs(logits[b * 11 + v] - full[(b * T + p) * 11 + v])));
+  }
+  BOOST_TEST(worst < 1e-5, "KV=" << KV << " pos=" << to_string(pos) << ": max |cached - full| " << worst);
+  BOOST_TEST(cache.len == T);
 }
 
 BOOST_AUTO_TEST_CASE(gqa_equals_mha_with_repeated_heads) {
