@@ -154,6 +154,24 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
   BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
 }
 
+BOOST_AUTO_TEST_CASE(the_trainers_pieces_make_the_run_train_makes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(3), shakespeare(), d / "whole", quiet);
+  fs::create_directories(d / "parts");
+  std::ofstream(d / "parts/checkpoint.h5.tmp.123") << "left behind by a killed job";
+  Trainer t(tiny_train(3), shakespeare(), d / "parts", quiet);
+  BOOST_TEST(!fs::exists(d / "parts/checkpoint.h5.tmp.123"));
+  for (int i = 0; i < 3; i++) BOOST_TEST(std::isfinite(t.step().loss));
+  BOOST_TEST(t.steps_done() == 3);
+  t.save();
+  H5File a = H5File::open_read(d / "whole/checkpoint.h5"), b = H5File::open_read(d / "parts/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  BOOST_TEST(b.read_attr_int("/train", "step") == 3);
+}
+
 BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch) {
   TempDir d;
   TrainOptions quiet;

@@ -2,12 +2,18 @@
 // The training loop: nanoGPT's train.py in C++ — warmup + cosine schedule, gradient
 // accumulation, clipping, periodic evaluation on fixed val batches, metrics.jsonl, atomic
 // checkpoints, bit-exact --resume, and a clean stop on SIGINT/SIGTERM.
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "data/dataset.h"
+#include "data/sampler.h"
+#include "nn/accounting.h"
+#include "train/eval.h"
+#include "train/run_dir.h"
 #include "train/state.h"
 #include "train/stop.h"
 
@@ -40,18 +46,68 @@ struct TrainOptions {
   StopToken stop;                         // requested: save after the current step and return
 };
 
-/// Loss (mean over batches) of `model` on the given windows of `data`, in eval mode, no tape.
-/// With split_across_ranks (a collective in a multi-rank job) each rank evaluates every N-th
-/// batch and the sums are reduced, so every rank gets the same number as one process would.
-double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
-                        int64_t batch, bool split_across_ranks = false);
-
-/// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
-/// `tapelm eval` reports (32 windows per forward pass). With split_across_ranks, a collective.
-double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks = false);
-
 /// The sgemm throughput of this machine at the current thread count (FLOP/s), measured once.
 double measured_peak_flops();
+
+class GradReducer;
+
+/// One training run: construction does the set-up (model, optimizer, sampler, the run directory,
+/// --resume, and in a multi-rank job the agreement of every rank on all of it); step, evaluate
+/// and save are the pieces run() loops over. In a multi-rank job every rank makes the same calls
+/// in the same order: each of them is a collective.
+class Trainer {
+ public:
+  /// Sets up a run per cfg on the corpus (which must outlive the Trainer) in out_dir.
+  Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// What one optimizer step did.
+  struct Step {
+    double loss = 0;      // mean over micro-batches (and ranks)
+    double lr = 0;
+    bool stop = false;    // the stop token was requested (on any rank)
+  };
+  /// One optimizer step: grad_accum micro-batches, the all-reduce, the NaN check, clipping, AdamW.
+  Step step();
+  /// The loss on the fixed train and val batches (the same windows at every evaluation): records
+  /// train_loss_eval and val_loss in `record` and prints them.
+  void evaluate(nlohmann::json& record);
+  /// Writes the checkpoint: rank 0 gathers every rank's data streams, then writes alone.
+  void save();
+  /// Trains to max_iters or until the stop token is requested: logging, evaluation, checkpoints.
+  TrainResult run();
+
+  /// Optimizer steps completed (including those of a resumed run).
+  int64_t steps_done() const { return st_.step; }
+  /// The model being trained.
+  GPT& model() { return model_; }
+
+ private:
+  void set_up();
+  void print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last);
+
+  const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up
+  const TrainConfig cfg_;
+  const Corpus& corpus_;
+  const TrainOptions opt_;
+  RunDir dir_;
+  const int rank_, world_;
+  const bool lead_, multi_, quiet_;
+  GPT model_;
+  NamedParams params_;
+  std::unique_ptr<Optimizer> optim_;
+  std::optional<BatchSampler> sampler_;
+  TrainState st_;
+  std::vector<int64_t> val_windows_, train_windows_;
+  ModelCost cost_;
+  double peak_flops_ = 0;
+  double tokens_per_step_ = 0;
+  std::unique_ptr<GradReducer> reducer_;
+  TrainResult res_;
+  Index x_, y_;
+};
 
 /// Trains per cfg on the corpus, writing out_dir/checkpoint.h5 and out_dir/metrics.jsonl.
 /// In a multi-rank job (dist::multi()) every rank calls it: each rank draws batch_size windows

@@ -73,18 +73,19 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {
     // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
-    fs::create_directories(out_dir);
+    const RunDir dir(out_dir);
+    dir.prepare();
     auto opt = r.config.make_optimizer(converted->named_parameters());
     TrainState st;
     st.extra_json = to.extra_json;
     st.dropout_rng = converted->dropout_rng().state();
-    save_training_checkpoint((fs::path(out_dir) / "checkpoint.h5").string(), *converted, *opt, r.config, st, corpus.tok);
+    save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok);
     r.val_loss = r.loss_before;
     return r;
   }
   tapelm::train(r.config, corpus, out_dir, to);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::unique_ptr<GPT> done = load_model((fs::path(out_dir) / "checkpoint.h5").string());
+  std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint());
   r.val_loss = evaluate_split(*done, corpus.val);
   return r;
 }

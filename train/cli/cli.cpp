@@ -8,13 +8,12 @@
 #include "autograd/blas.h"
 #include "autograd/gradcheck.h"
 #include "data/dataset.h"
-#include "data/sampler.h"
-#include "data/tokens.h"
 #include "train/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"
 #include "train/convert.h"
+#include "train/eval.h"
 #include "train/plot.h"
 #include "train/sweep.h"
 #include "train/uptrain.h"
@@ -25,17 +24,6 @@ namespace tapelm::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
-bool is_hdf5(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char sig[8] = {};
-  in.read(sig, 8);
-  return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
-}
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
@@ -214,95 +202,23 @@ int run_bench(const BenchArgs& a) {
 int run_eval(const EvalArgs& a) {
   Loaded l = load_checkpoint(a.checkpoint);
   GPT& model = *l.model;
-  model.eval();
-  const GPTConfig& c = model.config();
   if (a.batch <= 0) throw std::invalid_argument("--batch must be positive");
-
-  // Batches of (inputs, targets) and the weight of each in the mean.
-  std::vector<std::pair<Index, Index>> batches;
-  if (ends_with(a.data, ".h5") || is_hdf5(a.data)) {
-    H5File f = H5File::open_read(a.data);
-    Shape s;
-    std::vector<int32_t> tok = f.read_ints("/tokens", &s);
-    if (s.size() != 2 || s[1] < 2) throw std::invalid_argument(a.data + ": /tokens must be [B, T+1], got " + shape_str(s));
-    if (s[1] - 1 > c.block_size)
-      throw std::invalid_argument(a.data + ": /tokens holds " + std::to_string(s[1] - 1) + " positions, block_size is " +
-                                  std::to_string(c.block_size));
-    Index x, y;
-    x.shape = y.shape = {s[0], s[1] - 1};
-    for (int64_t b = 0; b < s[0]; b++)
-      for (int64_t t = 0; t + 1 < s[1]; t++) {
-        const int32_t in = tok[b * s[1] + t], out = tok[b * s[1] + t + 1];
-        if (in < 0 || in >= c.vocab_size || out < -1 || out >= c.vocab_size)
-          throw std::invalid_argument(a.data + ": /tokens[" + std::to_string(b) + ", " + std::to_string(t) +
-                                      "] holds an id outside [0, " + std::to_string(c.vocab_size) + ")");
-        x.data.push_back(in);
-        y.data.push_back(out);
-      }
-    batches.emplace_back(std::move(x), std::move(y));
-  } else {
-    std::vector<int32_t> ids;
-    if (ends_with(a.data, ".bin")) {
-      ids = read_token_file(a.data);
-    } else {
-      Corpus corpus;
-      if (fs::is_directory(a.data)) {
-        corpus = load_corpus(a.data);
-      } else {
-        const std::string text = read_text_file(a.data);
-        corpus.tok = l.has_tokenizer ? l.tok : CharTokenizer::from_text(text);
-        TokenSplit sp = split_90_10(corpus.tok.encode(text));
-        corpus.train = std::move(sp.train);
-        corpus.val = std::move(sp.val);
-      }
-      if (a.split == "train") ids = corpus.train;
-      else if (a.split == "val") ids = corpus.val;
-      else {
-        ids = corpus.train;
-        ids.insert(ids.end(), corpus.val.begin(), corpus.val.end());
-      }
-    }
-    check_ids(ids, c.vocab_size, a.data);
-    std::vector<int64_t> starts = eval_windows(ids, c.block_size, a.data);
-    for (size_t i = 0; i < starts.size(); i += a.batch) {
-      std::vector<int64_t> chunk(starts.begin() + i, starts.begin() + std::min(starts.size(), i + size_t(a.batch)));
-      Index x, y;
-      fill_windows(ids, chunk, c.block_size, x, y);
-      batches.emplace_back(std::move(x), std::move(y));
-    }
-  }
-  int64_t total = 0;
-  for (auto& [x, y] : batches)
-    for (int32_t t : y.data) total += t >= 0;
-  if (total == 0) throw std::invalid_argument(a.data + ": no target positions to evaluate");
+  const EvalData data = load_eval_data(a.data, a.split, model.config(), l.has_tokenizer ? &l.tok : nullptr);
   const bool grads = !a.grad_out.empty();
-  double loss_sum = 0;
-  for (auto& [x, y] : batches) {
-    int64_t n = 0;
-    for (int32_t t : y.data) n += t >= 0;
-    if (grads) {
-      Var l = model.loss(x, y);
-      loss_sum += double(l.item()) * n;
-      backward(mul(l, static_cast<float>(double(n) / total)));
-    } else {
-      NoGrad ng;
-      loss_sum += double(model.loss(x, y).item()) * n;
-    }
-  }
-  const double loss = loss_sum / total;
+  const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
   if (grads) {
     write_h5_atomic(a.grad_out, [&](H5File& f) {
-      f.write_attr("/", "loss", loss);
+      f.write_attr("/", "loss", r.loss);
       f.create_group("/grad");
       for (const auto& [name, p] : model.named_parameters())
         f.write_tensor("/grad/" + name, p.has_grad() ? p.grad() : Tensor::zeros(p.shape()));
     });
   }
   if (a.json) {
-    nlohmann::json j{{"loss", loss}, {"tokens", total}, {"perplexity", std::exp(loss)}};
+    nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", loss, (long)total, std::exp(loss));
+    std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", r.loss, (long)r.targets, std::exp(r.loss));
   }
   return 0;
 }

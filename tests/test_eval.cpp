@@ -1,0 +1,197 @@
+// Evaluation: the mean over targets however the batches fall, its gradient, and the loaders of
+// `tapelm eval --data` agreeing on the same tokens.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <fstream>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/tokens.h"
+#include "train/eval.h"
+#include "train/h5file.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace tt = boost::test_tools;
+
+namespace {
+
+GPTConfig small_config() {
+  GPTConfig c;
+  c.vocab_size = 13;
+  c.block_size = 6;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.n_embd = 8;
+  c.mlp_hidden = 16;
+  return c;
+}
+
+// n windows of T random ids as a [n, T] batch, targets the next ids; `ignored` targets set to -1.
+std::pair<Index, Index> random_batch(int64_t n, int64_t T, uint64_t seed, const std::vector<int64_t>& ignored = {}) {
+  Rng r(seed);
+  Index x, y;
+  x.shape = y.shape = {n, T};
+  for (int64_t i = 0; i < n * T; i++) {
+    x.data.push_back(static_cast<int32_t>(r.below(13)));
+    y.data.push_back(static_cast<int32_t>(r.below(13)));
+  }
+  for (int64_t i : ignored) y.data[i] = -1;
+  return {x, y};
+}
+
+// Window w of a batch alone, as a [1, T] batch.
+std::pair<Index, Index> window(const std::pair<Index, Index>& b, int64_t w) {
+  const int64_t T = b.first.shape[1];
+  Index x, y;
+  x.shape = y.shape = {1, T};
+  x.data.assign(b.first.data.begin() + w * T, b.first.data.begin() + (w + 1) * T);
+  y.data.assign(b.second.data.begin() + w * T, b.second.data.begin() + (w + 1) * T);
+  return {x, y};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(eval)
+
+BOOST_AUTO_TEST_CASE(the_mean_is_over_targets_whatever_the_batches) {
+  GPT model(small_config(), 5);
+  const int64_t T = 6;
+  // three windows, two, and one: 5 + 0 + 6 | 6 + 3 | 2 targets (one window has none at all)
+  std::vector<std::pair<Index, Index>> batches{random_batch(3, T, 1, {2, 6, 7, 8, 9, 10, 11}),
+                                               random_batch(2, T, 2, {7, 9, 11}),
+                                               random_batch(1, T, 3, {0, 1, 2, 3})};
+  // Expected, one window at a time: loss × its targets, over all targets.
+  double sum = 0;
+  int64_t total = 0;
+  double window_mean = 0;
+  int64_t windows = 0;
+  {
+    NoGrad ng;
+    model.eval();
+    for (const auto& b : batches)
+      for (int64_t w = 0; w < b.first.shape[0]; w++) {
+        auto [x, y] = window(b, w);
+        const int64_t n = std::count_if(y.data.begin(), y.data.end(), [](int32_t t) { return t >= 0; });
+        if (n == 0) continue;
+        const double l = model.loss(x, y).item();
+        sum += l * static_cast<double>(n);
+        total += n;
+        window_mean += l;
+        windows++;
+      }
+    model.train();
+  }
+  window_mean /= static_cast<double>(windows);
+  const double want = sum / static_cast<double>(total);
+  const EvalResult r = evaluate(model, EvalBatches(batches));
+  BOOST_TEST(r.targets == 22);
+  BOOST_TEST(total == 22);
+  BOOST_TEST(r.loss == want, tt::tolerance(1e-6));
+  BOOST_TEST(std::fabs(window_mean - want) > 1e-4, "the windows' mean must differ for this test to tell");
+  BOOST_TEST(model.is_training(), "evaluation leaves the model in the mode it found");
+
+  // the gradient variant: the same loss, and d(mean)/d(param) as one batch of every window gives
+  const EvalResult g = evaluate_with_grads(model, EvalBatches(batches));
+  BOOST_TEST(g.loss == want, tt::tolerance(1e-6));
+  BOOST_TEST(g.targets == 22);
+  std::vector<std::vector<float>> split_grads;
+  for (auto& [name, p] : model.named_parameters()) {
+    split_grads.push_back(p.grad().to_vector());
+    p.zero_grad();
+  }
+  Index x, y;
+  x.shape = y.shape = {6, T};
+  for (const auto& b : batches) {
+    x.data.insert(x.data.end(), b.first.data.begin(), b.first.data.end());
+    y.data.insert(y.data.end(), b.second.data.begin(), b.second.data.end());
+  }
+  std::vector<std::pair<Index, Index>> one{{x, y}};
+  evaluate_with_grads(model, EvalBatches(one));
+  size_t i = 0;
+  for (auto& [name, p] : model.named_parameters()) {
+    const std::vector<float> a = p.grad().to_vector(), &b = split_grads[i++];
+    double num = 0, den = 0;
+    for (size_t k = 0; k < a.size(); k++) num += std::pow(a[k] - b[k], 2), den += double(a[k]) * a[k];
+    BOOST_TEST(std::sqrt(num / std::max(den, 1e-30)) < 1e-5, name);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(windows_give_the_same_mean_in_any_batch_size_and_over_ranks_flag) {
+  GPT model(small_config(), 9);
+  std::vector<int32_t> data;
+  Rng r(4);
+  for (int i = 0; i < 100; i++) data.push_back(static_cast<int32_t>(r.below(13)));
+  const std::vector<int64_t> starts = eval_windows(data, 6);
+  BOOST_TEST(starts.size() == 16u);  // (100 - 1) / 6
+  const EvalResult one = evaluate(model, EvalBatches(data, starts, 6, 1));
+  const EvalResult five = evaluate(model, EvalBatches(data, starts, 6, 5));  // 5, 5, 5, 1
+  BOOST_TEST(one.targets == 96);
+  BOOST_TEST(five.targets == 96);
+  BOOST_TEST(five.loss == one.loss, tt::tolerance(1e-6));
+  BOOST_TEST(evaluate_windows(model, data, starts, 6, 5, true) == five.loss);  // one rank: the same
+  BOOST_TEST(evaluate_split(model, data) == evaluate_windows(model, data, starts, 6, 32));
+  BOOST_CHECK_THROW(EvalBatches(data, starts, 6, 0), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(text_bin_directory_and_h5_loaders_agree) {
+  TempDir d;
+  std::string text;
+  Rng r(11);
+  for (int i = 0; i < 300; i++) text += static_cast<char>('a' + r.below(10));
+  std::ofstream(d / "c.txt") << text;
+  const CharTokenizer tok = CharTokenizer::from_text(text);
+  const std::vector<int32_t> ids = tok.encode(text);
+  write_token_file(d / "c.bin", ids);
+  prepare(d / "c.txt", d / "corpus");
+  GPTConfig c = small_config();
+  GPT model(c, 3);
+  const int64_t T = c.block_size;
+  // the parity layout: one row of T+1 tokens per non-overlapping window
+  const std::vector<int64_t> starts = eval_windows(ids, T);
+  std::vector<int32_t> rows;
+  for (int64_t s : starts) rows.insert(rows.end(), ids.begin() + s, ids.begin() + s + T + 1);
+  {
+    H5File f = H5File::create(d / "c.h5");
+    f.write_ints("/tokens", rows, {static_cast<int64_t>(starts.size()), T + 1});
+  }
+  const EvalResult text_all = evaluate(model, load_eval_data(d / "c.txt", "all", c, &tok).batches(4));
+  const EvalResult own_tok = evaluate(model, load_eval_data(d / "c.txt", "all", c, nullptr).batches(4));
+  const EvalResult bin = evaluate(model, load_eval_data(d / "c.bin", "val", c, nullptr).batches(4));
+  const EvalResult dir = evaluate(model, load_eval_data(d / "corpus", "all", c, nullptr).batches(4));
+  const EvalResult h5 = evaluate(model, load_eval_data(d / "c.h5", "val", c, nullptr).batches(4));
+  BOOST_TEST(text_all.targets == (300 - 1) / T * T);
+  for (const EvalResult* e : {&own_tok, &bin, &dir, &h5}) {
+    BOOST_TEST(e->targets == text_all.targets);
+    BOOST_TEST(e->loss == text_all.loss, tt::tolerance(1e-6));
+  }
+  // --split picks the 90/10 split's part; all is both
+  const EvalData val = load_eval_data(d / "c.txt", "val", c, &tok);
+  const EvalData train = load_eval_data(d / "c.txt", "train", c, &tok);
+  const TokenSplit sp = split_90_10(ids);
+  BOOST_TEST(val.ids == sp.val);
+  BOOST_TEST(train.ids == sp.train);
+  // errors name the file
+  GPTConfig tiny_vocab = c;
+  tiny_vocab.vocab_size = 5;
+  try {
+    load_eval_data(d / "c.bin", "all", tiny_vocab, nullptr);
+    BOOST_ERROR("ids beyond the vocabulary were accepted");
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(e.what()).find("c.bin") != std::string::npos, e.what());
+  }
+  {
+    H5File f = H5File::create(d / "none.h5");
+    f.write_ints("/tokens", {3, -1, 4, -1}, {2, 2});  // inputs, but every target ignored
+  }
+  try {
+    load_eval_data(d / "none.h5", "all", c, nullptr);
+    BOOST_ERROR("a file without targets was accepted");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == d / "none.h5" + ": no target positions to evaluate");
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,190 @@
+#include "train/eval.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "data/tokens.h"
+#include "train/dist.h"
+#include "train/h5file.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+EvalBatches::EvalBatches(const std::vector<int32_t>& data, std::vector<int64_t> starts, int64_t T, int64_t batch)
+    : data_(&data), starts_(std::move(starts)), T_(T), batch_(batch) {
+  if (batch <= 0) throw std::invalid_argument("evaluation batch size " + std::to_string(batch) + " is not positive");
+}
+
+EvalBatches::EvalBatches(std::vector<std::pair<Index, Index>> ready) : ready_(std::move(ready)) {}
+
+size_t EvalBatches::size() const {
+  if (!data_) return ready_.size();
+  const size_t b = static_cast<size_t>(batch_);
+  return (starts_.size() + b - 1) / b;
+}
+
+void EvalBatches::fill(size_t i, Index& x, Index& y) const {
+  if (!data_) {
+    x = ready_.at(i).first;
+    y = ready_.at(i).second;
+    return;
+  }
+  const size_t b = static_cast<size_t>(batch_);
+  const std::vector<int64_t> chunk(starts_.begin() + i * b, starts_.begin() + std::min(starts_.size(), (i + 1) * b));
+  fill_windows(*data_, chunk, T_, x, y);
+}
+
+namespace {
+
+int64_t count_targets(const Index& y) {
+  return std::count_if(y.data.begin(), y.data.end(), [](int32_t t) { return t >= 0; });
+}
+
+// Eval mode for the life of the object, then the mode the model had.
+class EvalMode {
+ public:
+  explicit EvalMode(GPT& model) : model_(model), was_training_(model.is_training()) { model_.eval(); }
+  ~EvalMode() { model_.train(was_training_); }
+  EvalMode(const EvalMode&) = delete;
+  EvalMode& operator=(const EvalMode&) = delete;
+
+ private:
+  GPT& model_;
+  bool was_training_;
+};
+
+}  // namespace
+
+EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ranks) {
+  NoGrad ng;
+  EvalMode mode(model);
+  const size_t stride = split_across_ranks ? static_cast<size_t>(dist::size()) : 1;
+  const size_t first = split_across_ranks ? static_cast<size_t>(dist::rank()) : 0;
+  // Sums of loss × targets and of targets: exact in double for any realistic split, so the mean
+  // is the same however the batches fall (and over however many ranks).
+  double sums[2] = {0, 0};
+  Index x, y;
+  for (size_t i = first; i < batches.size(); i += stride) {
+    batches.fill(i, x, y);
+    const int64_t n = count_targets(y);
+    if (n == 0) continue;  // a mean over no targets is NaN, and NaN × 0 would spoil the sum
+    sums[0] += static_cast<double>(model.loss(x, y).item()) * static_cast<double>(n);
+    sums[1] += static_cast<double>(n);
+  }
+  if (split_across_ranks) dist::allreduce_sum(sums, 2);
+  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<int64_t>(sums[1])};
+}
+
+EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches) {
+  EvalMode mode(model);
+  Index x, y;
+  int64_t total = 0;  // first, so each batch's backward carries its share of the mean
+  for (size_t i = 0; i < batches.size(); i++) {
+    batches.fill(i, x, y);
+    total += count_targets(y);
+  }
+  double loss_sum = 0;
+  for (size_t i = 0; i < batches.size(); i++) {
+    batches.fill(i, x, y);
+    const int64_t n = count_targets(y);
+    if (n == 0) continue;
+    Var l = model.loss(x, y);
+    loss_sum += static_cast<double>(l.item()) * static_cast<double>(n);
+    backward(mul(l, static_cast<float>(static_cast<double>(n) / static_cast<double>(total))));
+  }
+  return {total > 0 ? loss_sum / static_cast<double>(total) : 0.0, total};
+}
+
+double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
+                        int64_t batch, bool split_across_ranks) {
+  return evaluate(model, EvalBatches(data, starts, T, batch), split_across_ranks).loss;
+}
+
+double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks) {
+  const int64_t T = model.config().block_size;
+  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32, split_across_ranks);
+}
+
+EvalBatches EvalData::batches(int64_t batch) const {
+  return ready.empty() ? EvalBatches(ids, starts, T, batch) : EvalBatches(ready);
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+bool is_hdf5(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  return in.gcount() == 8 && std::string(sig, 8) == std::string("\x89HDF\r\n\x1a\n", 8);
+}
+
+// A parity file's /tokens [B, T+1] as one batch: inputs [:, :-1], targets [:, 1:].
+std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTConfig& c) {
+  H5File f = H5File::open_read(path);
+  Shape s;
+  std::vector<int32_t> tok = f.read_ints("/tokens", &s);
+  if (s.size() != 2 || s[1] < 2) throw std::invalid_argument(path + ": /tokens must be [B, T+1], got " + shape_str(s));
+  if (s[1] - 1 > c.block_size)
+    throw std::invalid_argument(path + ": /tokens holds " + std::to_string(s[1] - 1) + " positions, block_size is " +
+                                std::to_string(c.block_size));
+  Index x, y;
+  x.shape = y.shape = {s[0], s[1] - 1};
+  for (int64_t b = 0; b < s[0]; b++)
+    for (int64_t t = 0; t + 1 < s[1]; t++) {
+      const int32_t in = tok[b * s[1] + t], out = tok[b * s[1] + t + 1];
+      if (in < 0 || in >= c.vocab_size || out < -1 || out >= c.vocab_size)
+        throw std::invalid_argument(path + ": /tokens[" + std::to_string(b) + ", " + std::to_string(t) +
+                                    "] holds an id outside [0, " + std::to_string(c.vocab_size) + ")");
+      x.data.push_back(in);
+      y.data.push_back(out);
+    }
+  if (count_targets(y) == 0) throw std::invalid_argument(path + ": no target positions to evaluate");
+  return {std::move(x), std::move(y)};
+}
+
+}  // namespace
+
+EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
+                        const CharTokenizer* tok) {
+  EvalData d;
+  if (ends_with(path, ".h5") || is_hdf5(path)) {
+    d.ready.push_back(read_parity_tokens(path, c));
+    return d;
+  }
+  if (ends_with(path, ".bin")) {
+    d.ids = read_token_file(path);
+  } else {
+    Corpus corpus;
+    if (fs::is_directory(path)) {
+      corpus = load_corpus(path);
+    } else {
+      const std::string text = read_text_file(path);
+      corpus.tok = tok ? *tok : CharTokenizer::from_text(text);
+      TokenSplit sp = split_90_10(corpus.tok.encode(text));
+      corpus.train = std::move(sp.train);
+      corpus.val = std::move(sp.val);
+    }
+    if (split == "train") {
+      d.ids = std::move(corpus.train);
+    } else if (split == "val") {
+      d.ids = std::move(corpus.val);
+    } else {
+      d.ids = std::move(corpus.train);
+      d.ids.insert(d.ids.end(), corpus.val.begin(), corpus.val.end());
+    }
+  }
+  check_ids(d.ids, c.vocab_size, path);
+  d.T = c.block_size;
+  d.starts = eval_windows(d.ids, d.T, path);
+  return d;
+}
+
+}  // namespace tapelm

@@ -1,0 +1,76 @@
+#pragma once
+// Evaluation, in one place for train, eval, uptraining and the sweep: batches of windows, the
+// mean loss weighted by the number of targets (targets of -1 do not count), eval mode without a
+// tape, the split of the batches over ranks, and the gradient `tapelm eval --grad-out` writes.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+
+namespace tapelm {
+
+/// A mean loss and the number of target positions it is the mean over.
+struct EvalResult {
+  double loss = 0;
+  int64_t targets = 0;
+};
+
+/// The batches one evaluation runs over, built one at a time so a whole split costs one batch of
+/// memory: windows of a token sequence, or ready-made [B, T] batches (a parity file's rows).
+class EvalBatches {
+ public:
+  /// Windows of T tokens of `data` (which must outlive this) at `starts`, `batch` per forward pass.
+  EvalBatches(const std::vector<int32_t>& data, std::vector<int64_t> starts, int64_t T, int64_t batch);
+  /// These (inputs, targets) pairs as they are.
+  explicit EvalBatches(std::vector<std::pair<Index, Index>> ready);
+  /// The number of batches.
+  size_t size() const;
+  /// Writes batch i into x and y.
+  void fill(size_t i, Index& x, Index& y) const;
+
+ private:
+  const std::vector<int32_t>* data_ = nullptr;
+  std::vector<int64_t> starts_;
+  int64_t T_ = 0, batch_ = 1;
+  std::vector<std::pair<Index, Index>> ready_;
+};
+
+/// Mean loss over every target of the batches, in eval mode, no tape. With split_across_ranks (a
+/// collective in a multi-rank job) each rank evaluates every N-th batch and the sums are reduced,
+/// so every rank gets the number one process would.
+EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ranks = false);
+
+/// As evaluate, recording the tape: adds d(mean loss)/d(parameter) into every parameter's grad.
+EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches);
+
+/// Loss of `model` on the given windows of `data` (mean over targets). With split_across_ranks,
+/// a collective (see evaluate).
+double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
+                        int64_t batch, bool split_across_ranks = false);
+
+/// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
+/// `tapelm eval` reports (32 windows per forward pass). With split_across_ranks, a collective.
+double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks = false);
+
+/// What `tapelm eval --data` reads: token ids in non-overlapping windows of T, or (a parity file)
+/// ready-made batches.
+struct EvalData {
+  std::vector<int32_t> ids;
+  std::vector<int64_t> starts;
+  int64_t T = 0;
+  std::vector<std::pair<Index, Index>> ready;
+  /// The windows in batches of `batch` (ready-made batches as they are); refers to this object.
+  EvalBatches batches(int64_t batch) const;
+};
+
+/// Reads `path` for a model of config c: a parity .h5 with /tokens [B, T+1] (-1 targets ignored),
+/// an llm.c .bin token file, a run or corpus directory, or a text file (tokenized with `tok`, or
+/// its own characters when null). A corpus or text file gives its `split`: train, val or all.
+/// Ids outside the vocabulary or a file shorter than one window -> an error naming `path`.
+EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
+                        const CharTokenizer* tok);
+
+}  // namespace tapelm

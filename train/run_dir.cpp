@@ -1,0 +1,67 @@
+#include "train/run_dir.h"
+
+#include <filesystem>
+
+#include "train/trainer.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Keeps only the metrics of steps up to `step`.
+void trim_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t(0)) <= step) kept += line + "\n";
+    } catch (const std::exception&) {
+    }
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << kept;
+    if (!out) throw TrainError(path + ": cannot rewrite the metrics file");
+  }
+  fs::rename(tmp, path);
+}
+}  // namespace
+
+RunDir::RunDir(std::string dir) : dir_(std::move(dir)) {}
+
+std::string RunDir::checkpoint() const { return (fs::path(dir_) / "checkpoint.h5").string(); }
+
+std::string RunDir::metrics() const { return (fs::path(dir_) / "metrics.jsonl").string(); }
+
+void RunDir::prepare() const {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec || !fs::is_directory(dir_)) throw TrainError(dir_ + ": cannot create the run directory");
+  const std::string probe = (fs::path(dir_) / ".write_test").string();
+  std::ofstream t(probe);
+  if (!t) throw TrainError(dir_ + ": run directory is not writable");
+  t.close();
+  fs::remove(probe, ec);
+  // The checkpoint itself is intact: it is renamed into place only when complete.
+  for (const auto& e : fs::directory_iterator(dir_, ec))
+    if (e.path().filename().string().rfind("checkpoint.h5.tmp.", 0) == 0) fs::remove(e.path(), ec);
+}
+
+void RunDir::open_metrics(bool resume, int64_t resumed_step) {
+  const std::string path = metrics();
+  if (resume) trim_metrics(path, resumed_step);
+  else std::ofstream(path, std::ios::trunc);
+  metrics_.open(path, std::ios::app);
+  if (!metrics_) throw TrainError(path + ": cannot open the metrics file for writing");
+}
+
+void RunDir::log(const nlohmann::json& record) {
+  metrics_ << record.dump() << "\n";
+  metrics_.flush();
+}
+
+}  // namespace tapelm

@@ -1,0 +1,35 @@
+#pragma once
+// A training run's directory: checkpoint.h5, metrics.jsonl, and nothing half-written left behind.
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tapelm {
+
+class RunDir {
+ public:
+  /// Names the directory; touches nothing on disk.
+  explicit RunDir(std::string dir);
+  /// Creates the directory, checks that it is writable (failing now, not after the first
+  /// interval) and removes the temp files of a checkpoint write a killed job left behind.
+  void prepare() const;
+  /// The directory as given.
+  const std::string& path() const { return dir_; }
+  /// dir/checkpoint.h5.
+  std::string checkpoint() const;
+  /// dir/metrics.jsonl.
+  std::string metrics() const;
+  /// Opens the metrics log for appending: emptied for a fresh run, and for a resumed one trimmed
+  /// to the records of steps up to `resumed_step` (the steps after it are logged again).
+  void open_metrics(bool resume, int64_t resumed_step);
+  /// Appends one record to the metrics log and flushes it.
+  void log(const nlohmann::json& record);
+
+ private:
+  std::string dir_;
+  std::ofstream metrics_;
+};
+
+}  // namespace tapelm
