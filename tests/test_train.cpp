@@ -13,7 +13,7 @@
 
 #include "data/dataset.h"
 #include "data/tokens.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/convert.h"
 #include "train/sweep.h"
 #include "train/uptrain.h"

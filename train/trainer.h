@@ -8,7 +8,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "train/state.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/stop.h"
 
 namespace tapelm {
