@@ -260,6 +260,9 @@ TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::strin
       if (!(saved.model == cfg.model))
         throw CheckpointError(ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
       load_training_checkpoint(f, model, *optim, st);
+      if (lead && !quiet && !st.optim_hparams_changed.empty())
+        std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
+                    opt.label.c_str(), st.optim_hparams_changed.c_str());
       if (rank == 0) {
         sampler->set_state(st.sampler_state);
       } else if (rank < st.world_size) {  // this rank's own streams, where it left them
