@@ -13,7 +13,7 @@
 #include <set>
 
 #include "test_util.h"
-#include "train/h5file.h"
+#include "train/checkpoint/h5file.h"
 
 namespace fs = std::filesystem;
 using namespace tapelm;

@@ -1,8 +1,6 @@
 // Optimizers, clipping and the schedule: one step against hand-computed numbers, three steps
 // against torch.optim on the gqa fixture's gradients (tests/fixtures/optim_reference.h5, written by
 // tests/fixtures/make_optim_reference.py), and bit-exact resumption from exported state.
-#include <hdf5.h>
-
 #include <bit>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -11,6 +9,7 @@
 
 #include "autograd/kernels.h"
 #include "optim/optim.h"
+#include "train/checkpoint/h5file.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -40,60 +39,6 @@ NamedParams clone_params(const NamedParams& ps) {
   return out;
 }
 
-// ---- HDF5 C API, just enough to read float32 datasets and attributes ----------------------
-struct H5File {
-  hid_t id;
-  explicit H5File(const std::string& path) : id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)) {
-    BOOST_REQUIRE_MESSAGE(id >= 0, "cannot open " << path);
-  }
-  ~H5File() { H5Fclose(id); }
-  H5File(const H5File&) = delete;
-  H5File& operator=(const H5File&) = delete;
-};
-
-Tensor h5_read(hid_t file, const std::string& path) {
-  hid_t ds = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
-  BOOST_REQUIRE_MESSAGE(ds >= 0, "no dataset " << path);
-  hid_t space = H5Dget_space(ds);
-  const int nd = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(nd);
-  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  Shape shape(dims.begin(), dims.end());
-  Tensor t = Tensor::empty(shape);
-  const herr_t err = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data());
-  H5Sclose(space);
-  H5Dclose(ds);
-  BOOST_REQUIRE_MESSAGE(err >= 0, "cannot read " << path);
-  return t;
-}
-
-std::vector<std::string> h5_list(hid_t file, const std::string& group) {
-  hid_t g = H5Gopen2(file, group.c_str(), H5P_DEFAULT);
-  BOOST_REQUIRE_MESSAGE(g >= 0, "no group " << group);
-  H5G_info_t info;
-  H5Gget_info(g, &info);
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; i++) {
-    const ssize_t len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-    std::string name(static_cast<size_t>(len), '\0');
-    H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), len + 1, H5P_DEFAULT);
-    names.push_back(name);
-  }
-  H5Gclose(g);
-  return names;
-}
-
-std::vector<double> h5_attr(hid_t file, const std::string& object, const std::string& attr) {
-  hid_t a = H5Aopen_by_name(file, object.c_str(), attr.c_str(), H5P_DEFAULT, H5P_DEFAULT);
-  BOOST_REQUIRE_MESSAGE(a >= 0, "no attribute " << object << "@" << attr);
-  hid_t space = H5Aget_space(a);
-  std::vector<double> v(static_cast<size_t>(H5Sget_simple_extent_npoints(space)));
-  H5Aread(a, H5T_NATIVE_DOUBLE, v.data());
-  H5Sclose(space);
-  H5Aclose(a);
-  return v;
-}
-
 // The gqa fixture's parameters, and its gradients by the same names.
 struct Fixture {
   NamedParams params;
@@ -101,11 +46,11 @@ struct Fixture {
 };
 
 Fixture load_fixture() {
-  H5File f(test::fixture_path("parity/gqa.h5"));
+  H5File f = H5File::open_read(test::fixture_path("parity/gqa.h5"));
   Fixture fx;
-  for (const auto& name : h5_list(f.id, "/model")) {
-    fx.params.emplace_back(name, Var(h5_read(f.id, "/model/" + name), true));
-    fx.grads.push_back(h5_read(f.id, "/expected/grad/" + name));
+  for (const auto& name : f.list("/model")) {
+    fx.params.emplace_back(name, Var(f.read_tensor("/model/" + name), true));
+    fx.grads.push_back(f.read_tensor("/expected/grad/" + name));
   }
   BOOST_REQUIRE(!fx.params.empty());
   return fx;
@@ -137,20 +82,20 @@ struct Deviation {
 // Runs 3 steps like make_optim_reference.py and compares parameters and state with /<run>.
 void check_against_torch(const std::string& run) {
   Fixture fx = load_fixture();
-  H5File ref(test::fixture_path("optim_reference.h5"));
-  const auto steps = static_cast<int64_t>(h5_attr(ref.id, "/" + run, "step")[0]);
-  const double lr = h5_attr(ref.id, "/" + run, "lr")[0];
+  H5File ref = H5File::open_read(test::fixture_path("optim_reference.h5"));
+  const auto steps = static_cast<int64_t>(ref.read_attr_double("/" + run, "step"));
+  const double lr = ref.read_attr_double("/" + run, "lr");
   std::unique_ptr<Optimizer> opt;
   if (run == "adamw")
-    opt = std::make_unique<AdamW>(fx.params, lr, h5_attr(ref.id, "/adamw", "beta1")[0],
-                                  h5_attr(ref.id, "/adamw", "beta2")[0], h5_attr(ref.id, "/adamw", "eps")[0],
-                                  h5_attr(ref.id, "/adamw", "weight_decay")[0]);
+    opt = std::make_unique<AdamW>(fx.params, lr, ref.read_attr_double("/adamw", "beta1"),
+                                  ref.read_attr_double("/adamw", "beta2"), ref.read_attr_double("/adamw", "eps"),
+                                  ref.read_attr_double("/adamw", "weight_decay"));
   else
-    opt = std::make_unique<SGD>(fx.params, lr, h5_attr(ref.id, "/sgd", "momentum")[0],
-                                h5_attr(ref.id, "/sgd", "dampening")[0], h5_attr(ref.id, "/sgd", "weight_decay")[0],
-                                h5_attr(ref.id, "/sgd", "nesterov")[0] != 0);
+    opt = std::make_unique<SGD>(fx.params, lr, ref.read_attr_double("/sgd", "momentum"),
+                                ref.read_attr_double("/sgd", "dampening"), ref.read_attr_double("/sgd", "weight_decay"),
+                                ref.read_attr_double("/sgd", "nesterov") != 0);
   std::vector<double> torch_norms;
-  if (run == "adamw") torch_norms = h5_attr(ref.id, "/adamw", "grad_norm");
+  if (run == "adamw") torch_norms = ref.read_attr_doubles("/adamw", "grad_norm");
   int same_norms = 0;
   for (int64_t s = 0; s < steps; s++) {
     put_grads(fx);
@@ -165,14 +110,14 @@ void check_against_torch(const std::string& run) {
   BOOST_TEST(opt->steps() == steps);
   Deviation dev;
   for (const auto& [name, p] : fx.params)
-    dev.add(run + "/model/" + name, p.val(), h5_read(ref.id, "/" + run + "/model/" + name));
+    dev.add(run + "/model/" + name, p.val(), ref.read_tensor("/" + run + "/model/" + name));
   for (const auto& key : opt->state_keys()) {
     const auto& st = opt->state(key);
     BOOST_TEST(st.size() == fx.params.size());
     for (const auto& [name, p] : fx.params) {
       auto it = st.find(name);
       BOOST_REQUIRE_MESSAGE(it != st.end(), "no state " << key << "/" << name);
-      dev.add(run + "/" + key + "/" + name, it->second, h5_read(ref.id, "/" + run + "/" + key + "/" + name));
+      dev.add(run + "/" + key + "/" + name, it->second, ref.read_tensor("/" + run + "/" + key + "/" + name));
     }
   }
   BOOST_TEST_MESSAGE(run << " vs torch.optim after " << steps << " steps: max relative deviation " << dev.max_rel

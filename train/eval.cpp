@@ -8,7 +8,7 @@
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "train/dist.h"
-#include "train/h5file.h"
+#include "train/checkpoint/h5file.h"
 
 namespace tapelm {
 

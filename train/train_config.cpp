@@ -72,9 +72,23 @@ LrSchedule TrainConfig::schedule() const {
   return s;
 }
 
+std::string TrainConfig::optimizer_hparams_json() const {
+  // Only the keys of the chosen optimizer: make_optimizer rejects the others' (SGD's dampening
+  // is not a config key and stays at its default 0). JSON doubles round-trip exactly.
+  nlohmann::json j{{"lr", learning_rate}, {"weight_decay", weight_decay}};
+  if (optimizer == "sgd") {
+    j["momentum"] = momentum;
+    j["nesterov"] = nesterov;
+  } else {
+    j["beta1"] = beta1;
+    j["beta2"] = beta2;
+    j["eps"] = eps;
+  }
+  return j.dump();
+}
+
 std::unique_ptr<Optimizer> TrainConfig::make_optimizer(const NamedParams& params) const {
-  if (optimizer == "sgd") return std::make_unique<SGD>(params, learning_rate, momentum, 0.0, weight_decay, nesterov);
-  return std::make_unique<AdamW>(params, learning_rate, beta1, beta2, eps, weight_decay);
+  return tapelm::make_optimizer(optimizer, params, optimizer_hparams_json());
 }
 
 }  // namespace tapelm

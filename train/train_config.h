@@ -47,7 +47,9 @@ struct TrainConfig {
   nlohmann::json to_json() const;
   void validate() const;
   LrSchedule schedule() const;
-  /// The optimizer this config describes, over the given parameters.
+  /// The hyper-parameters of the chosen optimizer, in the form tapelm::make_optimizer reads.
+  std::string optimizer_hparams_json() const;
+  /// The optimizer this config describes, over the given parameters (via tapelm::make_optimizer).
   std::unique_ptr<Optimizer> make_optimizer(const NamedParams& params) const;
 };
 

@@ -220,6 +220,9 @@ void Trainer::set_up() {
     if (!(saved.model == cfg_.model))
       throw CheckpointError(ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
     load_training_checkpoint(f, model_, *optim_, st_);
+    if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
+      std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
+                  opt_.label.c_str(), st_.optim_hparams_changed.c_str());
     if (rank_ == 0) {
       sampler_->set_state(st_.sampler_state);
     } else if (rank_ < st_.world_size) {  // this rank's own streams, where it left them

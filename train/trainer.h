@@ -14,7 +14,7 @@
 #include "nn/accounting.h"
 #include "train/eval.h"
 #include "train/run_dir.h"
-#include "train/state.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/stop.h"
 
 namespace tapelm {

@@ -46,7 +46,7 @@ Loaded load_checkpoint(const std::string& path) {
   Loaded l;
   l.model = std::make_unique<GPT>(read_model_config(f));
   read_model_weights(f, *l.model);
-  if (f.exists("/tokenizer")) {
+  if (has_tokenizer(f)) {
     l.tok = read_tokenizer(f);
     l.has_tokenizer = true;
   }
@@ -119,9 +119,9 @@ int run_uptrain(const UptrainArgs& a) {
   {
     H5File f = H5File::open_read(a.from);
     read_model_config(f);
-    if (!f.exists("/train"))
-      throw CheckpointError(a.from + ": weights only; uptraining needs the original run's training config (/train)");
-    if (f.exists("/tokenizer") && !(read_tokenizer(f) == corpus.tok))
+    if (!has_train_config(f))
+      throw CheckpointError(a.from + ": weights only; uptraining needs the original run's training config");
+    if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
       throw std::invalid_argument(a.data + ": its characters differ from the tokenizer of " + a.from);
   }
   UptrainOptions o;
@@ -206,14 +206,7 @@ int run_eval(const EvalArgs& a) {
   const EvalData data = load_eval_data(a.data, a.split, model.config(), l.has_tokenizer ? &l.tok : nullptr);
   const bool grads = !a.grad_out.empty();
   const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
-  if (grads) {
-    write_h5_atomic(a.grad_out, [&](H5File& f) {
-      f.write_attr("/", "loss", r.loss);
-      f.create_group("/grad");
-      for (const auto& [name, p] : model.named_parameters())
-        f.write_tensor("/grad/" + name, p.has_grad() ? p.grad() : Tensor::zeros(p.shape()));
-    });
-  }
+  if (grads) write_gradients(a.grad_out, model, r.loss);
   if (a.json) {
     nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}};
     std::printf("%s\n", j.dump().c_str());
@@ -250,25 +243,19 @@ int run_convert(const ConvertArgs& a) {
   read_model_weights(f, src);
   const ConvertMethod m = parse_convert_method(a.method);
   std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, m, a.seed);
-  const bool tok = f.exists("/tokenizer");
+  const bool tok = has_tokenizer(f);
   CharTokenizer t;
   if (tok) t = read_tokenizer(f);
-  write_h5_atomic(a.out, [&](H5File& o) {
-    write_model(o, *out);
-    o.write_attr("/", "converted_from", nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
-    if (tok) {
-      o.create_group("/tokenizer");
-      o.write_attr("/tokenizer", "json", t.to_json());
-    }
-  });
+  write_converted(a.out, *out, tok ? &t : nullptr,
+                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
   std::printf("converted %s: %ld -> %ld kv heads by %s, written to %s\n", a.from.c_str(),
               (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.out.c_str());
   return 0;
 }
 
 int run_inspect(const std::string& path) {
-  H5File f = H5File::open_read(path);
-  const GPTConfig c = read_model_config(f);
+  const CheckpointInfo info = inspect_checkpoint(path);
+  const GPTConfig& c = info.config;
   const ModelCost m = model_cost(c);
   std::printf("checkpoint %s\n", path.c_str());
   std::printf("config %s\n", c.to_json().dump().c_str());
@@ -279,9 +266,8 @@ int run_inspect(const std::string& path) {
   std::printf("forward FLOPs per token %.4g (at T = %ld), training FLOPs per token %.4g\n", m.forward_flops_per_token,
               (long)c.block_size, m.train_flops_per_token);
   std::printf("KV-cache bytes per token %ld\n", (long)m.kv_cache_bytes_per_token);
-  if (f.exists("/train"))
-    std::printf("trained steps %ld, tokens seen %ld\n", (long)f.read_attr_int("/train", "step"),
-                (long)f.read_attr_int("/train", "tokens_seen"));
+  if (info.has_train)
+    std::printf("trained steps %ld, tokens seen %ld\n", (long)info.step, (long)info.tokens_seen);
   return 0;
 }
 

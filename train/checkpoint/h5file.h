@@ -19,7 +19,7 @@ struct H5Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// One open HDF5 file. Object paths are absolute ("/model/wte.weight"); a missing leading '/'
+/// One open HDF5 file. Object paths are absolute ("/group/name.weight"); a missing leading '/'
 /// is implied. Dataset names may contain dots.
 class H5File {
  public:
@@ -72,6 +72,8 @@ class H5File {
   int64_t read_attr_int(const std::string& obj, const std::string& name) const;
   /// Reads an attribute of any float or integer type.
   double read_attr_double(const std::string& obj, const std::string& name) const;
+  /// Reads a numeric attribute of any shape (h5py's array attributes), flattened, as float64.
+  std::vector<double> read_attr_doubles(const std::string& obj, const std::string& name) const;
   /// Writes a scalar variable-length UTF-8 string attribute (as h5py does), replacing any old one.
   void write_attr(const std::string& obj, const std::string& name, const std::string& v);
   /// Writes a string literal as a string attribute.

@@ -1,4 +1,4 @@
-#include "train/h5file.h"
+#include "train/checkpoint/h5file.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -448,12 +448,20 @@ struct Attr {
   Handle attr, type;
 };
 
-Attr open_scalar_attr(hid_t attr_id, const std::string& prefix) {
+/// The attribute and its datatype; *n receives its element count.
+Attr open_attr_elements(hid_t attr_id, const std::string& prefix, hssize_t* n) {
   Attr a{Handle(attr_id), Handle(H5Aget_type(attr_id))};
   if (!a.type.ok()) raise(prefix, "has an unreadable datatype" + h5_detail());
   Handle space(H5Aget_space(attr_id));
   if (!space.ok()) raise(prefix, "has an unreadable dataspace" + h5_detail());
-  hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  *n = H5Sget_simple_extent_npoints(space.get());
+  if (*n < 0) raise(prefix, "has an unreadable dataspace" + h5_detail());
+  return a;
+}
+
+Attr open_scalar_attr(hid_t attr_id, const std::string& prefix) {
+  hssize_t n = 0;
+  Attr a = open_attr_elements(attr_id, prefix, &n);
   if (n != 1) raise(prefix, "has " + std::to_string(n) + " elements, expected one");
   return a;
 }
@@ -513,6 +521,19 @@ double H5File::read_attr_double(const std::string& obj, const std::string& name)
   if (cls != H5T_FLOAT && cls != H5T_INTEGER) raise(prefix, "is " + type_name(type) + ", expected a number");
   double v = 0;
   if (H5Aread(a.attr.get(), H5T_NATIVE_DOUBLE, &v) < 0) raise(prefix, "cannot be read" + h5_detail());
+  return v;
+}
+
+std::vector<double> H5File::read_attr_doubles(const std::string& obj, const std::string& name) const {
+  const std::string p = norm(obj);
+  const std::string prefix = path_ + ": attribute " + name + " on " + p;
+  hssize_t n = 0;
+  Attr a = open_attr_elements(open_attr(p, name), prefix, &n);
+  hid_t type = a.type.get();
+  H5T_class_t cls = H5Tget_class(type);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) raise(prefix, "is " + type_name(type) + ", expected numbers");
+  std::vector<double> v(static_cast<size_t>(n));
+  if (n > 0 && H5Aread(a.attr.get(), H5T_NATIVE_DOUBLE, v.data()) < 0) raise(prefix, "cannot be read" + h5_detail());
   return v;
 }
 

@@ -1,0 +1,290 @@
+#include "train/checkpoint/checkpoint.h"
+
+#include <map>
+#include <set>
+
+namespace tapelm {
+
+namespace {
+
+// Every group and attribute of the format (SPEC.md §2) is named here and nowhere else.
+const std::string kRoot = "/";
+const std::string kModel = "/model";
+const std::string kOptim = "/optim";
+const std::string kTrain = "/train";
+const std::string kTokenizer = "/tokenizer";
+const std::string kGrad = "/grad";
+const std::string kSamplerState = "sampler_state";
+
+std::string rank_group(int r) { return kTrain + "/rank_" + std::to_string(r); }
+
+void write_tokenizer(H5File& f, const CharTokenizer& tok) {
+  f.create_group(kTokenizer);
+  f.write_attr(kTokenizer, "json", tok.to_json());
+}
+
+void write_bytes(H5File& f, const std::string& obj, const std::string& s) {
+  f.write_bytes(obj, std::vector<uint8_t>(s.begin(), s.end()));
+}
+
+std::string read_bytes(const H5File& f, const std::string& obj) {
+  std::vector<uint8_t> b = f.read_bytes(obj);
+  return std::string(b.begin(), b.end());
+}
+
+uint64_t read_u64_attr(const H5File& f, const std::string& obj, const std::string& name) {
+  try {
+    return std::stoull(f.read_attr_string(obj, name));
+  } catch (const std::exception&) {
+    throw CheckpointError(f.path() + ": bad " + obj + " " + name + " attribute");
+  }
+}
+
+// The saved hyper-parameters against the run's, key by key ("lr 0.001 -> 0.0003, ...").
+std::string hparam_changes(const std::string& path, const std::string& type, const std::string& saved_json,
+                           const Optimizer& opt) {
+  nlohmann::json saved;
+  try {
+    // Parsed by the one construction path, so a file the optimizer would not accept is an error.
+    make_optimizer(type, {}, saved_json);
+    saved = nlohmann::json::parse(saved_json);
+  } catch (const std::exception& e) {
+    throw CheckpointError(path + ": bad " + kOptim + " hparams: " + e.what());
+  }
+  const nlohmann::json now = nlohmann::json::parse(opt.hparams_json());
+  std::set<std::string> keys;
+  for (const auto& [k, v] : saved.items()) keys.insert(k);
+  for (const auto& [k, v] : now.items()) keys.insert(k);
+  std::string out;
+  for (const std::string& k : keys) {
+    const nlohmann::json a = saved.value(k, nlohmann::json()), b = now.value(k, nlohmann::json());
+    if (a != b) out += (out.empty() ? "" : ", ") + k + " " + a.dump() + " -> " + b.dump();
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- weights --------------------------------------------------------------------------------
+
+GPTConfig read_model_config(const H5File& f) {
+  const std::string& p = f.path();
+  if (!f.has_attr(kRoot, "format") || f.read_attr_string(kRoot, "format") != "tapelm")
+    throw CheckpointError(p + ": not a tapelm checkpoint (root attribute format is not \"tapelm\")");
+  if (!f.has_attr(kRoot, "format_version"))
+    throw CheckpointError(p + ": missing root attribute format_version");
+  const int64_t v = f.read_attr_int(kRoot, "format_version");
+  if (v != kFormatVersion)
+    throw CheckpointError(p + ": format_version " + std::to_string(v) + " is not supported (expected " +
+                          std::to_string(kFormatVersion) + ")");
+  if (!f.has_attr(kRoot, "config")) throw CheckpointError(p + ": missing root attribute config");
+  try {
+    return GPTConfig::from_json_string(f.read_attr_string(kRoot, "config"));
+  } catch (const ConfigError& e) {
+    throw CheckpointError(p + ": bad model config: " + e.what());
+  }
+}
+
+void write_model(H5File& f, const GPT& model, const std::string& group) {
+  f.write_attr(kRoot, "format", std::string("tapelm"));
+  f.write_attr(kRoot, "format_version", kFormatVersion);
+  f.write_attr(kRoot, "config", model.config().to_json().dump());
+  f.create_group(group);
+  for (const auto& [name, p] : model.named_parameters()) f.write_tensor(group + "/" + name, p.val());
+}
+
+void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
+  const std::string& path = f.path();
+  if (!f.exists(group)) throw CheckpointError(path + ": missing group " + group);
+  std::map<std::string, Shape> want;
+  NamedParams params = model.named_parameters();
+  for (const auto& [name, p] : params) want[name] = p.shape();
+  std::vector<std::string> have = f.list_datasets_recursive(group);
+  std::string missing, extra, misshaped;
+  std::set<std::string> seen;
+  for (const std::string& n : have) {
+    seen.insert(n);
+    auto it = want.find(n);
+    if (it == want.end()) {
+      extra += (extra.empty() ? "" : ", ") + n;
+      continue;
+    }
+    Shape s = f.dataset_shape(group + "/" + n);
+    if (s != it->second)
+      misshaped += (misshaped.empty() ? "" : ", ") + n + " " + shape_str(s) + " (expected " + shape_str(it->second) + ")";
+  }
+  for (const auto& [n, s] : want)
+    if (!seen.count(n)) missing += (missing.empty() ? "" : ", ") + n;
+  if (!missing.empty() || !extra.empty() || !misshaped.empty()) {
+    std::string msg = path + ": parameters do not match the model:";
+    if (!missing.empty()) msg += " missing " + missing + ";";
+    if (!extra.empty()) msg += " extra " + extra + ";";
+    if (!misshaped.empty()) msg += " mis-shaped " + misshaped + ";";
+    msg.pop_back();
+    throw CheckpointError(msg);
+  }
+  // Read everything first, so a failing read leaves the model untouched.
+  std::vector<Tensor> loaded;
+  for (const auto& [name, p] : params) loaded.push_back(f.read_tensor(group + "/" + name));
+  for (size_t i = 0; i < params.size(); i++) params[i].second.val() = loaded[i];
+}
+
+std::unique_ptr<GPT> load_model(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  auto model = std::make_unique<GPT>(read_model_config(f));
+  read_model_weights(f, *model);
+  return model;
+}
+
+void save_model(const std::string& path, const GPT& model) {
+  write_h5_atomic(path, [&](H5File& f) { write_model(f, model); });
+}
+
+// ---- full training checkpoints ----------------------------------------------------------------
+
+void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
+                              const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok) {
+  write_h5_atomic(path, [&](H5File& f) {
+    write_model(f, model);
+    f.create_group(kOptim);
+    f.write_attr(kOptim, "type", opt.type());
+    f.write_attr(kOptim, "step", opt.steps());
+    f.write_attr(kOptim, "hparams", opt.hparams_json());
+    for (const std::string& key : opt.state_keys()) {
+      f.create_group(kOptim + "/" + key);
+      for (const auto& [name, t] : opt.state(key)) f.write_tensor(kOptim + "/" + key + "/" + name, t);
+    }
+    f.create_group(kTrain);
+    f.write_attr(kTrain, "step", st.step);
+    f.write_attr(kTrain, "tokens_seen", st.tokens_seen);
+    f.write_attr(kTrain, "config", cfg.to_json().dump());
+    f.write_attr(kTrain, "dropout_rng", std::to_string(st.dropout_rng));
+    f.write_attr(kTrain, "extra", st.extra_json);
+    write_bytes(f, kTrain + "/" + kSamplerState, st.sampler_state);
+    if (st.world_size > 1) {  // written only by multi-rank runs, so one-process files are as before
+      f.write_attr(kTrain, "world_size", static_cast<int64_t>(st.world_size));
+      for (int r = 1; r < st.world_size; r++) {
+        const std::string g = rank_group(r);
+        f.create_group(g);
+        f.write_attr(g, "dropout_rng", std::to_string(st.rank_dropout_rngs.at(r - 1)));
+        write_bytes(f, g + "/" + kSamplerState, st.rank_sampler_states.at(r - 1));
+      }
+    }
+    write_tokenizer(f, tok);
+  });
+}
+
+void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st) {
+  const std::string& p = f.path();
+  if (!f.exists(kOptim) || !f.exists(kTrain))
+    throw CheckpointError(p + ": not a full training checkpoint (no " + kOptim + " or " + kTrain + ")");
+  const std::string type = f.read_attr_string(kOptim, "type");
+  if (type != opt.type())
+    throw CheckpointError(p + ": optimizer state is " + type + " but the run uses " + opt.type());
+  TrainState s;
+  // As after torch's optimizer.load_state_dict followed by setting the run's hyper-parameters
+  // (what nanoGPT does with lr each step): the checkpoint supplies the state, the run its
+  // hyper-parameters, so `--resume --set learning_rate=...` changes them on purpose. The saved
+  // ones are checked and the differences reported, so a change is never silent.
+  if (f.has_attr(kOptim, "hparams"))
+    s.optim_hparams_changed = hparam_changes(p, type, f.read_attr_string(kOptim, "hparams"), opt);
+  s.step = f.read_attr_int(kTrain, "step");
+  s.tokens_seen = f.read_attr_int(kTrain, "tokens_seen");
+  s.dropout_rng = read_u64_attr(f, kTrain, "dropout_rng");
+  if (f.has_attr(kTrain, "extra")) s.extra_json = f.read_attr_string(kTrain, "extra");
+  s.sampler_state = read_bytes(f, kTrain + "/" + kSamplerState);
+  if (f.has_attr(kTrain, "world_size")) {
+    const int64_t n = f.read_attr_int(kTrain, "world_size");
+    if (n < 1 || n > 1000000) throw CheckpointError(p + ": bad " + kTrain + " world_size " + std::to_string(n));
+    s.world_size = static_cast<int>(n);
+    for (int r = 1; r < s.world_size; r++) {
+      const std::string g = rank_group(r);
+      if (!f.exists(g)) throw CheckpointError(p + ": world_size is " + std::to_string(n) + " but " + g + " is missing");
+      s.rank_dropout_rngs.push_back(read_u64_attr(f, g, "dropout_rng"));
+      s.rank_sampler_states.push_back(read_bytes(f, g + "/" + kSamplerState));
+    }
+  }
+  // Read every optimizer tensor before touching anything, so a bad file changes nothing.
+  std::map<std::string, std::map<std::string, Tensor>> states;
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, v] : model.named_parameters()) shapes[name] = v.shape();
+  for (const std::string& key : opt.state_keys()) {
+    const std::string g = kOptim + "/" + key;
+    if (!f.exists(g)) continue;
+    for (const std::string& name : f.list_datasets_recursive(g)) {
+      auto it = shapes.find(name);
+      if (it == shapes.end()) throw CheckpointError(p + ": optimizer state " + g + "/" + name + " names no parameter");
+      Tensor t = f.read_tensor(g + "/" + name);
+      if (t.shape() != it->second)
+        throw CheckpointError(p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +
+                              ", parameter is " + shape_str(it->second));
+      states[key][name] = t;
+    }
+  }
+  const int64_t opt_step = f.read_attr_int(kOptim, "step");
+  read_model_weights(f, model);
+  for (auto& [key, m] : states)
+    for (auto& [name, t] : m) opt.state(key)[name] = t;
+  opt.set_steps(opt_step);
+  model.dropout_rng().set_state(s.dropout_rng);
+  st = s;
+}
+
+bool has_train_config(const H5File& f) { return f.exists(kTrain) && f.has_attr(kTrain, "config"); }
+
+TrainConfig read_train_config(const H5File& f) {
+  if (!has_train_config(f))
+    throw CheckpointError(f.path() + ": no training state (" + kTrain + ") in this checkpoint");
+  try {
+    return TrainConfig::from_json(nlohmann::json::parse(f.read_attr_string(kTrain, "config")));
+  } catch (const std::exception& e) {
+    throw CheckpointError(f.path() + ": bad training config: " + e.what());
+  }
+}
+
+bool has_tokenizer(const H5File& f) { return f.exists(kTokenizer); }
+
+CharTokenizer read_tokenizer(const H5File& f) {
+  if (!f.exists(kTokenizer) || !f.has_attr(kTokenizer, "json"))
+    throw CheckpointError(f.path() + ": no tokenizer (" + kTokenizer + ") in this checkpoint");
+  try {
+    return CharTokenizer::from_json(f.read_attr_string(kTokenizer, "json"));
+  } catch (const std::exception& e) {
+    throw CheckpointError(f.path() + ": bad tokenizer: " + e.what());
+  }
+}
+
+CheckpointInfo inspect_checkpoint(const std::string& path) {
+  H5File f = H5File::open_read(path);
+  CheckpointInfo info;
+  info.config = read_model_config(f);
+  if (f.exists(kTrain)) {
+    info.has_train = true;
+    info.step = f.read_attr_int(kTrain, "step");
+    info.tokens_seen = f.read_attr_int(kTrain, "tokens_seen");
+  }
+  info.has_tokenizer = has_tokenizer(f);
+  return info;
+}
+
+// ---- files derived from a checkpoint ------------------------------------------------------------
+
+void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
+                     const std::string& converted_from_json) {
+  write_h5_atomic(path, [&](H5File& f) {
+    write_model(f, model);
+    f.write_attr(kRoot, "converted_from", converted_from_json);
+    if (tok) write_tokenizer(f, *tok);
+  });
+}
+
+void write_gradients(const std::string& path, const GPT& model, double loss) {
+  write_h5_atomic(path, [&](H5File& f) {
+    f.write_attr(kRoot, "loss", loss);
+    f.create_group(kGrad);
+    for (const auto& [name, p] : model.named_parameters())
+      f.write_tensor(kGrad + "/" + name, p.has_grad() ? p.grad() : Tensor::zeros(p.shape()));
+  });
+}
+
+}  // namespace tapelm

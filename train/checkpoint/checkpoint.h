@@ -1,0 +1,102 @@
+#pragma once
+// The checkpoint format (SPEC.md §2), in one place: this module and its .cpp are the only code
+// that names the file's groups and attributes.
+//
+//   /            attrs format = "tapelm", format_version, config (model config JSON)
+//   /model/<name>                 one float32 dataset per parameter
+//   /optim       attrs type, step, hparams; /optim/<state key>/<name> (exp_avg, ...)
+//   /train       attrs step, tokens_seen, config, dropout_rng, extra [, world_size];
+//                sampler_state [, rank_<r>/...]
+//   /tokenizer   attr json
+//
+// A file with only / and /model is a valid (weights-only) checkpoint. Other files written
+// beside the format (eval's gradients, convert's output) are written here too.
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "nn/gpt.h"
+#include "optim/optim.h"
+#include "train/checkpoint/h5file.h"
+#include "train/train_config.h"
+
+namespace tapelm {
+
+/// A checkpoint that cannot be used: wrong format, version, config, or parameters.
+struct CheckpointError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+constexpr int64_t kFormatVersion = 1;
+
+// ---- weights --------------------------------------------------------------------------------
+
+/// Checks the root attributes and returns the model config they hold.
+GPTConfig read_model_config(const H5File& f);
+/// Writes the root attributes and every parameter under `group` (default /model).
+void write_model(H5File& f, const GPT& model, const std::string& group = "/model");
+/// Loads every parameter from `group`, first checking the exact set of names and shapes: a
+/// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded.
+void read_model_weights(const H5File& f, GPT& model, const std::string& group = "/model");
+/// Builds the model a checkpoint file describes and loads its weights.
+std::unique_ptr<GPT> load_model(const std::string& path);
+/// Writes a weights-only checkpoint atomically.
+void save_model(const std::string& path, const GPT& model);
+
+// ---- full training checkpoints ----------------------------------------------------------------
+
+struct TrainState {
+  int64_t step = 0;          // optimizer steps completed
+  int64_t tokens_seen = 0;
+  uint64_t dropout_rng = 0;  // the model's dropout stream
+  std::string sampler_state; // the train batch sampler
+  std::string extra_json = "{}";  // e.g. how an uptraining run began
+  // A multi-rank run: the streams of ranks 1..world_size-1 (rank 0's are the two fields above).
+  int world_size = 1;
+  std::vector<uint64_t> rank_dropout_rngs;
+  std::vector<std::string> rank_sampler_states;
+  // Set by load_training_checkpoint, never saved: the optimizer hyper-parameters this run
+  // changed relative to the checkpoint's, e.g. "lr 0.001 -> 0.0003"; empty when they agree.
+  std::string optim_hparams_changed;
+};
+
+/// Writes everything atomically to path (temp file, flush, rename).
+void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
+                              const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok);
+/// Restores model weights, optimizer state and training state from a full checkpoint. The
+/// optimizer keeps the hyper-parameters it was built with; see optim_hparams_changed.
+void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st);
+
+/// True if the file holds a training config (/train), as a full training checkpoint does.
+bool has_train_config(const H5File& f);
+/// The training config stored in a full checkpoint (CheckpointError if there is none).
+TrainConfig read_train_config(const H5File& f);
+/// True if the file holds a tokenizer.
+bool has_tokenizer(const H5File& f);
+/// The tokenizer stored in a checkpoint (CheckpointError if there is none).
+CharTokenizer read_tokenizer(const H5File& f);
+
+/// What `inspect` shows of a checkpoint besides the model config.
+struct CheckpointInfo {
+  GPTConfig config;
+  bool has_train = false;  // a full training checkpoint: step and tokens_seen are set
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  bool has_tokenizer = false;
+};
+/// Reads the config and the training progress of a checkpoint, checking the root attributes.
+CheckpointInfo inspect_checkpoint(const std::string& path);
+
+// ---- files derived from a checkpoint ------------------------------------------------------------
+
+/// Writes a weights-only checkpoint of a converted model atomically, with the source's tokenizer
+/// when tok is not null and the root attribute converted_from (a JSON description).
+void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
+                     const std::string& converted_from_json);
+/// Writes d loss / d param as /grad/<name> (zeros for parameters without a gradient) and the root
+/// attribute loss, atomically (SPEC.md §4, eval --grad-out).
+void write_gradients(const std::string& path, const GPT& model, double loss);
+
+}  // namespace tapelm
