@@ -16,7 +16,7 @@
 #include "train/bench.h"
 #include "train/convert.h"
 #include "train/plot.h"
-#include "train/sweep.h"
+#include "train/sweep/runner.h"
 #include "train/uptrain.h"
 #include "train/trainer.h"
 
