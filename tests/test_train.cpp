@@ -15,7 +15,6 @@
 #include "data/tokens.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/convert.h"
-#include "train/sweep.h"
 #include "train/uptrain.h"
 #include "train/trainer.h"
 #include "test_util.h"
@@ -248,7 +247,7 @@ BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
   BOOST_TEST(again.code == 0, again.err);
 }
 
-// ---- uptraining and the sweep ------------------------------------------------------------------------
+// ---- uptraining ------------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   TempDir d;
@@ -291,41 +290,6 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   UptrainResult z = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "zero", o);
   BOOST_TEST(z.steps == 0);
   BOOST_TEST(z.val_loss == z.loss_before);
-}
-
-BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
-  TempDir d;
-  const std::string text = test::fixture_path("tiny.txt");
-  Run r = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
-  BOOST_TEST_REQUIRE(r.code == 0, r.err);
-  for (const char* f : {"results.csv", "report.md", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
-    BOOST_TEST(fs::file_size(d / (std::string("sw/") + f)) > 100u, f);
-  std::ifstream csv(d / "sw/results.csv");
-  std::string header, line;
-  std::getline(csv, header);
-  for (const char* col : {"kv_heads", "method", "alpha", "seed", "val_loss", "perplexity", "decode_ms_per_sample_b1",
-                          "decode_ms_per_token_step_b4", "kv_cache_bytes_per_token", "params", "forward_flops_per_token",
-                          "train_seconds"})
-    BOOST_TEST(header.find(col) != std::string::npos, col);
-  int rows = 0;
-  const size_t ncols = std::count(header.begin(), header.end(), ',');
-  while (std::getline(csv, line)) {
-    rows++;
-    BOOST_TEST(size_t(std::count(line.begin(), line.end(), ',')) == ncols, line);
-  }
-  // pretrain + KV 4 (identity) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the
-  // headline cell per KV + from-scratch KV 2 and 1
-  BOOST_TEST(rows == 1 + 3 + 2 * 3 * 3 + 3 * 2 + 2);
-  std::ifstream md(d / "sw/report.md");
-  std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
-  for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2"})
-    BOOST_TEST(report.find(part) != std::string::npos, part);
-  const auto stamp = fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json");
-  Run again = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
-  BOOST_TEST(again.code == 0, again.err);
-  BOOST_TEST(again.out.find("finished cells are skipped") != std::string::npos, again.out);
-  BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);
-  BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));
 }
 
 // ---- the command line with good and bad input -----------------------------------------------------

@@ -15,7 +15,7 @@
 #include "train/convert.h"
 #include "train/eval.h"
 #include "train/plot.h"
-#include "train/sweep.h"
+#include "train/sweep/runner.h"
 #include "train/uptrain.h"
 #include "train/trainer.h"
 

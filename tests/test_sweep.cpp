@@ -1,0 +1,290 @@
+// The trade-off study: its plan (cells and their names), the cell files a re-run resumes from, the
+// report written from hand-made results, and a whole micro sweep through the CLI.
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "train/plot.h"
+#include "train/sweep/plan.h"
+#include "train/sweep/report.h"
+#include "train/sweep/results.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (l == line) return true;
+  return false;
+}
+
+/// Val losses chosen by hand: mean pooling wins for GQA-2, first head wins for MQA; seed s adds 0.01·(s−1).
+double hand_loss(const Cell& c) {
+  if (c.kind == CellKind::pretrain) return 3.0;
+  if (c.kind == CellKind::scratch) return c.kv == 2 ? 3.15 : 3.4;
+  static const std::map<std::pair<int64_t, std::string>, std::vector<double>> by_alpha = {
+      {{4, "mean"}, {3.0, 2.9, 2.85}},  {{2, "mean"}, {3.2, 3.1, 3.05}},  {{2, "first"}, {3.4, 3.3, 3.2}},
+      {{2, "random"}, {4.0, 3.6, 3.5}}, {{1, "mean"}, {3.5, 3.3, 3.25}},  {{1, "first"}, {3.3, 3.2, 3.1}},
+      {{1, "random"}, {4.2, 3.8, 3.7}}};
+  const size_t i = c.alpha == 0 ? 0 : c.alpha < 0.07 ? 1 : 2;
+  return by_alpha.at({c.kv, c.method})[i] + 0.01 * (c.seed - 1);
+}
+
+/// Every cell of the micro plan with hand_loss and, per KV, hand-picked costs and decoding times.
+std::vector<CellResult> hand_results(const SweepPlan& plan, double mqa_ms_per_sample_b4 = 5.0) {
+  const std::map<int64_t, int64_t> params = {{4, 3872}, {2, 3616}, {1, 3488}}, cache = {{4, 128}, {2, 64}, {1, 32}};
+  const std::map<int64_t, DecodeTimes> decode = {{4, {{1, {1.5, 24.0}}, {4, {2.5, 10.0}}}},
+                                                 {2, {{1, {1.25, 20.0}}, {4, {1.625, 6.5}}}},
+                                                 {1, {{1, {1.0, 16.0}}, {4, {1.25, mqa_ms_per_sample_b4}}}}};
+  std::vector<CellResult> rs;
+  for (const Cell& c : plan.cells) {
+    CellResult r;
+    r.cell = c;
+    r.schedule = c.kind == CellKind::convert ? "rewarm" : "cosine";
+    r.val_loss = hand_loss(c);
+    r.perplexity = std::exp(r.val_loss);
+    r.params = params.at(c.kv);
+    r.kv_cache_bytes_per_token = cache.at(c.kv);
+    r.decode = decode.at(c.kv);
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(sweep)
+
+// ---- the plan -------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(kv_heads_halve_down_to_one) {
+  BOOST_TEST(sweep_kv_heads(8) == (std::vector<int64_t>{8, 4, 2, 1}), tt::per_element());
+  BOOST_TEST(sweep_kv_heads(4) == (std::vector<int64_t>{4, 2, 1}), tt::per_element());
+  BOOST_TEST(sweep_kv_heads(12) == (std::vector<int64_t>{12, 6, 3, 1}), tt::per_element());
+  BOOST_TEST(sweep_kv_heads(6) == (std::vector<int64_t>{6, 3, 1}), tt::per_element());
+  BOOST_TEST(sweep_kv_heads(5) == (std::vector<int64_t>{5, 1}), tt::per_element());
+  BOOST_TEST(sweep_kv_heads(1) == (std::vector<int64_t>{1}), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
+  const SweepPlan micro(sweep_preset("micro"));
+  // pretrain + KV 4 (mean only) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the headline
+  // cell per KV + from scratch KV 2 and 1
+  BOOST_TEST(micro.cells.size() == 1u + 3 + 18 + 6 + 2);
+  BOOST_TEST(micro.kv_heads == (std::vector<int64_t>{4, 2, 1}), tt::per_element());
+  BOOST_TEST(micro.pretrain().id() == "pretrain_mha");
+  BOOST_TEST(micro.pretrain().steps == 20);
+  BOOST_TEST(micro.scratch_steps == 21);  // 20 × 1.05
+  std::set<std::string> ids;
+  for (const Cell& c : micro.cells) ids.insert(c.id());
+  BOOST_TEST(ids.size() == micro.cells.size());
+  // the names of existing sweep directories' files
+  for (const char* id : {"kv4_mean_a0_s1", "kv4_mean_a0.05_s3", "kv2_first_a0.1_s1", "kv1_random_a0_s1",
+                         "kv1_mean_a0.05_s2", "scratch_kv2_s1", "scratch_kv1_s1"})
+    BOOST_TEST(ids.count(id) == 1u, id);
+  BOOST_TEST(ids.count("kv4_first_a0_s1") == 0u);  // converting MHA to MHA: mean only
+  BOOST_TEST(ids.count("kv2_first_a0.05_s2") == 0u);  // repeated seeds: the headline cell only
+  const Cell& c = micro.find(CellKind::convert, 1, "mean", 0.05, 2);
+  BOOST_TEST(c.id() == "kv1_mean_a0.05_s2");
+  BOOST_TEST(c.steps == 1);  // 0.05 × 20
+  BOOST_TEST(micro.find(CellKind::convert, 2, "first", 0.1).steps == 2);
+  BOOST_TEST(micro.scratch(1).id() == "scratch_kv1_s1");
+  BOOST_CHECK_THROW(micro.find(CellKind::convert, 3, "mean", 0), std::logic_error);
+  BOOST_TEST(micro.kv_name(4) == "MHA");
+  BOOST_TEST(micro.kv_name(2) == "GQA-2");
+  BOOST_TEST(micro.kv_name(1) == "MQA");
+  // eight query heads: KV 8, 4, 2, 1
+  const SweepPlan small(sweep_preset("small"));
+  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 11 + 3);
+  BOOST_CHECK_THROW(sweep_preset("huge"), std::invalid_argument);
+}
+
+// ---- the cell files -------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
+  // as an earlier sweep wrote them
+  const auto converted = nlohmann::json::parse(R"({
+ "alpha": 0.05, "decode_ms_per_sample_b1": 455.98811, "decode_ms_per_sample_b4": 114.001091,
+ "decode_ms_per_token_step_b1": 30.399207333333333, "decode_ms_per_token_step_b4": 30.400290933333334,
+ "forward_flops_per_token": 7648.0, "id": "kv2_mean_a0.05_s1", "kind": "convert", "kv_cache_bytes_per_token": 64,
+ "kv_heads": 2, "loss_before": 3.2096107006073, "method": "mean", "params": 3616, "perplexity": 24.69559150987442,
+ "schedule": "rewarm", "seed": 1, "steps": 1, "train_seconds": 0.205611523, "val_loss": 3.206624746322632})");
+  const auto pretrained = nlohmann::json::parse(R"({
+ "alpha": 0.0, "decode_ms_per_sample_b1": 491.17421299999995, "decode_ms_per_sample_b4": 119.001317,
+ "decode_ms_per_token_step_b1": 32.74494753333333, "decode_ms_per_token_step_b4": 31.733684533333334,
+ "forward_flops_per_token": 8160.0, "id": "pretrain_mha", "kind": "pretrain", "kv_cache_bytes_per_token": 128,
+ "kv_heads": 4, "loss_before": null, "method": "", "params": 3872, "perplexity": 24.67, "schedule": "cosine",
+ "seed": 1, "steps": 20, "train_seconds": 1.25, "val_loss": 3.2057})");
+  for (const nlohmann::json& j : {converted, pretrained}) {
+    const CellResult r = CellResult::from_json(j);
+    BOOST_TEST(r.to_json() == j, r.to_json().dump(1) << "\nvs\n" << j.dump(1));
+    BOOST_TEST(r.to_json().dump(1) == j.dump(1));  // integers stay integers, 7648.0 stays a float
+  }
+  const CellResult c = CellResult::from_json(converted);
+  BOOST_TEST((c.cell == Cell{CellKind::convert, 2, "mean", 0.05, 1, 1}));
+  BOOST_TEST(c.loss_before.value() == 3.2096107006073);
+  BOOST_TEST(c.decode.at(4).ms_per_sample == 114.001091);
+  BOOST_TEST(c.decode.at(1).ms_per_token_step == 30.399207333333333);
+  BOOST_TEST(!CellResult::from_json(pretrained).loss_before.has_value());
+  // decode/kv<KV>.json holds just the decode keys
+  const DecodeTimes d = {{1, {0.5, 7.5}}, {32, {2.0, 0.9375}}};
+  BOOST_TEST(decode_times_to_json(d) == nlohmann::json::parse(R"({"decode_ms_per_token_step_b1": 0.5,
+    "decode_ms_per_sample_b1": 7.5, "decode_ms_per_token_step_b32": 2.0, "decode_ms_per_sample_b32": 0.9375})"));
+  BOOST_TEST(decode_times_from_json(decode_times_to_json(d)).at(32).ms_per_sample == 0.9375);
+}
+
+// ---- the report -----------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(stat_and_its_text) {
+  const Stat s = stat({1.0, 2.0, 3.0});
+  BOOST_TEST(s.n == 3);
+  BOOST_TEST(s.mean == 2.0);
+  BOOST_TEST(s.sd == 1.0);  // sample standard deviation: sqrt((1 + 0 + 1) / 2)
+  BOOST_TEST(s.lo == 1.0);
+  BOOST_TEST(s.hi == 3.0);
+  BOOST_TEST(fmt_stat(s) == "2.0000 ± 1.0000 (n=3)");
+  BOOST_TEST(fmt_stat(stat({3.2057})) == "3.2057");
+  BOOST_TEST(stat({3.2057}).sd == 0.0);
+  BOOST_TEST(fmt_stat(stat({})) == "–");
+}
+
+BOOST_AUTO_TEST_CASE(csv_header_and_rows) {
+  const SweepPlan plan(sweep_preset("micro"));
+  CellResult pre;
+  pre.cell = plan.pretrain();
+  pre.schedule = "cosine";
+  pre.val_loss = 3.25;
+  pre.perplexity = 25.5;
+  pre.train_seconds = 2.0;
+  pre.params = 3872;
+  pre.forward_flops_per_token = 8160;
+  pre.kv_cache_bytes_per_token = 128;
+  pre.decode = {{1, {1.5, 22.5}}, {4, {2.5, 9.375}}};
+  CellResult conv = pre;
+  conv.cell = plan.find(CellKind::convert, 2, "mean", 0.05);
+  conv.schedule = "rewarm";
+  conv.loss_before = 3.75;
+  conv.params = 3616;
+  conv.forward_flops_per_token = 7648;
+  conv.kv_cache_bytes_per_token = 64;
+  std::ostringstream csv;
+  write_results_csv(csv, plan, {pre, conv});
+  BOOST_TEST(csv.str() ==
+             "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+             "forward_flops_per_token,kv_cache_bytes_per_token,decode_ms_per_token_step_b1,decode_ms_per_sample_b1,"
+             "decode_ms_per_token_step_b4,decode_ms_per_sample_b4\n"
+             "pretrain_mha,pretrain,4,,0.0,1,20,cosine,3.25,25.5,,2.0,3872,8160.0,128,1.5,22.5,2.5,9.375\n"
+             "kv2_mean_a0.05_s1,convert,2,mean,0.05,1,1,rewarm,3.25,25.5,3.75,2.0,3616,7648.0,64,1.5,22.5,2.5,9.375\n");
+}
+
+BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
+  const SweepPlan plan(sweep_preset("micro"));
+  const ReportContext ctx{"tiny.txt", 900, 100, "2024-01-02"};
+  std::ostringstream out;
+  write_report_md(out, plan, hand_results(plan), ctx);
+  const std::string md = out.str();
+  BOOST_TEST(md.starts_with("# GQA/MQA uptraining trade-off — preset `micro`\n\nMeasured 2024-01-02 on `tiny.txt` "
+                            "(900 train / 100 val tokens). MHA model: 1 layers, 4 heads, d 16, T 16, pretrained 20 steps "
+                            "of batch 4."),
+             md);
+  for (const char* line : {
+           "## Table 1 — quality and decoding time after uptraining with α = 0.05 (mean pooling)",
+           "| model | KV heads | val loss | perplexity | decode ms/sample (batch 1) | decode ms/sample (batch 4) | KV cache "
+           "bytes/token | params |",
+           "| MHA (pretrained, α = 0) | 4 | 3.0000 | 20.086 | 24.0 | 10.00 | 128 | 3872 |",
+           "| MHA + α uptraining (same compute) | 4 | 2.9100 ± 0.0100 (n=3) | 18.357 | 24.0 | 10.00 | 128 | 3872 |",
+           "| GQA-2 | 2 | 3.1100 ± 0.0100 (n=3) | 22.421 | 20.0 | 6.50 | 64 | 3616 |",
+           "| MQA | 1 | 3.3100 ± 0.0100 (n=3) | 27.385 | 16.0 | 5.00 | 32 | 3488 |",
+           "| GQA-2 from scratch (21 steps) | 2 | 3.1500 | 23.336 | 20.0 | 6.50 | 64 | 3616 |",
+           "| MQA from scratch (21 steps) | 1 | 3.4000 | 29.964 | 16.0 | 5.00 | 32 | 3488 |",
+           "| method | GQA-2 | MQA |",
+           "| mean | 3.1100 (3.2000) | 3.3100 (3.5000) |",
+           "| first | 3.3000 (3.4000) | 3.2000 (3.3000) |",
+           "| random | 3.6000 (4.0000) | 3.8000 (4.2000) |",
+           "| α | steps | MHA | GQA-2 | MQA |",
+           "| 0 | 0 | 3.0000 | 3.2000 | 3.5000 |",
+           "| 0.05 | 1 | 2.9100 | 3.1100 | 3.3100 |",
+           "| 0.1 | 2 | 2.8500 | 3.0500 | 3.2500 |",
+           "- GQA-2: mean pooling beats first head and random init (Fig. 4): **yes** (3.1100 vs 3.3000, 3.6000)",
+           "- MQA: mean pooling beats first head and random init (Fig. 4): **no** (3.3100 vs 3.2000, 3.8000)",
+           // 3.2 → 3.11 gains 0.09, 3.11 → 3.05 only 0.06
+           "- GQA-2: uptraining with α = 0.05 lowers the loss of the converted model (Fig. 5): **yes** (3.2000 → 3.1100); "
+           "going to α = 0.1 adds less than the first step did: **yes** (→ 3.0500)",
+           // 3.5 → 3.31 gains 0.19, 3.31 → 3.25 only 0.06
+           "- MQA: uptraining with α = 0.05 lowers the loss of the converted model (Fig. 5): **yes** (3.5000 → 3.3100); "
+           "going to α = 0.1 adds less than the first step did: **yes** (→ 3.2500)",
+           "- At α = 0 the converted GQA-2 loses less than MQA (GQA is usable before uptraining, Fig. 5): **yes** "
+           "(+0.2000 vs +0.5000 over MHA)",
+           "- After uptraining, GQA-2 sits between MQA and MHA in quality (Table 1): **yes** (MHA 2.9100, GQA-2 3.1100, "
+           "MQA 3.3100)",
+           "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): **yes**"})
+    BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
+  // MQA slower than GQA-2 at batch 4 by more than 2 %: the decoding finding turns
+  std::ostringstream slower;
+  write_report_md(slower, plan, hand_results(plan, 6.7), ctx);
+  BOOST_TEST(has_line(slower.str(), "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): **no**"));
+  // within 2 %: still counted as falling
+  std::ostringstream within;
+  write_report_md(within, plan, hand_results(plan, 6.6), ctx);
+  BOOST_TEST(has_line(within.str(), "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): **yes**"));
+}
+
+BOOST_AUTO_TEST_CASE(plots_are_drawn) {
+  if (!have_gnuplot()) return;
+  TempDir d;
+  const SweepPlan plan(sweep_preset("micro"));
+  write_plots(d.path.string(), plan, hand_results(plan));
+  for (const char* f : {"fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
+    BOOST_TEST(fs::file_size(d / f) > 100u, f);
+  for (const char* f : {"tradeoff.dat", "alpha.dat", "methods.dat"}) BOOST_TEST(!fs::exists(d / f), f);
+}
+
+// ---- a whole sweep --------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
+  TempDir d;
+  const std::string text = test::fixture_path("tiny.txt");
+  Run r = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  for (const char* f : {"results.csv", "report.md", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
+    BOOST_TEST(fs::file_size(d / (std::string("sw/") + f)) > 100u, f);
+  std::ifstream csv(d / "sw/results.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  for (const char* col : {"kv_heads", "method", "alpha", "seed", "val_loss", "perplexity", "decode_ms_per_sample_b1",
+                          "decode_ms_per_token_step_b4", "kv_cache_bytes_per_token", "params", "forward_flops_per_token",
+                          "train_seconds"})
+    BOOST_TEST(header.find(col) != std::string::npos, col);
+  int rows = 0;
+  const size_t ncols = std::count(header.begin(), header.end(), ',');
+  while (std::getline(csv, line)) {
+    rows++;
+    BOOST_TEST(size_t(std::count(line.begin(), line.end(), ',')) == ncols, line);
+  }
+  // pretrain + KV 4 (identity) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the
+  // headline cell per KV + from-scratch KV 2 and 1
+  BOOST_TEST(rows == 1 + 3 + 2 * 3 * 3 + 3 * 2 + 2);
+  std::ifstream md(d / "sw/report.md");
+  std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2"})
+    BOOST_TEST(report.find(part) != std::string::npos, part);
+  const auto stamp = fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json");
+  Run again = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  BOOST_TEST(again.code == 0, again.err);
+  BOOST_TEST(again.out.find("finished cells are skipped") != std::string::npos, again.out);
+  BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);
+  BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

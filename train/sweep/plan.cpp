@@ -1,0 +1,120 @@
+#include "train/sweep/plan.h"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace tapelm {
+
+std::vector<int64_t> sweep_kv_heads(int64_t H) {
+  std::vector<int64_t> kv;
+  for (int64_t k = H; k >= 1; k /= 2) {
+    kv.push_back(k);
+    if (k % 2) break;
+  }
+  if (kv.back() != 1) kv.push_back(1);
+  return kv;
+}
+
+SweepPreset sweep_preset(const std::string& name) {
+  SweepPreset p;
+  p.name = name;
+  nlohmann::json j;
+  if (name == "micro") {  // for tests: seconds
+    j = {{"n_layer", 1},  {"n_head", 4},        {"n_embd", 16},     {"block_size", 16}, {"batch_size", 4},
+         {"max_iters", 20}, {"warmup_iters", 2}, {"eval_interval", 10}, {"eval_iters", 1}, {"log_interval", 10},
+         {"learning_rate", 3e-3}, {"min_lr", 3e-4}};
+    p.decode_iters = 1;
+    p.decode_batches = {1, 4};
+  } else if (name == "tiny") {  // nanoGPT's CPU model, half its steps: about 10 minutes on 2 cores
+    j = {{"n_layer", 4},      {"n_head", 4},          {"n_embd", 128},       {"block_size", 64},
+         {"batch_size", 12},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
+         {"min_lr", 1e-4},    {"eval_interval", 250}, {"eval_iters", 20},    {"log_interval", 100}};
+    p.decode_iters = 9;  // a 0.8M model decodes a sample in milliseconds: more runs to order them
+  } else if (name == "small") {  // eight query heads, so KV runs 8, 4, 2, 1: about an hour
+    j = {{"n_layer", 4},      {"n_head", 8},          {"n_embd", 256},       {"block_size", 128},
+         {"batch_size", 16},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
+         {"min_lr", 1e-4},    {"eval_interval", 300}, {"eval_iters", 10},    {"log_interval", 100}};
+  } else if (name == "paper") {  // the long run: nanoGPT shakespeare-char size with 8 heads
+    j = {{"n_layer", 6},      {"n_head", 8},           {"n_embd", 384},       {"block_size", 256},
+         {"batch_size", 32},  {"max_iters", 5000},     {"warmup_iters", 200}, {"learning_rate", 1e-3},
+         {"min_lr", 1e-4},    {"eval_interval", 500},  {"eval_iters", 20},    {"log_interval", 100},
+         {"dropout", 0.1}};
+    p.headline_seeds = 3;
+  } else {
+    throw std::invalid_argument("unknown sweep preset \"" + name + "\" (expected tiny, small or paper)");
+  }
+  j["beta2"] = 0.99;
+  j["weight_decay"] = 0.1;
+  j["grad_clip"] = 1.0;
+  j["checkpoint_interval"] = 250;
+  p.pretrain = TrainConfig::from_json(j);
+  return p;
+}
+
+std::string cell_kind_name(CellKind k) {
+  switch (k) {
+    case CellKind::pretrain: return "pretrain";
+    case CellKind::convert: return "convert";
+    case CellKind::scratch: return "scratch";
+  }
+  throw std::logic_error("bad cell kind");
+}
+
+CellKind parse_cell_kind(const std::string& s) {
+  for (CellKind k : {CellKind::pretrain, CellKind::convert, CellKind::scratch})
+    if (cell_kind_name(k) == s) return k;
+  throw std::invalid_argument("unknown sweep cell kind \"" + s + "\"");
+}
+
+std::string Cell::id() const {
+  switch (kind) {
+    case CellKind::pretrain: return "pretrain_mha";
+    case CellKind::scratch: return "scratch_kv" + std::to_string(kv) + "_s" + std::to_string(seed);
+    case CellKind::convert: {
+      char a[32];
+      std::snprintf(a, sizeof a, "%g", alpha);
+      return "kv" + std::to_string(kv) + "_" + method + "_a" + a + "_s" + std::to_string(seed);
+    }
+  }
+  throw std::logic_error("bad cell kind");
+}
+
+SweepPlan::SweepPlan(const SweepPreset& p)
+    : preset(p),
+      n_head(p.pretrain.model.n_head),
+      pretrain_steps(p.pretrain.max_iters),
+      scratch_steps(std::llround((1.0 + p.headline_fraction) * p.pretrain.max_iters)),
+      kv_heads(sweep_kv_heads(p.pretrain.model.n_head)) {
+  const int64_t H = n_head, P = pretrain_steps;
+  cells.push_back({CellKind::pretrain, H, "", 0, 1, P});
+  for (int64_t kv : kv_heads) {
+    // Converting MHA to MHA changes nothing whatever the method: only uptraining is measured.
+    const std::vector<std::string> methods = kv == H ? std::vector<std::string>{"mean"} : p.methods;
+    for (const std::string& m : methods)
+      for (double a : p.fractions) {
+        const bool headline = m == "mean" && std::fabs(a - p.headline_fraction) < 1e-12;
+        for (int s = 1; s <= (headline ? p.headline_seeds : 1); s++)
+          cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
+      }
+  }
+  for (int64_t kv : kv_heads)
+    if (kv < H) cells.push_back({CellKind::scratch, kv, "scratch", 0, 1, scratch_steps});
+}
+
+const Cell& SweepPlan::find(CellKind kind, int64_t kv, const std::string& method, double alpha, int seed) const {
+  for (const Cell& c : cells)
+    if (c.kind == kind && c.kv == kv && c.method == method && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed)
+      return c;
+  throw std::logic_error("the sweep plan has no " + Cell{kind, kv, method, alpha, seed, 0}.id());
+}
+
+std::string SweepPlan::kv_name(int64_t kv) const {
+  if (kv == n_head) return "MHA";
+  if (kv == 1) return "MQA";
+  return "GQA-" + std::to_string(kv);
+}
+
+}  // namespace tapelm

@@ -1,0 +1,242 @@
+#include "train/sweep/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "train/plot.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+/// A number as the cell files spell it (results.csv copies them).
+std::string num(double v) { return nlohmann::json(v).dump(); }
+
+/// The results looked up by the plan's coordinates.
+struct Table {
+  const SweepPlan& plan;
+  const std::vector<CellResult>& results;
+
+  const CellResult& of(const Cell& c) const {
+    for (const CellResult& r : results)
+      if (r.cell == c) return r;
+    throw std::logic_error("no result for sweep cell " + c.id());
+  }
+  /// Val loss over the seeds of a converted model.
+  Stat losses(int64_t kv, const std::string& method, double a) const {
+    std::vector<double> v;
+    for (const CellResult& r : results)
+      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.method == method && std::fabs(r.cell.alpha - a) < 1e-12)
+        v.push_back(r.val_loss);
+    return stat(v);
+  }
+  /// The cell whose costs (parameters, cache, decoding time) stand for every model with kv heads.
+  const CellResult& costs(int64_t kv) const { return of(plan.find(CellKind::convert, kv, "mean", 0)); }
+  /// Decoding time per sample of a kv at a batch size.
+  double ms_per_sample(int64_t kv, int64_t batch) const { return costs(kv).decode.at(batch).ms_per_sample; }
+};
+
+const char* yes(bool b) { return b ? "**yes**" : "**no**"; }
+
+}  // namespace
+
+Stat stat(const std::vector<double>& v) {
+  Stat s;
+  s.n = static_cast<int>(v.size());
+  if (v.empty()) return s;
+  s.lo = *std::min_element(v.begin(), v.end());
+  s.hi = *std::max_element(v.begin(), v.end());
+  for (double x : v) s.mean += x;
+  s.mean /= s.n;
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = s.n > 1 ? std::sqrt(s.sd / (s.n - 1)) : 0;
+  return s;
+}
+
+std::string fmt_stat(const Stat& s) {
+  if (s.n == 0) return "–";
+  if (s.n == 1) return fmt("%.4f", s.mean);
+  return fmt("%.4f", s.mean) + " ± " + fmt("%.4f", s.sd) + " (n=" + std::to_string(s.n) + ")";
+}
+
+void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
+  csv << "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+         "forward_flops_per_token,kv_cache_bytes_per_token";
+  for (int64_t b : plan.preset.decode_batches)
+    csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
+  csv << "\n";
+  for (const CellResult& r : results) {
+    const Cell& c = r.cell;
+    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method << "," << num(c.alpha) << ","
+        << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
+        << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
+        << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
+    for (int64_t b : plan.preset.decode_batches)
+      csv << "," << num(r.decode.at(b).ms_per_token_step) << "," << num(r.decode.at(b).ms_per_sample);
+    csv << "\n";
+  }
+}
+
+void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
+                     const ReportContext& ctx) {
+  const Table t{plan, results};
+  const SweepPreset& p = plan.preset;
+  const TrainConfig& cfg = p.pretrain;
+  const int64_t H = plan.n_head, P = plan.pretrain_steps;
+  const std::vector<int64_t>& kvs = plan.kv_heads;
+  const int64_t b_lo = p.decode_batches.front(), b_hi = p.decode_batches.back();
+  const double ha = p.headline_fraction;
+  const double pre = t.of(plan.pretrain()).val_loss;
+  md << "# GQA/MQA uptraining trade-off — preset `" << p.name << "`\n\n";
+  md << "Measured " << ctx.date << " on `" << ctx.data_name << "` (" << ctx.train_tokens << " train / "
+     << ctx.val_tokens << " val tokens). MHA model: " << cfg.model.n_layer << " layers, " << H << " heads, d "
+     << cfg.model.n_embd << ", T " << cfg.model.block_size << ", pretrained " << P << " steps of batch "
+     << cfg.batch_size << ". Uptraining: α × " << P
+     << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
+        "val split in non-overlapping windows. Decode: greedy KV-cache generation from a 1-token prompt to T = "
+     << cfg.model.block_size << ", median of " << p.decode_iters << " runs; ms per sample = time to generate one sequence "
+     << "(batch time / batch). ± is the sample standard deviation over seeds.\n\n";
+  md << "## Table 1 — quality and decoding time after uptraining with α = " << ha << " (mean pooling)\n\n";
+  md << "| model | KV heads | val loss | perplexity | decode ms/sample (batch " << b_lo << ") | decode ms/sample (batch "
+     << b_hi << ") | KV cache bytes/token | params |\n";
+  md << "|---|---|---|---|---|---|---|---|\n";
+  auto row = [&](const std::string& name, int64_t kv, const Stat& s) {
+    const CellResult& c = t.costs(kv);
+    md << "| " << name << " | " << kv << " | " << fmt_stat(s) << " | " << fmt("%.3f", std::exp(s.mean)) << " | "
+       << fmt("%.1f", t.ms_per_sample(kv, b_lo)) << " | " << fmt("%.2f", t.ms_per_sample(kv, b_hi)) << " | "
+       << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
+  };
+  row("MHA (pretrained, α = 0)", H, stat({pre}));
+  for (int64_t kv : kvs) row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.losses(kv, "mean", ha));
+  for (int64_t kv : kvs)
+    if (kv < H)
+      row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
+          stat({t.of(plan.scratch(kv)).val_loss}));
+
+  md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << "; α = 0 in brackets)\n\n| method |";
+  for (int64_t kv : kvs)
+    if (kv < H) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|";
+  for (int64_t kv : kvs)
+    if (kv < H) md << "---|";
+  md << "\n";
+  for (const std::string& m : p.methods) {
+    md << "| " << m << " |";
+    for (int64_t kv : kvs)
+      if (kv < H) md << " " << fmt("%.4f", t.losses(kv, m, ha).mean) << " (" << fmt("%.4f", t.losses(kv, m, 0).mean) << ") |";
+    md << "\n";
+  }
+  md << "\n## Figure 5 — uptraining proportion α (mean pooling, val loss)\n\n| α | steps |";
+  for (int64_t kv : kvs) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < kvs.size(); i++) md << "---|";
+  md << "\n";
+  for (double a : p.fractions) {
+    md << "| " << a << " | " << std::llround(a * P) << " |";
+    for (int64_t kv : kvs) md << " " << fmt("%.4f", t.losses(kv, "mean", a).mean) << " |";
+    md << "\n";
+  }
+
+  // The paper's findings, checked on these numbers.
+  md << "\n## The paper's findings, checked here\n\n";
+  const double mha = t.losses(H, "mean", ha).mean;
+  for (int64_t kv : kvs) {
+    if (kv == H) continue;
+    const std::string name = plan.kv_name(kv);
+    const double mean = t.losses(kv, "mean", ha).mean, first = t.losses(kv, "first", ha).mean,
+                 rnd = t.losses(kv, "random", ha).mean;
+    md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < first && mean < rnd)
+       << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", first) << ", " << fmt("%.4f", rnd) << ")\n";
+    const double a0 = t.losses(kv, "mean", 0).mean, a1 = t.losses(kv, "mean", ha).mean,
+                 a2 = t.losses(kv, "mean", p.fractions.back()).mean;
+    md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
+       << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()
+       << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
+  }
+  if (kvs.size() >= 3) {
+    const int64_t g = kvs[1];
+    const double gap_g0 = t.losses(g, "mean", 0).mean - pre, gap_m0 = t.losses(1, "mean", 0).mean - pre;
+    md << "- At α = 0 the converted " << plan.kv_name(g) << " loses less than MQA (GQA is usable before uptraining, Fig. 5): "
+       << yes(gap_g0 < gap_m0) << " (+" << fmt("%.4f", gap_g0) << " vs +" << fmt("%.4f", gap_m0) << " over MHA)\n";
+    const double gq = t.losses(g, "mean", ha).mean, mq = t.losses(1, "mean", ha).mean;
+    md << "- After uptraining, " << plan.kv_name(g) << " sits between MQA and MHA in quality (Table 1): "
+       << yes(gq <= mq && gq >= mha - 0.01) << " (MHA " << fmt("%.4f", mha) << ", " << plan.kv_name(g) << " "
+       << fmt("%.4f", gq) << ", MQA " << fmt("%.4f", mq) << ")\n";
+  }
+  {
+    bool monotone = true;
+    for (size_t i = 1; i < kvs.size(); i++)
+      monotone = monotone && t.ms_per_sample(kvs[i], b_hi) <= t.ms_per_sample(kvs[i - 1], b_hi) * 1.02;
+    md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): " << yes(monotone) << "\n";
+  }
+  md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
+        "`fig_methods.png` (Fig. 4). Every cell: `results.csv`.\n";
+}
+
+void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results) {
+  const Table t{plan, results};
+  const SweepPreset& p = plan.preset;
+  const std::vector<int64_t>& kvs = plan.kv_heads;
+  const double ha = p.headline_fraction;
+  const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat";
+  {
+    std::ofstream f(td);
+    for (int64_t kv : kvs)
+      f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
+        << t.losses(kv, "mean", ha).mean << " " << plan.kv_name(kv) << "\n";
+    std::ofstream a(ad);
+    for (double al : p.fractions) {
+      a << al;
+      for (int64_t kv : kvs) a << " " << t.losses(kv, "mean", al).mean;
+      a << "\n";
+    }
+    std::ofstream m(mdat);
+    m << "kv";
+    for (const std::string& me : p.methods) m << " " << me;
+    m << "\n";
+    for (int64_t kv : kvs)
+      if (kv < plan.n_head) {
+        m << plan.kv_name(kv);
+        for (const std::string& me : p.methods) m << " " << t.losses(kv, me, ha).mean;
+        m << "\n";
+      }
+  }
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 900,560 font 'sans,11'\nset grid\n";
+  gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
+  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << ")'\nset xlabel 'decode time per sample (ms)'\n"
+     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key top right\n";
+  gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
+     << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
+     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle\n";
+  gp << "unset logscale x\nset output " << gp_quote((out / "fig_alpha.png").string()) << "\n";
+  gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\n";
+  gp << "plot ";
+  for (size_t i = 0; i < kvs.size(); i++)
+    gp << (i ? ", " : "") << gp_quote(ad.string()) << " using 1:" << i + 2 << " with linespoints lw 2 pt 7 title '"
+       << plan.kv_name(kvs[i]) << "'";
+  gp << "\nset output " << gp_quote((out / "fig_methods.png").string()) << "\n";
+  gp << "set title 'Conversion methods after uptraining (alpha = " << ha << ")'\nset xlabel ''\n"
+     << "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
+     << "set key top left\nset yrange [*:*]\n";
+  gp << "plot ";
+  for (size_t i = 0; i < p.methods.size(); i++)
+    gp << (i ? ", " : "") << gp_quote(mdat.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)") << " title columnheader";
+  gp << "\n";
+  run_gnuplot(gp.str());
+  for (const fs::path& f : {td, ad, mdat}) fs::remove(f);
+}
+
+}  // namespace tapelm

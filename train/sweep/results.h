@@ -1,0 +1,48 @@
+#pragma once
+// What one cell of the study measured, as stored in cells/<id>.json: a re-run reads these files to
+// skip finished cells, so their keys and values are a format (an old sweep directory resumes).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "train/sweep/plan.h"
+
+namespace tapelm {
+
+/// Greedy KV-cache decoding of whole sequences at one batch size.
+struct DecodeTime {
+  double ms_per_token_step = 0;  // the whole batch, one position
+  double ms_per_sample = 0;      // one sequence of T tokens: batch time / batch
+};
+
+/// Decoding times by batch size, as decode/kv<KV>.json and the cell files store them
+/// (decode_ms_per_token_step_b<B>, decode_ms_per_sample_b<B>).
+using DecodeTimes = std::map<int64_t, DecodeTime>;
+
+/// The decode_ms_* keys of the times.
+nlohmann::json decode_times_to_json(const DecodeTimes& d);
+/// The decode_ms_* keys of j (other keys are ignored).
+DecodeTimes decode_times_from_json(const nlohmann::json& j);
+
+struct CellResult {
+  Cell cell;
+  std::string schedule;              // rewarm (uptraining) | cosine (training)
+  double val_loss = 0;               // the whole val split
+  std::optional<double> loss_before;  // converted, before uptraining (none for trained cells)
+  double perplexity = 0;
+  double train_seconds = 0;
+  int64_t params = 0;
+  double forward_flops_per_token = 0;
+  int64_t kv_cache_bytes_per_token = 0;
+  DecodeTimes decode;
+
+  /// The cell file's object.
+  nlohmann::json to_json() const;
+  /// Reads a cell file's object; throws nlohmann::json's exceptions when a key is missing.
+  static CellResult from_json(const nlohmann::json& j);
+};
+
+}  // namespace tapelm

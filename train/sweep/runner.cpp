@@ -1,0 +1,281 @@
+#include "train/sweep/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "nn/accounting.h"
+#include "train/bench.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/plot.h"
+#include "train/sweep/report.h"
+#include "train/sweep/results.h"
+#include "train/trainer.h"
+#include "train/uptrain.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string fmt_eta(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char b[32];
+  if (t >= 3600) std::snprintf(b, sizeof b, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else std::snprintf(b, sizeof b, "%ldm%02lds", t / 60, t % 60);
+  return b;
+}
+
+/// Writes beside the file and renames, so that an interrupted sweep never leaves half a file.
+void write_atomic(const fs::path& p, const std::string& text) {
+  const fs::path tmp = p.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw std::runtime_error(p.string() + ": cannot write");
+  }
+  fs::rename(tmp, p);
+}
+
+void write_json_atomic(const fs::path& p, const json& j) { write_atomic(p, j.dump(1) + "\n"); }
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+/// OUT/{runs,cells,decode}/ and OUT/sweep.json; refuses a directory that holds another configuration.
+struct SweepDirs {
+  fs::path out, runs, cells, decode;
+
+  SweepDirs(const std::string& out_dir, const json& stamp_meta)
+      : out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
+    std::error_code ec;
+    for (const fs::path& d : {out, runs, cells, decode}) {
+      fs::create_directories(d, ec);
+      if (!fs::is_directory(d)) throw std::runtime_error(d.string() + ": cannot create the sweep directory");
+    }
+    const fs::path stamp = out / "sweep.json";
+    if (fs::exists(stamp)) {
+      json old = read_json(stamp);
+      if (old["config"] != stamp_meta["config"])
+        throw std::runtime_error(out_dir + " holds a sweep with another configuration (preset " +
+                                 old.value("preset", std::string("?")) + "); use another --out");
+    } else {
+      write_json_atomic(stamp, stamp_meta);
+    }
+  }
+  fs::path cell_file(const Cell& c) const { return cells / (c.id() + ".json"); }
+  bool finished(const Cell& c) const { return fs::exists(cell_file(c)); }
+};
+
+/// Decoding times of a model shape per KV, measured once and kept in OUT/decode/kv<KV>.json
+/// (every cell with that KV has the same shape, so the same speed).
+class DecodeTimer {
+ public:
+  DecodeTimer(const SweepPreset& p, const GPTConfig& model, fs::path dir) : p_(p), model_(model), dir_(std::move(dir)) {}
+
+  const DecodeTimes& times(int64_t kv) {
+    auto known = cache_.find(kv);
+    if (known != cache_.end()) return known->second;
+    const fs::path f = dir_ / ("kv" + std::to_string(kv) + ".json");
+    if (fs::exists(f)) return cache_[kv] = decode_times_from_json(read_json(f));
+    GPTConfig m = model_;
+    m.n_kv_head = kv;
+    DecodeTimes d;
+    const double Tm1 = static_cast<double>(m.block_size - 1);
+    for (int64_t b : p_.decode_batches) {
+      BenchResult r = bench_decode(m, b, m.block_size, p_.decode_iters, 1, 1);
+      d[b] = {r.median_s * 1e3, r.median_s * 1e3 * Tm1 / static_cast<double>(b)};
+    }
+    write_json_atomic(f, decode_times_to_json(d));
+    return cache_[kv] = d;
+  }
+
+ private:
+  const SweepPreset& p_;
+  GPTConfig model_;
+  fs::path dir_;
+  std::map<int64_t, DecodeTimes> cache_;
+};
+
+/// The converted model before uptraining is the same for every α and seed (but for random init,
+/// which depends on the seed): it is evaluated once.
+std::string conversion_key(const Cell& c) {
+  return std::to_string(c.kv) + c.method + (c.method == "random" ? std::to_string(c.seed) : "");
+}
+
+/// What running one cell gives.
+struct CellRun {
+  bool interrupted = false;
+  double val_loss = 0, train_seconds = 0;
+  std::optional<double> loss_before;
+};
+
+/// Pretraining or training from scratch, then the whole val split outside the timed training.
+CellRun train_cell(const Cell& c, const TrainConfig& cfg, const Corpus& corpus, const fs::path& run_dir,
+                   const std::string& label, bool quiet, const StopToken& stop) {
+  TrainConfig tcfg = cfg;
+  tcfg.model.n_kv_head = c.kv;
+  tcfg.max_iters = c.steps;
+  tcfg.lr_decay_iters = c.steps;
+  if (c.kind == CellKind::scratch) tcfg.seed = cfg.seed + 1000 * static_cast<uint64_t>(c.kv);
+  TrainOptions o;
+  o.quiet = quiet;
+  o.label = label;
+  o.resume = fs::exists(run_dir / "checkpoint.h5");
+  o.stop = stop;
+  o.final_eval = false;  // evaluated below, outside the timed training
+  TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
+  if (tr.interrupted) return {.interrupted = true};
+  std::unique_ptr<GPT> m = load_model((run_dir / "checkpoint.h5").string());
+  CellRun r{.val_loss = evaluate_split(*m, corpus.val), .train_seconds = tr.seconds};
+  try {
+    plot_run(run_dir.string());
+  } catch (const std::exception& e) {
+    if (!quiet) std::printf("%sno loss plot: %s\n", label.c_str(), e.what());
+  }
+  return r;
+}
+
+/// Converting the pretrained checkpoint and uptraining it; known_loss_before skips re-evaluating the conversion.
+CellRun uptrain_cell(const Cell& c, const std::string& pretrained, const Corpus& corpus, const fs::path& run_dir,
+                     const std::string& label, std::optional<double> known_loss_before, const StopToken& stop) {
+  UptrainOptions o;
+  o.kv_heads = c.kv;
+  o.method = parse_convert_method(c.method);
+  o.fraction = c.alpha;
+  o.seed = static_cast<uint64_t>(c.seed);
+  o.resume = fs::exists(run_dir / "checkpoint.h5") && c.steps > 0;
+  o.quiet = true;
+  o.label = label;
+  o.stop = stop;
+  if (known_loss_before) o.known_loss_before = *known_loss_before;
+  UptrainResult u = uptrain(pretrained, corpus, run_dir.string(), o);
+  if (stop.requested()) return {.interrupted = true, .loss_before = u.loss_before};
+  return {.val_loss = u.val_loss, .train_seconds = u.seconds, .loss_before = u.loss_before};
+}
+
+}  // namespace
+
+bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet,
+               const StopToken& stop) {
+  const auto t0 = Clock::now();
+  Corpus corpus = load_corpus(data_path);
+  TrainConfig cfg = p.pretrain;
+  cfg.model.vocab_size = corpus.tok.vocab_size();
+  cfg.validate();
+  const std::string data_name = fs::path(data_path).filename().string();
+  const SweepDirs dirs(out_dir, {{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}});
+  const SweepPlan plan(p);
+
+  // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
+  const double eval_cost = 40;
+  double total = 0, done = 0;
+  for (const Cell& c : plan.cells) {
+    total += c.steps + eval_cost;
+    if (dirs.finished(c)) done += c.steps + eval_cost;
+  }
+  const double done_at_start = done;
+  if (!quiet) {
+    std::string kvs;
+    for (int64_t k : plan.kv_heads) kvs += (kvs.empty() ? "" : ", ") + std::to_string(k);
+    std::printf("sweep %s: %zu cells (%ld pretraining steps, KV in {%s}) in %s%s\n", p.name.c_str(), plan.cells.size(),
+                static_cast<long>(plan.pretrain_steps), kvs.c_str(), out_dir.c_str(),
+                done > 0 ? " (resuming: finished cells are skipped)" : "");
+  }
+
+  DecodeTimer decode(p, cfg.model, dirs.decode);
+  const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
+  std::map<std::string, double> converted_loss;
+  for (const Cell& c : plan.cells)
+    if (c.kind == CellKind::convert && dirs.finished(c))
+      converted_loss[conversion_key(c)] = CellResult::from_json(read_json(dirs.cell_file(c))).loss_before.value();
+  size_t index = 0;
+  for (const Cell& c : plan.cells) {
+    index++;
+    if (dirs.finished(c)) continue;
+    const fs::path run_dir = dirs.runs / c.id();
+    const std::string label = "[" + std::to_string(index) + "/" + std::to_string(plan.cells.size()) + " " + c.id() + "] ";
+    const auto tc = Clock::now();
+    CellRun run;
+    if (c.kind == CellKind::convert) {
+      auto known = converted_loss.find(conversion_key(c));
+      run = uptrain_cell(c, pre_ck, corpus, run_dir, label,
+                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
+      if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
+    } else {
+      run = train_cell(c, cfg, corpus, run_dir, label, quiet, stop);
+    }
+    if (run.interrupted) return false;
+    GPTConfig mc = cfg.model;
+    mc.n_kv_head = c.kv;
+    const ModelCost cost = model_cost(mc);
+    CellResult r{.cell = c,
+                 .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
+                 .val_loss = run.val_loss,
+                 .loss_before = run.loss_before,
+                 .perplexity = std::exp(run.val_loss),
+                 .train_seconds = run.train_seconds,
+                 .params = cost.params,
+                 .forward_flops_per_token = cost.forward_flops_per_token,
+                 .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
+                 .decode = decode.times(c.kv)};
+    write_json_atomic(dirs.cell_file(c), r.to_json());
+    std::error_code ec;
+    if (c.kind != CellKind::pretrain) fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics; the disk is finite
+    done += c.steps + eval_cost;
+    const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
+    if (!quiet) {
+      char converted[48] = "";
+      if (r.loss_before) std::snprintf(converted, sizeof converted, " (converted: %.4f)", *r.loss_before);
+      std::printf("%sval loss %.4f%s in %.1fs | sweep %.0f%% | ETA %s\n", label.c_str(), r.val_loss, converted,
+                  seconds_since(tc), 100.0 * done / total, fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
+    }
+    std::fflush(stdout);
+    if (stop.requested()) return false;
+  }
+
+  std::vector<CellResult> results;
+  for (const Cell& c : plan.cells) results.push_back(CellResult::from_json(read_json(dirs.cell_file(c))));
+  std::ostringstream csv;
+  write_results_csv(csv, plan, results);
+  write_atomic(dirs.out / "results.csv", csv.str());
+
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::ostringstream md;
+  write_report_md(md, plan, results, {data_name, corpus.train.size(), corpus.val.size(), date});
+  bool plots = true;
+  try {
+    write_plots(out_dir, plan, results);
+  } catch (const std::exception& e) {
+    plots = false;
+    md << "\n(Plots not drawn: " << e.what() << ")\n";
+  }
+  write_atomic(dirs.out / "report.md", md.str());
+  if (!quiet) {
+    std::printf("\nsweep done in %s: %s/report.md%s\n\n", fmt_eta(seconds_since(t0)).c_str(), out_dir.c_str(),
+                plots ? " (plots: fig_tradeoff.png, fig_alpha.png, fig_methods.png)" : "");
+    const std::string s = md.str();
+    const size_t a = s.find("## Table 1"), b = s.find("## Figure 4");
+    std::printf("%s", s.substr(a, b - a).c_str());
+  }
+  return true;
+}
+
+}  // namespace tapelm
