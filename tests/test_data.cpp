@@ -17,27 +17,12 @@
 #include "test_util.h"
 
 using namespace tapelm;
+using test::TempDir;
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string shakespeare_path() { return std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt"; }
-
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("tapelm_test_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
@@ -56,15 +41,7 @@ std::string header(int32_t magic, int32_t version, int32_t count) {
 
 // f must throw a one-line DataError whose message contains every part.
 void check_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("no DataError thrown; expected one mentioning '" << parts.front() << "'");
-  } catch (const DataError& e) {
-    const std::string msg = e.what();
-    BOOST_TEST(msg.find('\n') == std::string::npos, "message is not one line: " << msg);
-    for (const std::string& p : parts)
-      BOOST_TEST(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
-  }
+  test::expect_throw<DataError>(f, parts);
 }
 
 size_t files_in(const fs::path& dir) {
@@ -163,7 +140,7 @@ BOOST_AUTO_TEST_CASE(decode_rejects_ids_out_of_range) {
 
 BOOST_AUTO_TEST_CASE(token_file_round_trip_and_llmc_header) {
   TempDir dir;
-  const std::string path = dir.file("t.bin");
+  const std::string path = dir / ("t.bin");
   const std::vector<int32_t> ids{0, 1, 255, 256, 65535, 42, 7};
   write_token_file(path, ids);
   BOOST_TEST(fs::file_size(path) == 1024u + 2 * ids.size());
@@ -184,36 +161,36 @@ BOOST_AUTO_TEST_CASE(token_file_round_trip_and_llmc_header) {
 
 BOOST_AUTO_TEST_CASE(token_file_errors_name_the_file_and_the_problem) {
   TempDir dir;
-  const std::string missing = dir.file("missing.bin");
+  const std::string missing = dir / ("missing.bin");
   check_error([&] { read_token_file(missing); }, {missing, "no such file"});
   check_error([&] { read_token_file(dir.path.string()); }, {"is a directory"});
 
-  const std::string shrt = dir.file("short.bin");
+  const std::string shrt = dir / ("short.bin");
   write_bytes(shrt, header(20240520, 1, 0).substr(0, 100));
   check_error([&] { read_token_file(shrt); }, {shrt, "100 bytes", "shorter than the 1024-byte header"});
 
-  const std::string magic = dir.file("magic.bin");
+  const std::string magic = dir / ("magic.bin");
   write_bytes(magic, header(12345, 1, 0));
   check_error([&] { read_token_file(magic); }, {magic, "bad magic number 12345", "20240520"});
 
-  const std::string version = dir.file("version.bin");
+  const std::string version = dir / ("version.bin");
   write_bytes(version, header(20240520, 2, 0));
   check_error([&] { read_token_file(version); }, {version, "unsupported version 2"});
 
-  const std::string big = dir.file("size_big.bin");
+  const std::string big = dir / ("size_big.bin");
   write_bytes(big, header(20240520, 1, 3) + std::string(7, 'x'));
   check_error([&] { read_token_file(big); }, {big, "size 1031 bytes", "count of 3 tokens", "expected 1030 bytes"});
 
-  const std::string small = dir.file("size_small.bin");
+  const std::string small = dir / ("size_small.bin");
   write_bytes(small, header(20240520, 1, 100) + std::string(20, 'x'));
   check_error([&] { read_token_file(small); }, {small, "size 1044 bytes", "count of 100 tokens"});
 
-  const std::string neg = dir.file("negative.bin");
+  const std::string neg = dir / ("negative.bin");
   write_bytes(neg, header(20240520, 1, -5));
   check_error([&] { read_token_file(neg); }, {neg, "negative token count -5"});
 
   if (::geteuid() != 0) {  // root reads anything
-    const std::string locked = dir.file("locked.bin");
+    const std::string locked = dir / ("locked.bin");
     write_token_file(locked, {1, 2});
     ::chmod(locked.c_str(), 0);
     check_error([&] { read_token_file(locked); }, {locked, "cannot open", "Permission denied"});
@@ -222,11 +199,11 @@ BOOST_AUTO_TEST_CASE(token_file_errors_name_the_file_and_the_problem) {
 
 BOOST_AUTO_TEST_CASE(token_file_write_errors_leave_nothing) {
   TempDir dir;
-  const std::string path = dir.file("t.bin");
+  const std::string path = dir / ("t.bin");
   check_error([&] { write_token_file(path, {1, 65536}); }, {path, "token id 65536", "position 1", "uint16"});
   check_error([&] { write_token_file(path, {-3}); }, {path, "token id -3", "position 0"});
   BOOST_TEST(files_in(dir.path) == 0u);
-  const std::string nodir = dir.file("no/such/dir/t.bin");
+  const std::string nodir = dir / ("no/such/dir/t.bin");
   check_error([&] { write_token_file(nodir, {1}); }, {nodir, "cannot write"});
   // A failed rewrite leaves the previous file intact.
   write_token_file(path, {5, 6});
@@ -237,15 +214,15 @@ BOOST_AUTO_TEST_CASE(token_file_write_errors_leave_nothing) {
 
 BOOST_AUTO_TEST_CASE(text_file_errors) {
   TempDir dir;
-  const std::string missing = dir.file("nope.txt");
+  const std::string missing = dir / ("nope.txt");
   check_error([&] { read_text_file(missing); }, {"data file", missing, "no such file"});
   check_error([&] { load_corpus(missing); }, {missing, "no such file"});
-  const std::string empty = dir.file("empty.txt");
+  const std::string empty = dir / ("empty.txt");
   write_bytes(empty, "");
   check_error([&] { read_text_file(empty); }, {empty, "empty"});
   check_error([&] { load_corpus(empty); }, {empty, "empty"});
   check_error([&] { read_text_file(dir.path.string()); }, {"is a directory"});
-  const std::string bad = dir.file("bad.txt");
+  const std::string bad = dir / ("bad.txt");
   write_bytes(bad, "hello\xfe world");
   check_error([&] { load_corpus(bad); }, {bad, "invalid UTF-8", "byte offset 5"});
 }
@@ -261,13 +238,13 @@ BOOST_AUTO_TEST_CASE(ids_beyond_the_vocabulary_are_named) {
 
   TempDir dir;
   prepare(test::fixture_path("tiny.txt"), dir.path.string());
-  write_token_file(dir.file("val.bin"), {1, 2, 31, 0});
+  write_token_file(dir / ("val.bin"), {1, 2, 31, 0});
   check_error([&] { load_corpus(dir.path.string()); }, {"val.bin", "token id 31", "position 2", "vocab_size 31"});
 }
 
 BOOST_AUTO_TEST_CASE(prepare_writes_three_files_and_loads_like_the_text) {
   TempDir dir;
-  const std::string out = dir.file("prepared/shakespeare");
+  const std::string out = dir / ("prepared/shakespeare");
   const Corpus prepared = prepare(shakespeare_path(), out);
   BOOST_TEST(files_in(out) == 3u);
   BOOST_TEST(fs::file_size(out + "/train.bin") == 1024u + 2 * 1003854u);
@@ -293,14 +270,14 @@ BOOST_AUTO_TEST_CASE(prepare_writes_three_files_and_loads_like_the_text) {
 
 BOOST_AUTO_TEST_CASE(prepare_and_load_errors) {
   TempDir dir;
-  const std::string blocker = dir.file("a_file");
+  const std::string blocker = dir / ("a_file");
   write_bytes(blocker, "x");
   check_error([&] { prepare(test::fixture_path("tiny.txt"), blocker); }, {"output directory", blocker, "cannot create"});
-  const std::string missing = dir.file("missing.txt");
-  check_error([&] { prepare(missing, dir.file("out")); }, {missing, "no such file"});
-  BOOST_TEST(!fs::exists(dir.file("out")));
+  const std::string missing = dir / ("missing.txt");
+  check_error([&] { prepare(missing, dir / ("out")); }, {missing, "no such file"});
+  BOOST_TEST(!fs::exists(dir / ("out")));
 
-  const std::string out = dir.file("out2");
+  const std::string out = dir / ("out2");
   prepare(test::fixture_path("tiny.txt"), out);
   fs::remove(out + "/train.bin");
   check_error([&] { load_corpus(out); }, {"train.bin", "no such file"});

@@ -17,46 +17,17 @@
 
 namespace fs = std::filesystem;
 using namespace tapelm;
+using test::TempDir;
 
 namespace {
 
-std::string fixture(const std::string& name) { return test::fixture_path("parity/" + name); }
-
-/// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path dir;
-  TempDir() {
-    static int counter = 0;
-    dir = fs::temp_directory_path() / ("tapelm_h5_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::string file(const std::string& name) const { return (dir / name).string(); }
-  std::set<std::string> listing() const {
-    std::set<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-    return names;
-  }
-};
 
 /// HDF5 identifiers still open anywhere in the process (files, groups, datasets, attributes...).
 ssize_t open_hdf5_objects() { return H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); }
 
-/// Runs f and checks that it throws an H5Error whose message contains every part.
+/// Runs f and checks that it throws a one-line H5Error whose message contains every part.
 void expect_h5_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    BOOST_ERROR("no H5Error thrown; expected one mentioning '" << parts.front() << "'");
-  } catch (const H5Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& part : parts)
-      BOOST_TEST(msg.find(part) != std::string::npos, "message '" << msg << "' lacks '" << part << "'");
-    BOOST_TEST(msg.find('\n') == std::string::npos, "message spans lines: " << msg);
-  }
+  test::expect_throw<H5Error>(f, parts);
 }
 
 std::vector<char> file_bytes(const std::string& path) {
@@ -101,7 +72,7 @@ const std::vector<std::string> mha_params = {
 BOOST_AUTO_TEST_SUITE(h5)
 
 BOOST_AUTO_TEST_CASE(h5py_fixture_root_attrs) {
-  H5File f = H5File::open_read(fixture("mha.h5"));
+  H5File f = H5File::open_read(test::parity_fixture("mha.h5"));
   BOOST_TEST(f.read_attr_string("/", "format") == "tapelm");
   BOOST_TEST(f.read_attr_int("/", "format_version") == 1);
   BOOST_TEST(f.read_attr_double("/", "format_version") == 1.0);
@@ -116,7 +87,7 @@ BOOST_AUTO_TEST_CASE(h5py_fixture_root_attrs) {
 }
 
 BOOST_AUTO_TEST_CASE(h5py_fixture_model_names_and_shapes) {
-  H5File f = H5File::open_read(fixture("mha.h5"));
+  H5File f = H5File::open_read(test::parity_fixture("mha.h5"));
   BOOST_TEST(f.list("/model") == mha_params);
   BOOST_TEST(f.list_datasets_recursive("/model") == mha_params);
   BOOST_TEST(f.list_datasets_recursive("model/") == mha_params);
@@ -145,7 +116,7 @@ BOOST_AUTO_TEST_CASE(h5py_fixture_model_names_and_shapes) {
 }
 
 BOOST_AUTO_TEST_CASE(h5py_fixture_tokens_and_loss) {
-  H5File f = H5File::open_read(fixture("mha.h5"));
+  H5File f = H5File::open_read(test::parity_fixture("mha.h5"));
   Shape shape;
   std::vector<int32_t> tokens = f.read_ints("/tokens", &shape);
   BOOST_TEST(shape == (Shape{3, 17}));
@@ -160,7 +131,7 @@ BOOST_AUTO_TEST_CASE(h5py_fixture_tokens_and_loss) {
 BOOST_AUTO_TEST_CASE(all_h5py_fixtures_open) {
   for (const char* name : {"mha.h5", "gqa.h5", "mqa.h5", "llama_gqa.h5", "bias_gqa.h5", "convert_mha.h5"}) {
     BOOST_TEST_CONTEXT(name) {
-      H5File f = H5File::open_read(fixture(name));
+      H5File f = H5File::open_read(test::parity_fixture(name));
       BOOST_TEST(f.read_attr_string("/", "format") == "tapelm");
       auto cfg = nlohmann::json::parse(f.read_attr_string("/", "config"));
       BOOST_TEST(f.dataset_shape("/model/wte.weight") == (Shape{cfg.at("vocab_size").get<int64_t>(), 32}));
@@ -168,7 +139,7 @@ BOOST_AUTO_TEST_CASE(all_h5py_fixtures_open) {
       BOOST_TEST(f.list_datasets_recursive("/model").size() == f.list("/model").size());
     }
   }
-  H5File c = H5File::open_read(fixture("convert_mha.h5"));
+  H5File c = H5File::open_read(test::parity_fixture("convert_mha.h5"));
   BOOST_TEST(c.exists("/expected/convert/mean_kv2/model/blocks.0.attn.wk.weight"));
   BOOST_TEST(c.dataset_shape("/expected/convert/mean_kv1/model/blocks.0.attn.wk.weight") == (Shape{8, 32}));
   BOOST_TEST(c.has_attr("/expected/convert/first_kv2", "loss"));
@@ -228,7 +199,7 @@ BOOST_AUTO_TEST_CASE(h5py_dtypes_convert) {
 }
 
 BOOST_AUTO_TEST_CASE(exists_handles_missing_intermediates) {
-  H5File f = H5File::open_read(fixture("mha.h5"));
+  H5File f = H5File::open_read(test::parity_fixture("mha.h5"));
   BOOST_TEST(f.exists("/"));
   BOOST_TEST(f.exists(""));
   BOOST_TEST(f.exists("/model"));
@@ -245,7 +216,7 @@ BOOST_AUTO_TEST_CASE(exists_handles_missing_intermediates) {
 
 BOOST_AUTO_TEST_CASE(tensor_round_trip_is_bit_exact) {
   TempDir tmp;
-  const std::string path = tmp.file("t.h5");
+  const std::string path = tmp / ("t.h5");
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 3.0f);
   Tensor big = Tensor::empty({3, 5, 7});
@@ -286,7 +257,7 @@ BOOST_AUTO_TEST_CASE(tensor_round_trip_is_bit_exact) {
 
 BOOST_AUTO_TEST_CASE(ints_bytes_round_trip_and_replace) {
   TempDir tmp;
-  const std::string path = tmp.file("i.h5");
+  const std::string path = tmp / ("i.h5");
   std::vector<int32_t> ids = {0, -1, 7, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(), 3};
   std::vector<uint8_t> blob(1000);
   for (size_t i = 0; i < blob.size(); i++) blob[i] = static_cast<uint8_t>(i * 37);
@@ -316,7 +287,7 @@ BOOST_AUTO_TEST_CASE(ints_bytes_round_trip_and_replace) {
 
 BOOST_AUTO_TEST_CASE(attrs_round_trip) {
   TempDir tmp;
-  const std::string path = tmp.file("a.h5");
+  const std::string path = tmp / ("a.h5");
   const std::string json = "{\"n_kv_head\": 2, \"name\": \"caf\xc3\xa9\"}";
   {
     H5File f = H5File::create(path);
@@ -357,7 +328,7 @@ BOOST_AUTO_TEST_CASE(attrs_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(errors_name_file_and_object) {
-  const std::string path = fixture("mha.h5");
+  const std::string path = test::parity_fixture("mha.h5");
   H5File f = H5File::open_read(path);
   expect_h5_error([&] { f.read_tensor("/model/nope.weight"); }, {path + ": missing dataset /model/nope.weight"});
   expect_h5_error([&] { f.read_tensor("/optim/exp_avg/wte.weight"); },
@@ -384,24 +355,24 @@ BOOST_AUTO_TEST_CASE(errors_name_file_and_object) {
 
 BOOST_AUTO_TEST_CASE(open_read_rejects_missing_and_non_hdf5) {
   TempDir tmp;
-  const std::string missing = tmp.file("missing.h5");
+  const std::string missing = tmp / ("missing.h5");
   expect_h5_error([&] { H5File::open_read(missing); }, {missing + ": no such file"});
-  expect_h5_error([&] { H5File::open_read(tmp.dir.string()); }, {tmp.dir.string() + ": is a directory"});
-  const std::string text = tmp.file("x.h5");
+  expect_h5_error([&] { H5File::open_read(tmp.path.string()); }, {tmp.path.string() + ": is a directory"});
+  const std::string text = tmp / ("x.h5");
   put_file_bytes(text, {'n', 'o', 't', ' ', 'h', 'd', 'f', '\n'});
   expect_h5_error([&] { H5File::open_read(text); }, {text + ": not an HDF5 file (or truncated/corrupted)"});
-  const std::string empty = tmp.file("empty.h5");
+  const std::string empty = tmp / ("empty.h5");
   put_file_bytes(empty, {});
   expect_h5_error([&] { H5File::open_read(empty); }, {empty + ": not an HDF5 file"});
-  expect_h5_error([&] { H5File::create(tmp.file("no/such/dir/x.h5")); }, {"no/such/dir/x.h5: cannot create HDF5 file"});
+  expect_h5_error([&] { H5File::create(tmp / ("no/such/dir/x.h5")); }, {"no/such/dir/x.h5: cannot create HDF5 file"});
   BOOST_TEST(open_hdf5_objects() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(truncated_and_corrupted_files_throw) {
   TempDir tmp;
-  const std::vector<char> good = file_bytes(fixture("mha.h5"));
+  const std::vector<char> good = file_bytes(test::parity_fixture("mha.h5"));
   BOOST_REQUIRE(good.size() > 100000u);
-  const std::string path = tmp.file("bad.h5");
+  const std::string path = tmp / ("bad.h5");
   put_file_bytes(path, good);
   BOOST_TEST(!read_everything(path));
 
@@ -427,7 +398,7 @@ BOOST_AUTO_TEST_CASE(truncated_and_corrupted_files_throw) {
 
 BOOST_AUTO_TEST_CASE(atomic_write_success_leaves_only_target) {
   TempDir tmp;
-  const std::string path = tmp.file("ck.h5");
+  const std::string path = tmp / ("ck.h5");
   write_h5_atomic(path, [](H5File& f) {
     f.write_attr("/", "format", "tapelm");
     f.write_tensor("/model/wte.weight", Tensor::full({3, 2}, 0.5f));
@@ -443,7 +414,7 @@ BOOST_AUTO_TEST_CASE(atomic_write_success_leaves_only_target) {
 
 BOOST_AUTO_TEST_CASE(atomic_write_failure_leaves_nothing) {
   TempDir tmp;
-  const std::string path = tmp.file("ck.h5");
+  const std::string path = tmp / ("ck.h5");
   auto failing = [](H5File& f) {
     f.write_tensor("/model/wte.weight", Tensor::full({64, 64}, 1.0f));
     f.flush();
@@ -463,14 +434,14 @@ BOOST_AUTO_TEST_CASE(atomic_write_failure_leaves_nothing) {
   BOOST_TEST(tmp.listing() == std::set<std::string>{"ck.h5"});
   BOOST_TEST((file_bytes(path) == before));
 
-  expect_h5_error([&] { write_h5_atomic(tmp.file("no/dir/ck.h5"), [](H5File&) {}); }, {"cannot create HDF5 file"});
+  expect_h5_error([&] { write_h5_atomic(tmp / ("no/dir/ck.h5"), [](H5File&) {}); }, {"cannot create HDF5 file"});
   BOOST_TEST(tmp.listing() == std::set<std::string>{"ck.h5"});
   BOOST_TEST(open_hdf5_objects() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(move_only_handle) {
   TempDir tmp;
-  H5File a = H5File::create(tmp.file("m.h5"));
+  H5File a = H5File::create(tmp / ("m.h5"));
   a.write_attr("/", "k", 3);
   H5File b = std::move(a);
   BOOST_TEST(!a.is_open());
@@ -478,10 +449,10 @@ BOOST_AUTO_TEST_CASE(move_only_handle) {
   BOOST_TEST(b.read_attr_int("/", "k") == 3);
   H5File c;
   c = std::move(b);
-  BOOST_TEST(c.path() == tmp.file("m.h5"));
+  BOOST_TEST(c.path() == tmp / ("m.h5"));
   c.close();
   BOOST_TEST(open_hdf5_objects() == 0);
-  BOOST_TEST(H5File::open_read(tmp.file("m.h5")).read_attr_int("/", "k") == 3);
+  BOOST_TEST(H5File::open_read(tmp / ("m.h5")).read_attr_int("/", "k") == 3);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,16 +4,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "data/dataset.h"
+#include "train/train_config.h"
+#include "autograd/blas.h"
 
 namespace tapelm::test {
 
@@ -27,20 +33,75 @@ inline void check_grad(const std::string& what, const std::function<Var(const st
 /// The directory holding the project's test data.
 inline std::string fixture_path(const std::string& rel) { return std::string(TAPELM_SOURCE_DIR) + "/tests/fixtures/" + rel; }
 
+/// One of the PyTorch reference's parity fixtures (tests/fixtures/parity/).
+inline std::string parity_fixture(const std::string& name) { return fixture_path("parity/" + name); }
+
+/// The bundled corpus, loaded once.
+inline const Corpus& shakespeare() {
+  static Corpus c = load_corpus(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
+  return c;
+}
+
+/// A two-layer GQA run of `iters` steps small enough for a unit test.
+inline TrainConfig tiny_train(int64_t iters) {
+  nlohmann::json j = {{"vocab_size", 65}, {"n_layer", 2},         {"n_head", 4},          {"n_kv_head", 2},
+                      {"n_embd", 32},     {"block_size", 16},     {"batch_size", 4},      {"max_iters", iters},
+                      {"dropout", 0.1},   {"learning_rate", 3e-3}, {"min_lr", 3e-4},      {"warmup_iters", 6},
+                      {"lr_decay_iters", 10}, {"grad_clip", 0.5}, {"eval_interval", 5},   {"eval_iters", 2},
+                      {"log_interval", 1}, {"checkpoint_interval", 100}, {"seed", 7}};
+  return TrainConfig::from_json(j);
+}
+
 /// A fresh directory under the system's temp directory, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    static int n = 0;
+    static std::atomic<int> n{0};
     path = std::filesystem::temp_directory_path() /
            ("tapelm_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }
   ~TempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
-  std::string operator/(const std::string& s) const { return (path / s).string(); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  /// The path of `name` inside the directory.
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+  /// The names of the directory's entries.
+  std::set<std::string> listing() const {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path)) names.insert(e.path().filename().string());
+    return names;
+  }
+};
+
+/// f must throw E (or a subclass) with a one-line message containing every part.
+template <class E>
+void expect_throw(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    BOOST_ERROR("nothing thrown; expected an error mentioning '" << parts.front() << "'");
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find('\n') == std::string::npos, "message is not one line: " << msg);
+    for (const std::string& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
+  }
+}
+
+/// Sets the thread count for its lifetime and restores the previous one, so a test that pins
+/// threads leaves the next test the count it expects.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int n) : prev_(get_num_threads()) { set_num_threads(n); }
+  ~ThreadCount() { set_num_threads(prev_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int prev_;
 };
 
 inline std::string slurp(const std::string& p) {

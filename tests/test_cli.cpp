@@ -1,0 +1,123 @@
+// The tapelm binary end to end: train, sample, inspect and eval, and one clear line for bad input.
+#include <sys/wait.h>
+
+#include <csignal>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "data/tokens.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/convert.h"
+#include "train/uptrain.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+
+BOOST_AUTO_TEST_SUITE(cli)
+
+BOOST_AUTO_TEST_CASE(eval_cli_on_a_parity_fixture) {
+  TempDir d;
+  const std::string f = parity_fixture("mha.h5");
+  Run r = run_cli("eval --checkpoint " + f + " --data " + f + " --grad-out " + (d / "g.h5") + " --json");
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  H5File fx = H5File::open_read(f), g = H5File::open_read(d / "g.h5");
+  const double want = fx.read_attr_double("/expected", "loss");
+  BOOST_TEST(std::fabs(j["loss"].get<double>() - want) / want < 1e-5);
+  BOOST_TEST(j["tokens"].get<int64_t>() == 48);
+  BOOST_TEST(j["perplexity"].get<double>() == std::exp(want), tt::tolerance(1e-4));
+  BOOST_TEST(g.read_attr_double("/", "loss") == want, tt::tolerance(1e-5));
+  for (const std::string& n : fx.list_datasets_recursive("/expected/grad")) {
+    Tensor a = g.read_tensor("/grad/" + n), b = fx.read_tensor("/expected/grad/" + n);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.numel(); i++) num += std::pow(a[i] - b[i], 2), den += double(b[i]) * b[i];
+    BOOST_TEST(std::sqrt(num / den) < 1e-4, n);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_gives_one_clear_line) {
+  TempDir d;
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt";
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "max_iters": 2, "batch_size": 2})";
+  const std::string cfg = " --config " + (d / "cfg.json");
+  auto train_with = [&](const std::string& data, const std::string& extra = "") {
+    return run_cli("train" + cfg + " --data " + data + " --out " + (d / "out") + extra + " --quiet");
+  };
+  expect_error(train_with(d / "missing.txt"), "missing.txt");
+  std::ofstream(d / "empty.txt").close();
+  expect_error(train_with(d / "empty.txt"), "empty.txt");
+  std::ofstream(d / "short.txt") << "to be or not";
+  expect_error(train_with(d / "short.txt"), "shorter than block_size + 1");
+  expect_error(train_with(text, " --set n_layerz=3"), "unknown config key 'n_layerz'");
+  expect_error(train_with(text, " --set batch_size='\"big\"'"), "'batch_size' must be an integer");
+  expect_error(train_with(text, " --set n_kv_head=3 --set n_head=2"), "n_head 2 is not divisible by n_kv_head 3");
+  expect_error(run_cli("train --out " + (d / "nothing") + " --resume --data " + text), "checkpoint.h5");
+  expect_error(train_with(text, " --set vocab_size=10"), "vocab_size");
+  std::ofstream(d / "afile") << "x";
+  expect_error(run_cli("train" + cfg + " --data " + text + " --out " + (d / "afile") + "/run --quiet"), "afile");
+  BOOST_TEST(!fs::exists(d / "out/checkpoint.h5"));
+
+  // token files: bad header, size disagreeing with the count, ids beyond the vocabulary
+  const std::string ck = parity_fixture("mha.h5");
+  write_token_file(d / "ok.bin", std::vector<int32_t>(40, 3));
+  {
+    std::fstream f(d / "ok.bin", std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::ofstream(d / "badmagic.bin", std::ios::binary).write("XXXX", 4).write(bytes.data() + 4, bytes.size() - 4);
+    std::ofstream(d / "badsize.bin", std::ios::binary).write(bytes.data(), bytes.size() - 2);
+  }
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "badmagic.bin")), "badmagic.bin");
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "badsize.bin")), "badsize.bin");
+  write_token_file(d / "bigid.bin", std::vector<int32_t>(40, 70));
+  expect_error(run_cli("eval --checkpoint " + ck + " --data " + (d / "bigid.bin")), "70");
+
+  // nothing half-written anywhere
+  for (const auto& e : fs::recursive_directory_iterator(d.path))
+    BOOST_TEST(e.path().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
+  TempDir d;
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt";
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_kv_head": 1, "n_embd": 16, "block_size": 16,
+    "max_iters": 3, "batch_size": 2, "eval_iters": 1, "eval_interval": 2, "log_interval": 1})";
+  Run t = run_cli("train --config " + (d / "cfg.json") + " --data " + text + " --out " + (d / "run"));
+  BOOST_TEST_REQUIRE(t.code == 0, t.err);
+  BOOST_TEST(t.out.find("step 3/3") != std::string::npos, t.out);
+  BOOST_TEST(t.out.find("tok/s") != std::string::npos);
+  BOOST_TEST(t.out.find("ETA") != std::string::npos);
+  auto m = read_metrics(d / "run/metrics.jsonl");
+  BOOST_TEST(m.back()["step"] == 3);
+  for (const char* k : {"train_loss", "val_loss", "lr", "tokens_per_s", "val_loss_full"}) BOOST_TEST(m.back().contains(k), k);
+  Run s = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
+  BOOST_TEST(s.code == 0, s.err);
+  BOOST_TEST(s.out.rfind("ROMEO:", 0) == 0u, s.out);
+  Run s2 = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
+  BOOST_TEST(s.out == s2.out);
+  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9");
+  Run i = run_cli("inspect " + (d / "run/checkpoint.h5"));
+  BOOST_TEST(i.code == 0, i.err);
+  BOOST_TEST(i.out.find("KV-cache bytes per token 64") != std::string::npos, i.out);  // (K, V) · 1 layer · 1 head · hd 8 · 4 bytes
+  BOOST_TEST(i.out.find("MQA") != std::string::npos, i.out);
+  Run e = run_cli("eval --checkpoint " + (d / "run/checkpoint.h5") + " --data " + text + " --json");
+  BOOST_TEST(e.code == 0, e.err);
+  // the val split (111,540 tokens) in non-overlapping windows of 16 positions
+  BOOST_TEST(nlohmann::json::parse(e.out)["tokens"].get<int64_t>() == (111540 - 1) / 16 * 16);
+  // train's closing figure is what `eval` says of the checkpoint (other batching: float order only)
+  BOOST_TEST(m.back()["val_loss_full"].get<double>() == nlohmann::json::parse(e.out)["loss"].get<double>(),
+             tt::tolerance(1e-5));
+  BOOST_TEST(t.out.find("val loss on the whole val split") != std::string::npos, t.out);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

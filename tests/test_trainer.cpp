@@ -1,0 +1,154 @@
+// The trainer: bit-exact resume, its pieces against train(), loss going down, gradient accumulation,
+// the NaN stop, signals.
+#include <sys/wait.h>
+
+#include <csignal>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "data/dataset.h"
+#include "data/tokens.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/convert.h"
+#include "train/uptrain.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+
+BOOST_AUTO_TEST_SUITE(trainer)
+
+BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
+  // AdamW, clipping, dropout 0.1 and a warmup (6 steps) that spans the break at step 4.
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(8), shakespeare(), d / "straight", quiet);
+  tapelm::train(tiny_train(4), shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  TrainResult r = tapelm::train(tiny_train(8), shakespeare(), d / "split", resume);
+  BOOST_TEST(r.steps == 8);
+  auto m1 = read_metrics(d / "straight/metrics.jsonl"), m2 = read_metrics(d / "split/metrics.jsonl");
+  BOOST_TEST_REQUIRE(m1.size() == m2.size());
+  for (size_t i = 0; i < m1.size(); i++) {
+    BOOST_TEST(m1[i]["step"] == m2[i]["step"]);
+    if (m1[i].contains("train_loss")) BOOST_TEST(m1[i]["train_loss"].get<double>() == m2[i]["train_loss"].get<double>());
+  }
+  BOOST_TEST(m1.back()["val_loss_full"].get<double>() == m2.back()["val_loss_full"].get<double>());
+  bool first_half_closed = false;  // the first call's own last step (4) had its closing evaluation
+  for (const auto& rec : m2) first_half_closed |= rec["step"] == 4 && rec.contains("val_loss_full");
+  BOOST_TEST(first_half_closed);
+  H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model")) {
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+    BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), n);
+  }
+  BOOST_TEST(a.read_attr_int("/train", "step") == 8);
+  BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
+}
+
+BOOST_AUTO_TEST_CASE(the_trainers_pieces_make_the_run_train_makes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(3), shakespeare(), d / "whole", quiet);
+  fs::create_directories(d / "parts");
+  std::ofstream(d / "parts/checkpoint.h5.tmp.123") << "left behind by a killed job";
+  Trainer t(tiny_train(3), shakespeare(), d / "parts", quiet);
+  BOOST_TEST(!fs::exists(d / "parts/checkpoint.h5.tmp.123"));
+  for (int i = 0; i < 3; i++) BOOST_TEST(std::isfinite(t.step().loss));
+  BOOST_TEST(t.steps_done() == 3);
+  t.save();
+  H5File a = H5File::open_read(d / "whole/checkpoint.h5"), b = H5File::open_read(d / "parts/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  BOOST_TEST(b.read_attr_int("/train", "step") == 3);
+}
+
+BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(40);
+  c.model.dropout = 0;
+  c.lr_decay_iters = 40;
+  TrainResult r = tapelm::train(c, shakespeare(), d / "run", quiet);
+  auto m = read_metrics(d / "run/metrics.jsonl");
+  BOOST_TEST(m.front()["val_loss"].get<double>() > r.val_loss + 0.5, "val loss " << m.front()["val_loss"] << " -> " << r.val_loss);
+  BOOST_TEST(m.front()["val_loss"].get<double>() == std::log(65.0), tt::tolerance(0.05));
+  // the final evaluation covers the whole val split: the same number as evaluating the saved
+  // weights afresh, on the last record only
+  std::unique_ptr<GPT> saved = load_model(d / "run/checkpoint.h5");
+  BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val));
+  BOOST_TEST(r.val_loss_full != r.val_loss);
+  BOOST_TEST(m.back()["val_loss_full"].get<double>() == r.val_loss_full);
+  for (size_t i = 0; i + 1 < m.size(); i++) BOOST_TEST(!m[i].contains("val_loss_full"), "record " << i);
+  // two micro-batches of 4 accumulate to the step one batch of 8 takes (the sampler draws the
+  // same 8 windows in the same order); equal up to float summation order
+  TrainConfig acc = c, big = c;
+  acc.max_iters = big.max_iters = 1;
+  acc.grad_accum = 2;
+  big.batch_size = 8;
+  tapelm::train(acc, shakespeare(), d / "acc", quiet);
+  tapelm::train(big, shakespeare(), d / "big", quiet);
+  H5File fa = H5File::open_read(d / "acc/checkpoint.h5"), fb = H5File::open_read(d / "big/checkpoint.h5");
+  for (const std::string& n : fa.list_datasets_recursive("/model")) {
+    Tensor a = fa.read_tensor("/model/" + n), b = fb.read_tensor("/model/" + n);
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(); i++) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+    BOOST_TEST(worst < 1e-6, n << ": max |diff| " << worst);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(50);
+  c.learning_rate = 1e12;
+  c.min_lr = 1e12;
+  c.warmup_iters = 0;
+  c.grad_clip = 0;
+  c.checkpoint_interval = 1;
+  try {
+    tapelm::train(c, shakespeare(), d / "run", quiet);
+    BOOST_ERROR("training with lr 1e12 did not stop");
+  } catch (const TrainError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST((msg.find("NaN") != std::string::npos || msg.find("Inf") != std::string::npos), msg);
+  }
+  // whatever step it stopped at, the checkpoint on disk is a complete, loadable file
+  BOOST_TEST_REQUIRE(fs::exists(d / "run/checkpoint.h5"));
+  BOOST_CHECK_NO_THROW(load_model(d / "run/checkpoint.h5"));
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
+  TempDir d;
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
+                  "timeout --preserve-status -s INT 4 ");
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
+  H5File f = H5File::open_read(d / "run/checkpoint.h5");
+  BOOST_TEST(f.read_attr_int("/train", "step") > 0);
+  // and it resumes from there
+  Run again = run_cli("train --out " + (d / "run") + " --resume --quiet --set max_iters=" +
+                      std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
+                      std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
+  BOOST_TEST(again.code == 0, again.err);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
