@@ -9,6 +9,7 @@ const char* to_string(ErrorKind k) {
     case ErrorKind::data: return "data";
     case ErrorKind::checkpoint: return "checkpoint";
     case ErrorKind::shape: return "shape";
+    case ErrorKind::io: return "io";
     case ErrorKind::train: return "train";
     case ErrorKind::internal: return "internal";
   }

@@ -14,6 +14,7 @@ enum class ErrorKind {
   data,        // text, token files, prepared corpora, parity files
   checkpoint,  // HDF5 files and the checkpoint format
   shape,       // an op given tensors whose shapes do not fit
+  io,          // a file or directory that cannot be written, a helper program that is missing
   train,       // a run that cannot go on (NaN loss, unwritable run directory, ...)
   internal,    // a broken invariant of tapelm itself
 };

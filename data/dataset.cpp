@@ -20,8 +20,9 @@ Corpus tokenize_file(const std::string& path) {
     TokenSplit s = split_90_10(c.tok.encode(text));
     c.train = std::move(s.train);
     c.val = std::move(s.val);
-  } catch (const DataError& e) {
-    throw DataError("data file " + path + ": " + e.what());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::data) throw;
+    throw Error(ErrorKind::data, "data file " + path + ": " + e.what());
   }
   return c;
 }
@@ -30,7 +31,7 @@ Corpus tokenize_file(const std::string& path) {
 
 std::string read_text_file(const std::string& path) {
   std::string text = read_file_bytes(path, "data file");
-  if (text.empty()) throw DataError("data file " + path + ": is empty");
+  if (text.empty()) throw Error(ErrorKind::data, "data file " + path + ": is empty");
   return text;
 }
 
@@ -43,19 +44,19 @@ TokenSplit split_90_10(const std::vector<int32_t>& ids) {
 void check_ids(const std::vector<int32_t>& ids, int64_t vocab_size, const std::string& what) {
   for (size_t i = 0; i < ids.size(); i++)
     if (ids[i] < 0 || ids[i] >= vocab_size)
-      throw DataError(what + ": token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+      throw Error(ErrorKind::data, what + ": token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                       (ids[i] < 0 ? " is negative" : " is >= vocab_size " + std::to_string(vocab_size)));
 }
 
 Corpus prepare(const std::string& text_path, const std::string& out_dir) {
   Corpus c = tokenize_file(text_path);
   if (c.tok.vocab_size() > 65536)
-    throw DataError("data file " + text_path + ": " + std::to_string(c.tok.vocab_size()) +
+    throw Error(ErrorKind::data, "data file " + text_path + ": " + std::to_string(c.tok.vocab_size()) +
                     " distinct characters do not fit uint16 token files (at most 65536)");
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir, ec))
-    throw DataError("output directory " + out_dir +
+    throw Error(ErrorKind::data, "output directory " + out_dir +
                     ": cannot create: " + (ec ? ec.message() : std::string("a file of that name exists")));
   const fs::path dir(out_dir);
   const std::string train_path = (dir / "train.bin").string(), val_path = (dir / "val.bin").string();
@@ -69,16 +70,17 @@ Corpus prepare(const std::string& text_path, const std::string& out_dir) {
 Corpus load_corpus(const std::string& path_or_dir) {
   std::error_code ec;
   const fs::file_status st = fs::status(path_or_dir, ec);
-  if (!fs::exists(st)) throw DataError("data path " + path_or_dir + ": no such file or directory");
+  if (!fs::exists(st)) throw Error(ErrorKind::data, "data path " + path_or_dir + ": no such file or directory");
   if (!fs::is_directory(st)) return tokenize_file(path_or_dir);
   const fs::path dir(path_or_dir);
   const std::string tok_path = (dir / "tokenizer.json").string();
   Corpus c;
   try {
     c.tok = CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file"));
-  } catch (const DataError& e) {
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::data) throw;
     const std::string msg = e.what();
-    throw DataError(msg.rfind("tokenizer file ", 0) == 0 ? msg : "tokenizer file " + tok_path + ": " + msg);
+    throw Error(ErrorKind::data, msg.rfind("tokenizer file ", 0) == 0 ? msg : "tokenizer file " + tok_path + ": " + msg);
   }
   for (auto [name, ids] : {std::pair{"train.bin", &c.train}, std::pair{"val.bin", &c.val}}) {
     const std::string path = (dir / name).string();

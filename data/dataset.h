@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/error.h"
+#include "autograd/error.h"
 #include "data/tokenizer.h"
 
 namespace tapelm {
@@ -19,11 +19,11 @@ struct Corpus {
   std::vector<int32_t> train, val;
 };
 
-/// The bytes of a text file; missing, unreadable or empty -> DataError naming the file.
+/// The bytes of a text file; missing, unreadable or empty -> data Error naming the file.
 std::string read_text_file(const std::string& path);
 /// First 90 % train, last 10 % val, cut at int(n * 0.9) as nanoGPT.
 TokenSplit split_90_10(const std::vector<int32_t>& ids);
-/// Throws DataError "<what>: token id I at position P is >= vocab_size V" for the first bad id.
+/// Throws data Error "<what>: token id I at position P is >= vocab_size V" for the first bad id.
 void check_ids(const std::vector<int32_t>& ids, int64_t vocab_size, const std::string& what);
 /// Tokenizes and splits a text file, writing out_dir/{train.bin, val.bin, tokenizer.json}.
 Corpus prepare(const std::string& text_path, const std::string& out_dir);

@@ -28,12 +28,12 @@ std::string temp_path_for(const std::string& path) {
 void write_whole(const std::string& path, const std::string& bytes, const std::string& final_path) {
   errno = 0;
   std::FILE* raw = std::fopen(path.c_str(), "wb");
-  if (!raw) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+  if (!raw) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
   File f(raw);
   if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-    throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
-  if (std::fflush(f.get()) != 0) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
-  if (std::fclose(f.release()) != 0) throw DataError("cannot write " + final_path + ": " + std::strerror(errno));
+    throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
+  if (std::fflush(f.get()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
+  if (std::fclose(f.release()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
 }
 
 }  // namespace
@@ -41,16 +41,16 @@ void write_whole(const std::string& path, const std::string& bytes, const std::s
 std::string read_file_bytes(const std::string& path, const std::string& what) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) throw DataError(what + " " + path + ": no such file");
-  if (fs::is_directory(st)) throw DataError(what + " " + path + ": is a directory, not a file");
+  if (!fs::exists(st)) throw Error(ErrorKind::data, what + " " + path + ": no such file");
+  if (fs::is_directory(st)) throw Error(ErrorKind::data, what + " " + path + ": is a directory, not a file");
   errno = 0;
   File f(std::fopen(path.c_str(), "rb"));
-  if (!f) throw DataError(what + " " + path + ": cannot open: " + std::strerror(errno));
+  if (!f) throw Error(ErrorKind::data, what + " " + path + ": cannot open: " + std::strerror(errno));
   std::string bytes;
   char buf[1 << 16];
   size_t got;
   while ((got = std::fread(buf, 1, sizeof buf, f.get())) > 0) bytes.append(buf, got);
-  if (std::ferror(f.get())) throw DataError(what + " " + path + ": cannot read: " + std::strerror(errno));
+  if (std::ferror(f.get())) throw Error(ErrorKind::data, what + " " + path + ": cannot read: " + std::strerror(errno));
   return bytes;
 }
 
@@ -68,7 +68,7 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
     for (size_t i = 0; i < files.size(); i++) {
       std::error_code ec;
       fs::rename(temps[i], files[i].first, ec);
-      if (ec) throw DataError("cannot write " + files[i].first + ": " + ec.message());
+      if (ec) throw Error(ErrorKind::data, "cannot write " + files[i].first + ": " + ec.message());
     }
   } catch (...) {
     remove_temps();

@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/error.h"
+#include "autograd/error.h"
 
 namespace tapelm {
 

@@ -10,9 +10,9 @@ constexpr const char* state_tag = "mt19937_64";
 }
 
 void check_window_fits(int64_t n, int64_t T, const std::string& what) {
-  if (T < 1) throw DataError("block_size must be at least 1, got " + std::to_string(T));
+  if (T < 1) throw Error(ErrorKind::data, "block_size must be at least 1, got " + std::to_string(T));
   if (n < T + 1)
-    throw DataError(what + " of " + std::to_string(n) +
+    throw Error(ErrorKind::data, what + " of " + std::to_string(n) +
                     " tokens is shorter than block_size + 1 = " + std::to_string(T + 1));
 }
 
@@ -31,7 +31,7 @@ void fill_windows(const std::vector<int32_t>& data, const std::vector<int64_t>& 
   y.data.resize(B * T);
   for (int64_t b = 0; b < B; b++) {
     if (starts[b] < 0 || starts[b] + T + 1 > static_cast<int64_t>(data.size()))
-      throw DataError("window start " + std::to_string(starts[b]) + " with block_size " + std::to_string(T) +
+      throw Error(ErrorKind::data, "window start " + std::to_string(starts[b]) + " with block_size " + std::to_string(T) +
                       " runs past the " + std::to_string(data.size()) + " tokens");
     const int32_t* w = data.data() + starts[b];
     std::copy(w, w + T, x.data.begin() + b * T);
@@ -42,7 +42,7 @@ void fill_windows(const std::vector<int32_t>& data, const std::vector<int64_t>& 
 BatchSampler::BatchSampler(const std::vector<int32_t>* data, int64_t B, int64_t T, uint64_t seed,
                            const std::string& what)
     : data_(data), B_(B), T_(T), gen_(seed) {
-  if (B < 1) throw DataError("batch_size must be at least 1, got " + std::to_string(B));
+  if (B < 1) throw Error(ErrorKind::data, "batch_size must be at least 1, got " + std::to_string(B));
   check_window_fits(static_cast<int64_t>(data->size()), T, what);
 }
 
@@ -74,7 +74,7 @@ void BatchSampler::set_state(const std::string& s) {
   std::mt19937_64 g;
   is >> tag >> g;
   if (tag != state_tag || is.fail() || !(is >> std::ws).eof())
-    throw DataError("sampler state does not parse as a \"" + std::string(state_tag) + "\" generator state");
+    throw Error(ErrorKind::data, "sampler state does not parse as a \"" + std::string(state_tag) + "\" generator state");
   gen_ = g;
 }
 

@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "autograd/tensor.h"
-#include "data/error.h"
+#include "autograd/error.h"
 
 namespace tapelm {
 
-/// Throws DataError "<what> of N tokens is shorter than block_size + 1 = T+1" when n < T + 1.
+/// Throws data Error "<what> of N tokens is shorter than block_size + 1 = T+1" when n < T + 1.
 void check_window_fits(int64_t n, int64_t T, const std::string& what);
 /// Window starts 0, T, 2T, ... while start + T + 1 <= n: each position after the first is a target once.
 std::vector<int64_t> eval_windows(const std::vector<int32_t>& data, int64_t T, const std::string& what = "corpus");
@@ -27,7 +27,7 @@ class BatchSampler {
   void next(Index& x, Index& y);
   /// The generator's full state as text, so a resumed run continues the same sequence.
   std::string state() const;
-  /// Restores a state from state(); malformed text -> DataError.
+  /// Restores a state from state(); malformed text -> data Error.
   void set_state(const std::string& s);
 
   /// B.

@@ -24,8 +24,8 @@ char32_t decode_one(const std::string& s, size_t& i) {
   const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const size_t start = i;
   const unsigned char b0 = byte(i);
-  auto fail = [&](const std::string& why) -> DataError {
-    return DataError("invalid UTF-8 at byte offset " + std::to_string(start) + " (byte " + hex_byte(b0) + "): " + why);
+  auto fail = [&](const std::string& why) -> Error {
+    return Error(ErrorKind::data, "invalid UTF-8 at byte offset " + std::to_string(start) + " (byte " + hex_byte(b0) + "): " + why);
   };
   if (b0 < 0x80) {
     i++;
@@ -103,7 +103,7 @@ std::string describe_char(char32_t cp) {
 }
 
 CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
-  if (utf8.empty()) throw DataError("cannot build a tokenizer from empty text");
+  if (utf8.empty()) throw Error(ErrorKind::data, "cannot build a tokenizer from empty text");
   std::vector<char32_t> cps = utf8_decode(utf8);
   std::sort(cps.begin(), cps.end());
   cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
@@ -111,13 +111,13 @@ CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
 }
 
 CharTokenizer CharTokenizer::from_symbols(std::vector<char32_t> symbols) {
-  if (symbols.empty()) throw DataError("tokenizer vocabulary is empty");
+  if (symbols.empty()) throw Error(ErrorKind::data, "tokenizer vocabulary is empty");
   for (size_t i = 0; i < symbols.size(); i++) {
     const char32_t cp = symbols[i];
     if (cp > max_code_point || is_surrogate(cp))
-      throw DataError("tokenizer symbol " + std::to_string(i) + " is not a valid code point: " + std::to_string(cp));
+      throw Error(ErrorKind::data, "tokenizer symbol " + std::to_string(i) + " is not a valid code point: " + std::to_string(cp));
     if (i > 0 && cp <= symbols[i - 1])
-      throw DataError("tokenizer symbols are not strictly increasing at index " + std::to_string(i) + " (" +
+      throw Error(ErrorKind::data, "tokenizer symbols are not strictly increasing at index " + std::to_string(i) + " (" +
                       std::to_string(symbols[i - 1]) + " then " + std::to_string(cp) + ")");
   }
   CharTokenizer t;
@@ -133,17 +133,17 @@ CharTokenizer CharTokenizer::from_json(const std::string& json) {
   try {
     j = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(std::string("tokenizer JSON does not parse: ") + e.what());
+    throw Error(ErrorKind::data, std::string("tokenizer JSON does not parse: ") + e.what());
   }
-  if (!j.is_object()) throw DataError("tokenizer JSON is not an object");
+  if (!j.is_object()) throw Error(ErrorKind::data, "tokenizer JSON is not an object");
   if (!j.contains("type") || j["type"] != "char")
-    throw DataError("tokenizer JSON has type " + (j.contains("type") ? j["type"].dump() : std::string("(missing)")) +
+    throw Error(ErrorKind::data, "tokenizer JSON has type " + (j.contains("type") ? j["type"].dump() : std::string("(missing)")) +
                     ", expected \"char\"");
-  if (!j.contains("symbols") || !j["symbols"].is_array()) throw DataError("tokenizer JSON has no \"symbols\" array");
+  if (!j.contains("symbols") || !j["symbols"].is_array()) throw Error(ErrorKind::data, "tokenizer JSON has no \"symbols\" array");
   std::vector<char32_t> symbols;
   for (const auto& s : j["symbols"]) {
     if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > int64_t(max_code_point))
-      throw DataError("tokenizer JSON symbol " + std::to_string(symbols.size()) + " is not a code point: " + s.dump());
+      throw Error(ErrorKind::data, "tokenizer JSON symbol " + std::to_string(symbols.size()) + " is not a code point: " + s.dump());
     symbols.push_back(static_cast<char32_t>(s.get<int64_t>()));
   }
   return from_symbols(std::move(symbols));
@@ -163,7 +163,7 @@ std::vector<int32_t> CharTokenizer::encode(const std::string& utf8) const {
     const char32_t cp = decode_one(utf8, i);
     const int32_t id = id_of(cp);
     if (id < 0)
-      throw DataError("unknown character " + describe_char(cp) + " at position " + std::to_string(ids.size()) +
+      throw Error(ErrorKind::data, "unknown character " + describe_char(cp) + " at position " + std::to_string(ids.size()) +
                       " (byte offset " + std::to_string(offset) + "): not in the tokenizer's vocabulary of " +
                       std::to_string(vocab_size()) + " symbols");
     ids.push_back(id);
@@ -176,7 +176,7 @@ std::string CharTokenizer::decode(const std::vector<int32_t>& ids) const {
   out.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); i++) {
     if (ids[i] < 0 || ids[i] >= vocab_size())
-      throw DataError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+      throw Error(ErrorKind::data, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                       " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
     utf8_append(out, symbols_[ids[i]]);
   }

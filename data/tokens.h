@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "data/error.h"
+#include "autograd/error.h"
 
 namespace tapelm {
 
@@ -17,7 +17,7 @@ inline constexpr int64_t token_file_header_bytes = 256 * 4;
 std::string token_file_bytes(const std::vector<int32_t>& ids, const std::string& path);
 /// Writes ids (each in [0, 65535]) as an llm.c token file, atomically: nothing is left on error.
 void write_token_file(const std::string& path, const std::vector<int32_t>& ids);
-/// Reads an llm.c token file; a missing file, bad header or size/count mismatch -> DataError.
+/// Reads an llm.c token file; a missing file, bad header or size/count mismatch -> data Error.
 std::vector<int32_t> read_token_file(const std::string& path);
 
 }  // namespace tapelm

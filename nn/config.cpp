@@ -6,7 +6,7 @@ namespace tapelm {
 
 namespace {
 [[noreturn]] void bad_type(const std::string& k, const char* want, const nlohmann::json& v) {
-  throw ConfigError("config key '" + k + "' must be " + want + ", got " + v.dump());
+  throw Error(ErrorKind::config, "config key '" + k + "' must be " + want + ", got " + v.dump());
 }
 
 std::string number_str(double v) {
@@ -28,7 +28,7 @@ void config_get(const nlohmann::json& j, const std::string& k, uint64_t& out) {
   if (!j.contains(k)) return;
   int64_t v = 0;
   config_get(j, k, v);
-  if (v < 0) throw ConfigError("config " + k + " must be >= 0, got " + std::to_string(v));
+  if (v < 0) throw Error(ErrorKind::config, "config " + k + " must be >= 0, got " + std::to_string(v));
   out = static_cast<uint64_t>(v);
 }
 
@@ -55,13 +55,13 @@ void config_check(const char* k, double v, Check c) {
   switch (c) {
     case Check::any: return;
     case Check::positive:
-      if (!(v > 0)) throw ConfigError("config " + key + " must be positive, got " + number_str(v));
+      if (!(v > 0)) throw Error(ErrorKind::config, "config " + key + " must be positive, got " + number_str(v));
       return;
     case Check::non_negative:
-      if (!(v >= 0)) throw ConfigError("config " + key + " must be >= 0, got " + number_str(v));
+      if (!(v >= 0)) throw Error(ErrorKind::config, "config " + key + " must be >= 0, got " + number_str(v));
       return;
     case Check::unit_interval:
-      if (!(v >= 0 && v < 1)) throw ConfigError("config " + key + " must be in [0, 1), got " + number_str(v));
+      if (!(v >= 0 && v < 1)) throw Error(ErrorKind::config, "config " + key + " must be in [0, 1), got " + number_str(v));
       return;
   }
 }
@@ -75,9 +75,9 @@ bool GPTConfig::is_key(const std::string& k) {
 }
 
 GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw ConfigError("model config must be a JSON object, got " + j.dump());
+  if (!j.is_object()) throw Error(ErrorKind::config, "model config must be a JSON object, got " + j.dump());
   for (const auto& [k, v] : j.items())
-    if (!is_key(k)) throw ConfigError("unknown model config key '" + k + "'");
+    if (!is_key(k)) throw Error(ErrorKind::config, "unknown model config key '" + k + "'");
   GPTConfig c;
 #define TAPELM_GET(type, key, def, check) config_get(j, #key, c.key);
   TAPELM_GPT_FIELDS(TAPELM_GET)
@@ -93,7 +93,7 @@ GPTConfig GPTConfig::from_json_string(const std::string& s) {
   try {
     j = nlohmann::json::parse(s);
   } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(std::string("model config is not valid JSON: ") + e.what());
+    throw Error(ErrorKind::config, std::string("model config is not valid JSON: ") + e.what());
   }
   return from_json(j);
 }
@@ -111,13 +111,13 @@ void GPTConfig::validate() const {
   config_check(#key, key, Check::check);
   TAPELM_GPT_FIELDS(TAPELM_CHECK)
 #undef TAPELM_CHECK
-  if (vocab_size > 65536) throw ConfigError("config vocab_size " + std::to_string(vocab_size) + " exceeds 65536 (uint16 token files)");
+  if (vocab_size > 65536) throw Error(ErrorKind::config, "config vocab_size " + std::to_string(vocab_size) + " exceeds 65536 (uint16 token files)");
   if (n_embd % n_head != 0)
-    throw ConfigError("config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
+    throw Error(ErrorKind::config, "config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   if (n_head % n_kv_head != 0)
-    throw ConfigError("config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
+    throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
   if (pos == PosKind::Rope && head_dim() % 2 != 0)
-    throw ConfigError("config pos \"rope\" needs an even head dim, got " + std::to_string(head_dim()));
+    throw Error(ErrorKind::config, "config pos \"rope\" needs an even head dim, got " + std::to_string(head_dim()));
 }
 
 }  // namespace tapelm

@@ -9,12 +9,9 @@
 #include <string>
 #include <utility>
 
-namespace tapelm {
+#include "autograd/error.h"
 
-/// A bad configuration: unknown key, wrong type or a value the model cannot take.
-struct ConfigError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
+namespace tapelm {
 
 enum class NormKind { LayerNorm, RMSNorm };
 enum class PosKind { Learned, Rope };
@@ -39,14 +36,14 @@ template <> struct EnumNames<MlpKind> {
 template <class E> std::string to_string(E e) {
   for (const auto& [v, name] : EnumNames<E>::values)
     if (v == e) return name;
-  throw std::logic_error("config enum value without a name");
+  throw Error(ErrorKind::internal, "config enum value without a name");
 }
 
 /// Range checks a table row can name; `any` checks nothing (validate() does the rest).
 enum class Check { any, positive, non_negative, unit_interval };
 
 /// Reads j[key] into out when the key is present; a value of the wrong JSON type is a
-/// ConfigError naming the key (integers also accept floats with an integral value).
+/// config Error naming the key (integers also accept floats with an integral value).
 void config_get(const nlohmann::json& j, const std::string& key, int64_t& out);
 void config_get(const nlohmann::json& j, const std::string& key, uint64_t& out);
 void config_get(const nlohmann::json& j, const std::string& key, double& out);
@@ -64,14 +61,14 @@ void config_get(const nlohmann::json& j, const std::string& key, E& out) {
     }
     expected += std::string(expected.empty() ? "" : " or ") + "\"" + name + "\"";
   }
-  throw ConfigError("config " + key + " must be " + expected + ", got \"" + s + "\"");
+  throw Error(ErrorKind::config, "config " + key + " must be " + expected + ", got \"" + s + "\"");
 }
 /// The JSON value of a config member (enums by name).
 template <class T> nlohmann::json config_value(const T& v) {
   if constexpr (std::is_enum_v<T>) return to_string(v);
   else return v;
 }
-/// Throws a ConfigError when v breaks the row's check.
+/// Throws a config Error when v breaks the row's check.
 void config_check(const char* key, double v, Check c);
 template <class T> void config_check(const char* key, const T& v, Check c) {
   if constexpr (std::is_arithmetic_v<T>) config_check(key, static_cast<double>(v), c);
@@ -102,12 +99,12 @@ struct GPTConfig {
 
   int64_t head_dim() const { return n_embd / n_head; }
   /// Reads every key of SPEC.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to
-  /// 4·n_embd); an unknown key or a value of the wrong type is a ConfigError. Validates.
+  /// 4·n_embd); an unknown key or a value of the wrong type is a config Error. Validates.
   static GPTConfig from_json(const nlohmann::json& j);
   static GPTConfig from_json_string(const std::string& s);
   /// Every key, with derived defaults filled in.
   nlohmann::json to_json() const;
-  /// Throws ConfigError naming the first bad value.
+  /// Throws config Error naming the first bad value.
   void validate() const;
   /// The keys this config understands.
   static bool is_key(const std::string& k);

@@ -1,3 +1,4 @@
+#include "autograd/error.h"
 #include "nn/generate.h"
 
 #include <algorithm>
@@ -9,8 +10,8 @@ namespace tapelm {
 std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt, Rng& rng) {
   const int64_t B = logits.dim(0), V = logits.dim(1);
   if (!opt.greedy && !(opt.temperature > 0))
-    throw std::invalid_argument("sample: temperature must be positive, got " + std::to_string(opt.temperature));
-  if (opt.top_k < 0) throw std::invalid_argument("sample: top_k must be >= 0, got " + std::to_string(opt.top_k));
+    throw Error(ErrorKind::usage, "sample: temperature must be positive, got " + std::to_string(opt.temperature));
+  if (opt.top_k < 0) throw Error(ErrorKind::usage, "sample: top_k must be >= 0, got " + std::to_string(opt.top_k));
   std::vector<int32_t> out(B);
   std::vector<double> p(V);
   for (int64_t b = 0; b < B; b++) {
@@ -50,11 +51,11 @@ std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt,
 
 std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
                                            int64_t n_new, const SampleOptions& opt, uint64_t seed) {
-  if (prompts.empty() || prompts[0].empty()) throw std::invalid_argument("generate: empty prompt");
+  if (prompts.empty() || prompts[0].empty()) throw Error(ErrorKind::usage, "generate: empty prompt");
   const int64_t B = static_cast<int64_t>(prompts.size()), T = model.config().block_size;
   const size_t t0 = prompts[0].size();
   for (const auto& p : prompts)
-    if (p.size() != t0) throw std::invalid_argument("generate: prompts of different lengths");
+    if (p.size() != t0) throw Error(ErrorKind::usage, "generate: prompts of different lengths");
   std::vector<std::vector<int32_t>> seqs = prompts;
   Rng rng(seed);
   KVCache cache = model.make_cache(B, T);

@@ -21,7 +21,7 @@ namespace tapelm {
 namespace {
 
 void require(bool ok, const std::string& what) {
-  if (!ok) throw std::invalid_argument(what);
+  if (!ok) throw Error(ErrorKind::config, what);
 }
 
 }  // namespace
@@ -64,7 +64,7 @@ void Optimizer::check_state() const {
     for (const auto& [name, t] : by_name) {
       auto it = index_.find(name);
       if (it == index_.end())
-        throw std::invalid_argument("optimizer: state " + key + "/" + name + " names no parameter");
+        throw Error(ErrorKind::checkpoint, "optimizer: state " + key + "/" + name + " names no parameter");
       const Var& p = params_[it->second].second;
       if (!t.defined() || t.shape() != p.shape())
         throw ShapeError("optimizer: state " + key + "/" + name + " has shape " +
@@ -202,7 +202,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
       else if (flag && key == "nesterov" && value.is_boolean())
         *flag = value.get<bool>();
       else
-        throw std::invalid_argument("optimizer " + type + ": bad hyper-parameter '" + key + "': " + value.dump());
+        throw Error(ErrorKind::config, "optimizer " + type + ": bad hyper-parameter '" + key + "': " + value.dump());
     }
   };
   if (type == "adamw") {
@@ -217,7 +217,7 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
          &h.nesterov);
     return std::make_unique<SGD>(std::move(params), h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov);
   }
-  throw std::invalid_argument("unknown optimizer '" + type + "' (adamw or sgd)");
+  throw Error(ErrorKind::config, "unknown optimizer '" + type + "' (adamw or sgd)");
 }
 
 double grad_norm(const NamedParams& params) {

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/error.h"
 #include "autograd/tape.h"
 
 namespace tapelm {

@@ -105,7 +105,7 @@ BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   BOOST_TEST(s.out.rfind("ROMEO:", 0) == 0u, s.out);
   Run s2 = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
   BOOST_TEST(s.out == s2.out);
-  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9");
+  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9", 2);  // a bad flag value: a usage error
   Run i = run_cli("inspect " + (d / "run/checkpoint.h5"));
   BOOST_TEST(i.code == 0, i.err);
   BOOST_TEST(i.out.find("KV-cache bytes per token 64") != std::string::npos, i.out);  // (K, V) · 1 layer · 1 head · hd 8 · 4 bytes

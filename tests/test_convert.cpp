@@ -91,9 +91,9 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
   double s2 = 0;
   for (int64_t i = 0; i < wk.numel(); i++) s2 += double(wk[i]) * wk[i];
   BOOST_TEST(std::sqrt(s2 / wk.numel()) == 0.02, tt::tolerance(0.15));
-  BOOST_CHECK_THROW(convert_kv_heads(*m, 3, ConvertMethod::Mean), std::invalid_argument);
-  BOOST_CHECK_THROW(convert_kv_heads(*m, 4, ConvertMethod::Mean), std::invalid_argument);  // 2 -> 4 is not a pooling
-  BOOST_CHECK_THROW(parse_convert_method("median"), std::invalid_argument);
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 3, ConvertMethod::Mean), Error, is_kind(ErrorKind::config));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 4, ConvertMethod::Mean), Error, is_kind(ErrorKind::config));  // 2 -> 4 is not a pooling
+  BOOST_CHECK_EXCEPTION(parse_convert_method("median"), Error, is_kind(ErrorKind::usage));
   TempDir d;
   Run bad = run_cli("convert --from " + parity_fixture("gqa.h5") + " --kv-heads 3 --out " + (d / "never.h5"));
   expect_error(bad, "cannot convert 2 kv heads to 3");

@@ -39,9 +39,9 @@ std::string header(int32_t magic, int32_t version, int32_t count) {
   return h;
 }
 
-// f must throw a one-line DataError whose message contains every part.
+// f must throw a one-line data Error whose message contains every part.
 void check_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  test::expect_throw<DataError>(f, parts);
+  test::expect_throw(f, ErrorKind::data, parts);
 }
 
 size_t files_in(const fs::path& dir) {

@@ -133,7 +133,7 @@ BOOST_AUTO_TEST_CASE(windows_give_the_same_mean_in_any_batch_size_and_over_ranks
   BOOST_TEST(five.loss == one.loss, tt::tolerance(1e-6));
   BOOST_TEST(evaluate_windows(model, data, starts, 6, 5, true) == five.loss);  // one rank: the same
   BOOST_TEST(evaluate_split(model, data) == evaluate_windows(model, data, starts, 6, 32));
-  BOOST_CHECK_THROW(EvalBatches(data, starts, 6, 0), std::invalid_argument);
+  BOOST_CHECK_EXCEPTION(EvalBatches(data, starts, 6, 0), Error, test::is_kind(ErrorKind::usage));
 }
 
 BOOST_AUTO_TEST_CASE(text_bin_directory_and_h5_loaders_agree) {
@@ -189,7 +189,7 @@ BOOST_AUTO_TEST_CASE(text_bin_directory_and_h5_loaders_agree) {
   try {
     load_eval_data(d / "none.h5", "all", c, nullptr);
     BOOST_ERROR("a file without targets was accepted");
-  } catch (const std::invalid_argument& e) {
+  } catch (const Error& e) {
     BOOST_TEST(std::string(e.what()) == d / "none.h5" + ": no target positions to evaluate");
   }
 }

@@ -25,9 +25,9 @@ namespace {
 /// HDF5 identifiers still open anywhere in the process (files, groups, datasets, attributes...).
 ssize_t open_hdf5_objects() { return H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); }
 
-/// Runs f and checks that it throws a one-line H5Error whose message contains every part.
+/// Runs f and checks that it throws a one-line checkpoint Error whose message contains every part.
 void expect_h5_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  test::expect_throw<H5Error>(f, parts);
+  test::expect_throw(f, ErrorKind::checkpoint, parts);
 }
 
 std::vector<char> file_bytes(const std::string& path) {
@@ -40,7 +40,7 @@ void put_file_bytes(const std::string& path, const std::vector<char>& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-/// Opens the file and reads every dataset and root attribute: a corrupted file may throw H5Error
+/// Opens the file and reads every dataset and root attribute: a corrupted file may throw an Error
 /// (anything else, or a crash, fails the test). Returns whether it threw.
 bool read_everything(const std::string& path) {
   try {
@@ -55,7 +55,7 @@ bool read_everything(const std::string& path) {
     f.read_attr_int("/", "format_version");
     f.read_attr_double("/expected", "loss");
     return false;
-  } catch (const H5Error&) {
+  } catch (const Error&) {
     return true;
   }
 }
@@ -382,7 +382,7 @@ BOOST_AUTO_TEST_CASE(truncated_and_corrupted_files_throw) {
       expect_h5_error([&] { H5File::open_read(path); }, {path + ": not an HDF5 file (or truncated/corrupted)"});
     }
   }
-  // Garbage over metadata or data: reading must throw H5Error or succeed with garbled values, never crash.
+  // Garbage over metadata or data: reading must throw an Error or succeed with garbled values, never crash.
   std::mt19937 rng(1);
   for (size_t at : {size_t{0}, size_t{16}, size_t{96}, size_t{800}, size_t{2000}, size_t{4096}, good.size() / 3,
                     good.size() / 2, good.size() - 4096, good.size() - 300}) {
@@ -423,7 +423,7 @@ BOOST_AUTO_TEST_CASE(atomic_write_failure_leaves_nothing) {
   BOOST_CHECK_THROW(write_h5_atomic(path, failing), std::runtime_error);
   BOOST_TEST(tmp.listing().empty());
 
-  // An H5Error from inside fill() propagates unchanged, also with nothing left behind.
+  // An Error from inside fill() propagates unchanged, also with nothing left behind.
   expect_h5_error([&] { write_h5_atomic(path, [](H5File& f) { f.read_tensor("/missing"); }); },
                   {".tmp.", ": missing dataset /missing"});
   BOOST_TEST(tmp.listing().empty());

@@ -221,7 +221,7 @@ BOOST_AUTO_TEST_CASE(config_errors) {
     try {
       GPTConfig::from_json_string(json);
       BOOST_ERROR("accepted " << json);
-    } catch (const ConfigError& e) {
+    } catch (const Error& e) {
       BOOST_TEST(std::string(e.what()).find(part) != std::string::npos, e.what() << " lacks " << part);
     }
   };

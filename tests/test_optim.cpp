@@ -349,26 +349,26 @@ BOOST_AUTO_TEST_CASE(parallel_path_matches_serial) {
 
 BOOST_AUTO_TEST_CASE(rejects_bad_params_state_and_hparams) {
   Var w = param({2, 2}, {1, 2, 3, 4}), v = param({2}, {1, 2});
-  BOOST_CHECK_THROW(AdamW({{"w", w}, {"w", v}}, 1e-3), std::invalid_argument);  // one name twice
-  BOOST_CHECK_THROW(AdamW({{"w", w}, {"tied", w}}, 1e-3), std::invalid_argument);  // one Var twice
-  BOOST_CHECK_THROW(AdamW({{"w", w}}, 1e-3, 1.0), std::invalid_argument);
-  BOOST_CHECK_THROW(SGD({{"w", w}}, 0.1, 0, 0, 0, true), std::invalid_argument);  // nesterov without momentum
+  BOOST_CHECK_THROW(AdamW({{"w", w}, {"w", v}}, 1e-3), Error);  // one name twice
+  BOOST_CHECK_THROW(AdamW({{"w", w}, {"tied", w}}, 1e-3), Error);  // one Var twice
+  BOOST_CHECK_THROW(AdamW({{"w", w}}, 1e-3, 1.0), Error);
+  BOOST_CHECK_THROW(SGD({{"w", w}}, 0.1, 0, 0, 0, true), Error);  // nesterov without momentum
   AdamW opt({{"w", w}}, 1e-3);
-  BOOST_CHECK_THROW(opt.state("momentum_buffer"), std::invalid_argument);
+  BOOST_CHECK_THROW(opt.state("momentum_buffer"), Error);
   set_grad(w, {1, 1, 1, 1});
   opt.state("exp_avg")["w"] = Tensor::zeros({4});
   BOOST_CHECK_THROW(opt.step(1e-3), ShapeError);
   opt.state("exp_avg").clear();
   opt.state("exp_avg_sq")["nope"] = Tensor::zeros({2, 2});
-  BOOST_CHECK_THROW(opt.step(1e-3), std::invalid_argument);
+  BOOST_CHECK_THROW(opt.step(1e-3), Error);
   opt.state("exp_avg_sq").clear();
   BOOST_TEST(opt.steps() == 0);  // failed steps change nothing
   BOOST_TEST(w.val().to_vector() == std::vector<float>({1, 2, 3, 4}), tt::per_element());
   opt.step(1e-3);
   BOOST_TEST(opt.steps() == 1);
-  BOOST_CHECK_THROW(make_optimizer("adam", {{"w", w}}, "{}"), std::invalid_argument);
-  BOOST_CHECK_THROW(make_optimizer("adamw", {{"x", v}}, R"({"momentum": 0.9})"), std::invalid_argument);
-  BOOST_CHECK_THROW(make_optimizer("sgd", {{"x", v}}, R"({"lr": "fast"})"), std::invalid_argument);
+  BOOST_CHECK_THROW(make_optimizer("adam", {{"w", w}}, "{}"), Error);
+  BOOST_CHECK_THROW(make_optimizer("adamw", {{"x", v}}, R"({"momentum": 0.9})"), Error);
+  BOOST_CHECK_THROW(make_optimizer("sgd", {{"x", v}}, R"({"lr": "fast"})"), Error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

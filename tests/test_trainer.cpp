@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
   try {
     tapelm::train(c, shakespeare(), d / "run", quiet);
     BOOST_ERROR("training with lr 1e12 did not stop");
-  } catch (const TrainError& e) {
+  } catch (const Error& e) {
     const std::string msg = e.what();
     BOOST_TEST((msg.find("NaN") != std::string::npos || msg.find("Inf") != std::string::npos), msg);
   }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "autograd/error.h"
 #include "autograd/ops.h"
 #include "data/dataset.h"
 #include "train/train_config.h"
@@ -78,17 +79,22 @@ struct TempDir {
   }
 };
 
-/// f must throw E (or a subclass) with a one-line message containing every part.
-template <class E>
-void expect_throw(const std::function<void()>& f, const std::vector<std::string>& parts) {
+/// f must throw an Error of this kind with a one-line message containing every part.
+inline void expect_throw(const std::function<void()>& f, ErrorKind kind, const std::vector<std::string>& parts) {
   try {
     f();
-    BOOST_ERROR("nothing thrown; expected an error mentioning '" << parts.front() << "'");
-  } catch (const E& e) {
+    BOOST_ERROR("nothing thrown; expected a " << to_string(kind) << " error mentioning '" << parts.front() << "'");
+  } catch (const Error& e) {
     const std::string msg = e.what();
+    BOOST_TEST(to_string(e.kind()) == to_string(kind), "kind of '" << msg << "'");
     BOOST_TEST(msg.find('\n') == std::string::npos, "message is not one line: " << msg);
     for (const std::string& p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << msg << "' lacks '" << p << "'");
   }
+}
+
+/// A predicate for BOOST_CHECK_EXCEPTION(expr, Error, is_kind(k)).
+inline std::function<bool(const Error&)> is_kind(ErrorKind k) {
+  return [k](const Error& e) { return e.kind() == k; };
 }
 
 /// Sets the thread count for its lifetime and restores the previous one, so a test that pins
@@ -129,9 +135,10 @@ inline Run run_cli(const std::string& args, const std::string& prefix = "") {
   return run_shell(prefix + std::string(TAPELM_BINARY) + " " + args);
 }
 
-/// A bad input must give a non-zero exit, one line on stderr naming the problem, no crash.
-inline void expect_error(const Run& r, const std::string& part) {
-  BOOST_TEST(r.code == 1, "exit code " << r.code << ", stderr: " << r.err);
+/// A bad input must give a non-zero exit (1, or 2 for a usage error), one line on stderr naming
+/// the problem, no crash.
+inline void expect_error(const Run& r, const std::string& part, int code = 1) {
+  BOOST_TEST(r.code == code, "exit code " << r.code << ", stderr: " << r.err);
   BOOST_TEST(r.err.find(part) != std::string::npos, "stderr lacks '" << part << "': " << r.err);
   BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, "not one line: " << r.err);
   BOOST_TEST(r.err.find("Sanitizer") == std::string::npos, r.err);

@@ -8,7 +8,7 @@ ConvertMethod parse_convert_method(const std::string& s) {
   if (s == "mean") return ConvertMethod::Mean;
   if (s == "first") return ConvertMethod::First;
   if (s == "random") return ConvertMethod::Random;
-  throw std::invalid_argument("unknown conversion method \"" + s + "\" (expected mean, first or random)");
+  throw Error(ErrorKind::usage, "unknown conversion method \"" + s + "\" (expected mean, first or random)");
 }
 
 std::string to_string(ConvertMethod m) {
@@ -23,7 +23,7 @@ std::string to_string(ConvertMethod m) {
 std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, ConvertMethod method, uint64_t seed) {
   const GPTConfig& c = src.config();
   if (G <= 0 || c.n_kv_head % G != 0)
-    throw std::invalid_argument("cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
+    throw Error(ErrorKind::config, "cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
                                 ": the new count must divide the old");
   GPTConfig nc = c;
   nc.n_kv_head = G;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "autograd/error.h"
 #include "nn/gpt.h"
 
 namespace tapelm {

@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "autograd/error.h"
+
 namespace tapelm::dist {
 
 /// An error raised on every rank at once. `print_here` is true on the one rank that should
 /// report it (the rank that failed, or rank 0 when all failed alike).
-struct AgreedError : std::runtime_error {
-  AgreedError(const std::string& what, bool print_here) : std::runtime_error(what), print_here(print_here) {}
+struct AgreedError : Error {
+  AgreedError(const std::string& what, bool print_here, ErrorKind kind = ErrorKind::train)
+      : Error(kind, what), print_here(print_here) {}
   bool print_here;
 };
 

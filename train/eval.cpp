@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 
 EvalBatches::EvalBatches(const std::vector<int32_t>& data, std::vector<int64_t> starts, int64_t T, int64_t batch)
     : data_(&data), starts_(std::move(starts)), T_(T), batch_(batch) {
-  if (batch <= 0) throw std::invalid_argument("evaluation batch size " + std::to_string(batch) + " is not positive");
+  if (batch <= 0) throw Error(ErrorKind::usage, "evaluation batch size " + std::to_string(batch) + " is not positive");
 }
 
 EvalBatches::EvalBatches(std::vector<std::pair<Index, Index>> ready) : ready_(std::move(ready)) {}
@@ -131,9 +131,9 @@ std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTCon
   H5File f = H5File::open_read(path);
   Shape s;
   std::vector<int32_t> tok = f.read_ints("/tokens", &s);
-  if (s.size() != 2 || s[1] < 2) throw std::invalid_argument(path + ": /tokens must be [B, T+1], got " + shape_str(s));
+  if (s.size() != 2 || s[1] < 2) throw Error(ErrorKind::data, path + ": /tokens must be [B, T+1], got " + shape_str(s));
   if (s[1] - 1 > c.block_size)
-    throw std::invalid_argument(path + ": /tokens holds " + std::to_string(s[1] - 1) + " positions, block_size is " +
+    throw Error(ErrorKind::data, path + ": /tokens holds " + std::to_string(s[1] - 1) + " positions, block_size is " +
                                 std::to_string(c.block_size));
   Index x, y;
   x.shape = y.shape = {s[0], s[1] - 1};
@@ -141,12 +141,12 @@ std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTCon
     for (int64_t t = 0; t + 1 < s[1]; t++) {
       const int32_t in = tok[b * s[1] + t], out = tok[b * s[1] + t + 1];
       if (in < 0 || in >= c.vocab_size || out < -1 || out >= c.vocab_size)
-        throw std::invalid_argument(path + ": /tokens[" + std::to_string(b) + ", " + std::to_string(t) +
+        throw Error(ErrorKind::data, path + ": /tokens[" + std::to_string(b) + ", " + std::to_string(t) +
                                     "] holds an id outside [0, " + std::to_string(c.vocab_size) + ")");
       x.data.push_back(in);
       y.data.push_back(out);
     }
-  if (count_targets(y) == 0) throw std::invalid_argument(path + ": no target positions to evaluate");
+  if (count_targets(y) == 0) throw Error(ErrorKind::data, path + ": no target positions to evaluate");
   return {std::move(x), std::move(y)};
 }
 

@@ -1,3 +1,4 @@
+#include "autograd/error.h"
 #include "train/plot.h"
 
 #include <sys/wait.h>
@@ -21,7 +22,7 @@ std::string gp_quote(const std::string& s) {
 }
 
 void run_gnuplot(const std::string& script) {
-  if (!have_gnuplot()) throw std::runtime_error("gnuplot is not installed (apt-get install -y gnuplot-nox)");
+  if (!have_gnuplot()) throw Error(ErrorKind::io, "gnuplot is not installed (apt-get install -y gnuplot-nox)");
   const fs::path tmp = fs::temp_directory_path() / ("tapelm_plot_" + std::to_string(::getpid()) + ".gp");
   const fs::path err = tmp.string() + ".err";
   {
@@ -34,13 +35,13 @@ void run_gnuplot(const std::string& script) {
   std::string msg((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
   fs::remove(tmp);
   fs::remove(err);
-  if (st != 0) throw std::runtime_error("gnuplot failed: " + msg.substr(0, 300));
+  if (st != 0) throw Error(ErrorKind::io, "gnuplot failed: " + msg.substr(0, 300));
 }
 
 std::string plot_run(const std::string& run_dir) {
   const fs::path dir(run_dir);
   std::ifstream in(dir / "metrics.jsonl");
-  if (!in) throw std::runtime_error((dir / "metrics.jsonl").string() + ": cannot read the metrics");
+  if (!in) throw Error(ErrorKind::io, (dir / "metrics.jsonl").string() + ": cannot read the metrics");
   const fs::path train_dat = dir / "loss_train.dat", val_dat = dir / "loss_val.dat";
   std::ofstream tr(train_dat), va(val_dat);
   std::string line;

@@ -25,7 +25,7 @@ void trim_metrics(const std::string& path, int64_t step) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << kept;
-    if (!out) throw TrainError(path + ": cannot rewrite the metrics file");
+    if (!out) throw Error(ErrorKind::train, path + ": cannot rewrite the metrics file");
   }
   fs::rename(tmp, path);
 }
@@ -40,10 +40,10 @@ std::string RunDir::metrics() const { return (fs::path(dir_) / "metrics.jsonl").
 void RunDir::prepare() const {
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  if (ec || !fs::is_directory(dir_)) throw TrainError(dir_ + ": cannot create the run directory");
+  if (ec || !fs::is_directory(dir_)) throw Error(ErrorKind::train, dir_ + ": cannot create the run directory");
   const std::string probe = (fs::path(dir_) / ".write_test").string();
   std::ofstream t(probe);
-  if (!t) throw TrainError(dir_ + ": run directory is not writable");
+  if (!t) throw Error(ErrorKind::train, dir_ + ": run directory is not writable");
   t.close();
   fs::remove(probe, ec);
   // The checkpoint itself is intact: it is renamed into place only when complete.
@@ -56,7 +56,7 @@ void RunDir::open_metrics(bool resume, int64_t resumed_step) {
   if (resume) trim_metrics(path, resumed_step);
   else std::ofstream(path, std::ios::trunc);
   metrics_.open(path, std::ios::app);
-  if (!metrics_) throw TrainError(path + ": cannot open the metrics file for writing");
+  if (!metrics_) throw Error(ErrorKind::train, path + ": cannot open the metrics file for writing");
 }
 
 void RunDir::log(const nlohmann::json& record) {

@@ -14,11 +14,11 @@ bool is_train_key(const std::string& k) {
 }  // namespace
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw ConfigError("training config must be a JSON object, got " + j.dump());
+  if (!j.is_object()) throw Error(ErrorKind::config, "training config must be a JSON object, got " + j.dump());
   nlohmann::json model = nlohmann::json::object();
   for (const auto& [k, v] : j.items()) {
     if (GPTConfig::is_key(k)) model[k] = v;
-    else if (!is_train_key(k)) throw ConfigError("unknown config key '" + k + "'");
+    else if (!is_train_key(k)) throw Error(ErrorKind::config, "unknown config key '" + k + "'");
   }
   TrainConfig c;
   c.model = GPTConfig::from_json(model);
@@ -33,9 +33,9 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
 void TrainConfig::apply_overrides(nlohmann::json& j, const std::vector<std::string>& sets) {
   for (const std::string& s : sets) {
     const auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) throw ConfigError("--set expects key=value, got '" + s + "'");
+    if (eq == std::string::npos || eq == 0) throw Error(ErrorKind::config, "--set expects key=value, got '" + s + "'");
     const std::string k = s.substr(0, eq), v = s.substr(eq + 1);
-    if (!GPTConfig::is_key(k) && !is_train_key(k)) throw ConfigError("unknown config key '" + k + "' in --set");
+    if (!GPTConfig::is_key(k) && !is_train_key(k)) throw Error(ErrorKind::config, "unknown config key '" + k + "' in --set");
     try {
       j[k] = nlohmann::json::parse(v);
     } catch (const nlohmann::json::parse_error&) {
@@ -59,7 +59,7 @@ void TrainConfig::validate() const {
   TAPELM_TRAIN_FIELDS(TAPELM_CHECK)
 #undef TAPELM_CHECK
   if (optimizer != "adamw" && optimizer != "sgd")
-    throw ConfigError("config optimizer must be \"adamw\" or \"sgd\", got \"" + optimizer + "\"");
+    throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + optimizer + "\"");
 }
 
 LrSchedule TrainConfig::schedule() const {

@@ -132,7 +132,7 @@ void check_ranks_in_sync(const NamedParams& params, int64_t step) {
 namespace {
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
-  if (dist::multi() && opt.init_from) throw TrainError("init_from is for one-process runs");
+  if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }
@@ -190,7 +190,7 @@ void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
   optim_ = cfg_.make_optimizer(params_);
   if (corpus_.tok.vocab_size() > cfg_.model.vocab_size)
-    throw ConfigError("the corpus has " + std::to_string(corpus_.tok.vocab_size()) + " symbols but vocab_size is " +
+    throw Error(ErrorKind::config, "the corpus has " + std::to_string(corpus_.tok.vocab_size()) + " symbols but vocab_size is " +
                       std::to_string(cfg_.model.vocab_size));
   check_window_fits(static_cast<int64_t>(corpus_.train.size()), T, "train split");
   check_window_fits(static_cast<int64_t>(corpus_.val.size()), T, "val split");
@@ -199,10 +199,10 @@ void Trainer::set_up() {
   if (opt_.init_from) {
     auto src = opt_.init_from->named_parameters();
     auto dst = model_.named_parameters();
-    if (src.size() != dst.size()) throw TrainError("init_from: parameter sets differ");
+    if (src.size() != dst.size()) throw Error(ErrorKind::train, "init_from: parameter sets differ");
     for (size_t i = 0; i < src.size(); i++) {
       if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
-        throw TrainError("init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
+        throw Error(ErrorKind::train, "init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
       dst[i].second.val() = src[i].second.val().clone();
     }
   }
@@ -214,11 +214,11 @@ void Trainer::set_up() {
   if (opt_.resume) {
     const std::string ck_path = dir_.checkpoint();
     if (!fs::exists(ck_path))
-      throw TrainError(dir_.path() + ": --resume but there is no checkpoint.h5 to resume from");
+      throw Error(ErrorKind::train, dir_.path() + ": --resume but there is no checkpoint.h5 to resume from");
     H5File f = H5File::open_read(ck_path);
     TrainConfig saved = read_train_config(f);
     if (!(saved.model == cfg_.model))
-      throw CheckpointError(ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
+      throw Error(ErrorKind::checkpoint, ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
     load_training_checkpoint(f, model_, *optim_, st_);
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
@@ -263,7 +263,7 @@ Trainer::Step Trainer::step() {
     const std::string msg = "step " + std::to_string(st_.step) + ": loss is " + (std::isnan(s.loss) ? "NaN" : "Inf") +
                             "; stopping (the last good checkpoint, if any, is " + dir_.checkpoint() + ")";
     if (multi_) throw dist::AgreedError(msg, lead_);
-    throw TrainError(msg);
+    throw Error(ErrorKind::train, msg);
   }
   if (cfg_.grad_clip > 0) clip_grad_norm(params_, cfg_.grad_clip);
   optim_->step(s.lr);

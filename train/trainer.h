@@ -19,11 +19,6 @@
 
 namespace tapelm {
 
-/// Training cannot go on (a NaN loss, an unwritable run directory, ...).
-struct TrainError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 struct TrainResult {
   int64_t steps = 0;            // optimizer steps completed in total
   double last_train_loss = 0;   // of the last step

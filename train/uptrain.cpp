@@ -13,14 +13,14 @@ namespace fs = std::filesystem;
 UptrainSchedule parse_uptrain_schedule(const std::string& s) {
   if (s == "rewarm") return UptrainSchedule::Rewarm;
   if (s == "continue") return UptrainSchedule::Continue;
-  throw std::invalid_argument("unknown uptraining schedule \"" + s + "\" (expected rewarm or continue)");
+  throw Error(ErrorKind::usage, "unknown uptraining schedule \"" + s + "\" (expected rewarm or continue)");
 }
 
 std::string to_string(UptrainSchedule s) { return s == UptrainSchedule::Rewarm ? "rewarm" : "continue"; }
 
 TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o) {
   if (!(o.fraction >= 0 && o.fraction <= 10))
-    throw std::invalid_argument("uptraining fraction " + std::to_string(o.fraction) + " is not in [0, 10]");
+    throw Error(ErrorKind::usage, "uptraining fraction " + std::to_string(o.fraction) + " is not in [0, 10]");
   TrainConfig c = original;
   c.model.n_kv_head = o.kv_heads;
   c.model.validate();

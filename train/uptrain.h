@@ -4,6 +4,7 @@
 // run's training config. The optimizer starts fresh (K and V change shape).
 #include <string>
 
+#include "autograd/error.h"
 #include "train/convert.h"
 #include "train/trainer.h"
 

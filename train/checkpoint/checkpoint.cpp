@@ -36,7 +36,7 @@ uint64_t read_u64_attr(const H5File& f, const std::string& obj, const std::strin
   try {
     return std::stoull(f.read_attr_string(obj, name));
   } catch (const std::exception&) {
-    throw CheckpointError(f.path() + ": bad " + obj + " " + name + " attribute");
+    throw Error(ErrorKind::checkpoint, f.path() + ": bad " + obj + " " + name + " attribute");
   }
 }
 
@@ -49,7 +49,7 @@ std::string hparam_changes(const std::string& path, const std::string& type, con
     make_optimizer(type, {}, saved_json);
     saved = nlohmann::json::parse(saved_json);
   } catch (const std::exception& e) {
-    throw CheckpointError(path + ": bad " + kOptim + " hparams: " + e.what());
+    throw Error(ErrorKind::checkpoint, path + ": bad " + kOptim + " hparams: " + e.what());
   }
   const nlohmann::json now = nlohmann::json::parse(opt.hparams_json());
   std::set<std::string> keys;
@@ -70,18 +70,19 @@ std::string hparam_changes(const std::string& path, const std::string& type, con
 GPTConfig read_model_config(const H5File& f) {
   const std::string& p = f.path();
   if (!f.has_attr(kRoot, "format") || f.read_attr_string(kRoot, "format") != "tapelm")
-    throw CheckpointError(p + ": not a tapelm checkpoint (root attribute format is not \"tapelm\")");
+    throw Error(ErrorKind::checkpoint, p + ": not a tapelm checkpoint (root attribute format is not \"tapelm\")");
   if (!f.has_attr(kRoot, "format_version"))
-    throw CheckpointError(p + ": missing root attribute format_version");
+    throw Error(ErrorKind::checkpoint, p + ": missing root attribute format_version");
   const int64_t v = f.read_attr_int(kRoot, "format_version");
   if (v != kFormatVersion)
-    throw CheckpointError(p + ": format_version " + std::to_string(v) + " is not supported (expected " +
+    throw Error(ErrorKind::checkpoint, p + ": format_version " + std::to_string(v) + " is not supported (expected " +
                           std::to_string(kFormatVersion) + ")");
-  if (!f.has_attr(kRoot, "config")) throw CheckpointError(p + ": missing root attribute config");
+  if (!f.has_attr(kRoot, "config")) throw Error(ErrorKind::checkpoint, p + ": missing root attribute config");
   try {
     return GPTConfig::from_json_string(f.read_attr_string(kRoot, "config"));
-  } catch (const ConfigError& e) {
-    throw CheckpointError(p + ": bad model config: " + e.what());
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::config) throw;
+    throw Error(ErrorKind::checkpoint, p + ": bad model config: " + e.what());
   }
 }
 
@@ -95,7 +96,7 @@ void write_model(H5File& f, const GPT& model, const std::string& group) {
 
 void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
   const std::string& path = f.path();
-  if (!f.exists(group)) throw CheckpointError(path + ": missing group " + group);
+  if (!f.exists(group)) throw Error(ErrorKind::checkpoint, path + ": missing group " + group);
   std::map<std::string, Shape> want;
   NamedParams params = model.named_parameters();
   for (const auto& [name, p] : params) want[name] = p.shape();
@@ -121,7 +122,7 @@ void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
     if (!extra.empty()) msg += " extra " + extra + ";";
     if (!misshaped.empty()) msg += " mis-shaped " + misshaped + ";";
     msg.pop_back();
-    throw CheckpointError(msg);
+    throw Error(ErrorKind::checkpoint, msg);
   }
   // Read everything first, so a failing read leaves the model untouched.
   std::vector<Tensor> loaded;
@@ -177,10 +178,10 @@ void save_training_checkpoint(const std::string& path, const GPT& model, const O
 void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st) {
   const std::string& p = f.path();
   if (!f.exists(kOptim) || !f.exists(kTrain))
-    throw CheckpointError(p + ": not a full training checkpoint (no " + kOptim + " or " + kTrain + ")");
+    throw Error(ErrorKind::checkpoint, p + ": not a full training checkpoint (no " + kOptim + " or " + kTrain + ")");
   const std::string type = f.read_attr_string(kOptim, "type");
   if (type != opt.type())
-    throw CheckpointError(p + ": optimizer state is " + type + " but the run uses " + opt.type());
+    throw Error(ErrorKind::checkpoint, p + ": optimizer state is " + type + " but the run uses " + opt.type());
   TrainState s;
   // As after torch's optimizer.load_state_dict followed by setting the run's hyper-parameters
   // (what nanoGPT does with lr each step): the checkpoint supplies the state, the run its
@@ -195,11 +196,11 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
   s.sampler_state = read_bytes(f, kTrain + "/" + kSamplerState);
   if (f.has_attr(kTrain, "world_size")) {
     const int64_t n = f.read_attr_int(kTrain, "world_size");
-    if (n < 1 || n > 1000000) throw CheckpointError(p + ": bad " + kTrain + " world_size " + std::to_string(n));
+    if (n < 1 || n > 1000000) throw Error(ErrorKind::checkpoint, p + ": bad " + kTrain + " world_size " + std::to_string(n));
     s.world_size = static_cast<int>(n);
     for (int r = 1; r < s.world_size; r++) {
       const std::string g = rank_group(r);
-      if (!f.exists(g)) throw CheckpointError(p + ": world_size is " + std::to_string(n) + " but " + g + " is missing");
+      if (!f.exists(g)) throw Error(ErrorKind::checkpoint, p + ": world_size is " + std::to_string(n) + " but " + g + " is missing");
       s.rank_dropout_rngs.push_back(read_u64_attr(f, g, "dropout_rng"));
       s.rank_sampler_states.push_back(read_bytes(f, g + "/" + kSamplerState));
     }
@@ -213,10 +214,10 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
     if (!f.exists(g)) continue;
     for (const std::string& name : f.list_datasets_recursive(g)) {
       auto it = shapes.find(name);
-      if (it == shapes.end()) throw CheckpointError(p + ": optimizer state " + g + "/" + name + " names no parameter");
+      if (it == shapes.end()) throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " names no parameter");
       Tensor t = f.read_tensor(g + "/" + name);
       if (t.shape() != it->second)
-        throw CheckpointError(p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +
+        throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +
                               ", parameter is " + shape_str(it->second));
       states[key][name] = t;
     }
@@ -234,11 +235,11 @@ bool has_train_config(const H5File& f) { return f.exists(kTrain) && f.has_attr(k
 
 TrainConfig read_train_config(const H5File& f) {
   if (!has_train_config(f))
-    throw CheckpointError(f.path() + ": no training state (" + kTrain + ") in this checkpoint");
+    throw Error(ErrorKind::checkpoint, f.path() + ": no training state (" + kTrain + ") in this checkpoint");
   try {
     return TrainConfig::from_json(nlohmann::json::parse(f.read_attr_string(kTrain, "config")));
   } catch (const std::exception& e) {
-    throw CheckpointError(f.path() + ": bad training config: " + e.what());
+    throw Error(ErrorKind::checkpoint, f.path() + ": bad training config: " + e.what());
   }
 }
 
@@ -246,11 +247,11 @@ bool has_tokenizer(const H5File& f) { return f.exists(kTokenizer); }
 
 CharTokenizer read_tokenizer(const H5File& f) {
   if (!f.exists(kTokenizer) || !f.has_attr(kTokenizer, "json"))
-    throw CheckpointError(f.path() + ": no tokenizer (" + kTokenizer + ") in this checkpoint");
+    throw Error(ErrorKind::checkpoint, f.path() + ": no tokenizer (" + kTokenizer + ") in this checkpoint");
   try {
     return CharTokenizer::from_json(f.read_attr_string(kTokenizer, "json"));
   } catch (const std::exception& e) {
-    throw CheckpointError(f.path() + ": bad tokenizer: " + e.what());
+    throw Error(ErrorKind::checkpoint, f.path() + ": bad tokenizer: " + e.what());
   }
 }
 

@@ -24,11 +24,6 @@
 
 namespace tapelm {
 
-/// A checkpoint that cannot be used: wrong format, version, config, or parameters.
-struct CheckpointError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 constexpr int64_t kFormatVersion = 1;
 
 // ---- weights --------------------------------------------------------------------------------
@@ -71,11 +66,11 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
 
 /// True if the file holds a training config (/train), as a full training checkpoint does.
 bool has_train_config(const H5File& f);
-/// The training config stored in a full checkpoint (CheckpointError if there is none).
+/// The training config stored in a full checkpoint (checkpoint Error if there is none).
 TrainConfig read_train_config(const H5File& f);
 /// True if the file holds a tokenizer.
 bool has_tokenizer(const H5File& f);
-/// The tokenizer stored in a checkpoint (CheckpointError if there is none).
+/// The tokenizer stored in a checkpoint (checkpoint Error if there is none).
 CharTokenizer read_tokenizer(const H5File& f);
 
 /// What `inspect` shows of a checkpoint besides the model config.

@@ -142,26 +142,26 @@ H5File::~H5File() {
   if (id_ >= 0) H5Fclose(id_);
 }
 
-void H5File::fail(const std::string& what) const { throw H5Error(path_ + ": " + what); }
+void H5File::fail(const std::string& what) const { throw Error(ErrorKind::checkpoint, path_ + ": " + what); }
 
 H5File H5File::open_read(const std::string& path) {
   init_hdf5();
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0)
-    throw H5Error(path + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)));
-  if (S_ISDIR(st.st_mode)) throw H5Error(path + ": is a directory, not an HDF5 file");
+    throw Error(ErrorKind::checkpoint, path + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)));
+  if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::checkpoint, path + ": is a directory, not an HDF5 file");
   int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw H5Error(path + ": cannot read: " + std::strerror(errno));
+  if (fd < 0) throw Error(ErrorKind::checkpoint, path + ": cannot read: " + std::strerror(errno));
   ::close(fd);
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (id < 0) throw H5Error(path + ": not an HDF5 file (or truncated/corrupted)" + h5_detail());
+  if (id < 0) throw Error(ErrorKind::checkpoint, path + ": not an HDF5 file (or truncated/corrupted)" + h5_detail());
   return H5File(id, path);
 }
 
 H5File H5File::create(const std::string& path) {
   init_hdf5();
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (id < 0) throw H5Error(path + ": cannot create HDF5 file" + h5_detail());
+  if (id < 0) throw Error(ErrorKind::checkpoint, path + ": cannot create HDF5 file" + h5_detail());
   return H5File(id, path);
 }
 
@@ -264,7 +264,7 @@ void H5File::create_group(const std::string& group) {
 namespace {
 
 /// Throws "<prefix> <what>", where prefix names the file and the object.
-[[noreturn]] void raise(const std::string& prefix, const std::string& what) { throw H5Error(prefix + " " + what); }
+[[noreturn]] void raise(const std::string& prefix, const std::string& what) { throw Error(ErrorKind::checkpoint, prefix + " " + what); }
 
 /// The extent of a dataspace as a Shape.
 Shape space_shape(hid_t space, const std::string& prefix) {
@@ -315,7 +315,7 @@ Dataset open_for_read(hid_t ds_id, const std::string& prefix) {
   return d;
 }
 
-/// Runs make(), turning an allocation failure (say, from corrupted dimensions) into an H5Error.
+/// Runs make(), turning an allocation failure (say, from corrupted dimensions) into an checkpoint Error.
 template <class Make>
 auto allocate(const std::string& prefix, const Shape& shape, const Make& make) {
   try {
@@ -596,11 +596,11 @@ namespace {
 
 void fsync_path(const std::string& path, int flags) {
   int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw H5Error(path + ": cannot open to sync: " + std::strerror(errno));
+  if (fd < 0) throw Error(ErrorKind::checkpoint, path + ": cannot open to sync: " + std::strerror(errno));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) throw H5Error(path + ": cannot sync: " + std::strerror(err));
+  if (rc != 0) throw Error(ErrorKind::checkpoint, path + ": cannot sync: " + std::strerror(err));
 }
 
 }  // namespace
@@ -618,7 +618,7 @@ void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>
     }
     fsync_path(tmp, O_RDONLY);
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw H5Error(path + ": cannot rename " + tmp + " over it: " + std::strerror(errno));
+      throw Error(ErrorKind::checkpoint, path + ": cannot rename " + tmp + " over it: " + std::strerror(errno));
   } catch (...) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
@@ -628,7 +628,7 @@ void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   try {
     fsync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY);
-  } catch (const H5Error&) {
+  } catch (const Error&) {
   }
 }
 

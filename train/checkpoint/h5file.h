@@ -1,6 +1,6 @@
 #pragma once
 // A small HDF5 layer for checkpoints and parity fixtures: float32 tensors, integer and byte
-// datasets, string/int/double attributes, h5py-compatible. Every failure is an H5Error whose
+// datasets, string/int/double attributes, h5py-compatible. Every failure is an checkpoint Error whose
 // message names the file and the object. Use one H5File from one thread at a time.
 #include <concepts>
 #include <cstdint>
@@ -10,14 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "autograd/error.h"
 #include "autograd/tensor.h"
 
 namespace tapelm {
-
-/// An HDF5 failure; the message always names the file and the object path.
-struct H5Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 /// One open HDF5 file. Object paths are absolute ("/group/name.weight"); a missing leading '/'
 /// is implied. Dataset names may contain dots.

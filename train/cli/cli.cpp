@@ -27,11 +27,11 @@ namespace {
 
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw ConfigError(path + ": cannot read the config file");
+  if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(path + ": not valid JSON: " + e.what());
+    throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
   }
 }
 
@@ -69,9 +69,9 @@ int run_train(const TrainArgs& a, int threads) {
       H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
       j = read_train_config(f).to_json();
     } else {
-      throw ConfigError("train needs --config FILE.json (or --resume with a run directory)");
+      throw Error(ErrorKind::config, "train needs --config FILE.json (or --resume with a run directory)");
     }
-    if (!j.is_object()) throw ConfigError(a.config + ": the config must be a JSON object");
+    if (!j.is_object()) throw Error(ErrorKind::config, a.config + ": the config must be a JSON object");
     TrainConfig::apply_overrides(j, a.sets);
     if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
     if (threads > 0) j["threads"] = threads;
@@ -120,9 +120,9 @@ int run_uptrain(const UptrainArgs& a) {
     H5File f = H5File::open_read(a.from);
     read_model_config(f);
     if (!has_train_config(f))
-      throw CheckpointError(a.from + ": weights only; uptraining needs the original run's training config");
+      throw Error(ErrorKind::checkpoint, a.from + ": weights only; uptraining needs the original run's training config");
     if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
-      throw std::invalid_argument(a.data + ": its characters differ from the tokenizer of " + a.from);
+      throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   }
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
@@ -163,7 +163,7 @@ int run_bench(const BenchArgs& a) {
   nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_json_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
   TrainConfig cfg = TrainConfig::from_json(j);
-  if (a.iters <= 0 || a.warmup < 0) throw std::invalid_argument("bench: --iters must be positive and --warmup >= 0");
+  if (a.iters <= 0 || a.warmup < 0) throw Error(ErrorKind::usage, "bench: --iters must be positive and --warmup >= 0");
   const bool train_mode = a.mode == "train";
   const int64_t batch = a.batch > 0 ? a.batch : train_mode ? cfg.batch_size : 1;
   const BenchResult r = train_mode ? bench_train(cfg.model, batch, a.iters, a.warmup, a.seed)
@@ -202,7 +202,7 @@ int run_bench(const BenchArgs& a) {
 int run_eval(const EvalArgs& a) {
   Loaded l = load_checkpoint(a.checkpoint);
   GPT& model = *l.model;
-  if (a.batch <= 0) throw std::invalid_argument("--batch must be positive");
+  if (a.batch <= 0) throw Error(ErrorKind::usage, "--batch must be positive");
   const EvalData data = load_eval_data(a.data, a.split, model.config(), l.has_tokenizer ? &l.tok : nullptr);
   const bool grads = !a.grad_out.empty();
   const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
@@ -219,14 +219,14 @@ int run_eval(const EvalArgs& a) {
 int run_sample(const SampleArgs& a) {
   Loaded l = load_checkpoint(a.checkpoint);
   if (!l.has_tokenizer)
-    throw std::invalid_argument(a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
-  if (a.tokens < 0) throw std::invalid_argument("--tokens must be >= 0");
+    throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
+  if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   l.model->eval();
   std::vector<int32_t> prompt;
   try {
     prompt = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
   } catch (const std::exception& e) {
-    throw std::invalid_argument(std::string("--prompt: ") + e.what());
+    throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
   }
   SampleOptions so;
   so.greedy = a.greedy;

@@ -44,7 +44,7 @@ SweepPreset sweep_preset(const std::string& name) {
          {"dropout", 0.1}};
     p.headline_seeds = 3;
   } else {
-    throw std::invalid_argument("unknown sweep preset \"" + name + "\" (expected tiny, small or paper)");
+    throw Error(ErrorKind::usage, "unknown sweep preset \"" + name + "\" (expected tiny, small or paper)");
   }
   j["beta2"] = 0.99;
   j["weight_decay"] = 0.1;
@@ -60,13 +60,13 @@ std::string cell_kind_name(CellKind k) {
     case CellKind::convert: return "convert";
     case CellKind::scratch: return "scratch";
   }
-  throw std::logic_error("bad cell kind");
+  throw Error(ErrorKind::internal, "bad cell kind");
 }
 
 CellKind parse_cell_kind(const std::string& s) {
   for (CellKind k : {CellKind::pretrain, CellKind::convert, CellKind::scratch})
     if (cell_kind_name(k) == s) return k;
-  throw std::invalid_argument("unknown sweep cell kind \"" + s + "\"");
+  throw Error(ErrorKind::data, "unknown sweep cell kind \"" + s + "\"");
 }
 
 std::string Cell::id() const {
@@ -79,7 +79,7 @@ std::string Cell::id() const {
       return "kv" + std::to_string(kv) + "_" + method + "_a" + a + "_s" + std::to_string(seed);
     }
   }
-  throw std::logic_error("bad cell kind");
+  throw Error(ErrorKind::internal, "bad cell kind");
 }
 
 SweepPlan::SweepPlan(const SweepPreset& p)
@@ -108,7 +108,7 @@ const Cell& SweepPlan::find(CellKind kind, int64_t kv, const std::string& method
   for (const Cell& c : cells)
     if (c.kind == kind && c.kv == kv && c.method == method && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed)
       return c;
-  throw std::logic_error("the sweep plan has no " + Cell{kind, kv, method, alpha, seed, 0}.id());
+  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, method, alpha, seed, 0}.id());
 }
 
 std::string SweepPlan::kv_name(int64_t kv) const {

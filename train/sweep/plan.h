@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/error.h"
 #include "train/train_config.h"
 
 namespace tapelm {

@@ -32,7 +32,7 @@ struct Table {
   const CellResult& of(const Cell& c) const {
     for (const CellResult& r : results)
       if (r.cell == c) return r;
-    throw std::logic_error("no result for sweep cell " + c.id());
+    throw Error(ErrorKind::internal, "no result for sweep cell " + c.id());
   }
   /// Val loss over the seeds of a converted model.
   Stat losses(int64_t kv, const std::string& method, double a) const {

@@ -45,7 +45,7 @@ void write_atomic(const fs::path& p, const std::string& text) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text;
-    if (!out) throw std::runtime_error(p.string() + ": cannot write");
+    if (!out) throw Error(ErrorKind::io, p.string() + ": cannot write");
   }
   fs::rename(tmp, p);
 }
@@ -66,13 +66,13 @@ struct SweepDirs {
     std::error_code ec;
     for (const fs::path& d : {out, runs, cells, decode}) {
       fs::create_directories(d, ec);
-      if (!fs::is_directory(d)) throw std::runtime_error(d.string() + ": cannot create the sweep directory");
+      if (!fs::is_directory(d)) throw Error(ErrorKind::io, d.string() + ": cannot create the sweep directory");
     }
     const fs::path stamp = out / "sweep.json";
     if (fs::exists(stamp)) {
       json old = read_json(stamp);
       if (old["config"] != stamp_meta["config"])
-        throw std::runtime_error(out_dir + " holds a sweep with another configuration (preset " +
+        throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
                                  old.value("preset", std::string("?")) + "); use another --out");
     } else {
       write_json_atomic(stamp, stamp_meta);
