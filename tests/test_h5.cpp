@@ -98,7 +98,7 @@ BOOST_AUTO_TEST_CASE(h5py_fixture_model_names_and_shapes) {
   BOOST_TEST(f.dataset_shape("/model/ln_f.weight") == (Shape{32}));
   Tensor wte = f.read_tensor("/model/wte.weight");
   BOOST_TEST(wte.shape() == (Shape{65, 32}));
-  // Bit patterns and sum as numpy reports them for this fixture.
+  // Bit patterns and sum as h5py and numpy read them: tests/fixtures/print_fixture_values.py.
   const uint32_t first_bits[3] = {3183013296u, 1043997464u, 3179263366u};
   for (int i = 0; i < 3; i++) {
     uint32_t bits;
