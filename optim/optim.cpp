@@ -6,7 +6,8 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "autograd/kernels.h"
+#include "autograd/kernels/common.h"
+#include "autograd/kernels/reduce.h"
 
 // PyTorch rounds every op on its own except where its kernels fuse (add with alpha, addcmul use
 // FMA), so contraction is off here and the fused ones are spelled std::fma.

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "autograd/blas.h"
-#include "autograd/kernels.h"
+#include "autograd/kernels/kernels.h"
+#include "autograd/record.h"
+#include "autograd/runtime.h"
 #include "test_util.h"
 
 using namespace tapelm;

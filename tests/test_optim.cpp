@@ -9,7 +9,7 @@
 #include <cstring>
 #include <numbers>
 
-#include "autograd/kernels.h"
+#include "autograd/kernels/common.h"
 #include "optim/optim.h"
 #include "test_util.h"
 

@@ -12,8 +12,10 @@
 #include <sstream>
 #include <tuple>
 
-#include "autograd/blas.h"
-#include "autograd/kernels.h"
+#include "autograd/kernels/blas.h"
+#include "autograd/kernels/kernels.h"
+#include "autograd/record.h"
+#include "autograd/runtime.h"
 #include "data/sampler.h"
 #include "train/dist.h"
 #include "nn/accounting.h"

@@ -5,8 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "autograd/blas.h"
 #include "autograd/gradcheck.h"
+#include "autograd/record.h"
+#include "autograd/runtime.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
