@@ -1,41 +1,13 @@
 #pragma once
 // Fused causal attention with H query heads over KV key/value heads (MHA: KV = H, GQA, MQA: KV = 1),
-// and rotary position embeddings. Query head h reads kv head h / (H/KV).
+// and rotary position embeddings, as ops. Query head h reads kv head h / (H/KV). The kernels are
+// in autograd/kernels/attention.h.
 #include <cstdint>
 #include <vector>
 
 #include "autograd/tape.h"
 
 namespace tapelm {
-
-namespace kern {
-
-/// Geometry of one attention call. q: [B, Tq, H*hd]; k, v: rows of KV*hd floats, batch b starting
-/// at b*kv_batch_stride (so a KV cache [B, Tmax, KV*hd] is read in place); y: [B, Tq, H*hd].
-struct AttnShape {
-  int64_t B, Tq, Tk, H, KV, hd;
-  int64_t kv_batch_stride;  // floats between batches of k and v
-  int64_t q_pos0;           // absolute position of query row 0 (causal limit: key j <= q_pos0 + i)
-  bool causal = true;
-};
-
-/// probs (optional, [B, H, Tq, Tk]) receives the softmax before dropout, for backward.
-/// key_keep (optional, [B, Tk]): 0 masks a key out. A row with no visible key outputs zeros.
-void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
-                   const int32_t* key_keep, float p_drop, uint64_t seed);
-/// Adds into dq, dk, dv (any may be null). Threads own (batch, kv head) pairs, so the group's
-/// dK and dV sums never race.
-void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
-                   const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed);
-
-/// cos/sin tables [n_pos, hd/2] of angle p * theta^(-2i/hd), computed in double.
-void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double theta);
-/// Rotates each head of x [B, T, nh*hd] at positions pos0 .. pos0+T-1 (half-split, GPT-NeoX
-/// style); inverse=true applies the transpose rotation (the backward). out may alias x.
-void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t pos0,
-                const float* cos_t, const float* sin_t, bool inverse, bool add);
-
-}  // namespace kern
 
 struct AttentionOptions {
   int64_t n_head = 1, n_kv_head = 1;

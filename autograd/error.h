@@ -37,5 +37,8 @@ class Error : public std::runtime_error {
 
 /// Throws Error(kind, what): the one way to fail.
 [[noreturn]] void fail(ErrorKind kind, const std::string& what);
+/// The same for an op given shapes, values or arguments it cannot take: a shape Error
+/// "op: what", where `what` names the offending shapes or values.
+[[noreturn]] inline void fail(const std::string& op, const std::string& what) { fail(ErrorKind::shape, op + ": " + what); }
 
 }  // namespace tapelm

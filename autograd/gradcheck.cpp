@@ -31,10 +31,10 @@ GradCheckResult gradcheck(const std::function<Var(const std::vector<Var>&)>& f, 
 
 GradCheckResult gradcheck_vars(const std::function<Var()>& f, const std::vector<Var>& xs, const GradCheckOptions& opt) {
   for (const Var& x : xs) x.drop_grad();
-  Tape::get().clear();
+  clear_tape();
   Var y = f();
   Tensor w = randn(y.shape(), opt.seed);
-  Tape::get().backward(y, w);
+  backward(y, w);
 
   auto objective = [&]() {
     NoGrad ng;

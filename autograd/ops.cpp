@@ -1,19 +1,21 @@
 #include "autograd/ops.h"
 
-#include <cmath>
-#include <cstring>
+#include <algorithm>
 #include <string>
 
-#include "autograd/blas.h"
-#include "autograd/kernels.h"
+#include "autograd/error.h"
+#include "autograd/kernels/elementwise.h"
+#include "autograd/kernels/embedding.h"
+#include "autograd/kernels/layout.h"
+#include "autograd/kernels/matmul.h"
+#include "autograd/kernels/norms.h"
+#include "autograd/kernels/reduce.h"
+#include "autograd/kernels/softmax.h"
+#include "autograd/record.h"
 
 namespace tapelm {
 
-using kern::kParallelMin;
-
 namespace {
-
-[[noreturn]] void fail(const std::string& op, const std::string& what) { throw ShapeError(op + ": " + what); }
 
 int norm_axis(const char* op, int axis, int ndim) {
   int a = axis < 0 ? axis + ndim : axis;
@@ -30,21 +32,13 @@ void split_at(const Shape& s, int axis, int64_t& O, int64_t& N, int64_t& I) {
   for (size_t k = axis + 1; k < s.size(); k++) I *= s[k];
 }
 
-void add_into(Tensor& dst, const Tensor& src) {
-  float* d = dst.data();
-  const float* s = src.data();
-  const int64_t n = src.numel();
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-  for (int64_t i = 0; i < n; i++) d[i] += s[i];
-}
-
 // ---- broadcasting for binary ops: one operand is full, the other "small" one is read at
-// index k(i) of the output element i.
-enum class BMode { Same, Row, Col, Scalar };
+// index k(i) of the output element i (kern::Bcast).
+using kern::Bcast;
 
 struct BPlan {
   bool a_full;     // which operand has the output's shape
-  BMode mode;      // how the other one is read
+  Bcast mode;      // how the other one is read
   int64_t period;  // Row: the small operand's size; Col: the full operand's last dim
   Shape out;
 };
@@ -66,121 +60,39 @@ bool is_col_of(const Shape& small, const Shape& big) {
 }
 
 BPlan plan_binary(const char* op, const Shape& a, const Shape& b) {
-  if (a == b) return {true, BMode::Same, 0, a};
+  if (a == b) return {true, Bcast::Same, 0, a};
   const int64_t na = shape_numel(a), nb = shape_numel(b);
-  if (nb == 1 && a.size() >= b.size()) return {true, BMode::Scalar, 1, a};
-  if (na == 1 && b.size() >= a.size()) return {false, BMode::Scalar, 1, b};
-  if (is_row_of(b, a)) return {true, BMode::Row, nb, a};
-  if (is_row_of(a, b)) return {false, BMode::Row, na, b};
-  if (is_col_of(b, a)) return {true, BMode::Col, a.back(), a};
-  if (is_col_of(a, b)) return {false, BMode::Col, b.back(), b};
+  if (nb == 1 && a.size() >= b.size()) return {true, Bcast::Scalar, 1, a};
+  if (na == 1 && b.size() >= a.size()) return {false, Bcast::Scalar, 1, b};
+  if (is_row_of(b, a)) return {true, Bcast::Row, nb, a};
+  if (is_row_of(a, b)) return {false, Bcast::Row, na, b};
+  if (is_col_of(b, a)) return {true, Bcast::Col, a.back(), a};
+  if (is_col_of(a, b)) return {false, Bcast::Col, b.back(), b};
   fail(op, "cannot broadcast " + shape_str(a) + " with " + shape_str(b));
 }
 
-// fn(i, k): i indexes the full operand and the output, k the small operand.
-template <class Fn>
-void for_each_pair(BMode m, int64_t n, int64_t P, Fn fn) {
-  switch (m) {
-    case BMode::Same:
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-      for (int64_t i = 0; i < n; i++) fn(i, i);
-      break;
-    case BMode::Scalar:
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-      for (int64_t i = 0; i < n; i++) fn(i, 0);
-      break;
-    case BMode::Row:
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t r = 0; r < n / P; r++)
-        for (int64_t j = 0; j < P; j++) fn(r * P + j, j);
-      break;
-    case BMode::Col:
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t r = 0; r < n / P; r++)
-        for (int64_t j = 0; j < P; j++) fn(r * P + j, r);
-      break;
-  }
-}
-
-// Adds contributions c [n] (one per output element) into the small operand's gradient.
-void reduce_into_small(float* ds, const float* c, BMode m, int64_t n, int64_t P) {
-  switch (m) {
-    case BMode::Same:
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-      for (int64_t i = 0; i < n; i++) ds[i] += c[i];
-      break;
-    case BMode::Scalar:
-      ds[0] += static_cast<float>(kern::sum_all(c, n));
-      break;
-    case BMode::Row:
-      kern::colsum_add(ds, c, n / P, P);
-      break;
-    case BMode::Col:
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-      for (int64_t r = 0; r < n / P; r++) {
-        float s = 0;
-        for (int64_t j = 0; j < P; j++) s += c[r * P + j];
-        ds[r] += s;
-      }
-      break;
-  }
-}
-
-// f(x, y), and its partials dfx(x, y), dfy(x, y), with x from a and y from b.
-template <class F, class DX, class DY>
-Var binary(const char* op, const Var& a, const Var& b, F f, DX dfx, DY dfy) {
+Var binary(const char* op, kern::BinaryOp kop, const Var& a, const Var& b) {
   const BPlan p = plan_binary(op, a.shape(), b.shape());
   Tensor out = Tensor::empty(p.out);
   const int64_t n = out.numel();
-  float* o = out.data();
-  const float* A = a.val().data();
-  const float* B = b.val().data();
-  if (p.a_full)
-    for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { o[i] = f(A[i], B[k]); });
-  else
-    for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { o[i] = f(A[k], B[i]); });
-  return record({a, b}, out, [a, b, p, n, dfx, dfy](const Tensor& dout) {
-    const float* g = dout.data();
-    const float* A = a.val().data();
-    const float* B = b.val().data();
-    const Var& full = p.a_full ? a : b;
+  kern::binary_fwd(kop, p.mode, p.a_full, out.data(), a.val().data(), b.val().data(), n, p.period);
+  return record({a, b}, out, [a, b, p, n, kop](const Tensor& dout) {
     const Var& small = p.a_full ? b : a;
-    if (full.requires_grad()) {
-      float* d = full.grad().data();
-      if (p.a_full)
-        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { d[i] += g[i] * dfx(A[i], B[k]); });
-      else
-        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { d[i] += g[i] * dfy(A[k], B[i]); });
-    }
-    if (small.requires_grad()) {
-      Tensor c = Tensor::empty(dout.shape());
-      float* cd = c.data();
-      if (p.a_full)
-        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { cd[i] = g[i] * dfy(A[i], B[k]); });
-      else
-        for_each_pair(p.mode, n, p.period, [=](int64_t i, int64_t k) { cd[i] = g[i] * dfx(A[k], B[i]); });
-      reduce_into_small(small.grad().data(), cd, p.mode, n, p.period);
-    }
+    Tensor scratch = small.requires_grad() ? Tensor::empty(dout.shape()) : Tensor();
+    kern::binary_bwd(kop, p.mode, p.a_full, a.requires_grad() ? a.grad().data() : nullptr,
+                     b.requires_grad() ? b.grad().data() : nullptr, dout.data(), a.val().data(), b.val().data(), n,
+                     p.period, scratch.data());
   });
 }
 
-// y = f(x) with dy/dx = df(x, y).
-template <class F, class DF>
-Var unary(const Var& x, F f, DF df) {
+// y = op(x); backward reads x and y.
+Var unary(kern::UnaryOp kop, const Var& x, float s = 0.f) {
   Tensor out = Tensor::empty(x.shape());
   const int64_t n = out.numel();
-  float* o = out.data();
-  const float* X = x.val().data();
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-  for (int64_t i = 0; i < n; i++) o[i] = f(X[i]);
+  kern::unary_fwd(kop, s, out.data(), x.val().data(), n);
   Tensor y = out;
-  return record({x}, out, [x, y, n, df](const Tensor& dout) {
-    float* d = x.grad().data();
-    const float* g = dout.data();
-    const float* X = x.val().data();
-    const float* Y = y.data();
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-    for (int64_t i = 0; i < n; i++) d[i] += g[i] * df(X[i], Y[i]);
+  return record({x}, out, [x, y, n, kop, s](const Tensor& dout) {
+    kern::unary_bwd(kop, s, x.grad().data(), dout.data(), x.val().data(), y.data(), n);
   });
 }
 
@@ -188,44 +100,20 @@ Var unary(const Var& x, F f, DF df) {
 
 // ---- elementwise binary ----------------------------------------------------------------------
 
-Var add(const Var& a, const Var& b) {
-  return binary("add", a, b, [](float x, float y) { return x + y; }, [](float, float) { return 1.f; },
-                [](float, float) { return 1.f; });
-}
-Var sub(const Var& a, const Var& b) {
-  return binary("sub", a, b, [](float x, float y) { return x - y; }, [](float, float) { return 1.f; },
-                [](float, float) { return -1.f; });
-}
-Var mul(const Var& a, const Var& b) {
-  return binary("mul", a, b, [](float x, float y) { return x * y; }, [](float, float y) { return y; },
-                [](float x, float) { return x; });
-}
-Var div(const Var& a, const Var& b) {
-  return binary("div", a, b, [](float x, float y) { return x / y; }, [](float, float y) { return 1.f / y; },
-                [](float x, float y) { return -x / (y * y); });
-}
-Var add(const Var& a, float s) {
-  return unary(a, [s](float x) { return x + s; }, [](float, float) { return 1.f; });
-}
-Var mul(const Var& a, float s) {
-  return unary(a, [s](float x) { return x * s; }, [s](float, float) { return s; });
-}
+Var add(const Var& a, const Var& b) { return binary("add", kern::BinaryOp::Add, a, b); }
+Var sub(const Var& a, const Var& b) { return binary("sub", kern::BinaryOp::Sub, a, b); }
+Var mul(const Var& a, const Var& b) { return binary("mul", kern::BinaryOp::Mul, a, b); }
+Var div(const Var& a, const Var& b) { return binary("div", kern::BinaryOp::Div, a, b); }
+Var add(const Var& a, float s) { return unary(kern::UnaryOp::AddScalar, a, s); }
+Var mul(const Var& a, float s) { return unary(kern::UnaryOp::MulScalar, a, s); }
 Var neg(const Var& a) { return mul(a, -1.f); }
 
 // ---- elementwise unary -----------------------------------------------------------------------
 
-Var exp(const Var& x) {
-  return unary(x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
-}
-Var log(const Var& x) {
-  return unary(x, [](float v) { return std::log(v); }, [](float v, float) { return 1.f / v; });
-}
-Var tanh(const Var& x) {
-  return unary(x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.f - y * y; });
-}
-Var relu(const Var& x) {
-  return unary(x, [](float v) { return v > 0.f ? v : 0.f; }, [](float v, float) { return v > 0.f ? 1.f : 0.f; });
-}
+Var exp(const Var& x) { return unary(kern::UnaryOp::Exp, x); }
+Var log(const Var& x) { return unary(kern::UnaryOp::Log, x); }
+Var tanh(const Var& x) { return unary(kern::UnaryOp::Tanh, x); }
+Var relu(const Var& x) { return unary(kern::UnaryOp::Relu, x); }
 
 Var gelu(const Var& x, bool tanh_approx) {
   Tensor out = Tensor::empty(x.shape());
@@ -269,33 +157,14 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
     out_shape.push_back(M);
     out_shape.push_back(N);
   }
-  const int64_t lda = a1, ldb = b1;
-  const int64_t sa = b_shared ? 0 : a0 * a1, sb = b_shared ? 0 : b0 * b1, sc = M * N;
+  const kern::MatmulShape s{.batch = batch, .M = M, .N = N, .K = K, .ta = ta, .tb = tb, .b_shared = b_shared,
+                            .lda = a1, .ldb = b1, .sa = b_shared ? 0 : a0 * a1, .sb = b_shared ? 0 : b0 * b1,
+                            .sc = M * N};
   Tensor out = Tensor::empty(out_shape);
-  kern::sgemm_batched(batch, ta, tb, M, N, K, 1.f, a.val().data(), lda, sa, b.val().data(), ldb, sb, 0.f,
-                      out.data(), N, sc);
-  return record({a, b}, out, [=](const Tensor& dout) {
-    const float* dC = dout.data();
-    if (a.requires_grad()) {
-      float* dA = a.grad().data();
-      if (!ta)
-        kern::sgemm_batched(batch, false, !tb, M, K, N, 1.f, dC, N, sc, b.val().data(), ldb, sb, 1.f, dA, lda, sa);
-      else
-        kern::sgemm_batched(batch, tb, true, K, M, N, 1.f, b.val().data(), ldb, sb, dC, N, sc, 1.f, dA, lda, sa);
-    }
-    if (b.requires_grad()) {
-      float* dB = b.grad().data();
-      if (b_shared) {  // one gemm over all rows: dB accumulates their sum
-        if (!tb)
-          kern::sgemm(true, false, K, N, M, 1.f, a.val().data(), lda, dC, N, 1.f, dB, ldb);
-        else
-          kern::sgemm(true, false, N, K, M, 1.f, dC, N, a.val().data(), lda, 1.f, dB, ldb);
-      } else if (!tb) {
-        kern::sgemm_batched(batch, !ta, false, K, N, M, 1.f, a.val().data(), lda, sa, dC, N, sc, 1.f, dB, ldb, sb);
-      } else {
-        kern::sgemm_batched(batch, true, ta, N, K, M, 1.f, dC, N, sc, a.val().data(), lda, sa, 1.f, dB, ldb, sb);
-      }
-    }
+  kern::matmul_fwd(out.data(), a.val().data(), b.val().data(), s);
+  return record({a, b}, out, [a, b, s](const Tensor& dout) {
+    kern::matmul_bwd(a.requires_grad() ? a.grad().data() : nullptr, b.requires_grad() ? b.grad().data() : nullptr,
+                     dout.data(), a.val().data(), b.val().data(), s);
   });
 }
 
@@ -308,23 +177,13 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   Shape os = x.shape();
   os.back() = outf;
   Tensor out = Tensor::empty(os);
-  float* y = out.data();
-  kern::sgemm(false, true, rows, outf, in, 1.f, x.val().data(), in, w.val().data(), in, 0.f, y, outf);
-  if (b.defined()) {
-    const float* bb = b.val().data();
-#pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < outf; j++) y[r * outf + j] += bb[j];
-  }
+  kern::linear_fwd(out.data(), x.val().data(), w.val().data(), b.defined() ? b.val().data() : nullptr, rows, in, outf);
   std::vector<Var> ins{x, w};
   if (b.defined()) ins.push_back(b);
   return record(ins, out, [x, w, b, rows, in, outf](const Tensor& dout) {
-    const float* dy = dout.data();
-    if (x.requires_grad())
-      kern::sgemm(false, false, rows, in, outf, 1.f, dy, outf, w.val().data(), in, 1.f, x.grad().data(), in);
-    if (w.requires_grad())
-      kern::sgemm(true, false, outf, in, rows, 1.f, dy, outf, x.val().data(), in, 1.f, w.grad().data(), in);
-    if (b.defined() && b.requires_grad()) kern::colsum_add(b.grad().data(), dy, rows, outf);
+    kern::linear_bwd(x.requires_grad() ? x.grad().data() : nullptr, w.requires_grad() ? w.grad().data() : nullptr,
+                     b.defined() && b.requires_grad() ? b.grad().data() : nullptr, dout.data(), x.val().data(),
+                     w.val().data(), rows, in, outf);
   });
 }
 
@@ -333,11 +192,7 @@ Var linear(const Var& x, const Var& w, const Var& b) {
 static Var sum_scaled(const Var& x, float scale) {
   Tensor out = Tensor::scalar(static_cast<float>(kern::sum_all(x.val().data(), x.numel()) * scale));
   return record({x}, out, [x, scale](const Tensor& dout) {
-    const float g = dout.data()[0] * scale;
-    float* d = x.grad().data();
-    const int64_t n = x.numel();
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)
-    for (int64_t i = 0; i < n; i++) d[i] += g;
+    kern::sum_all_bwd(x.grad().data(), dout.data()[0] * scale, x.numel());
   });
 }
 
@@ -374,10 +229,11 @@ Var reshape(const Var& x, const Shape& shape) {
   Tensor out;
   try {
     out = x.val().reshape(shape);
-  } catch (const ShapeError&) {
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::shape) throw;
     fail("reshape", "cannot view " + shape_str(x.shape()) + " as " + shape_str(shape));
   }
-  return record({x}, out, [x](const Tensor& dout) { add_into(x.grad(), dout); });
+  return record({x}, out, [x](const Tensor& dout) { kern::add_into(x.grad().data(), dout.data(), dout.numel()); });
 }
 
 Var permute(const Var& x, const std::vector<int>& perm) {

@@ -1,6 +1,6 @@
 #pragma once
 // Differentiable ops: each computes its value and records its backward right below it.
-// Shape errors throw ShapeError naming the op and the shapes.
+// Shape errors throw a shape Error naming the op and the shapes.
 #include <cstdint>
 #include <vector>
 

@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "autograd/error.h"
+#include "autograd/record.h"
+
 namespace tapelm {
 
 namespace {
@@ -33,13 +36,13 @@ Tape& Tape::get() {
 
 void Tape::backward(const Var& out) {
   if (out.numel() != 1)
-    throw ShapeError("backward: output of shape " + shape_str(out.shape()) + " needs an explicit cotangent");
+    fail("backward", "output of shape " + shape_str(out.shape()) + " needs an explicit cotangent");
   backward(out, Tensor::full(out.shape(), 1.f));
 }
 
 void Tape::backward(const Var& out, const Tensor& seed) {
   if (seed.shape() != out.shape())
-    throw ShapeError("backward: cotangent " + shape_str(seed.shape()) + " for output " + shape_str(out.shape()));
+    fail("backward", "cotangent " + shape_str(seed.shape()) + " for output " + shape_str(out.shape()));
   if (!out.requires_grad()) {
     clear();
     throw std::logic_error("backward: the output does not depend on anything that requires a gradient");
@@ -55,6 +58,11 @@ void Tape::backward(const Var& out, const Tensor& seed) {
     *it = nullptr;  // free what this op saved as soon as it is done
   }
 }
+
+void backward(const Var& out) { Tape::get().backward(out); }
+void backward(const Var& out, const Tensor& seed) { Tape::get().backward(out, seed); }
+void clear_tape() { Tape::get().clear(); }
+size_t tape_size() { return Tape::get().size(); }
 
 Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const Tensor& dout)> bwd) {
   bool needs = false;

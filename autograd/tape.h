@@ -1,9 +1,10 @@
 #pragma once
-// Var (a value with an optional gradient) and the tape: a flat list of backward closures recorded
-// in forward order, run in reverse, cleared after every step.
-#include <functional>
+// Var (a value with an optional gradient), recording control and backward: what the layers above
+// need of the tape. The tape itself, a flat list of backward closures recorded in forward order,
+// run in reverse and cleared after every step, and record(), which ops use to append to it, are in
+// autograd/record.h, for autograd's own ops.
+#include <cstddef>
 #include <memory>
-#include <vector>
 
 #include "autograd/tensor.h"
 
@@ -61,27 +62,16 @@ class NoGrad {
   bool prev_;
 };
 
-class Tape {
- public:
-  /// The thread's tape.
-  static Tape& get();
-  void push(std::function<void()> fn) { fns_.push_back(std::move(fn)); }
-  size_t size() const { return fns_.size(); }
-  /// d out / d everything, seeded with 1 (out must have one element); clears the tape.
-  void backward(const Var& out);
-  /// Backprop the cotangent `seed` (same shape as out); clears the tape.
-  void backward(const Var& out, const Tensor& seed);
-  /// Drops every closure and with them the activations they saved.
-  void clear() { fns_.clear(); }
+/// d out / d everything that requires a gradient, seeded with 1 (out must have one element). Runs
+/// the thread's tape in reverse and clears it.
+void backward(const Var& out);
+/// Backprop the cotangent `seed` (same shape as out); clears the tape.
+void backward(const Var& out, const Tensor& seed);
 
- private:
-  std::vector<std::function<void()>> fns_;
-};
-
-inline void backward(const Var& out) { Tape::get().backward(out); }
-
-/// Records an op: `out` needs a gradient when any input does and recording is on; then `bwd`
-/// runs during backward if `out` received a gradient. The closure captures the inputs and out.
-Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const Tensor& dout)> bwd);
+/// Drops the thread's recorded ops and with them the activations they saved (after a forward
+/// whose backward will not run).
+void clear_tape();
+/// Number of ops recorded on the thread's tape.
+size_t tape_size();
 
 }  // namespace tapelm

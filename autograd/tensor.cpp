@@ -8,6 +8,9 @@
 #include <unordered_map>
 #include <sstream>
 
+#include "autograd/error.h"
+#include "autograd/kernels/elementwise.h"
+
 namespace tapelm {
 
 namespace {
@@ -92,7 +95,7 @@ std::string shape_str(const Shape& s) {
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
-    if (d < 0) throw ShapeError("negative dimension in shape " + shape_str(s));
+    if (d < 0) fail("shape", "negative dimension in " + shape_str(s));
     n *= d;
   }
   return n;
@@ -121,7 +124,7 @@ Tensor Tensor::full(const Shape& shape, float v) {
 Tensor Tensor::from(const Shape& shape, const std::vector<float>& values) {
   Tensor t = empty(shape);
   if (static_cast<int64_t>(values.size()) != t.numel_)
-    throw ShapeError("Tensor::from: " + std::to_string(values.size()) + " values for shape " + shape_str(shape));
+    fail("Tensor::from", std::to_string(values.size()) + " values for shape " + shape_str(shape));
   std::memcpy(t.data(), values.data(), values.size() * sizeof(float));
   return t;
 }
@@ -129,12 +132,12 @@ Tensor Tensor::from(const Shape& shape, const std::vector<float>& values) {
 int64_t Tensor::dim(int i) const {
   int n = ndim();
   int j = i < 0 ? i + n : i;
-  if (j < 0 || j >= n) throw ShapeError("dim " + std::to_string(i) + " out of range for shape " + shape_str(shape_));
+  if (j < 0 || j >= n) fail("dim", std::to_string(i) + " out of range for shape " + shape_str(shape_));
   return shape_[j];
 }
 
 float Tensor::item() const {
-  if (numel_ != 1) throw ShapeError("item() of a tensor of shape " + shape_str(shape_));
+  if (numel_ != 1) fail("item", "a tensor of shape " + shape_str(shape_) + " is not a single value");
   return data()[0];
 }
 
@@ -144,7 +147,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   int64_t known = 1;
   for (size_t i = 0; i < s.size(); i++) {
     if (s[i] == -1) {
-      if (infer >= 0) throw ShapeError("reshape: more than one -1 in " + shape_str(shape));
+      if (infer >= 0) fail("reshape", "more than one -1 in " + shape_str(shape));
       infer = static_cast<int>(i);
     } else {
       known *= s[i];
@@ -152,7 +155,7 @@ Tensor Tensor::reshape(const Shape& shape) const {
   }
   if (infer >= 0 && known > 0 && numel_ % known == 0) s[infer] = numel_ / known;
   if (shape_numel(s) != numel_)
-    throw ShapeError("reshape: cannot view " + shape_str(shape_) + " as " + shape_str(shape));
+    fail("reshape", "cannot view " + shape_str(shape_) + " as " + shape_str(shape));
   Tensor t = *this;
   t.shape_ = s;
   return t;
@@ -168,6 +171,12 @@ void Tensor::fill(float v) {
   float* p = data();
   for (int64_t i = 0; i < numel_; i++) p[i] = v;
 }
+
+void Tensor::assign_scaled(const float* src, float scale) {
+  kern::unary_fwd(kern::UnaryOp::MulScalar, scale, data(), src, numel_);
+}
+
+void Tensor::scale_(float s) { kern::unary_fwd(kern::UnaryOp::MulScalar, s, data(), data(), numel_); }
 
 void Tensor::zero() {
   if (numel_) std::memset(data(), 0, numel_ * sizeof(float));

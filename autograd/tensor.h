@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "autograd/error.h"
+
 namespace tapelm {
 
 using Shape = std::vector<int64_t>;
@@ -50,6 +52,11 @@ class Tensor {
   /// A deep copy.
   Tensor clone() const;
   void fill(float v);
+  /// Overwrites every element with src[i] * scale (src holds numel() floats); threaded like the
+  /// kernels. For gradients that arrive in a flat buffer (the all-reduce).
+  void assign_scaled(const float* src, float scale);
+  /// Multiplies every element by s in place (gradient clipping).
+  void scale_(float s);
   void zero();
   /// Number of Tensors sharing this storage (for tests).
   long use_count() const { return storage_.use_count(); }
@@ -68,11 +75,6 @@ struct Index {
   Index() = default;
   Index(std::vector<int32_t> d, Shape s) : data(std::move(d)), shape(std::move(s)) {}
   int64_t numel() const { return static_cast<int64_t>(data.size()); }
-};
-
-/// Error thrown for shapes, values and arguments an op cannot take.
-struct ShapeError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
 };
 
 }  // namespace tapelm

@@ -3,8 +3,9 @@
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
-#include "autograd/blas.h"
 #include "autograd/gradcheck.h"
+#include "autograd/kernels/blas.h"
+#include "autograd/runtime.h"
 
 using namespace tapelm;
 

@@ -48,10 +48,10 @@ void GPT::init_weights(uint64_t seed) {
 
 Var GPT::embed(const Index& idx, int64_t pos0) const {
   if (idx.shape.size() != 2)
-    throw ShapeError("gpt: token ids must be [B, T], got " + shape_str(idx.shape));
+    throw Error(ErrorKind::shape, "gpt: token ids must be [B, T], got " + shape_str(idx.shape));
   const int64_t T = idx.shape[1];
   if (pos0 + T > cfg_.block_size)
-    throw ShapeError("gpt: sequence of " + std::to_string(pos0 + T) + " positions exceeds block_size " +
+    throw Error(ErrorKind::shape, "gpt: sequence of " + std::to_string(pos0 + T) + " positions exceeds block_size " +
                      std::to_string(cfg_.block_size));
   Var x = wte->forward(idx);
   if (wpe) x = add(x, slice(wpe->weight, 0, pos0, pos0 + T));  // [T, d] broadcast over the batch
@@ -61,20 +61,20 @@ Var GPT::embed(const Index& idx, int64_t pos0) const {
 Var GPT::forward(const Index& idx, const Index* key_keep) const {
   Var x = drop_->forward(embed(idx, 0));
   if (key_keep && key_keep->shape != idx.shape)
-    throw ShapeError("gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
+    throw Error(ErrorKind::shape, "gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
   for (const auto& b : blocks) x = b->forward(x, key_keep);
   return linear(ln_f->forward(x), lm_head);
 }
 
 Var GPT::loss(const Index& idx, const Index& targets, const Index* key_keep) const {
   if (targets.shape != idx.shape)
-    throw ShapeError("gpt: targets " + shape_str(targets.shape) + " for ids " + shape_str(idx.shape));
+    throw Error(ErrorKind::shape, "gpt: targets " + shape_str(targets.shape) + " for ids " + shape_str(idx.shape));
   return cross_entropy(forward(idx, key_keep), targets);
 }
 
 KVCache GPT::make_cache(int64_t batch, int64_t max_len) const {
   if (batch <= 0 || max_len <= 0 || max_len > cfg_.block_size)
-    throw ShapeError("gpt: cache for batch " + std::to_string(batch) + " and " + std::to_string(max_len) +
+    throw Error(ErrorKind::shape, "gpt: cache for batch " + std::to_string(batch) + " and " + std::to_string(max_len) +
                      " positions (block_size " + std::to_string(cfg_.block_size) + ")");
   KVCache c;
   c.batch = batch;
@@ -88,7 +88,7 @@ KVCache GPT::make_cache(int64_t batch, int64_t max_len) const {
 Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   NoGrad ng;
   if (idx.shape.size() != 2 || idx.shape[0] != cache.batch)
-    throw ShapeError("gpt: decode ids " + shape_str(idx.shape) + " for a cache of batch " + std::to_string(cache.batch));
+    throw Error(ErrorKind::shape, "gpt: decode ids " + shape_str(idx.shape) + " for a cache of batch " + std::to_string(cache.batch));
   const int64_t B = idx.shape[0], t = idx.shape[1], pos = cache.len;
   Var x = embed(idx, pos);
   for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward_cached(x, cache.layers[l], pos);

@@ -4,17 +4,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "autograd/splitmix.h"
+
 namespace tapelm {
 
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0) : state_(seed) {}
-  uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next_u64() { return splitmix64(state_ += kSplitmix64Gamma); }
   /// Uniform in [0, 1) with 53 random bits.
   double uniform() { return static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
   /// Standard normal (Box-Muller; one draw per call, so the stream position is simple to reason about).

@@ -6,7 +6,8 @@
 #include <numbers>
 #include <stdexcept>
 
-#include "autograd/kernels.h"
+#include "autograd/kernels/optim.h"
+#include "autograd/kernels/reduce.h"
 
 // PyTorch rounds every op on its own except where its kernels fuse (add with alpha, addcmul use
 // FMA), so contraction is off here and the fused ones are spelled std::fma.
@@ -67,7 +68,7 @@ void Optimizer::check_state() const {
         throw Error(ErrorKind::checkpoint, "optimizer: state " + key + "/" + name + " names no parameter");
       const Var& p = params_[it->second].second;
       if (!t.defined() || t.shape() != p.shape())
-        throw ShapeError("optimizer: state " + key + "/" + name + " has shape " +
+        throw Error(ErrorKind::shape, "optimizer: state " + key + "/" + name + " has shape " +
                          (t.defined() ? shape_str(t.shape()) : std::string("(none)")) + ", parameter " +
                          shape_str(p.shape()));
     }
@@ -128,21 +129,8 @@ void AdamW::update(const std::string& name, const Var& p, double lr) {
   const float b2 = static_cast<float>(h_.beta2), c2 = static_cast<float>(1.0 - h_.beta2);
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2)), eps = static_cast<float>(h_.eps);
   const float neg_step = static_cast<float>(-(lr / bc1));
-  float* w = p.val().data();
-  const float* g = p.grad().data();
-  float* m = m_t.data();
-  float* v = v_t.data();
-  const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
-  for (int64_t i = 0; i < n; i++) {
-    const float gi = g[i];
-    const float mi = std::fma(c1, gi, m[i] * b1);       // exp_avg.mul_(b1).add_(g, alpha=1-b1)
-    const float vi = std::fma(c2 * gi, gi, v[i] * b2);  // exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2)
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    w[i] = w[i] * decay + (neg_step * mi) / denom;  // p.mul_(decay).addcdiv_(m, denom, value=-step_size)
-  }
+  const kern::AdamWScalars k{decay, b1, c1, b2, c2, bc2_sqrt, eps, neg_step};
+  kern::adamw_update(p.val().data(), p.grad().data(), m_t.data(), v_t.data(), p.numel(), k);
 }
 
 // ---- SGD ---------------------------------------------------------------------------------
@@ -167,27 +155,14 @@ void SGD::update(const std::string& name, const Var& p, double lr) {
   const bool decay = h_.weight_decay != 0 && p.ndim() >= 2;
   const float wd = static_cast<float>(h_.weight_decay), mu = static_cast<float>(h_.momentum);
   const float keep = static_cast<float>(1.0 - h_.dampening), neg_lr = static_cast<float>(-lr);
-  float* w = p.val().data();
-  const float* g = p.grad().data();
-  const int64_t n = p.numel();
   if (h_.momentum == 0) {
-#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
-    for (int64_t i = 0; i < n; i++) {
-      const float d = decay ? std::fma(wd, w[i], g[i]) : g[i];
-      w[i] = std::fma(neg_lr, d, w[i]);
-    }
+    kern::sgd_update(p.val().data(), p.grad().data(), p.numel(), neg_lr, decay, wd);
     return;
   }
   bool fresh;
   float* buf = state_for("momentum_buffer", name, p, fresh).data();
-  const bool nesterov = h_.nesterov;
-#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
-  for (int64_t i = 0; i < n; i++) {
-    const float d = decay ? std::fma(wd, w[i], g[i]) : g[i];  // d_p = grad.add(p, alpha=wd)
-    const float b = fresh ? d : std::fma(keep, d, buf[i] * mu);
-    buf[i] = b;
-    w[i] = std::fma(neg_lr, nesterov ? std::fma(mu, b, d) : b, w[i]);
-  }
+  kern::sgd_momentum_update(p.val().data(), p.grad().data(), buf, p.numel(), neg_lr, decay, wd, mu, keep, fresh,
+                            h_.nesterov);
 }
 
 // ---- factory, clipping, schedule ---------------------------------------------------------
@@ -233,11 +208,7 @@ double clip_grad_norm(const NamedParams& params, double max_norm) {
   const float coef = (1.0f / (static_cast<float>(total) + 1e-6f)) * static_cast<float>(max_norm);
   if (coef >= 1.0f) return total;  // a NaN coefficient falls through, as through torch's clamp
   for (const auto& [name, p] : params) {
-    if (!p.has_grad()) continue;
-    float* g = p.grad().data();
-    const int64_t n = p.numel();
-#pragma omp parallel for schedule(static) if (n >= kern::kParallelMin)
-    for (int64_t i = 0; i < n; i++) g[i] *= coef;
+    if (p.has_grad()) p.grad().scale_(coef);
   }
   return total;
 }

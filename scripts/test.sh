@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test: the unit tests (CTest) in the Release
-# build, then again in a build with AddressSanitizer and UndefinedBehaviorSanitizer, where any
-# report fails the run.
+# Installs what is missing, builds, and runs every test: the layering check (and its own
+# self-test), the unit tests (CTest) in the Release build, then again in a build with
+# AddressSanitizer and UndefinedBehaviorSanitizer, where any report fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/check_layers.sh --self-test
+bash scripts/check_layers.sh
 bash scripts/setup.sh
 bash scripts/build.sh
 (cd build && ctest --output-on-failure)

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <thread>
 
-#include "autograd/blas.h"
+#include "autograd/runtime.h"
 #include "data/sampler.h"
 #include "train/dist.h"
 #include "train/trainer.h"

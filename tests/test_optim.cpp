@@ -7,7 +7,7 @@
 #include <cstring>
 #include <numbers>
 
-#include "autograd/kernels.h"
+#include "autograd/kernels/common.h"
 #include "optim/optim.h"
 #include "train/checkpoint/h5file.h"
 #include "test_util.h"
@@ -357,7 +357,7 @@ BOOST_AUTO_TEST_CASE(rejects_bad_params_state_and_hparams) {
   BOOST_CHECK_THROW(opt.state("momentum_buffer"), Error);
   set_grad(w, {1, 1, 1, 1});
   opt.state("exp_avg")["w"] = Tensor::zeros({4});
-  BOOST_CHECK_THROW(opt.step(1e-3), ShapeError);
+  BOOST_CHECK_EXCEPTION(opt.step(1e-3), Error, test::is_kind(ErrorKind::shape));
   opt.state("exp_avg").clear();
   opt.state("exp_avg_sq")["nope"] = Tensor::zeros({2, 2});
   BOOST_CHECK_THROW(opt.step(1e-3), Error);

@@ -20,7 +20,7 @@
 #include "autograd/ops.h"
 #include "data/dataset.h"
 #include "train/train_config.h"
-#include "autograd/blas.h"
+#include "autograd/runtime.h"
 
 namespace tapelm::test {
 

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autograd/splitmix.h"
+
 namespace tapelm::dist {
 
 namespace {
@@ -29,11 +31,7 @@ void allreduce(T* buf, size_t n, MPI_Datatype type, MPI_Op op) {
   }
 }
 
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t mix(uint64_t z) { return splitmix64(z); }
 }  // namespace
 
 bool launched_by_mpi() {

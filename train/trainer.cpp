@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <tuple>
 
-#include "autograd/blas.h"
-#include "autograd/kernels.h"
+#include "autograd/runtime.h"
+#include "data/sampler.h"
 #include "train/dist.h"
 
 namespace tapelm {
@@ -50,12 +50,8 @@ class GradReducer {
     const float inv = 1.0f / static_cast<float>(dist::size());
     off = 0;
     for (const auto& [name, p] : params_) {
-      float* g = p.grad().data();
-      const float* b = buf_.data() + off;
-      const int64_t n = p.numel();
-#pragma omp parallel for simd schedule(static) if (parallel: n >= kern::kParallelMin)
-      for (int64_t i = 0; i < n; i++) g[i] = b[i] * inv;
-      off += static_cast<size_t>(n);
+      p.grad().assign_scaled(buf_.data() + off, inv);
+      off += static_cast<size_t>(p.numel());
     }
     return {static_cast<double>(buf_[n_]) * inv, buf_[n_ + 1] > 0};
   }
@@ -97,24 +93,6 @@ void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainStat
   for (const auto& [name, p] : params) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
 }
 }  // namespace
-
-double measured_peak_flops() {
-  static double peak = 0;
-  static int at_threads = -1;
-  if (peak > 0 && at_threads == get_num_threads()) return peak;
-  // Large enough for OpenBLAS to reach its steady rate on every thread; best of several runs.
-  const int64_t n = 1536;
-  Tensor a = Tensor::full({n, n}, 0.5f), b = Tensor::full({n, n}, 0.25f), c = Tensor::zeros({n, n});
-  double best = 1e30;
-  for (int r = 0; r < 8; r++) {
-    auto t0 = Clock::now();
-    kern::sgemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
-    if (r >= 2) best = std::min(best, seconds_since(t0));
-  }
-  peak = 2.0 * n * n * n / best;
-  at_threads = get_num_threads();
-  return peak;
-}
 
 void check_ranks_in_sync(const NamedParams& params, int64_t step) {
   std::vector<uint64_t> lo, hi;
@@ -178,7 +156,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   train_windows_ = pick_windows(corpus_.train, cfg_.seed + 11);
 
   // The job's peak: every rank measures its own share at once (so they compete as in training).
-  peak_flops_ = cfg_.peak_flops > 0 ? cfg_.peak_flops : measured_peak_flops();
+  peak_flops_ = cfg_.peak_flops > 0 ? cfg_.peak_flops : sgemm_peak_flops();
   dist::allreduce_sum(&peak_flops_, 1);
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
   if (multi_) reducer_ = std::make_unique<GradReducer>(params_);
@@ -259,7 +237,7 @@ Trainer::Step Trainer::step() {
     res_.comm_seconds += seconds_since(t_comm);
   }
   if (!std::isfinite(s.loss)) {
-    Tape::get().clear();
+    clear_tape();
     const std::string msg = "step " + std::to_string(st_.step) + ": loss is " + (std::isnan(s.loss) ? "NaN" : "Inf") +
                             "; stopping (the last good checkpoint, if any, is " + dir_.checkpoint() + ")";
     if (multi_) throw dist::AgreedError(msg, lead_);

@@ -41,9 +41,6 @@ struct TrainOptions {
   StopToken stop;                         // requested: save after the current step and return
 };
 
-/// The sgemm throughput of this machine at the current thread count (FLOP/s), measured once.
-double measured_peak_flops();
-
 class GradReducer;
 
 /// One training run: construction does the set-up (model, optimizer, sampler, the run directory,

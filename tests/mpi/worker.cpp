@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "autograd/blas.h"
+#include "autograd/runtime.h"
 #include "train/dist.h"
 #include "nn/gpt.h"
 #include "train/trainer.h"

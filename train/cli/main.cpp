@@ -8,8 +8,8 @@
 #include <optional>
 #include <sstream>
 
-#include "autograd/blas.h"
 #include "autograd/gradcheck.h"
+#include "autograd/runtime.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"

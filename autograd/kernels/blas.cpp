@@ -1,9 +1,11 @@
-#include "autograd/blas.h"
+#include "autograd/kernels/blas.h"
 
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
+
+#include "autograd/runtime.h"
 
 extern "C" {
 int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP

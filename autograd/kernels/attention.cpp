@@ -1,0 +1,179 @@
+#include "autograd/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "autograd/kernels/blas.h"
+
+namespace tapelm::kern {
+
+namespace {
+// Dropout mask index of probability (b, h, i, j): unique per element of one call.
+inline uint64_t prob_index(const AttnShape& s, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return ((static_cast<uint64_t>(b) * s.H + h) * s.Tq + i) * s.Tk + j;
+}
+// Keys visible to query row i: [0, limit).
+inline int64_t key_limit(const AttnShape& s, int64_t i) {
+  return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
+}
+}  // namespace
+
+void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
+                   const int32_t* key_keep, float p_drop, uint64_t seed) {
+  const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
+  const bool big = s.B * s.KV > 1 || s.Tq * s.Tk * s.hd * s.H > (1 << 16);
+  SerialBlas serial;
+#pragma omp parallel if (big && s.B * s.KV > 1)
+  {
+    // Per-thread buffers: the probabilities when the caller keeps none, and their dropped copy.
+    std::vector<float> scratch(probs ? 0 : s.Tq * s.Tk), pd(p_drop > 0 ? s.Tq * s.Tk : 0);
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t b = 0; b < s.B; b++)
+      for (int64_t g = 0; g < s.KV; g++) {
+        const float* kg = k + b * s.kv_batch_stride + g * s.hd;
+        const float* vg = v + b * s.kv_batch_stride + g * s.hd;
+        const int32_t* keep = key_keep ? key_keep + b * s.Tk : nullptr;
+        // The group's query heads, one after another, against the same K and V.
+        for (int64_t r = 0; r < rep; r++) {
+          const int64_t h = g * rep + r;
+          const float* qh = q + b * s.Tq * C + h * s.hd;
+          float* P = probs ? probs + ((b * s.H + h) * s.Tq) * s.Tk : scratch.data();
+          sgemm(false, true, s.Tq, s.Tk, s.hd, scale, qh, C, kg, CK, 0.f, P, s.Tk);
+          for (int64_t i = 0; i < s.Tq; i++) {
+            float* row = P + i * s.Tk;
+            const int64_t lim = key_limit(s, i);
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < lim; j++)
+              if (!keep || keep[j]) mx = std::max(mx, row[j]);
+            if (mx == -INFINITY) {  // nothing visible
+              std::fill(row, row + s.Tk, 0.f);
+              continue;
+            }
+            float sum = 0;
+            for (int64_t j = 0; j < lim; j++) {
+              const float e = (!keep || keep[j]) ? exp_approx(row[j] - mx) : 0.f;
+              row[j] = e;
+              sum += e;
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < lim; j++) row[j] *= inv;
+            std::fill(row + lim, row + s.Tk, 0.f);
+          }
+          float* yh = y + b * s.Tq * C + h * s.hd;
+          if (p_drop > 0) {
+            // y uses the dropped probabilities; probs keeps the softmax for backward.
+            for (int64_t i = 0; i < s.Tq; i++)
+              for (int64_t j = 0; j < s.Tk; j++)
+                pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+            sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, pd.data(), s.Tk, vg, CK, 0.f, yh, C);
+          } else {
+            sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, P, s.Tk, vg, CK, 0.f, yh, C);
+          }
+        }
+      }
+  }
+}
+
+void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
+                   const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed) {
+  const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
+  SerialBlas serial;
+#pragma omp parallel if (s.B * s.KV > 1)
+  {
+    std::vector<float> dP(s.Tq * s.Tk), Pd(p_drop > 0 ? s.Tq * s.Tk : 0);
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t b = 0; b < s.B; b++)
+      for (int64_t g = 0; g < s.KV; g++) {
+        const float* kg = k + b * s.kv_batch_stride + g * s.hd;
+        const float* vg = v + b * s.kv_batch_stride + g * s.hd;
+        float* dkg = dk ? dk + b * s.kv_batch_stride + g * s.hd : nullptr;
+        float* dvg = dv ? dv + b * s.kv_batch_stride + g * s.hd : nullptr;
+        for (int64_t r = 0; r < rep; r++) {
+          const int64_t h = g * rep + r;
+          const float* P = probs + ((b * s.H + h) * s.Tq) * s.Tk;
+          const float* dyh = dy + b * s.Tq * C + h * s.hd;
+          const float* qh = q + b * s.Tq * C + h * s.hd;
+          const float* Pused = P;
+          if (p_drop > 0) {
+            for (int64_t i = 0; i < s.Tq; i++)
+              for (int64_t j = 0; j < s.Tk; j++)
+                Pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+            Pused = Pd.data();
+          }
+          // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
+          if (dvg) sgemm(true, false, s.Tk, s.hd, s.Tq, 1.f, Pused, s.Tk, dyh, C, 1.f, dvg, CK);
+          if (!dq && !dkg) continue;
+          sgemm(false, true, s.Tq, s.Tk, s.hd, 1.f, dyh, C, vg, CK, 0.f, dP.data(), s.Tk);
+          for (int64_t i = 0; i < s.Tq; i++) {
+            float* d = dP.data() + i * s.Tk;
+            const float* p = P + i * s.Tk;
+            if (p_drop > 0)
+              for (int64_t j = 0; j < s.Tk; j++)
+                d[j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? d[j] * keep_scale : 0.f;
+            float dot = 0;
+            for (int64_t j = 0; j < s.Tk; j++) dot += d[j] * p[j];
+            // softmax backward, with the 1/√hd of the scores folded in
+            for (int64_t j = 0; j < s.Tk; j++) d[j] = p[j] * (d[j] - dot) * scale;
+          }
+          if (dq) sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, dP.data(), s.Tk, kg, CK, 1.f, dq + b * s.Tq * C + h * s.hd, C);
+          if (dkg) sgemm(true, false, s.Tk, s.hd, s.Tq, 1.f, dP.data(), s.Tk, qh, C, 1.f, dkg, CK);
+        }
+      }
+  }
+}
+
+void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double theta) {
+  const int64_t half = hd / 2;
+  for (int64_t i = 0; i < half; i++) {
+    const double inv = std::pow(theta, -(2.0 * static_cast<double>(i)) / static_cast<double>(hd));
+    for (int64_t p = 0; p < n_pos; p++) {
+      const double a = static_cast<double>(p) * inv;
+      cos_t[p * half + i] = static_cast<float>(std::cos(a));
+      sin_t[p * half + i] = static_cast<float>(std::sin(a));
+    }
+  }
+}
+
+void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t pos0,
+                const float* cos_t, const float* sin_t, bool inverse, bool add) {
+  const int64_t half = hd / 2;
+  const float sgn = inverse ? -1.f : 1.f;
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * nh * hd >= kParallelMin)
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      const float* c = cos_t + (pos0 + t) * half;
+      const float* sn = sin_t + (pos0 + t) * half;
+      for (int64_t h = 0; h < nh; h++) {
+        const int64_t off = ((b * T + t) * nh + h) * hd;
+        const float* xi = x + off;
+        float* o = out + off;
+        for (int64_t i = 0; i < half; i++) {
+          const float x1 = xi[i], x2 = xi[i + half], si = sgn * sn[i];
+          const float r1 = x1 * c[i] - x2 * si, r2 = x2 * c[i] + x1 * si;
+          if (add) {
+            o[i] += r1;
+            o[i + half] += r2;
+          } else {
+            o[i] = r1;
+            o[i + half] = r2;
+          }
+        }
+      }
+    }
+}
+
+void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
+                    int64_t row, int64_t max_len, int64_t pos) {
+  for (int64_t b = 0; b < B; b++) {
+    std::memcpy(cache_k + (b * max_len + pos) * row, k_new + b * t * row, sizeof(float) * t * row);
+    std::memcpy(cache_v + (b * max_len + pos) * row, v_new + b * t * row, sizeof(float) * t * row);
+  }
+}
+
+}  // namespace tapelm::kern

@@ -1,0 +1,47 @@
+#pragma once
+// Fused causal attention with H query heads over KV key/value heads (MHA: KV = H, GQA, MQA: KV = 1),
+// the KV-cache write of incremental decoding, and rotary position embeddings. Query head h reads
+// kv head h / (H/KV).
+#include <cstdint>
+
+#include "autograd/kernels/common.h"
+
+namespace tapelm::kern {
+
+/// Geometry of one attention call. q: [B, Tq, H*hd]; k, v: rows of KV*hd floats, batch b starting
+/// at b*kv_batch_stride (so a KV cache [B, Tmax, KV*hd] is read in place); y: [B, Tq, H*hd].
+struct AttnShape {
+  int64_t B, Tq, Tk, H, KV, hd;
+  int64_t kv_batch_stride;  // floats between batches of k and v
+  int64_t q_pos0;           // absolute position of query row 0 (causal limit: key j <= q_pos0 + i)
+  bool causal = true;
+};
+
+/// y = softmax(q·kᵀ/√hd + masks) · v, with dropout p_drop on the probabilities (mask from seed).
+/// A row with no visible key outputs zeros.
+///   y, q: [B, Tq, H*hd]   k, v: [B, Tk, KV*hd] (batches kv_batch_stride floats apart)
+///   probs: [B, H, Tq, Tk] or null; receives the softmax before dropout, for backward
+///   key_keep: [B, Tk] or null; 0 masks a key out
+void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
+                   const int32_t* key_keep, float p_drop, uint64_t seed);
+/// Adds into dq, dk, dv (any may be null). Threads own (batch, kv head) pairs, so the group's
+/// dK and dV sums never race.
+///   dq, dy, q: [B, Tq, H*hd]   dk, dv, k, v: as k in forward   probs: [B, H, Tq, Tk] (from forward)
+void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
+                   const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed);
+
+/// Writes the new keys and values into the caches at positions pos .. pos+t-1.
+///   cache_k, cache_v: [B, max_len, row]   k_new, v_new: [B, t, row]
+void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
+                    int64_t row, int64_t max_len, int64_t pos);
+
+/// cos/sin tables of angle p * theta^(-2i/hd), computed in double.
+///   cos_t, sin_t: [n_pos, hd/2]
+void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double theta);
+/// Rotates each head of x at positions pos0 .. pos0+T-1 (half-split, GPT-NeoX style); inverse
+/// applies the transpose rotation (the backward); add accumulates into out. out may alias x.
+///   out, x: [B, T, nh*hd]   cos_t, sin_t: [>= pos0+T, hd/2]
+void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t pos0,
+                const float* cos_t, const float* sin_t, bool inverse, bool add);
+
+}  // namespace tapelm::kern

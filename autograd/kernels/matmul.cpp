@@ -1,0 +1,53 @@
+#include "autograd/kernels/matmul.h"
+
+#include "autograd/kernels/blas.h"
+#include "autograd/kernels/common.h"
+#include "autograd/kernels/reduce.h"
+
+namespace tapelm::kern {
+
+void matmul_fwd(float* c, const float* a, const float* b, const MatmulShape& s) {
+  sgemm_batched(s.batch, s.ta, s.tb, s.M, s.N, s.K, 1.f, a, s.lda, s.sa, b, s.ldb, s.sb, 0.f, c, s.N, s.sc);
+}
+
+void matmul_bwd(float* dA, float* dB, const float* dC, const float* a, const float* b, const MatmulShape& s) {
+  const int64_t batch = s.batch, M = s.M, N = s.N, K = s.K, lda = s.lda, ldb = s.ldb, sa = s.sa, sb = s.sb,
+                sc = s.sc;
+  const bool ta = s.ta, tb = s.tb;
+  if (dA) {
+    if (!ta)
+      sgemm_batched(batch, false, !tb, M, K, N, 1.f, dC, N, sc, b, ldb, sb, 1.f, dA, lda, sa);
+    else
+      sgemm_batched(batch, tb, true, K, M, N, 1.f, b, ldb, sb, dC, N, sc, 1.f, dA, lda, sa);
+  }
+  if (dB) {
+    if (s.b_shared) {  // one gemm over all rows: dB accumulates their sum
+      if (!tb)
+        sgemm(true, false, K, N, M, 1.f, a, lda, dC, N, 1.f, dB, ldb);
+      else
+        sgemm(true, false, N, K, M, 1.f, dC, N, a, lda, 1.f, dB, ldb);
+    } else if (!tb) {
+      sgemm_batched(batch, !ta, false, K, N, M, 1.f, a, lda, sa, dC, N, sc, 1.f, dB, ldb, sb);
+    } else {
+      sgemm_batched(batch, true, ta, N, K, M, 1.f, dC, N, sc, a, lda, sa, 1.f, dB, ldb, sb);
+    }
+  }
+}
+
+void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t outf) {
+  sgemm(false, true, rows, outf, in, 1.f, x, in, w, in, 0.f, y, outf);
+  if (b) {
+#pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < outf; j++) y[r * outf + j] += b[j];
+  }
+}
+
+void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
+                int64_t in, int64_t outf) {
+  if (dx) sgemm(false, false, rows, in, outf, 1.f, dy, outf, w, in, 1.f, dx, in);
+  if (dw) sgemm(true, false, outf, in, rows, 1.f, dy, outf, x, in, 1.f, dw, in);
+  if (db) colsum_add(db, dy, rows, outf);
+}
+
+}  // namespace tapelm::kern

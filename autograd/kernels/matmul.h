@@ -1,0 +1,35 @@
+#pragma once
+// Matrix products as forward/backward pairs over kern::sgemm (autograd/kernels/blas.h).
+#include <cstdint>
+
+namespace tapelm::kern {
+
+/// One matmul: C = op(A) · op(B), op(X) = Xᵀ when its flag is set; `batch` independent products
+/// whose operands start sa, sb, sc floats apart. With b_shared, B is one matrix for all the rows
+/// of A (then batch = 1, sa = sb = 0, and M counts every row of A).
+struct MatmulShape {
+  int64_t batch, M, N, K;
+  bool ta, tb;
+  bool b_shared;
+  int64_t lda, ldb;  // row strides of A and B as stored (A: a1, B: b1)
+  int64_t sa, sb;    // floats between batches of A and of B (0 when b_shared)
+  int64_t sc;        // floats between batches of C: M * N
+};
+
+/// c = op(a) · op(b)
+///   c: [batch, M, N]   a: [batch, M, K] ([batch, K, M] if ta)   b: [batch, K, N] ([batch, N, K] if tb);
+///   with b_shared, a: [M, K] and b: [K, N] ([N, K] if tb)
+void matmul_fwd(float* c, const float* a, const float* b, const MatmulShape& s);
+/// da += dc · op(b)ᵀ (transposed back if ta), db += op(a)ᵀ · dc (likewise); either may be null.
+///   dc: as c   da, a: as a   db, b: as b
+void matmul_bwd(float* da, float* db, const float* dc, const float* a, const float* b, const MatmulShape& s);
+
+/// y = x · wᵀ + b   (b may be null)
+///   y: [rows, out]   x: [rows, in]   w: [out, in]   b: [out]
+void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t out);
+/// dx += dy · w, dw += dyᵀ · x, db += Σ_rows dy; any may be null.
+///   dx, x: [rows, in]   dw, w: [out, in]   db: [out]   dy: [rows, out]
+void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
+                int64_t in, int64_t out);
+
+}  // namespace tapelm::kern

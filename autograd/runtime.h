@@ -1,0 +1,14 @@
+#pragma once
+// What the layers above need from the kernels' runtime, without the kernels: the thread count
+// shared by the OpenMP kernels and OpenBLAS, and the machine's measured matrix-product rate.
+namespace tapelm {
+
+/// Threads for the OpenMP kernels and OpenBLAS (n <= 0: all cores).
+void set_num_threads(int n);
+int get_num_threads();
+
+/// The sgemm throughput (FLOP/s) at the current thread count: best of several 1536³ products,
+/// measured once per thread count and remembered. The denominator of MFU.
+double sgemm_peak_flops();
+
+}  // namespace tapelm
