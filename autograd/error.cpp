@@ -16,10 +16,6 @@ const char* to_string(ErrorKind k) {
   return "internal";
 }
 
-int exit_code(ErrorKind k) {
-  return k == ErrorKind::usage ? 2 : 1;
-}
-
 void fail(ErrorKind kind, const std::string& what) { throw Error(kind, what); }
 
 }  // namespace tapelm

@@ -1,13 +1,14 @@
 #pragma once
 // The one exception tapelm throws for bad input or a run that cannot go on: a one-line message
-// naming the file, key, shape or value at fault, and a category the CLI maps to an exit code.
+// naming the file, key, shape or value at fault, and a category that callers (and tests) can
+// tell apart without parsing the message. The CLI prints the message and exits 1 for any kind.
 // It sits in autograd, the lowest layer, so every module throws the same type.
 #include <stdexcept>
 #include <string>
 
 namespace tapelm {
 
-/// What went wrong, coarsely: enough to choose an exit code and to catch one kind in a test.
+/// What went wrong, coarsely: enough to catch one kind and let the others pass.
 enum class ErrorKind {
   usage,       // a flag or argument the command cannot take
   config,      // a model or training config key with a wrong type or value
@@ -21,10 +22,6 @@ enum class ErrorKind {
 
 /// The category's name, as the CLI prints it under --json and tests name it.
 const char* to_string(ErrorKind k);
-
-/// The process exit code for a failure of this kind: 2 for usage (as getopt-style tools do),
-/// 1 for everything else.
-int exit_code(ErrorKind k);
 
 class Error : public std::runtime_error {
  public:

@@ -52,35 +52,31 @@ BOOST_AUTO_TEST_SUITE(attention)
 
 // (H, KV): MHA, GQA, MQA, an odd head count, and odd groups.
 BOOST_DATA_TEST_CASE(attention_matches_naive_reference, bdata::make({4, 4, 4, 3, 6}) ^ bdata::make({4, 2, 1, 3, 3}), H, KV) {
-  {
-    const int64_t B = 2, T = 7, hd = 5;
-    Tensor q = randn({B, T, H * hd}, 1), k = randn({B, T, KV * hd}, 2), v = randn({B, T, KV * hd}, 3);
-    Index keep({1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1}, {B, T});
-    for (bool causal : {true, false})
-      for (const Index* kk : {static_cast<const Index*>(nullptr), static_cast<const Index*>(&keep)}) {
-        AttentionOptions o{H, KV, causal, 0.f, 0, kk};
-        Tensor y = tapelm::attention(Var(q), Var(k), Var(v), o).val();
-        std::vector<double> ref = naive_attention(q, k, v, H, KV, causal, kk);
-        double worst = 0;
-        for (int64_t i = 0; i < y.numel(); i++) worst = std::max(worst, std::fabs(y[i] - ref[i]));
-        BOOST_TEST(worst < 1e-5, "H=" << H << " KV=" << KV << " causal=" << causal << " mask=" << (kk != nullptr)
-                                      << ": max |diff| " << worst);
-      }
-  }
+  const int64_t B = 2, T = 7, hd = 5;
+  Tensor q = randn({B, T, H * hd}, 1), k = randn({B, T, KV * hd}, 2), v = randn({B, T, KV * hd}, 3);
+  Index keep({1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 0, 1, 1}, {B, T});
+  for (bool causal : {true, false})
+    for (const Index* kk : {static_cast<const Index*>(nullptr), static_cast<const Index*>(&keep)}) {
+      AttentionOptions o{H, KV, causal, 0.f, 0, kk};
+      Tensor y = tapelm::attention(Var(q), Var(k), Var(v), o).val();
+      std::vector<double> ref = naive_attention(q, k, v, H, KV, causal, kk);
+      double worst = 0;
+      for (int64_t i = 0; i < y.numel(); i++) worst = std::max(worst, std::fabs(y[i] - ref[i]));
+      BOOST_TEST(worst < 1e-5, "H=" << H << " KV=" << KV << " causal=" << causal << " mask=" << (kk != nullptr)
+                                    << ": max |diff| " << worst);
+    }
 }
 
 BOOST_DATA_TEST_CASE(attention_gradients, bdata::make({4, 4, 4}) ^ bdata::make({4, 2, 1}), H, KV) {
-  {
-    for (auto [B, T, hd] : {std::tuple{2, 5, 3}, std::tuple{1, 1, 2}, std::tuple{3, 9, 4}}) {
-      const std::string what = "attention H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " T=" + std::to_string(T);
-      std::vector<Tensor> in{randn({B, T, H * hd}, 5), randn({B, T, KV * hd}, 6), randn({B, T, KV * hd}, 7)};
-      AttentionOptions o{H, KV, true, 0.f, 0, nullptr};
-      check_grad(what, [o](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], o); }, in);
-      AttentionOptions od{H, KV, true, 0.25f, 99, nullptr};
-      check_grad(what + " dropout", [od](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], od); }, in);
-      AttentionOptions onc{H, KV, false, 0.f, 0, nullptr};
-      check_grad(what + " non-causal", [onc](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], onc); }, in);
-    }
+  for (auto [B, T, hd] : {std::tuple{2, 5, 3}, std::tuple{1, 1, 2}, std::tuple{3, 9, 4}}) {
+    const std::string what = "attention H=" + std::to_string(H) + " KV=" + std::to_string(KV) + " T=" + std::to_string(T);
+    std::vector<Tensor> in{randn({B, T, H * hd}, 5), randn({B, T, KV * hd}, 6), randn({B, T, KV * hd}, 7)};
+    AttentionOptions o{H, KV, true, 0.f, 0, nullptr};
+    check_grad(what, [o](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], o); }, in);
+    AttentionOptions od{H, KV, true, 0.25f, 99, nullptr};
+    check_grad(what + " dropout", [od](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], od); }, in);
+    AttentionOptions onc{H, KV, false, 0.f, 0, nullptr};
+    check_grad(what + " non-causal", [onc](const std::vector<Var>& x) { return tapelm::attention(x[0], x[1], x[2], onc); }, in);
   }
 }
 

@@ -1,28 +1,17 @@
 // The tapelm binary end to end: train, sample, inspect and eval, and one clear line for bad input.
-#include <sys/wait.h>
-
-#include <csignal>
-#include <unistd.h>
-
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
-#include "data/dataset.h"
 #include "data/tokens.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/convert.h"
-#include "train/uptrain.h"
-#include "train/trainer.h"
 #include "test_util.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
-
 
 BOOST_AUTO_TEST_SUITE(cli)
 
@@ -105,7 +94,7 @@ BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   BOOST_TEST(s.out.rfind("ROMEO:", 0) == 0u, s.out);
   Run s2 = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt ROMEO: --tokens 20 --seed 3");
   BOOST_TEST(s.out == s2.out);
-  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9", 2);  // a bad flag value: a usage error
+  expect_error(run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'é'"), "U+00E9");
   Run i = run_cli("inspect " + (d / "run/checkpoint.h5"));
   BOOST_TEST(i.code == 0, i.err);
   BOOST_TEST(i.out.find("KV-cache bytes per token 64") != std::string::npos, i.out);  // (K, V) · 1 layer · 1 head · hd 8 · 4 bytes

@@ -1,28 +1,18 @@
 // Conversion of K/V heads (mean, first, random) and uptraining.
-#include <sys/wait.h>
-
-#include <csignal>
-#include <unistd.h>
-
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "data/dataset.h"
-#include "data/tokens.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/convert.h"
 #include "train/uptrain.h"
-#include "train/trainer.h"
 #include "test_util.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
-
 
 BOOST_AUTO_TEST_SUITE(convert)
 
@@ -50,15 +40,8 @@ BOOST_AUTO_TEST_CASE(conversion_reproduces_the_reference) {
 
 BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
   for (int64_t G : {2, 1}) {
-    GPTConfig c;
-    c.vocab_size = 13;
-    c.block_size = 8;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_kv_head = 4;
-    c.n_embd = 16;
-    c.mlp_hidden = 32;
-    c.bias = true;
+    GPTConfig c{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 16,
+                .mlp_hidden = 32, .bias = true};
     GPT m(c, 3);
     const int64_t rep = 4 / G;
     for (auto& [name, p] : m.named_parameters()) {

@@ -18,15 +18,8 @@ namespace tt = boost::test_tools;
 namespace {
 
 GPTConfig small_config() {
-  GPTConfig c;
-  c.vocab_size = 13;
-  c.block_size = 6;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 8;
-  c.mlp_hidden = 16;
-  return c;
+  return GPTConfig{.vocab_size = 13, .block_size = 6, .n_layer = 1, .n_head = 2, .n_kv_head = 1, .n_embd = 8,
+                   .mlp_hidden = 16};
 }
 
 // n windows of T random ids as a [n, T] batch, targets the next ids; `ignored` targets set to -1.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <optional>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -187,8 +188,7 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_process_with_twice_the_batch) {
   BOOST_REQUIRE(mpi_losses.size() == static_cast<size_t>(steps));
 
   // The same steps in this process: rows 0..B-1 from rank 0's stream, B..2B-1 from rank 1's.
-  const int threads = get_num_threads();
-  set_num_threads(1);
+  std::optional<ThreadCount> one_thread(1);
   Corpus c = load_corpus(tiny_text());
   nlohmann::json jj = j;
   jj["vocab_size"] = c.tok.vocab_size();
@@ -214,7 +214,7 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_process_with_twice_the_batch) {
     optim->step(lr_at(step, cfg.schedule()));
     optim->zero_grad(false);
   }
-  set_num_threads(threads);
+  one_thread.reset();
 
   // Tolerance: the two runs differ only in float32 summation order (one GEMM over 2B rows against
   // two over B rows summed by the all-reduce), which Adam's normalised steps carry forward. Seen:

@@ -1,21 +1,11 @@
 // The trainer: bit-exact resume, its pieces against train(), loss going down, gradient accumulation,
 // the NaN stop, signals.
-#include <sys/wait.h>
-
-#include <csignal>
-#include <unistd.h>
-
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
-#include "data/dataset.h"
-#include "data/tokens.h"
 #include "train/checkpoint/checkpoint.h"
-#include "train/convert.h"
-#include "train/uptrain.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -23,7 +13,6 @@ using namespace tapelm;
 using namespace tapelm::test;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
-
 
 BOOST_AUTO_TEST_SUITE(trainer)
 
@@ -115,8 +104,7 @@ BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
   TrainOptions quiet;
   quiet.quiet = true;
   TrainConfig c = tiny_train(50);
-  c.learning_rate = 1e12;
-  c.min_lr = 1e12;
+  c.learning_rate = c.min_lr = 1e12;  // diverges at once: no warmup, no clipping
   c.warmup_iters = 0;
   c.grad_clip = 0;
   c.checkpoint_interval = 1;

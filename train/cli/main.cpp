@@ -162,11 +162,11 @@ int main(int argc, char** argv) {
     if (*demo) return cli::run_demo();
   } catch (const dist::AgreedError& e) {  // every rank has it; one reports
     if (e.print_here) std::fprintf(stderr, "tapelm: error: %s\n", e.what());
-    return exit_code(e.kind());
+    return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "tapelm: error: %s%s\n", dist::rank_prefix().c_str(), e.what());
-    if (dist::multi()) dist::abort_job(exit_code(e.kind()));  // the other ranks may be waiting in a collective
-    return exit_code(e.kind());
+    if (dist::multi()) dist::abort_job(1);  // the other ranks may be waiting in a collective
+    return 1;
   } catch (const std::exception& e) {  // not tapelm's own: a library's error, or a broken invariant
     std::fprintf(stderr, "tapelm: error: %s%s\n", dist::rank_prefix().c_str(), e.what());
     if (dist::multi()) dist::abort_job(1);  // the other ranks may be waiting in a collective
