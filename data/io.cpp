@@ -43,6 +43,8 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
   fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) throw Error(ErrorKind::data, what + " " + path + ": no such file");
   if (fs::is_directory(st)) throw Error(ErrorKind::data, what + " " + path + ": is a directory, not a file");
+  // a device or pipe (/dev/zero, /dev/stdin) could be endless: read regular files only
+  if (!fs::is_regular_file(st)) throw Error(ErrorKind::data, what + " " + path + ": not a regular file");
   errno = 0;
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw Error(ErrorKind::data, what + " " + path + ": cannot open: " + std::strerror(errno));

@@ -1,25 +1,71 @@
 #include "nn/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace tapelm {
 
 namespace {
 [[noreturn]] void bad_type(const std::string& k, const char* want, const nlohmann::json& v) {
-  throw Error(ErrorKind::config, "config key '" + k + "' must be " + want + ", got " + v.dump());
+  throw Error(ErrorKind::config, "config key '" + k + "' must be " + want + ", got " + echo_json(v));
 }
 
 std::string number_str(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
   return std::to_string(v);
 }
+
+// Deeper than any config needs, shallow enough that nothing recursing over a value can overflow the stack.
+constexpr int max_json_depth = 16;
 }  // namespace
+
+std::string cut_for_message(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max > 3 ? max - 3 : 0;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;  // not inside a UTF-8 sequence
+  return s.substr(0, n) + "...";
+}
+
+std::string echo_json(const nlohmann::json& v) {
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
+  if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";
+  return cut_for_message(v.dump());
+}
+
+nlohmann::json parse_config_json(const std::string& text, const std::string& what) {
+  std::vector<std::vector<std::string>> keys;  // the keys seen so far in each open object
+  auto check = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
+    using E = nlohmann::json::parse_event_t;
+    if ((ev == E::object_start || ev == E::array_start) && depth >= max_json_depth)
+      throw Error(ErrorKind::config, what + ": JSON nested deeper than " + std::to_string(max_json_depth) + " levels");
+    if (ev == E::object_start) keys.emplace_back();
+    if (ev == E::object_end) keys.pop_back();
+    if (ev == E::key && !keys.empty()) {
+      const std::string k = v.get<std::string>();
+      auto& seen = keys.back();
+      if (std::find(seen.begin(), seen.end(), k) != seen.end())
+        throw Error(ErrorKind::config, what + ": duplicate key '" + cut_for_message(k) + "'");
+      seen.push_back(k);
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, check);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(ErrorKind::config, what + ": not valid JSON: " + cut_for_message(e.what(), 200));
+  }
+}
 
 void config_get(const nlohmann::json& j, const std::string& k, int64_t& out) {
   if (!j.contains(k)) return;
   const auto& v = j.at(k);
+  constexpr double two63 = 9223372036854775808.0;
+  const bool too_big = (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) ||
+                       (v.is_number_float() && !(std::fabs(v.get<double>()) < two63));
+  if (too_big) throw Error(ErrorKind::config, "config " + k + " is out of range, got " + echo_json(v));
   if (v.is_number_integer()) out = v.get<int64_t>();
-  else if (v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))
+  else if (v.is_number_float() && v.get<double>() == std::trunc(v.get<double>()))
     out = static_cast<int64_t>(v.get<double>());
   else bad_type(k, "an integer", v);
 }
@@ -66,8 +112,15 @@ void config_check(const char* k, double v, Check c) {
   }
 }
 
+void config_check(const char* k, int64_t v, Check c, int64_t max) {
+  config_check(k, static_cast<double>(v), c);
+  if (v > max)
+    throw Error(ErrorKind::config, "config " + std::string(k) + " must be at most " + std::to_string(max) + ", got " +
+                    std::to_string(v));
+}
+
 bool GPTConfig::is_key(const std::string& k) {
-#define TAPELM_IS_KEY(type, key, def, check) \
+#define TAPELM_IS_KEY(type, key, def, check, max) \
   if (k == #key) return true;
   TAPELM_GPT_FIELDS(TAPELM_IS_KEY)
 #undef TAPELM_IS_KEY
@@ -75,43 +128,37 @@ bool GPTConfig::is_key(const std::string& k) {
 }
 
 GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw Error(ErrorKind::config, "model config must be a JSON object, got " + j.dump());
+  if (!j.is_object()) throw Error(ErrorKind::config, "model config must be a JSON object, got " + echo_json(j));
   for (const auto& [k, v] : j.items())
-    if (!is_key(k)) throw Error(ErrorKind::config, "unknown model config key '" + k + "'");
+    if (!is_key(k)) throw Error(ErrorKind::config, "unknown model config key '" + cut_for_message(k) + "'");
   GPTConfig c;
-#define TAPELM_GET(type, key, def, check) config_get(j, #key, c.key);
+#define TAPELM_GET(type, key, def, check, max) config_get(j, #key, c.key);
   TAPELM_GPT_FIELDS(TAPELM_GET)
 #undef TAPELM_GET
   if (!j.contains("n_kv_head")) c.n_kv_head = c.n_head;
-  if (!j.contains("mlp_hidden") || c.mlp_hidden == 0) c.mlp_hidden = 4 * c.n_embd;  // 0: the default, as in the reference
+  if (!j.contains("mlp_hidden") || c.mlp_hidden == 0) {  // 0: the default, as in the reference
+    config_check("n_embd", c.n_embd, Check::positive, count_max / 4);  // before 4·n_embd can overflow
+    c.mlp_hidden = 4 * c.n_embd;
+  }
   c.validate();
   return c;
 }
 
-GPTConfig GPTConfig::from_json_string(const std::string& s) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(s);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorKind::config, std::string("model config is not valid JSON: ") + e.what());
-  }
-  return from_json(j);
-}
+GPTConfig GPTConfig::from_json_string(const std::string& s) { return from_json(parse_config_json(s, "model config")); }
 
 nlohmann::json GPTConfig::to_json() const {
   nlohmann::json j = nlohmann::json::object();
-#define TAPELM_PUT(type, key, def, check) j[#key] = config_value(key);
+#define TAPELM_PUT(type, key, def, check, max) j[#key] = config_value(key);
   TAPELM_GPT_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
   return j;
 }
 
 void GPTConfig::validate() const {
-#define TAPELM_CHECK(type, key, def, check) \
-  config_check(#key, key, Check::check);
+#define TAPELM_CHECK(type, key, def, check, max) \
+  config_check(#key, key, Check::check, max);
   TAPELM_GPT_FIELDS(TAPELM_CHECK)
 #undef TAPELM_CHECK
-  if (vocab_size > 65536) throw Error(ErrorKind::config, "config vocab_size " + std::to_string(vocab_size) + " exceeds 65536 (uint16 token files)");
   if (n_embd % n_head != 0)
     throw Error(ErrorKind::config, "config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   if (n_head % n_kv_head != 0)

@@ -41,6 +41,22 @@ template <class E> std::string to_string(E e) {
 
 /// Range checks a table row can name; `any` checks nothing (validate() does the rest).
 enum class Check { any, positive, non_negative, unit_interval };
+/// The max column of a row that has no upper bound (floats, strings, enums).
+struct NoMax {};
+inline constexpr NoMax none{};
+/// The largest value of a count key: a product of two counts stays far inside int64, so no
+/// arithmetic on checked keys can overflow (memory checks compute in double).
+inline constexpr int64_t count_max = 2147483647;
+
+/// s cut to at most `max` bytes at a UTF-8 boundary, "..." marking a cut: how a value is echoed
+/// in a message, so a 100 MB value never is.
+std::string cut_for_message(const std::string& s, size_t max = 80);
+/// A JSON value as a message echoes it: scalars dumped and cut, arrays and objects by their size
+/// (dumping them would recurse as deep as they nest).
+std::string echo_json(const nlohmann::json& v);
+/// Parses a config's JSON text; `what` (a file name, "--set key") starts each error. Rejects
+/// nesting deeper than 16 levels (before any recursion) and a key repeated in one object.
+nlohmann::json parse_config_json(const std::string& text, const std::string& what);
 
 /// Reads j[key] into out when the key is present; a value of the wrong JSON type is a
 /// config Error naming the key (integers also accept floats with an integral value).
@@ -61,40 +77,47 @@ void config_get(const nlohmann::json& j, const std::string& key, E& out) {
     }
     expected += std::string(expected.empty() ? "" : " or ") + "\"" + name + "\"";
   }
-  throw Error(ErrorKind::config, "config " + key + " must be " + expected + ", got \"" + s + "\"");
+  throw Error(ErrorKind::config, "config " + key + " must be " + expected + ", got \"" + cut_for_message(s) + "\"");
 }
 /// The JSON value of a config member (enums by name).
 template <class T> nlohmann::json config_value(const T& v) {
   if constexpr (std::is_enum_v<T>) return to_string(v);
   else return v;
 }
-/// Throws a config Error when v breaks the row's check.
+/// Throws a config Error naming the key when v breaks the row's check or exceeds its max.
 void config_check(const char* key, double v, Check c);
-template <class T> void config_check(const char* key, const T& v, Check c) {
-  if constexpr (std::is_arithmetic_v<T>) config_check(key, static_cast<double>(v), c);
+void config_check(const char* key, int64_t v, Check c, int64_t max);
+template <class T, class M> void config_check(const char* key, const T& v, Check c, M max) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // uint64 keys hold at most INT64_MAX: config_get reads through int64
+    config_check(key, static_cast<int64_t>(v), c, static_cast<int64_t>(max));
+  } else if constexpr (std::is_arithmetic_v<T>) {
+    config_check(key, static_cast<double>(v), c);
+  }
 }
 
-// type, key, default, check. n_kv_head = 0 and mlp_hidden = 0 stand for their derived defaults
-// (n_head and 4·n_embd), filled in by from_json.
-#define TAPELM_GPT_FIELDS(X)                                \
-  X(int64_t, vocab_size, 65, positive)                      \
-  X(int64_t, block_size, 64, positive)                      \
-  X(int64_t, n_layer, 4, positive)                          \
-  X(int64_t, n_head, 4, positive)                           \
-  X(int64_t, n_kv_head, 4, positive)                        \
-  X(int64_t, n_embd, 128, positive)                         \
-  X(int64_t, mlp_hidden, 512, positive)                     \
-  X(NormKind, norm, NormKind::LayerNorm, any)               \
-  X(double, norm_eps, 1e-5, positive)                       \
-  X(PosKind, pos, PosKind::Learned, any)                    \
-  X(double, rope_theta, 10000.0, positive)                  \
-  X(MlpKind, mlp, MlpKind::Gelu, any)                       \
-  X(bool, bias, false, any)                                 \
-  X(bool, tie_embeddings, true, any)                        \
-  X(double, dropout, 0.0, unit_interval)
+// type, key, default, check, max. n_kv_head = 0 and mlp_hidden = 0 stand for their derived
+// defaults (n_head and 4·n_embd), filled in by from_json; n_embd's max keeps 4·n_embd a count.
+// vocab_size: token files hold uint16 ids.
+#define TAPELM_GPT_FIELDS(X)                                      \
+  X(int64_t, vocab_size, 65, positive, 65536)                     \
+  X(int64_t, block_size, 64, positive, count_max)                 \
+  X(int64_t, n_layer, 4, positive, count_max)                     \
+  X(int64_t, n_head, 4, positive, count_max)                      \
+  X(int64_t, n_kv_head, 4, positive, count_max)                   \
+  X(int64_t, n_embd, 128, positive, count_max / 4)                \
+  X(int64_t, mlp_hidden, 512, positive, count_max)                \
+  X(NormKind, norm, NormKind::LayerNorm, any, none)               \
+  X(double, norm_eps, 1e-5, positive, none)                       \
+  X(PosKind, pos, PosKind::Learned, any, none)                    \
+  X(double, rope_theta, 10000.0, positive, none)                  \
+  X(MlpKind, mlp, MlpKind::Gelu, any, none)                       \
+  X(bool, bias, false, any, none)                                 \
+  X(bool, tie_embeddings, true, any, none)                        \
+  X(double, dropout, 0.0, unit_interval, none)
 
 struct GPTConfig {
-#define TAPELM_MEMBER(type, key, def, check) type key = def;
+#define TAPELM_MEMBER(type, key, def, check, max) type key = def;
   TAPELM_GPT_FIELDS(TAPELM_MEMBER)
 
   int64_t head_dim() const { return n_embd / n_head; }

@@ -8,14 +8,15 @@
 namespace tapelm {
 
 std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt, Rng& rng) {
-  const int64_t B = logits.dim(0), V = logits.dim(1);
+  const int64_t B = logits.dim(0), stride = logits.dim(1);
+  const int64_t V = opt.vocab_limit > 0 ? std::min(opt.vocab_limit, stride) : stride;  // ids past V are never drawn
   if (!opt.greedy && !(opt.temperature > 0))
     throw Error(ErrorKind::usage, "sample: temperature must be positive, got " + std::to_string(opt.temperature));
   if (opt.top_k < 0) throw Error(ErrorKind::usage, "sample: top_k must be >= 0, got " + std::to_string(opt.top_k));
   std::vector<int32_t> out(B);
   std::vector<double> p(V);
   for (int64_t b = 0; b < B; b++) {
-    const float* l = logits.data() + b * V;
+    const float* l = logits.data() + b * stride;
     if (opt.greedy) {
       out[b] = static_cast<int32_t>(std::max_element(l, l + V) - l);
       continue;
@@ -49,38 +50,45 @@ std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt,
   return out;
 }
 
-std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
-                                           int64_t n_new, const SampleOptions& opt, uint64_t seed) {
+void generate_stream(const GPT& model, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
+                     const SampleOptions& opt, uint64_t seed, const TokenSink& sink) {
   if (prompts.empty() || prompts[0].empty()) throw Error(ErrorKind::usage, "generate: empty prompt");
   const int64_t B = static_cast<int64_t>(prompts.size()), T = model.config().block_size;
   const size_t t0 = prompts[0].size();
   for (const auto& p : prompts)
     if (p.size() != t0) throw Error(ErrorKind::usage, "generate: prompts of different lengths");
-  std::vector<std::vector<int32_t>> seqs = prompts;
+  std::vector<std::vector<int32_t>> ctx = prompts;  // the tail of each sequence the model can still see
   Rng rng(seed);
   KVCache cache = model.make_cache(B, T);
-  auto feed = [&](int64_t from, int64_t count) {
+  auto feed_last = [&](int64_t count) {
     Index ids;
     ids.shape = {B, count};
-    for (int64_t b = 0; b < B; b++)
-      ids.data.insert(ids.data.end(), seqs[b].begin() + from, seqs[b].begin() + from + count);
+    for (int64_t b = 0; b < B; b++) ids.data.insert(ids.data.end(), ctx[b].end() - count, ctx[b].end());
     return model.decode_step(ids, cache);
   };
-  const int64_t len0 = static_cast<int64_t>(t0);
-  const int64_t start = std::max<int64_t>(0, len0 - T);
-  Tensor logits = feed(start, len0 - start);
+  Tensor logits = feed_last(std::min<int64_t>(static_cast<int64_t>(t0), T));
   for (int64_t i = 0; i < n_new; i++) {
     std::vector<int32_t> next = sample_next(logits, opt, rng);
-    for (int64_t b = 0; b < B; b++) seqs[b].push_back(next[b]);
+    for (int64_t b = 0; b < B; b++) ctx[b].push_back(next[b]);
+    sink(next);
     if (i + 1 == n_new) break;
-    const int64_t len = static_cast<int64_t>(seqs[0].size());
     if (cache.len < T) {
-      logits = feed(len - 1, 1);
+      logits = feed_last(1);
     } else {  // window full: crop to the last T tokens and refill
       cache.len = 0;
-      logits = feed(len - T, T);
+      logits = feed_last(T);
     }
+    if (static_cast<int64_t>(ctx[0].size()) > 2 * T)
+      for (auto& c : ctx) c.erase(c.begin(), c.end() - T);
   }
+}
+
+std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+                                           int64_t n_new, const SampleOptions& opt, uint64_t seed) {
+  std::vector<std::vector<int32_t>> seqs = prompts;
+  generate_stream(model, prompts, n_new, opt, seed, [&](const std::vector<int32_t>& next) {
+    for (size_t b = 0; b < seqs.size(); b++) seqs[b].push_back(next[b]);
+  });
   return seqs;
 }
 

@@ -109,4 +109,68 @@ BOOST_AUTO_TEST_CASE(train_sample_and_inspect_cli) {
   BOOST_TEST(t.out.find("val loss on the whole val split") != std::string::npos, t.out);
 }
 
+BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
+  TempDir d;
+  const std::string text = std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt";
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "max_iters": 2, "batch_size": 2})";
+  auto train_with = [&](const std::string& cfg, const std::string& extra = "", const std::string& data = "") {
+    return run_cli("train --config " + cfg + " --data " + (data.empty() ? text : data) + " --out " + (d / "out") +
+                   extra + " --quiet");
+  };
+  const std::string cfg = d / "cfg.json";
+  // sizes that cannot fit: one line before anything is allocated (was an abort after 9.9 GB)
+  expect_error(train_with(cfg, " --set n_layer=1000000000"), "parameters");
+  expect_error(train_with(cfg, " --set batch_size=1000000000"), "batch_size 1000000000");
+  expect_error(train_with(cfg, " --set eval_iters=1000000000"), "eval_iters 1000000000");
+  expect_error(train_with(cfg, "", "/dev/zero"), "not a regular file");
+  expect_error(run_cli("bench --set n_layer=1000000000"), "parameters");
+  // every integer key is range-checked, naming it
+  expect_error(train_with(cfg, " --set n_embd=4611686018427387904"), "n_embd");
+  // seeds and threads: the same rule for flags and keys
+  expect_error(train_with(cfg, " --set seed=18446744073709551615"), "seed");
+  expect_error(run_cli("--threads -1 demo"), "threads");
+  expect_error(train_with(cfg, " --set threads=-1"), "threads");
+  expect_error(run_cli("sample --checkpoint x.h5 --seed 18446744073709551615"), "seed");
+  expect_error(run_cli("sample --checkpoint x.h5 --seed -1"), "seed");
+  // CLI11's parse errors: one line, exit 1; help still exits 0
+  expect_error(run_cli("eval --checkpoint x.h5 --data y --split bogus"), "split");
+  expect_error(run_cli("eval --data y"), "--checkpoint");
+  expect_error(run_cli("train --data x --out y --no-such-flag"), "--no-such-flag");
+  expect_error(run_cli(""), "subcommand");
+  Run help = run_cli("eval --help");
+  BOOST_TEST(help.code == 0, help.err);
+  BOOST_TEST(help.out.find("--split") != std::string::npos);
+  // config files: deep nesting (was a segfault), duplicate keys, huge values
+  const size_t deep = 100000;
+  std::ofstream(d / "deep.json") << "{\"n_layer\": " << std::string(deep, '[') << std::string(deep, ']') << "}";
+  expect_error(train_with(d / "deep.json"), "nested deeper");
+  std::ofstream(d / "dup.json") << R"({"n_layer": 1, "n_embd": 8, "n_layer": 2})";
+  expect_error(train_with(d / "dup.json"), "duplicate key 'n_layer'");
+  std::ofstream(d / "huge.json") << R"({"optimizer": ")" << std::string(10 << 20, 'x') << "\"}";
+  Run huge = train_with(d / "huge.json");
+  expect_error(huge, "optimizer");
+  BOOST_TEST(huge.err.size() < 300u);
+  expect_error(train_with(cfg, " --set optimizer=" + std::string(100000, 'y')), "optimizer");
+  BOOST_TEST(train_with(cfg, " --set optimizer=" + std::string(100000, 'y')).err.size() < 300u);
+}
+
+BOOST_AUTO_TEST_CASE(sample_masks_ids_the_tokenizer_lacks_and_streams) {
+  TempDir d;
+  // 31 distinct characters, a model of 65 ids: train warns, sample never draws ids 31..64
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8, "max_iters": 1,
+    "batch_size": 2, "eval_iters": 1, "vocab_size": 65})";
+  Run t = run_cli("train --config " + (d / "cfg.json") + " --data " + fixture_path("tiny.txt") + " --out " + (d / "run") + " --quiet");
+  BOOST_TEST_REQUIRE(t.code == 0, t.err);
+  BOOST_TEST(t.err.find("warning: vocab_size 65 exceeds the 31 symbols") != std::string::npos, t.err);
+  const std::string ck = d / "run/checkpoint.h5";
+  for (int seed = 0; seed < 5; seed++) {
+    Run s = run_cli("sample --checkpoint " + ck + " --tokens 200 --temperature 2 --seed " + std::to_string(seed));
+    BOOST_TEST(s.code == 0, s.err);
+  }
+  // 10^12 tokens: the first ones arrive at once (nothing was printed before the end)
+  Run s = run_shell("(timeout 60 " + std::string(TAPELM_BINARY) + " sample --checkpoint " + ck +
+                    " --tokens 1000000000000 2>/dev/null | head -c 40)");
+  BOOST_TEST(s.out.size() == 40u, s.out);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -227,6 +227,13 @@ BOOST_AUTO_TEST_CASE(text_file_errors) {
   check_error([&] { load_corpus(bad); }, {bad, "invalid UTF-8", "byte offset 5"});
 }
 
+BOOST_AUTO_TEST_CASE(devices_are_not_read) {
+  // /dev/zero never ends: reading it filled memory until std::bad_alloc
+  test::expect_throw([] { read_text_file("/dev/zero"); }, ErrorKind::data, {"/dev/zero", "not a regular file"});
+  test::expect_throw([] { load_corpus("/dev/zero"); }, ErrorKind::data, {"/dev/zero", "not a regular file"});
+  test::expect_throw([] { read_token_file("/dev/zero"); }, ErrorKind::data, {"/dev/zero", "not a regular file"});
+}
+
 BOOST_AUTO_TEST_CASE(ids_beyond_the_vocabulary_are_named) {
   check_error(
       [] {

@@ -9,6 +9,7 @@
 #include "nn/generate.h"
 #include "nn/gpt.h"
 #include "test_util.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using tapelm::test::check_grad;
@@ -224,6 +225,78 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   BOOST_TEST(c.n_kv_head == 8);
   BOOST_TEST(c.mlp_hidden == 1024);
   BOOST_TEST((GPTConfig::from_json(c.to_json()) == c));
+}
+
+BOOST_AUTO_TEST_CASE(every_integer_key_is_range_checked_before_arithmetic) {
+  auto expect = [](const nlohmann::json& j, const std::vector<std::string>& parts) {
+    test::expect_throw([&] { TrainConfig::from_json(j); }, ErrorKind::config, parts);
+  };
+  // 4·n_embd wrapped to 0 and blamed mlp_hidden
+  expect({{"n_embd", 4611686018427387904LL}}, {"n_embd", "at most", "4611686018427387904"});
+  expect({{"n_layer", int64_t{1} << 40}}, {"n_layer", "at most"});
+  expect({{"batch_size", 1e30}}, {"batch_size", "out of range"});
+  expect({{"max_iters", -1e30}}, {"max_iters", "out of range"});
+  expect({{"vocab_size", 70000}}, {"vocab_size", "at most 65536"});
+  // one rule for seeds and threads, as the flags have: seeds 0..2^63-1, threads 0..max_threads
+  expect({{"seed", 18446744073709551615ULL}}, {"seed", "18446744073709551615"});
+  expect({{"seed", -1}}, {"seed", ">= 0"});
+  expect({{"threads", -1}}, {"threads", ">= 0"});
+  expect({{"threads", max_threads + 1}}, {"threads", "at most"});
+  BOOST_TEST(TrainConfig::from_json({{"seed", max_seed}}).seed == max_seed);
+}
+
+BOOST_AUTO_TEST_CASE(config_json_parsing_is_bounded) {
+  auto expect = [](const std::string& text, const std::vector<std::string>& parts) {
+    test::expect_throw([&] { parse_config_json(text, "cfg.json"); }, ErrorKind::config, parts);
+  };
+  expect(R"({"n_layer": 1, "batch_size": 2, "n_layer": 2})", {"cfg.json", "duplicate key 'n_layer'"});
+  BOOST_TEST(parse_config_json(R"({"a": {"x": 1}, "b": {"x": 2}})", "cfg.json").size() == 2u);  // per object
+  // 100,000 levels: rejected while parsing, before anything recurses over the value
+  const size_t deep = 100000;
+  expect(R"({"n_layer": )" + std::string(deep, '[') + std::string(deep, ']') + "}", {"cfg.json", "nested deeper"});
+  test::expect_throw([&] { GPTConfig::from_json_string(std::string(deep, '[') + std::string(deep, ']')); },
+                     ErrorKind::config, {"nested deeper"});
+  // echoed values are cut: a huge value or key never fills the message
+  const std::string huge(1 << 20, 'x');
+  for (const nlohmann::json& j : {nlohmann::json{{"norm", huge}}, nlohmann::json{{"n_layer", huge}},
+                                  nlohmann::json{{huge, 1}}, nlohmann::json{{"optimizer", huge}}}) {
+    try {
+      TrainConfig::from_json(j);
+      BOOST_ERROR("accepted");
+    } catch (const Error& e) {
+      BOOST_TEST(std::string(e.what()).size() < 200u, std::string(e.what()).substr(0, 200));
+    }
+  }
+  BOOST_TEST(cut_for_message("h\u00e9llo", 5) == "h...");  // never half a UTF-8 sequence
+  BOOST_TEST(echo_json(nlohmann::json::parse("[[1], 2]")) == "an array of 2 elements");
+}
+
+BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
+  const double gb = 1024.0 * 1024 * 1024;
+  auto cfg = [](const nlohmann::json& j) { return TrainConfig::from_json(j); };
+  auto expect = [&](const nlohmann::json& j, const std::vector<std::string>& parts) {
+    test::expect_throw([&] { check_training_memory(cfg(j), 8 * gb); }, ErrorKind::config, parts);
+  };
+  check_training_memory(cfg(nlohmann::json::object()), 8 * gb);  // the baby config fits
+  check_training_memory(cfg({{"n_layer", 6}, {"n_embd", 384}, {"n_head", 8}, {"block_size", 256}, {"batch_size", 32}}),
+                        8 * gb);  // the paper preset fits
+  expect({{"n_layer", 1000000000}}, {"parameters", "2.8 PB", "more than the 8 GB of memory available"});
+  expect({{"batch_size", 1000000000}}, {"batch_size 1000000000", "activations"});
+  expect({{"eval_iters", 1000000000}}, {"eval_iters 1000000000", "evaluation windows"});
+  test::expect_throw([&] { check_training_memory(cfg({{"n_layer", 1000000000}})); }, ErrorKind::config, {"parameters"});
+  BOOST_TEST(available_memory_bytes() > 0);
+  BOOST_TEST(byte_size_str(1536) == "1.5 KB");
+}
+
+BOOST_AUTO_TEST_CASE(sampling_never_draws_ids_past_the_vocab_limit) {
+  // ids 2 and 3 are the likeliest, but a tokenizer of two symbols cannot print them
+  Tensor logits = Tensor::from({1, 4}, {0.f, 0.5f, 10.f, 10.f});
+  Rng r(3);
+  BOOST_TEST(sample_next(logits, {.greedy = true, .vocab_limit = 2}, r) == std::vector<int32_t>({1}));
+  for (int i = 0; i < 200; i++) {
+    BOOST_TEST(sample_next(logits, {.vocab_limit = 2}, r)[0] < 2);
+    BOOST_TEST(sample_next(logits, {.top_k = 3, .vocab_limit = 2}, r)[0] < 2);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sampling) {

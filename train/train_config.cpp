@@ -1,11 +1,13 @@
 #include "train/train_config.h"
 
+#include <cstdio>
+
 
 namespace tapelm {
 
 namespace {
 bool is_train_key(const std::string& k) {
-#define TAPELM_IS_KEY(type, key, def, check) \
+#define TAPELM_IS_KEY(type, key, def, check, max) \
   if (k == #key) return true;
   TAPELM_TRAIN_FIELDS(TAPELM_IS_KEY)
 #undef TAPELM_IS_KEY
@@ -14,15 +16,15 @@ bool is_train_key(const std::string& k) {
 }  // namespace
 
 TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw Error(ErrorKind::config, "training config must be a JSON object, got " + j.dump());
+  if (!j.is_object()) throw Error(ErrorKind::config, "training config must be a JSON object, got " + echo_json(j));
   nlohmann::json model = nlohmann::json::object();
   for (const auto& [k, v] : j.items()) {
     if (GPTConfig::is_key(k)) model[k] = v;
-    else if (!is_train_key(k)) throw Error(ErrorKind::config, "unknown config key '" + k + "'");
+    else if (!is_train_key(k)) throw Error(ErrorKind::config, "unknown config key '" + cut_for_message(k) + "'");
   }
   TrainConfig c;
   c.model = GPTConfig::from_json(model);
-#define TAPELM_GET(type, key, def, check) config_get(j, #key, c.key);
+#define TAPELM_GET(type, key, def, check, max) config_get(j, #key, c.key);
   TAPELM_TRAIN_FIELDS(TAPELM_GET)
 #undef TAPELM_GET
   if (!j.contains("lr_decay_iters")) c.lr_decay_iters = c.max_iters;
@@ -33,20 +35,19 @@ TrainConfig TrainConfig::from_json(const nlohmann::json& j) {
 void TrainConfig::apply_overrides(nlohmann::json& j, const std::vector<std::string>& sets) {
   for (const std::string& s : sets) {
     const auto eq = s.find('=');
-    if (eq == std::string::npos || eq == 0) throw Error(ErrorKind::config, "--set expects key=value, got '" + s + "'");
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorKind::config, "--set expects key=value, got '" + cut_for_message(s) + "'");
     const std::string k = s.substr(0, eq), v = s.substr(eq + 1);
-    if (!GPTConfig::is_key(k) && !is_train_key(k)) throw Error(ErrorKind::config, "unknown config key '" + k + "' in --set");
-    try {
-      j[k] = nlohmann::json::parse(v);
-    } catch (const nlohmann::json::parse_error&) {
-      j[k] = v;  // a bare word such as rmsnorm
-    }
+    if (!GPTConfig::is_key(k) && !is_train_key(k))
+      throw Error(ErrorKind::config, "unknown config key '" + cut_for_message(k) + "' in --set");
+    if (nlohmann::json::accept(v)) j[k] = parse_config_json(v, "--set " + k);
+    else j[k] = v;  // a bare word such as rmsnorm
   }
 }
 
 nlohmann::json TrainConfig::to_json() const {
   nlohmann::json j = model.to_json();
-#define TAPELM_PUT(type, key, def, check) j[#key] = config_value(key);
+#define TAPELM_PUT(type, key, def, check, max) j[#key] = config_value(key);
   TAPELM_TRAIN_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
   return j;
@@ -54,12 +55,36 @@ nlohmann::json TrainConfig::to_json() const {
 
 void TrainConfig::validate() const {
   model.validate();
-#define TAPELM_CHECK(type, key, def, check) \
-  config_check(#key, key, Check::check);
+#define TAPELM_CHECK(type, key, def, check, max) \
+  config_check(#key, key, Check::check, max);
   TAPELM_TRAIN_FIELDS(TAPELM_CHECK)
 #undef TAPELM_CHECK
   if (optimizer != "adamw" && optimizer != "sgd")
-    throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + optimizer + "\"");
+    throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
+}
+
+void check_training_memory(const TrainConfig& c, double available) {
+  const GPTConfig& m = c.model;
+  const double params = static_cast<double>(model_cost(m).params);
+  const double weights = 16 * params;  // float weights, gradients and AdamW's two moments
+  // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
+  // hidden layer before and after its activation, one row of attention scores, and the logits
+  // with their softmax.
+  const double T = static_cast<double>(m.block_size), d = static_cast<double>(m.n_embd);
+  const double per_token = static_cast<double>(m.n_layer) * (4 * d + 2 * static_cast<double>(m.mlp_hidden) +
+                                                             static_cast<double>(m.n_head) * T) +
+                           2 * static_cast<double>(m.vocab_size);
+  const double activations = 4 * per_token * static_cast<double>(c.batch_size) * T;
+  const double windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
+  char n[32];
+  std::snprintf(n, sizeof n, "%.3g", params);
+  check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
+                                       ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state");
+  check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
+                                           std::to_string(m.block_size) + ": one step's activations");
+  check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
+                                       std::to_string(c.batch_size) + ": the evaluation windows");
+  check_memory(weights + activations + windows, available, "training this config");
 }
 
 LrSchedule TrainConfig::schedule() const {

@@ -4,37 +4,43 @@
 #include <string>
 #include <vector>
 
+#include "nn/accounting.h"
 #include "nn/config.h"
 #include "optim/optim.h"
 
 namespace tapelm {
 
-// type, key, default, check: the training keys, declared once (see TAPELM_GPT_FIELDS).
+/// The rule for every seed and thread count, flag or config key: seeds 0..2^63-1, threads
+/// 0 (all cores)..max_threads.
+inline constexpr uint64_t max_seed = 9223372036854775807ULL;
+inline constexpr int64_t max_threads = 4096;
+
+// type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
 // lr_decay_iters defaults to max_iters when not given.
-#define TAPELM_TRAIN_FIELDS(X)                     \
-  X(int64_t, batch_size, 12, positive)             \
-  X(int64_t, max_iters, 2000, non_negative)        \
-  X(double, learning_rate, 1e-3, positive)         \
-  X(double, min_lr, 1e-4, non_negative)            \
-  X(int64_t, warmup_iters, 100, non_negative)      \
-  X(int64_t, lr_decay_iters, 2000, any)            \
-  X(bool, decay_lr, true, any)                     \
-  X(double, weight_decay, 0.1, any)                \
-  X(double, beta1, 0.9, unit_interval)             \
-  X(double, beta2, 0.99, unit_interval)            \
-  X(double, eps, 1e-8, any)                        \
-  X(double, momentum, 0.9, any)       /* SGD */    \
-  X(bool, nesterov, false, any)       /* SGD */    \
-  X(double, grad_clip, 1.0, non_negative) /* 0: off */ \
-  X(int64_t, grad_accum, 1, positive)              \
-  X(std::string, optimizer, "adamw", any)          \
-  X(int64_t, eval_interval, 250, positive)         \
-  X(int64_t, eval_iters, 20, positive)             \
-  X(int64_t, log_interval, 10, positive)           \
-  X(int64_t, checkpoint_interval, 500, positive)   \
-  X(uint64_t, seed, 1337, any)                     \
-  X(int64_t, threads, 0, non_negative) /* 0: all cores */ \
-  X(double, peak_flops, 0, any) /* for MFU; 0: measure this machine's sgemm peak */
+#define TAPELM_TRAIN_FIELDS(X)                                    \
+  X(int64_t, batch_size, 12, positive, count_max)                 \
+  X(int64_t, max_iters, 2000, non_negative, count_max)            \
+  X(double, learning_rate, 1e-3, positive, none)                  \
+  X(double, min_lr, 1e-4, non_negative, none)                     \
+  X(int64_t, warmup_iters, 100, non_negative, count_max)          \
+  X(int64_t, lr_decay_iters, 2000, any, count_max)                \
+  X(bool, decay_lr, true, any, none)                              \
+  X(double, weight_decay, 0.1, any, none)                         \
+  X(double, beta1, 0.9, unit_interval, none)                      \
+  X(double, beta2, 0.99, unit_interval, none)                     \
+  X(double, eps, 1e-8, any, none)                                 \
+  X(double, momentum, 0.9, any, none)       /* SGD */             \
+  X(bool, nesterov, false, any, none)       /* SGD */             \
+  X(double, grad_clip, 1.0, non_negative, none) /* 0: off */      \
+  X(int64_t, grad_accum, 1, positive, count_max)                  \
+  X(std::string, optimizer, "adamw", any, none)                   \
+  X(int64_t, eval_interval, 250, positive, count_max)             \
+  X(int64_t, eval_iters, 20, positive, count_max)                 \
+  X(int64_t, log_interval, 10, positive, count_max)               \
+  X(int64_t, checkpoint_interval, 500, positive, count_max)       \
+  X(uint64_t, seed, 1337, any, max_seed)                          \
+  X(int64_t, threads, 0, non_negative, max_threads) /* 0: all cores */ \
+  X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */
 
 struct TrainConfig {
   GPTConfig model;
@@ -52,5 +58,10 @@ struct TrainConfig {
   /// The optimizer this config describes, over the given parameters (via tapelm::make_optimizer).
   std::unique_ptr<Optimizer> make_optimizer(const NamedParams& params) const;
 };
+
+/// Throws a config Error naming the keys at fault when training c cannot fit in `available`
+/// bytes: weights, gradients and optimizer state, one micro-batch's activations (a lower bound)
+/// and the evaluation windows. Called before anything is allocated.
+void check_training_memory(const TrainConfig& c, double available = available_memory_bytes());
 
 }  // namespace tapelm

@@ -111,6 +111,7 @@ namespace {
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
+  check_training_memory(cfg);  // before the model is allocated
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
@@ -25,14 +26,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// More tokens than any sample is read for: sample warns, as it will run for hours.
+constexpr int64_t sample_warn_tokens = 1000000;
+
 nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config_json(text.str(), path);
 }
 
 struct Loaded {
@@ -44,7 +46,10 @@ struct Loaded {
 Loaded load_checkpoint(const std::string& path) {
   H5File f = H5File::open_read(path);
   Loaded l;
-  l.model = std::make_unique<GPT>(read_model_config(f));
+  const GPTConfig cfg = read_model_config(f);
+  check_memory(4.0 * static_cast<double>(model_cost(cfg).params), available_memory_bytes(),
+               path + ": the model's " + std::to_string(model_cost(cfg).params) + " parameters");
+  l.model = std::make_unique<GPT>(cfg);
   read_model_weights(f, *l.model);
   if (has_tokenizer(f)) {
     l.tok = read_tokenizer(f);
@@ -76,6 +81,7 @@ int run_train(const TrainArgs& a, int threads) {
     if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
     if (threads > 0) j["threads"] = threads;
     cfg = TrainConfig::from_json(j);
+    check_training_memory(cfg);
   } catch (const std::exception& e) {
     if (!dist::multi()) throw;
     setup_error = *e.what() ? e.what() : "unknown error";
@@ -87,6 +93,10 @@ int run_train(const TrainArgs& a, int threads) {
   opt.check_sync = a.check_sync;
   opt.stop = stop;
   const bool talk = !a.quiet && dist::rank() == 0;
+  if (dist::rank() == 0 && cfg.model.vocab_size > corpus.tok.vocab_size())
+    std::fprintf(stderr, "tapelm: warning: vocab_size %ld exceeds the %d symbols of %s's tokenizer: ids %d to %ld never occur (sample never draws them)\n",
+                 (long)cfg.model.vocab_size, corpus.tok.vocab_size(), a.data.c_str(), corpus.tok.vocab_size(),
+                 (long)cfg.model.vocab_size - 1);
   const ModelCost cost = model_cost(cfg.model);
   if (talk) {
     std::printf("training %.2fM parameters (%ld layers, %ld heads, %ld kv heads, d %ld, T %ld) on %zu tokens; run dir %s\n",
@@ -163,6 +173,7 @@ int run_bench(const BenchArgs& a) {
   nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_json_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
   TrainConfig cfg = TrainConfig::from_json(j);
+  check_training_memory(cfg);
   if (a.iters <= 0 || a.warmup < 0) throw Error(ErrorKind::usage, "bench: --iters must be positive and --warmup >= 0");
   const bool train_mode = a.mode == "train";
   const int64_t batch = a.batch > 0 ? a.batch : train_mode ? cfg.batch_size : 1;
@@ -228,12 +239,21 @@ int run_sample(const SampleArgs& a) {
   } catch (const std::exception& e) {
     throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
   }
+  if (a.tokens > sample_warn_tokens)
+    std::fprintf(stderr, "tapelm: warning: --tokens %ld: far more than a sample needs; the text streams as it is generated, stop it with Ctrl-C\n",
+                 (long)a.tokens);
   SampleOptions so;
   so.greedy = a.greedy;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
-  auto out = generate(*l.model, {prompt}, a.tokens, so, a.seed);
-  std::printf("%s\n", l.tok.decode(out[0]).c_str());
+  so.vocab_limit = l.tok.vocab_size();  // the model's ids past the tokenizer's cannot be printed
+  std::fputs(l.tok.decode(prompt).c_str(), stdout);
+  std::fflush(stdout);
+  generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
+    std::fputs(l.tok.decode(next).c_str(), stdout);
+    std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
+  });
+  std::printf("\n");
   return 0;
 }
 

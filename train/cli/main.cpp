@@ -17,8 +17,17 @@
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/cli/cli.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
+
+namespace {
+/// A flag that cannot be parsed as one line: CLI11's first line, the value in it cut.
+std::string parse_error_line(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  return cut_for_message(what.substr(0, what.find('\n')), 200);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   dist::Session mpi(&argc, &argv);  // initialises MPI only under an MPI launcher
@@ -26,7 +35,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every subcommand");
   int threads = 0;
-  app.add_option("--threads", threads, "threads for kernels and BLAS (0: all cores)");
+  app.add_option("--threads", threads, "threads for kernels and BLAS (0: all cores)")
+      ->check(CLI::Range(0, static_cast<int>(max_threads)));
+  // seeds follow the config's rule (TrainConfig's max_seed): 0 to 2^63 - 1
+  const CLI::Range seed_range(uint64_t{0}, max_seed);
 
   cli::TrainArgs ta;
   auto* train = app.add_subcommand("train", "train a model (nanoGPT's train.py)");
@@ -55,7 +67,7 @@ int main(int argc, char** argv) {
   sample->add_option("--tokens", sa.tokens, "tokens to generate");
   sample->add_option("--temperature", sa.temperature, "softmax temperature");
   sample->add_option("--top-k", sa.top_k, "sample among the k most likely tokens (0: all)");
-  sample->add_option("--seed", sa.seed, "random seed");
+  sample->add_option("--seed", sa.seed, "random seed")->check(seed_range);
   sample->add_flag("--greedy", sa.greedy, "always take the most likely token");
 
   cli::ConvertArgs ca;
@@ -64,7 +76,7 @@ int main(int argc, char** argv) {
   convert->add_option("--kv-heads", ca.kv_heads, "new number of key/value heads (divides the old)")->required();
   convert->add_option("--method", ca.method, "mean, first or random")->check(CLI::IsMember({"mean", "first", "random"}));
   convert->add_option("--out", ca.out, "output checkpoint")->required();
-  convert->add_option("--seed", ca.seed, "seed for --method random");
+  convert->add_option("--seed", ca.seed, "seed for --method random")->check(seed_range);
 
   cli::UptrainArgs ua;
   auto* up = app.add_subcommand("uptrain", "convert to fewer kv heads, then train a fraction of the original steps");
@@ -77,7 +89,7 @@ int main(int argc, char** argv) {
   up->add_option("--data", ua.data, "the original run's text or prepared directory")->required();
   up->add_option("--out", ua.out, "run directory")->required();
   up->add_option("--lr", ua.lr, "rewarm: peak learning rate (default: half the original run's peak)");
-  up->add_option("--seed", ua.seed, "seed for batches, dropout and random init");
+  up->add_option("--seed", ua.seed, "seed for batches, dropout and random init")->check(seed_range);
   up->add_flag("--resume", ua.resume, "continue an interrupted uptraining run");
   up->add_flag("--quiet", ua.quiet, "no progress lines");
 
@@ -111,7 +123,7 @@ int main(int argc, char** argv) {
   bench->add_option("--decode-len", ba.decode_len, "decode: tokens per sequence (default: block_size)");
   bench->add_option("--iters", ba.iters, "timed iterations");
   bench->add_option("--warmup", ba.warmup, "untimed iterations first");
-  bench->add_option("--seed", ba.seed, "seed for weights and tokens");
+  bench->add_option("--seed", ba.seed, "seed for weights and tokens")->check(seed_range);
   bench->add_flag("--json", ba.json, "print one JSON line");
 
   auto* demo = app.add_subcommand("demo", "a tiny forward/backward with a gradient check");
@@ -120,17 +132,22 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (!dist::multi()) return app.exit(e);
+    if (!dist::multi() && e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (!dist::multi()) {
+      std::fprintf(stderr, "tapelm: error: %s\n", parse_error_line(e).c_str());
+      return 1;
+    }
     parse_error = e;
   }
   if (dist::multi()) {  // one decision for the whole job: a rank that left alone would hang the rest
     std::string why;    // this rank's reason not to train, "" if none
     const bool help = parse_error && parse_error->get_exit_code() == 0;
-    if (parse_error) {
+    if (help) {
       std::ostringstream out, err;
       app.exit(*parse_error, out, err);
-      why = help ? out.str() : err.str();
-      if (!help) why = why.substr(0, why.find('\n'));
+      why = out.str();
+    } else if (parse_error) {
+      why = parse_error_line(*parse_error);
     } else if (!*train) {
       why = "only `tapelm train` runs on more than one MPI rank (this job has " + std::to_string(dist::size()) + ")";
     }
