@@ -143,6 +143,37 @@ inline void expect_error(const Run& r, const std::string& part) {
   BOOST_TEST(r.err.find("Sanitizer") == std::string::npos, r.err);
 }
 
+/// Runs each command line under `timeout` (a hang is exit 124), spread over `jobs` shell scripts
+/// run side by side: for hundreds of tiny runs, process start-up is the cost, not the commands.
+inline std::vector<Run> run_shell_batch(const std::vector<std::string>& cmdlines, int jobs = 2, int timeout_s = 20) {
+  TempDir d;
+  std::vector<std::ofstream> scripts;
+  for (int j = 0; j < jobs; j++) scripts.emplace_back(d / ("batch" + std::to_string(j) + ".sh"));
+  for (size_t i = 0; i < cmdlines.size(); i++) {
+    const std::string base = d / std::to_string(i);
+    scripts[i % jobs] << "timeout -k 5 " << timeout_s << " " << cmdlines[i] << " >" << base << ".out 2>" << base
+                      << ".err </dev/null; echo $? >" << base << ".rc\n";
+  }
+  std::string all;
+  for (int j = 0; j < jobs; j++) {
+    scripts[j].close();
+    all += "sh " + (d / ("batch" + std::to_string(j) + ".sh")) + " & ";
+  }
+  std::system((all + "wait").c_str());
+  std::vector<Run> out;
+  for (size_t i = 0; i < cmdlines.size(); i++) {
+    const std::string base = d / std::to_string(i), rc = slurp(base + ".rc");
+    out.push_back({rc.empty() ? -1 : std::stoi(rc), slurp(base + ".out"), slurp(base + ".err")});
+  }
+  return out;
+}
+
+/// True if a failed run said so the way every tapelm error does: one stderr line `tapelm: error: ...`.
+inline bool is_one_error_line(const Run& r) {
+  return r.err.rfind("tapelm: error:", 0) == 0 && std::count(r.err.begin(), r.err.end(), '\n') == 1 &&
+         r.err.back() == '\n';
+}
+
 /// The lines of a metrics.jsonl file.
 inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   std::ifstream in(path);

@@ -1,0 +1,327 @@
+// Bad input and faults, through the real binary: seeded corruptions of a checkpoint and of a token
+// file (never a signal, a hang, or a non-finite result reported as success; a failure is one line),
+// training killed with SIGKILL at random moments (the checkpoint loads and --resume ends
+// bit-exactly where an uninterrupted run does), and two writers on one run directory.
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "data/tokens.h"
+#include "train/checkpoint/checkpoint.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+
+BOOST_AUTO_TEST_SUITE(robustness)
+
+namespace {
+
+constexpr int kCheckpointVariants = 200;  // each run through `eval` and `inspect`
+constexpr int kTokenVariants = 100;       // each run through `eval`
+constexpr int kKills = 8;
+
+std::string binary() { return std::string(TAPELM_BINARY) + " --threads 1"; }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// The first 20,000 characters of the corpus: enough for windows of 16, small enough that the
+// closing whole-val-split evaluation costs nothing.
+std::string small_corpus(const TempDir& d) {
+  const std::string path = d / "text.txt";
+  write_bytes(path, read_bytes(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt").substr(0, 20000));
+  return path;
+}
+
+// A one-layer model small enough that a step and a save each take about a millisecond.
+std::string tiny_config(const TempDir& d, int64_t iters, int64_t checkpoint_interval) {
+  const std::string path = d / ("cfg" + std::to_string(iters) + ".json");
+  nlohmann::json j = {{"n_layer", 1},     {"n_head", 2},        {"n_kv_head", 1},   {"n_embd", 16},
+                      {"block_size", 16}, {"batch_size", 2},    {"max_iters", iters}, {"eval_iters", 1},
+                      {"eval_interval", 10}, {"log_interval", 1}, {"dropout", 0.1},  {"seed", 11},
+                      {"checkpoint_interval", checkpoint_interval}, {"peak_flops", 1e9}};  // no sgemm timing at start
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+std::string train_cmd(const std::string& cfg, const std::string& text, const std::string& out) {
+  return binary() + " train --config " + cfg + " --data " + text + " --out " + out + " --quiet";
+}
+
+// One seeded corruption: bytes flipped anywhere or within the first `head` bytes (where the
+// headers are), a truncation, or a zeroed block.
+std::string corrupt(const std::string& good, int variant, size_t head, std::mt19937_64& rng, std::string& what) {
+  std::string b = good;
+  auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+  switch (variant % 4) {
+    case 0:
+    case 1: {
+      const size_t span = variant % 4 == 0 ? b.size() : std::min(head, b.size());
+      const int flips = 1 + static_cast<int>(below(4));
+      what = std::to_string(flips) + " byte(s) flipped at";
+      for (int k = 0; k < flips; k++) {
+        const size_t at = below(span);
+        b[at] = static_cast<char>(b[at] ^ static_cast<char>(1 + below(255)));
+        what += " " + std::to_string(at);
+      }
+      break;
+    }
+    case 2: {
+      const size_t len = below(b.size());
+      b.resize(len);
+      what = "truncated to " + std::to_string(len) + " bytes";
+      break;
+    }
+    default: {
+      const size_t at = below(b.size()), len = std::min(1 + below(4096), b.size() - at);
+      std::fill(b.begin() + at, b.begin() + at + len, '\0');
+      what = std::to_string(len) + " bytes zeroed at " + std::to_string(at);
+    }
+  }
+  return b;
+}
+
+// True if `eval --json` said a finite loss.
+bool finite_loss(const Run& r) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return j.at("loss").is_number() && std::isfinite(j.at("loss").get<double>());
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+struct Case {
+  std::string what;  // the corrupted file and how
+  Run run;
+  bool is_eval;
+};
+
+struct FuzzResults {
+  std::vector<Case> checkpoint_cases, token_cases;
+  double seconds = 0;
+};
+
+// Trains the tiny model once, writes one valid token file, corrupts both, and runs every variant:
+// computed once, judged by the test cases below.
+const FuzzResults& fuzz_results() {
+  static TempDir d;
+  static FuzzResults res = [] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string text = small_corpus(d);
+    Run t = run_cli("train --config " + tiny_config(d, 3, 100) + " --data " + text + " --out " + (d / "run") + " --quiet");
+    BOOST_TEST_REQUIRE(t.code == 0, t.err);
+    const std::string ck = d / "run/checkpoint.h5", tok = d / "tok.bin";
+    std::vector<int32_t> ids(400);
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>((i * 7) % 50);
+    write_token_file(tok, ids);
+
+    // Deliberately non-finite weights, as a diverged run or a bit rot in an exponent leaves them.
+    for (const float bad : {INFINITY, NAN}) {
+      std::unique_ptr<GPT> m = load_model(ck);
+      m->named_parameters().front().second.val()[3] = bad;
+      save_model(d / (std::isnan(bad) ? "nan.h5" : "inf.h5"), *m);
+    }
+    std::vector<std::pair<std::string, std::string>> ck_variants = {{d / "inf.h5", "one weight +Inf"},
+                                                                     {d / "nan.h5", "one weight NaN"}};
+    std::vector<std::pair<std::string, std::string>> tok_variants;
+    std::mt19937_64 rng(20240520);
+    const std::string ck_bytes = read_bytes(ck), tok_bytes = read_bytes(tok);
+    for (int i = 0; i < kCheckpointVariants; i++) {
+      std::string what;
+      const std::string path = d / ("ck" + std::to_string(i) + ".h5");
+      write_bytes(path, corrupt(ck_bytes, i, 4096, rng, what));
+      ck_variants.emplace_back(path, what);
+    }
+    for (int i = 0; i < kTokenVariants; i++) {
+      std::string what;
+      const std::string path = d / ("tok" + std::to_string(i) + ".bin");
+      write_bytes(path, corrupt(tok_bytes, i, token_file_header_bytes, rng, what));
+      tok_variants.emplace_back(path, what);
+    }
+
+    std::vector<std::string> cmds;
+    for (const auto& [path, what] : ck_variants) {
+      cmds.push_back(binary() + " eval --checkpoint " + path + " --data " + tok + " --json");
+      cmds.push_back(binary() + " inspect " + path);
+    }
+    for (const auto& [path, what] : tok_variants) cmds.push_back(binary() + " eval --checkpoint " + ck + " --data " + path + " --json");
+    const std::vector<Run> runs = run_shell_batch(cmds);
+    FuzzResults r;
+    size_t k = 0;
+    for (const auto& [path, what] : ck_variants) {
+      r.checkpoint_cases.push_back({fs::path(path).filename().string() + ", " + what + ", eval", runs[k++], true});
+      r.checkpoint_cases.push_back({fs::path(path).filename().string() + ", " + what + ", inspect", runs[k++], false});
+    }
+    for (const auto& [path, what] : tok_variants)
+      r.token_cases.push_back({fs::path(path).filename().string() + ", " + what + ", eval", runs[k++], true});
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }();
+  return res;
+}
+
+// Every case exits 0 or 1 (no signal, no hang) and every exit 1 is one `tapelm: error:` line.
+void check_outcomes(const std::string& what, const std::vector<Case>& cases) {
+  int ok = 0, refused = 0;
+  std::string bad;
+  for (const Case& c : cases) {
+    ok += c.run.code == 0;
+    refused += c.run.code == 1;
+    if ((c.run.code != 0 && c.run.code != 1) || (c.run.code == 1 && !is_one_error_line(c.run)) ||
+        c.run.err.find("Sanitizer") != std::string::npos)
+      bad += "\n  " + c.what + ": exit " + std::to_string(c.run.code) + ", stderr: " + c.run.err.substr(0, 300);
+  }
+  BOOST_TEST_MESSAGE(what << ": " << cases.size() << " runs, " << ok << " exit 0, " << refused << " exit 1 with one line, "
+                          << fuzz_results().seconds << " s for all fuzz runs");
+  BOOST_TEST(bad.empty(), what << ": runs ending otherwise than exit 0 or one error line:" << bad);
+}
+
+// No `eval` reports success with a loss that is null, NaN or infinite.
+void check_finite(const std::string& what, const std::vector<Case>& cases) {
+  std::string bad;
+  for (const Case& c : cases)
+    if (c.is_eval && c.run.code == 0 && !finite_loss(c.run)) bad += "\n  " + c.what + ": " + c.run.out.substr(0, 200);
+  BOOST_TEST(bad.empty(), what << ": exit 0 with a non-finite loss:" << bad);
+}
+
+}  // namespace
+
+// Expected to fail until string attributes stop crashing HDF5 1.10 on a corrupted file: a few
+// flipped bytes in the global heap (which holds the variable-length string attributes: config,
+// tokenizer) make H5Aread segfault inside H5HG_read, in `inspect` and `eval` alike. Remove the
+// decorator with that fix.
+BOOST_AUTO_TEST_CASE(corrupted_checkpoints_exit_0_or_give_one_error_line, *boost::unit_test::expected_failures(1)) {
+  check_outcomes("corrupted checkpoints", fuzz_results().checkpoint_cases);
+}
+
+// Expected to fail until checkpoints are checksummed and checked for finiteness on load: today a
+// weight of +Inf or NaN evaluates to `"loss": null` with exit 0. Remove the decorator with that fix.
+BOOST_AUTO_TEST_CASE(corrupted_checkpoints_never_evaluate_to_a_non_finite_loss, *boost::unit_test::expected_failures(1)) {
+  check_finite("corrupted checkpoints", fuzz_results().checkpoint_cases);
+}
+
+BOOST_AUTO_TEST_CASE(corrupted_token_files_exit_0_or_give_one_error_line) {
+  check_outcomes("corrupted token files", fuzz_results().token_cases);
+  check_finite("corrupted token files", fuzz_results().token_cases);
+}
+
+// SIGKILL at seeded moments of a run that saves after every step: the checkpoint left behind
+// loads, and --resume ends with the weights of an uninterrupted run, bit for bit.
+BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
+  TempDir d;
+  const int64_t iters = 60;
+  const std::string text = small_corpus(d), cfg = tiny_config(d, iters, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  Run ref = run_shell(train_cmd(cfg, text, d / "ref"));
+  const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_REQUIRE(ref.code == 0, ref.err);
+  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5");
+
+  std::mt19937_64 rng(46);
+  int killed = 0, mid_save = 0;
+  for (int k = 0; k < kKills; k++) {
+    const std::string run = d / ("run" + std::to_string(k));
+    // Killed after the first checkpoint exists, somewhere in the rest of the run.
+    const double delay = ref_s * 0.8 * static_cast<double>(rng() % 1000) / 1000.0;
+    char delay_s[32];
+    std::snprintf(delay_s, sizeof delay_s, "%.3f", delay);
+    Run kill = run_shell("{ " + train_cmd(cfg, text, run) + " >/dev/null 2>&1 & p=$!; i=0; while [ ! -e " + run +
+                         "/checkpoint.h5 ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; sleep " + delay_s +
+                         "; kill -9 $p; wait $p; echo $?; }");
+    killed += kill.out == "137\n";
+    bool tmp_left = false;
+    for (const auto& e : fs::directory_iterator(run)) tmp_left |= e.path().filename().string().find(".tmp") != std::string::npos;
+    mid_save += tmp_left;
+    BOOST_TEST_MESSAGE("kill " << k << " after " << delay_s << " s: exit " << kill.out.substr(0, kill.out.size() - 1)
+                               << (tmp_left ? ", during a save" : ""));
+
+    Run inspect = run_cli("inspect " + run + "/checkpoint.h5");
+    BOOST_TEST(inspect.code == 0, "kill " << k << ": " << inspect.err);
+    Run resumed = run_shell(train_cmd(cfg, text, run) + " --resume");
+    BOOST_TEST_REQUIRE(resumed.code == 0, "kill " << k << ": " << resumed.err);
+    std::vector<nlohmann::json> m;
+    BOOST_CHECK_NO_THROW(m = read_metrics(run + "/metrics.jsonl"));
+    BOOST_TEST((!m.empty() && m.back()["step"] == iters), "kill " << k << ": metrics end at " << (m.empty() ? nlohmann::json() : m.back()));
+    const std::unique_ptr<GPT> got = load_model(run + "/checkpoint.h5");
+    const NamedParams a = got->named_parameters(), b = want->named_parameters();
+    BOOST_TEST_REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); i++) {
+      const Tensor &x = a[i].second.val(), &y = b[i].second.val();
+      BOOST_TEST(std::equal(x.data(), x.data() + x.numel(), y.data()), "kill " << k << ": " << a[i].first << " differs");
+    }
+  }
+  BOOST_TEST_MESSAGE(kKills << " kills: " << killed << " while running, " << mid_save << " during a save");
+  BOOST_TEST(killed >= kKills / 2, "most kills must hit a running process, not one that had finished");
+}
+
+namespace {
+
+// Two `train` on one --out, the second started once the first has begun its metrics log.
+struct TwoWriters {
+  Run first, second;
+  std::string dir;
+};
+
+const TwoWriters& two_writers() {
+  static TempDir d;
+  static TwoWriters res = [] {
+    const std::string text = small_corpus(d), cfg = tiny_config(d, 40, 1), run = d / "run";
+    Run r = run_shell("{ " + train_cmd(cfg, text, run) + " >/dev/null 2>" + (d / "a.err") + " & p=$!; i=0; while [ ! -e " +
+                      run + "/metrics.jsonl ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; " +
+                      train_cmd(cfg, text, run) + " >/dev/null 2>" + (d / "b.err") + "; echo $?; wait $p; echo $?; }");
+    TwoWriters t;
+    std::istringstream codes(r.out);
+    t.second.code = t.first.code = -1;
+    codes >> t.second.code >> t.first.code;
+    t.first.err = slurp(d / "a.err");
+    t.second.err = slurp(d / "b.err");
+    t.dir = run;
+    BOOST_TEST_MESSAGE("two writers: the first exits " << t.first.code << ", the second " << t.second.code);
+    return t;
+  }();
+  return res;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(two_writers_leave_a_loadable_checkpoint_and_whole_metrics_lines) {
+  const TwoWriters& t = two_writers();
+  BOOST_TEST(t.first.code <= 1, t.first.err);
+  BOOST_TEST(t.second.code <= 1, t.second.err);
+  Run inspect = run_cli("inspect " + t.dir + "/checkpoint.h5");
+  BOOST_TEST(inspect.code == 0, inspect.err);
+  std::ifstream in(t.dir + "/metrics.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    n++;
+    BOOST_TEST(nlohmann::json::accept(line), "metrics line " << n << " is not JSON: " << line);
+  }
+  BOOST_TEST(n > 0);
+}
+
+// Expected to fail until the run directory is locked: today both writers run (and the second
+// may delete the first's temp file, so the first fails). Remove the decorator with the lock.
+BOOST_AUTO_TEST_CASE(a_second_writer_is_refused, *boost::unit_test::expected_failures(1)) {
+  const TwoWriters& t = two_writers();
+  // One check, so that the failure count is the same on every run.
+  BOOST_TEST((t.first.code == 0 && t.second.code == 1 && is_one_error_line(t.second) &&
+              t.second.err.find(t.dir) != std::string::npos),
+             "first writer: exit " << t.first.code << " " << t.first.err << "; second writer: exit " << t.second.code
+                                   << " " << t.second.err);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
