@@ -25,6 +25,15 @@ void expect_same_weights(const std::string& a_path, const std::string& b_path) {
   }
 }
 
+/// `tapelm train` of tiny_train(10^6) into d/run with `flags`, sent `signal` after `seconds` (and
+/// SIGKILL 20 s later: a run that ignores the signal fails the test instead of hanging it).
+Run train_until_signal(const TempDir& d, const std::string& flags, const std::string& signal, int seconds) {
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  return run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                     "/corpora/tinyshakespeare.txt --out " + (d / "run") + " " + flags,
+                 "timeout --preserve-status -k 20 -s " + signal + " " + std::to_string(seconds) + " ");
+}
+
 /// "pid <this process's pid>": what a refused writer is told of a lock this test holds.
 std::string this_pid() { return "pid " + std::to_string(::getpid()); }
 }  // namespace
@@ -136,10 +145,7 @@ BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
 
 BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
   TempDir d;
-  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
-  Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
-                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
-                  "timeout --preserve-status -s INT 4 ");
+  Run r = train_until_signal(d, "--set log_interval=50", "INT", 4);
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
   H5File f = H5File::open_read(d / "run/checkpoint.h5");
@@ -191,12 +197,9 @@ BOOST_AUTO_TEST_CASE(a_stop_between_micro_batches_abandons_the_step_and_resumes_
 }
 
 BOOST_AUTO_TEST_CASE(sigterm_is_honoured_between_micro_batches) {
-  // a step of 10^9 micro-batches never ends: the stop must not wait for it (-k: fail, not hang)
+  // a step of 10^9 micro-batches never ends: the stop must not wait for it
   TempDir d;
-  std::ofstream(d / "cfg.json") << tiny_train(10).to_json().dump();
-  Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
-                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --set grad_accum=1000000000",
-                  "timeout --preserve-status -k 20 -s TERM 3 ");
+  Run r = train_until_signal(d, "--set grad_accum=1000000000", "TERM", 3);
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(r.out.find("stopped by signal at step 0") != std::string::npos, r.out);
   BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 0);
