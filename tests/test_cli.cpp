@@ -1,11 +1,16 @@
-// The tapelm binary end to end: train, sample, inspect and eval, and one clear line for bad input.
+// The tapelm binary end to end: train, sample, inspect and eval, one clear line for bad input, one
+// writer per run directory.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
 #include "data/tokens.h"
+#include <csignal>
+#include <thread>
+
 #include "train/checkpoint/checkpoint.h"
+#include "train/run_dir.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -171,6 +176,40 @@ BOOST_AUTO_TEST_CASE(sample_masks_ids_the_tokenizer_lacks_and_streams) {
   Run s = run_shell("(timeout 60 " + std::string(TAPELM_BINARY) + " sample --checkpoint " + ck +
                     " --tokens 1000000000000 2>/dev/null | head -c 40)");
   BOOST_TEST(s.out.size() == 40u, s.out);
+
+BOOST_AUTO_TEST_CASE(a_second_writer_gets_one_line_and_a_killed_writer_leaves_no_lock) {
+  TempDir d;
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  const std::string train = "train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                            "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --quiet";
+  Run bg = run_shell(std::string(TAPELM_BINARY) + " " + train + " >/dev/null 2>&1 & echo $!");
+  const std::string pid = bg.out.substr(0, bg.out.find('\n'));
+  BOOST_TEST_REQUIRE(std::stoi(pid) > 0, bg.out);
+  struct KillAtEnd {  // whatever fails below, the holder of 10^6 steps does not outlive the test
+    int pid;
+    ~KillAtEnd() { ::kill(pid, SIGKILL); }
+  } holder{std::stoi(pid)};
+  for (int i = 0; i < 400 && slurp(d / "run/.lock") != pid + "\n"; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  BOOST_TEST_REQUIRE(slurp(d / "run/.lock") == pid + "\n");
+  Run second = run_cli(train + " --set max_iters=2");
+  expect_error(second, d / "run");
+  BOOST_TEST(second.err.find("pid " + pid) != std::string::npos, second.err);
+  // kill -9: the kernel drops the lock with the process, and a new run takes the directory
+  ::kill(holder.pid, SIGKILL);
+  bool free = false;
+  for (int i = 0; i < 400 && !free; i++) {
+    try {
+      DirLock probe(d / "run");
+      free = true;
+    } catch (const Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+  }
+  BOOST_TEST_REQUIRE(free);
+  Run third = run_cli(train + " --set max_iters=2");
+  BOOST_TEST(third.code == 0, third.err);
+  BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

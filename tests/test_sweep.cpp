@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "train/plot.h"
+#include "train/run_dir.h"
 #include "train/sweep/plan.h"
 #include "train/sweep/report.h"
 #include "train/sweep/results.h"
@@ -279,12 +280,26 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
   std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2"})
     BOOST_TEST(report.find(part) != std::string::npos, part);
+  // the sweep's lock on OUT and each cell's on its run directory are separate files: no deadlock
+  for (const char* f : {"sw/.lock", "sw/runs/pretrain_mha/.lock", "sw/runs/kv1_mean_a0.05_s2/.lock"})
+    BOOST_TEST(fs::exists(d / f), f);
   const auto stamp = fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json");
   Run again = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
   BOOST_TEST(again.code == 0, again.err);
   BOOST_TEST(again.out.find("finished cells are skipped") != std::string::npos, again.out);
   BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);
   BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));
+}
+
+BOOST_AUTO_TEST_CASE(a_second_sweep_on_one_directory_is_refused) {
+  TempDir d;
+  const DirLock held(d / "sw");
+  Run r = run_cli("sweep --preset micro --data " + test::fixture_path("tiny.txt") + " --out " + (d / "sw"));
+  expect_error(r, d / "sw");
+  BOOST_TEST(r.err.find("pid " + std::to_string(::getpid())) != std::string::npos, r.err);
+  std::set<std::string> in_out;  // nothing touched: no sweep.json, no runs/
+  for (const auto& e : fs::directory_iterator(d / "sw")) in_out.insert(e.path().filename().string());
+  BOOST_TEST(in_out == std::set<std::string>{".lock"}, tt::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

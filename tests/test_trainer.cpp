@@ -1,5 +1,5 @@
 // The trainer: bit-exact resume, its pieces against train(), loss going down, gradient accumulation,
-// the NaN stop, signals.
+// the NaN stop, signals (between micro-batches too), one writer per run directory.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
@@ -7,12 +7,36 @@
 
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
+#include "train/uptrain.h"
 #include "test_util.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
 namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
+
+namespace {
+/// Both checkpoints hold the same weights and AdamW moments, bit for bit.
+void expect_same_weights(const std::string& a_path, const std::string& b_path) {
+  H5File a = H5File::open_read(a_path), b = H5File::open_read(b_path);
+  for (const std::string& n : a.list_datasets_recursive("/model")) {
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+    BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), n);
+  }
+}
+
+/// `tapelm train` of tiny_train(10^6) into d/run with `flags`, sent `signal` after `seconds` (and
+/// SIGKILL 20 s later: a run that ignores the signal fails the test instead of hanging it).
+Run train_until_signal(const TempDir& d, const std::string& flags, const std::string& signal, int seconds) {
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  return run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                     "/corpora/tinyshakespeare.txt --out " + (d / "run") + " " + flags,
+                 "timeout --preserve-status -k 20 -s " + signal + " " + std::to_string(seconds) + " ");
+}
+
+/// "pid <this process's pid>": what a refused writer is told of a lock this test holds.
+std::string this_pid() { return "pid " + std::to_string(::getpid()); }
+}  // namespace
 
 BOOST_AUTO_TEST_SUITE(trainer)
 
@@ -37,11 +61,8 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
   bool first_half_closed = false;  // the first call's own last step (4) had its closing evaluation
   for (const auto& rec : m2) first_half_closed |= rec["step"] == 4 && rec.contains("val_loss_full");
   BOOST_TEST(first_half_closed);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
   H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
-  for (const std::string& n : a.list_datasets_recursive("/model")) {
-    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
-    BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), n);
-  }
   BOOST_TEST(a.read_attr_int("/train", "step") == 8);
   BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
 }
@@ -124,10 +145,7 @@ BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
 
 BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
   TempDir d;
-  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
-  Run r = run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
-                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " --set log_interval=50",
-                  "timeout --preserve-status -s INT 4 ");
+  Run r = train_until_signal(d, "--set log_interval=50", "INT", 4);
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
   H5File f = H5File::open_read(d / "run/checkpoint.h5");
@@ -137,6 +155,88 @@ BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
                       std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
                       std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
   BOOST_TEST(again.code == 0, again.err);
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_between_micro_batches_abandons_the_step_and_resumes_bit_exact) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(4);
+  c.grad_accum = 3;
+  tapelm::train(c, shakespeare(), d / "straight", quiet);
+  // stopped after the first micro-batch of step 3: the checkpoint is step 2's, and resuming from
+  // it gives the uninterrupted run
+  TrainConfig two = c;
+  two.max_iters = 2;
+  tapelm::train(two, shakespeare(), d / "split", quiet);
+  TrainOptions stopping = quiet;
+  stopping.resume = true;
+  stopping.stop = StopToken();  // not quiet's: copies of a token share its flag
+  stopping.stop.request();
+  TrainResult r = tapelm::train(c, shakespeare(), d / "split", stopping);
+  BOOST_TEST(r.interrupted);
+  BOOST_TEST(r.steps == 2);
+  BOOST_TEST(H5File::open_read(d / "split/checkpoint.h5").read_attr_int("/train", "step") == 2);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  BOOST_TEST(tapelm::train(c, shakespeare(), d / "split", resume).steps == 4);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  // a Trainer that goes on after an abandoned step has none of its partial gradients
+  TrainOptions pieces = quiet;
+  pieces.stop = StopToken();
+  Trainer t(c, shakespeare(), d / "pieces", pieces);
+  t.step();
+  pieces.stop.request();
+  const Trainer::Step s = t.step();
+  BOOST_TEST(s.abandoned);
+  BOOST_TEST(t.steps_done() == 1);
+  pieces.stop.clear();
+  for (int i = 0; i < 3; i++) BOOST_TEST(!t.step().abandoned);
+  t.save();
+  expect_same_weights(d / "straight/checkpoint.h5", d / "pieces/checkpoint.h5");
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_is_honoured_between_micro_batches) {
+  // a step of 10^9 micro-batches never ends: the stop must not wait for it
+  TempDir d;
+  Run r = train_until_signal(d, "--set grad_accum=1000000000", "TERM", 3);
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("stopped by signal at step 0") != std::string::npos, r.out);
+  BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_second_writer_is_refused_and_the_first_finishes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  Trainer first(tiny_train(3), shakespeare(), d / "run", quiet);
+  std::ofstream(d / "run/checkpoint.h5.tmp.999") << "the first writer's checkpoint, being written";
+  expect_throw([&] { Trainer second(tiny_train(5), shakespeare(), d / "run", quiet); }, ErrorKind::train,
+               {d / "run", this_pid()});
+  BOOST_TEST(fs::exists(d / "run/checkpoint.h5.tmp.999"));  // not the second writer's to remove
+  fs::remove(d / "run/checkpoint.h5.tmp.999");
+  BOOST_TEST(first.run().steps == 3);
+  BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 3);
+  std::vector<int64_t> steps;
+  for (const auto& rec : read_metrics(d / "run/metrics.jsonl")) steps.push_back(rec["step"].get<int64_t>());
+  BOOST_TEST(steps == (std::vector<int64_t>{0, 1, 2, 3}), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(uptrain_locks_its_run_directory) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(2), shakespeare(), d / "mha", quiet);
+  const DirLock held(d / "up");
+  UptrainOptions o;
+  o.quiet = true;
+  o.known_loss_before = 1;  // no evaluation of the conversion: it is not what is tested
+  for (double alpha : {0.0, 1.0}) {  // α = 0 writes its checkpoint without training
+    o.fraction = alpha;
+    expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "up", o); }, ErrorKind::train,
+                 {d / "up", this_pid()});
+  }
+  BOOST_TEST(!fs::exists(d / "up/checkpoint.h5"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

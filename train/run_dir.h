@@ -1,20 +1,41 @@
 #pragma once
-// A training run's directory: checkpoint.h5, metrics.jsonl, and nothing half-written left behind.
+// A training run's directory: checkpoint.h5, metrics.jsonl, and nothing half-written left behind;
+// one writer at a time (DirLock).
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace tapelm {
 
+/// An exclusive lock on a directory for the life of the object: flock on dir/.lock, which holds
+/// the holder's pid. The kernel drops the lock when the process ends however it ends (kill -9
+/// included), so no lock is ever stale; the file stays, as removing it would race a new holder.
+/// A lock is per open file, so a second DirLock on one directory fails in the same process too.
+class DirLock {
+ public:
+  /// Creates dir if needed and locks it; another holder -> train Error naming dir and its pid.
+  explicit DirLock(const std::string& dir);
+  ~DirLock();
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  DirLock& operator=(DirLock&&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 class RunDir {
  public:
   /// Names the directory; touches nothing on disk.
   explicit RunDir(std::string dir);
-  /// Creates the directory, checks that it is writable (failing now, not after the first
-  /// interval) and removes the temp files of a checkpoint write a killed job left behind.
-  void prepare() const;
+  /// Creates the directory and locks it for the life of this object (a second writer fails here,
+  /// before touching anything in it), checks that it is writable (failing now, not after the
+  /// first interval) and removes the temp files of a checkpoint write a killed job left behind.
+  void prepare();
   /// The directory as given.
   const std::string& path() const { return dir_; }
   /// dir/checkpoint.h5.
@@ -29,6 +50,7 @@ class RunDir {
 
  private:
   std::string dir_;
+  std::optional<DirLock> lock_;
   std::ofstream metrics_;
 };
 

@@ -225,7 +225,20 @@ Trainer::Step Trainer::step() {
   s.lr = lr_at(st_.step, cfg_.schedule());
   const float inv_accum = 1.0f / static_cast<float>(cfg_.grad_accum);
   double loss_sum = 0;
+  // A step of many micro-batches can take arbitrarily long: a stop between them abandons it, and
+  // the data and dropout streams go back to where it began, so that the checkpoint of the last
+  // completed step resumes as if this step had never started.
+  std::optional<BatchSampler> sampler_at_start;
+  const uint64_t dropout_at_start = model_.dropout_rng().state();
+  if (cfg_.grad_accum > 1) sampler_at_start = *sampler_;
   for (int64_t m = 0; m < cfg_.grad_accum; m++) {
+    if (m > 0 && stop_between_micro_steps()) {
+      optim_->zero_grad(false);
+      sampler_ = std::move(sampler_at_start);
+      model_.dropout_rng().set_state(dropout_at_start);
+      s.stop = s.abandoned = true;
+      return s;
+    }
     sampler_->next(x_, y_);
     Var loss = model_.loss(x_, y_);
     loss_sum += loss.item();
@@ -253,6 +266,16 @@ Trainer::Step Trainer::step() {
   if (multi_ && opt_.check_sync) check_ranks_in_sync(params_, st_.step);
   if (!multi_) s.stop = opt_.stop.requested();
   return s;
+}
+
+bool Trainer::stop_between_micro_steps() {
+  double stop = opt_.stop.requested() ? 1 : 0;
+  if (multi_) {  // every rank abandons the step at the same micro-batch, or none does
+    const auto t_comm = Clock::now();
+    dist::allreduce_sum(&stop, 1);
+    res_.comm_seconds += seconds_since(t_comm);
+  }
+  return stop > 0;
 }
 
 void Trainer::evaluate(nlohmann::json& record) {
@@ -313,6 +336,15 @@ TrainResult Trainer::run() {
   const int64_t first_step = st_.step;
   while (st_.step < cfg_.max_iters) {
     const Step s = step();
+    if (s.abandoned) {  // nothing of the partial step to log: the last completed one is saved
+      save();
+      res_.interrupted = true;
+      if (!quiet_)
+        std::printf("%sstopped by signal at step %ld (step %ld abandoned part-way); checkpoint written to %s\n",
+                    opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(st_.step + 1),
+                    dir_.checkpoint().c_str());
+      break;
+    }
     steps_since_log++;
     const bool last = st_.step == cfg_.max_iters;
     if (st_.step % cfg_.log_interval == 0 || last || s.stop || st_.step % cfg_.eval_interval == 0) {

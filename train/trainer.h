@@ -38,7 +38,7 @@ struct TrainOptions {
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
-  StopToken stop;                         // requested: save after the current step and return
+  StopToken stop;                         // requested: save at the last completed step and return
 };
 
 class GradReducer;
@@ -60,8 +60,10 @@ class Trainer {
     double loss = 0;      // mean over micro-batches (and ranks)
     double lr = 0;
     bool stop = false;    // the stop token was requested (on any rank)
+    bool abandoned = false;  // stopped between micro-batches: no step taken, state as before the call
   };
   /// One optimizer step: grad_accum micro-batches, the all-reduce, the NaN check, clipping, AdamW.
+  /// A stop requested between micro-batches abandons the step (Step::abandoned).
   Step step();
   /// The loss on the fixed train and val batches (the same windows at every evaluation): records
   /// train_loss_eval and val_loss in `record` and prints them.
@@ -78,6 +80,7 @@ class Trainer {
 
  private:
   void set_up();
+  bool stop_between_micro_steps();
   void print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last);
 
   const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up

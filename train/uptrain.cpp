@@ -73,8 +73,8 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {
     // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
-    const RunDir dir(out_dir);
-    dir.prepare();
+    RunDir dir(out_dir);
+    dir.prepare();  // locked like a training run's
     auto opt = r.config.make_optimizer(converted->named_parameters());
     TrainState st;
     st.extra_json = to.extra_json;

@@ -15,6 +15,7 @@
 #include "train/bench.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/plot.h"
+#include "train/run_dir.h"
 #include "train/sweep/report.h"
 #include "train/sweep/results.h"
 #include "train/trainer.h"
@@ -57,12 +58,15 @@ json read_json(const fs::path& p) {
   return json::parse(in);
 }
 
-/// OUT/{runs,cells,decode}/ and OUT/sweep.json; refuses a directory that holds another configuration.
+/// OUT/{runs,cells,decode}/ and OUT/sweep.json, locked for the whole sweep (OUT/.lock; each cell's
+/// run directory has its own lock, a separate file, so they do not collide); refuses a directory
+/// that holds another configuration.
 struct SweepDirs {
+  DirLock lock;  // first: a second sweep on OUT fails before anything in it is touched
   fs::path out, runs, cells, decode;
 
   SweepDirs(const std::string& out_dir, const json& stamp_meta)
-      : out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
+      : lock(out_dir), out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
     std::error_code ec;
     for (const fs::path& d : {out, runs, cells, decode}) {
       fs::create_directories(d, ec);
