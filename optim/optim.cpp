@@ -202,6 +202,12 @@ double grad_norm(const NamedParams& params) {
   return std::sqrt(sumsq);
 }
 
+std::string first_non_finite_grad(const NamedParams& params) {
+  for (const auto& [name, p] : params)
+    if (p.has_grad() && !std::isfinite(kern::sumsq_all(p.grad().data(), p.numel()))) return name;
+  return "";
+}
+
 double clip_grad_norm(const NamedParams& params, double max_norm) {
   const double total = grad_norm(params);
   // torch: max_norm / (total + 1e-6) is (total + 1e-6).reciprocal() * max_norm in float32.

@@ -123,6 +123,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
 
 /// L2 norm of all gradients together, in double (parameters without a gradient count as 0).
 double grad_norm(const NamedParams& params);
+/// The name of the first parameter whose gradient holds a NaN or Inf, or "" (what makes grad_norm
+/// non-finite).
+std::string first_non_finite_grad(const NamedParams& params);
 /// torch.nn.utils.clip_grad_norm_: scales every gradient by max_norm / (norm + 1e-6) when that is
 /// below 1; returns the norm before clipping.
 double clip_grad_norm(const NamedParams& params, double max_norm);

@@ -1,11 +1,15 @@
 // The checkpoint format (SPEC.md §2): full round trips, weights-only and h5py-written files, the
 // optimizer hyper-parameters read back on resume, mismatches that load nothing, the files derived
 // from checkpoints (eval's gradients, convert's output), and the CLI's one-line errors.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <set>
 
 #include "train/checkpoint/checkpoint.h"
 #include "test_util.h"
@@ -57,6 +61,34 @@ void save_tiny(const std::string& path, const std::string& optimizer = "adamw", 
   st.step = 1;
   st.tokens_seen = 16;
   save_training_checkpoint(path, model, *opt, cfg, st, tokenizer());
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A copy of the full checkpoint src at dst with edit applied to each tensor as it is copied (the
+// savers refuse non-finite tensors, so a bad file is made by hand).
+void copy_checkpoint(const std::string& src, const std::string& dst,
+                     const std::function<void(const std::string&, Tensor&)>& edit) {
+  H5File in = H5File::open_read(src);
+  H5File out = H5File::create(dst);
+  for (const char* a : {"format", "config"}) out.write_attr("/", a, in.read_attr_string("/", a));
+  out.write_attr("/", "format_version", in.read_attr_int("/", "format_version"));
+  for (const std::string& n : in.list_datasets_recursive("/")) {
+    if (n.find("sampler_state") != std::string::npos) {
+      out.write_bytes(n, in.read_bytes(n));
+      continue;
+    }
+    Tensor t = in.read_tensor(n);
+    edit("/" + n, t);
+    out.write_tensor(n, t);
+  }
+  for (const char* a : {"type", "hparams"}) out.write_attr("/optim", a, in.read_attr_string("/optim", a));
+  out.write_attr("/optim", "step", in.read_attr_int("/optim", "step"));
+  for (const char* a : {"config", "dropout_rng", "extra"}) out.write_attr("/train", a, in.read_attr_string("/train", a));
+  for (const char* a : {"step", "tokens_seen"}) out.write_attr("/train", a, in.read_attr_int("/train", a));
 }
 
 /// AdamW whose recorded hyper-parameters are whatever the test says.
@@ -303,6 +335,116 @@ BOOST_AUTO_TEST_CASE(gradients_and_converted_files) {
   BOOST_TEST((load_model(d / "c.h5")->config() == model.config()));
   write_converted(d / "c2.h5", model, nullptr, "{}");
   BOOST_TEST(!inspect_checkpoint(d / "c2.h5").has_tokenizer);
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_weights_or_state_are_refused_on_load) {
+  TempDir d;
+  save_tiny(d / "good.h5");
+  copy_checkpoint(d / "good.h5", d / "copy.h5", [](const std::string&, Tensor&) {});
+  const TrainConfig cfg = tiny_config();
+  GPT model(cfg.model, 1);
+  auto opt = cfg.make_optimizer(model.named_parameters());
+  TrainState st;
+  load_training_checkpoint(H5File::open_read(d / "copy.h5"), model, *opt, st);  // the copy itself is good
+  const float before = model.named_parameters()[0].second.val()[0];
+
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string obj;
+    float value;
+    std::string says;
+  };
+  for (const Case& c : {Case{"/model/wte.weight", nan, "NaN at index 5"}, Case{"/model/ln_f.weight", inf, "Inf at index 5"},
+                        Case{"/optim/exp_avg_sq/wpe.weight", -inf, "-Inf at index 5"}}) {
+    BOOST_TEST_CONTEXT(c.obj) {
+      const std::string path = d / "bad.h5";
+      copy_checkpoint(d / "good.h5", path, [&](const std::string& n, Tensor& t) {
+        if (n == c.obj) t[5] = c.value;
+      });
+      expect_throw([&] { load_training_checkpoint(H5File::open_read(path), model, *opt, st); }, ErrorKind::checkpoint,
+                   {path + ": " + c.obj + " holds " + c.says});
+      if (c.obj.starts_with("/model"))
+        expect_throw([&] { load_model(path); }, ErrorKind::checkpoint, {path + ": " + c.obj + " holds " + c.says});
+      BOOST_TEST(model.named_parameters()[0].second.val()[0] == before);  // nothing restored
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(non_finite_weights_or_state_are_never_saved) {
+  TempDir d;
+  const TrainConfig cfg = tiny_config();
+  GPT model(cfg.model, 5);
+  auto opt = cfg.make_optimizer(model.named_parameters());
+  take_a_step(model.named_parameters(), *opt);
+  TrainState st;
+  st.step = 3;
+  save_training_checkpoint(d / "ck.h5", model, *opt, cfg, st, tokenizer());
+  save_model(d / "w.h5", model);
+  const std::vector<char> ck = file_bytes(d / "ck.h5"), w = file_bytes(d / "w.h5");
+  st.step = 4;
+
+  const std::string name = model.named_parameters()[2].first;
+  Tensor& m = opt->state("exp_avg").at(name);
+  m[1] = std::numeric_limits<float>::infinity();
+  expect_throw([&] { save_training_checkpoint(d / "ck.h5", model, *opt, cfg, st, tokenizer()); }, ErrorKind::checkpoint,
+               {"step 4: optimizer state exp_avg/" + name + " holds Inf at index 1", d / "ck.h5"});
+  m[1] = 0;
+  model.named_parameters()[2].second.val()[3] = std::numeric_limits<float>::quiet_NaN();
+  expect_throw([&] { save_training_checkpoint(d / "ck.h5", model, *opt, cfg, st, tokenizer()); }, ErrorKind::checkpoint,
+               {"step 4: parameter " + name + " holds NaN at index 3", d / "ck.h5"});
+  expect_throw([&] { save_model(d / "w.h5", model); }, ErrorKind::checkpoint, {"parameter " + name + " holds NaN"});
+  expect_throw([&] { write_converted(d / "c.h5", model, nullptr, "{}"); }, ErrorKind::checkpoint, {"parameter " + name});
+  // the previous files are untouched, and nothing else was written
+  BOOST_TEST((file_bytes(d / "ck.h5") == ck));
+  BOOST_TEST((file_bytes(d / "w.h5") == w));
+  BOOST_TEST((d.listing() == std::set<std::string>{"ck.h5", "w.h5"}));
+}
+
+BOOST_AUTO_TEST_CASE(cli_refuses_non_finite_and_corrupted_checkpoints) {
+  TempDir d;
+  const std::string fixture = fixture_path("parity/mha.h5");  // its /tokens are the data
+  std::unique_ptr<GPT> model = load_model(fixture);
+  const std::string name = "blocks.0.mlp.fc.weight";
+  const NamedParams params = model->named_parameters();
+  const Var wv = std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == name; })->second;
+  Tensor w = wv.val();
+  auto eval_ck = [&](const std::string& path, const std::string& flags = "") {
+    return run_cli("eval --checkpoint " + path + " --data " + fixture + flags);
+  };
+  // weights that overflow in the forward pass: finite on disk, but no loss to print
+  save_model(d / "huge.h5", *model);
+  {
+    std::unique_ptr<GPT> huge = load_model(d / "huge.h5");
+    for (const auto& [n, p] : huge->named_parameters())
+      for (int64_t i = 0; i < p.numel(); i++) p.val()[i] = 3e38f;
+    save_model(d / "huge.h5", *huge);
+  }
+  for (const std::string flags : {"", " --json"}) {
+    expect_error(eval_ck(d / "huge.h5", flags), d / "huge.h5");
+    // one NaN or Inf weight: refused on load, naming the dataset
+    for (const float v : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      const float keep = w[7];
+      w[7] = v;
+      {
+        H5File f = H5File::create(d / "bad.h5");
+        write_model(f, *model);
+      }
+      w[7] = keep;
+      const Run r = eval_ck(d / "bad.h5", flags);
+      expect_error(r, d / "bad.h5: /model/" + name + " holds " + (std::isnan(v) ? "NaN" : "Inf") + " at index 7");
+      BOOST_TEST(r.out.empty(), r.out);
+    }
+  }
+  // a flipped bit in a checksummed dataset: one line naming the file and the dataset
+  save_model(d / "flip.h5", *model);
+  std::vector<char> bytes = file_bytes(d / "flip.h5");
+  const char* p = reinterpret_cast<const char*>(w.data());
+  auto at = std::search(bytes.begin(), bytes.end(), p, p + w.numel() * 4);
+  BOOST_TEST_REQUIRE((at != bytes.end()));
+  at[123] ^= 0x01;
+  std::ofstream(d / "flip.h5", std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  for (const std::string flags : {"", " --json"})
+    expect_error(eval_ck(d / "flip.h5", flags), d / "flip.h5: cannot read dataset /model/" + name);
 }
 
 BOOST_AUTO_TEST_CASE(cli_rejects_bad_checkpoints_with_one_line) {

@@ -176,6 +176,7 @@ BOOST_AUTO_TEST_CASE(sample_masks_ids_the_tokenizer_lacks_and_streams) {
   Run s = run_shell("(timeout 60 " + std::string(TAPELM_BINARY) + " sample --checkpoint " + ck +
                     " --tokens 1000000000000 2>/dev/null | head -c 40)");
   BOOST_TEST(s.out.size() == 40u, s.out);
+}
 
 BOOST_AUTO_TEST_CASE(a_second_writer_gets_one_line_and_a_killed_writer_leaves_no_lock) {
   TempDir d;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -394,6 +395,100 @@ BOOST_AUTO_TEST_CASE(truncated_and_corrupted_files_throw) {
     }
   }
   BOOST_TEST(open_hdf5_objects() == 0);
+}
+
+/// The layout and filters of a dataset, as HDF5 reports them.
+struct Layout {
+  H5D_layout_t layout = H5D_LAYOUT_ERROR;
+  std::vector<H5Z_filter_t> filters;
+  std::vector<hsize_t> chunk;
+};
+
+Layout layout_of(const std::string& path, const std::string& obj) {
+  Layout out;
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t ds = H5Dopen2(file, obj.c_str(), H5P_DEFAULT);
+  const hid_t dcpl = H5Dget_create_plist(ds);
+  out.layout = H5Pget_layout(dcpl);
+  for (int i = 0; i < H5Pget_nfilters(dcpl); i++) {
+    unsigned flags = 0;
+    size_t n = 0;
+    out.filters.push_back(H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n, nullptr, 0, nullptr, nullptr));
+  }
+  if (out.layout == H5D_CHUNKED) {
+    out.chunk.resize(8);
+    out.chunk.resize(static_cast<size_t>(H5Pget_chunk(dcpl, 8, out.chunk.data())));
+  }
+  H5Pclose(dcpl);
+  H5Dclose(ds);
+  H5Fclose(file);
+  return out;
+}
+
+/// Where the bytes of `t` first occur in the file (a dataset's stored data), or npos.
+size_t find_data(const std::vector<char>& file, const Tensor& t) {
+  const char* p = reinterpret_cast<const char*>(t.data());
+  auto it = std::search(file.begin(), file.end(), p, p + t.numel() * 4);
+  return it == file.end() ? std::string::npos : static_cast<size_t>(it - file.begin());
+}
+
+BOOST_AUTO_TEST_CASE(written_datasets_carry_the_fletcher32_filter) {
+  TempDir tmp;
+  const std::string path = tmp / "f.h5";
+  {
+    H5File f = H5File::create(path);
+    f.write_tensor("/model/wte.weight", Tensor::full({65, 32}, 0.25f));
+    f.write_tensor("/big", Tensor::full({1000, 600}, 1.0f));  // 2.4 MB: more than one chunk
+    f.write_tensor("/wide", Tensor::full({300000}, 1.0f));    // 1.2 MB in one row
+    f.write_ints("/tokens", {1, 2, 3, 4, 5, 6}, {2, 3});
+    f.write_bytes("/train/sampler_state", {1, 2, 3});
+    f.write_tensor("/scalar", Tensor::scalar(2.0f));
+    f.write_tensor("/empty", Tensor::empty({0, 4}));
+  }
+  for (const char* obj : {"/model/wte.weight", "/big", "/wide", "/tokens", "/train/sampler_state"}) {
+    BOOST_TEST_CONTEXT(obj) {
+      const Layout l = layout_of(path, obj);
+      BOOST_TEST(l.layout == H5D_CHUNKED);
+      BOOST_TEST(l.filters == std::vector<H5Z_filter_t>{H5Z_FILTER_FLETCHER32});
+    }
+  }
+  // One chunk for a parameter of up to 1 MiB, blocks of whole rows for a larger one.
+  BOOST_TEST(layout_of(path, "/model/wte.weight").chunk == (std::vector<hsize_t>{65, 32}));
+  BOOST_TEST(layout_of(path, "/big").chunk == (std::vector<hsize_t>{250, 600}));
+  BOOST_TEST(layout_of(path, "/wide").chunk == (std::vector<hsize_t>{150000}));
+  // Scalars and empty arrays cannot be chunked: they stay contiguous, and everything reads back.
+  BOOST_TEST(layout_of(path, "/scalar").layout == H5D_CONTIGUOUS);
+  BOOST_TEST(layout_of(path, "/empty").layout == H5D_CONTIGUOUS);
+  H5File f = H5File::open_read(path);
+  BOOST_TEST(f.read_tensor("/big")[599999] == 1.0f);
+  BOOST_TEST(f.read_tensor("/scalar")[0] == 2.0f);
+  BOOST_TEST(f.read_ints("/tokens") == (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  BOOST_TEST(f.read_bytes("/train/sampler_state") == (std::vector<uint8_t>{1, 2, 3}));
+  // The h5py fixtures have no filter (contiguous datasets) and still load.
+  const std::string fixture = test::parity_fixture("mha.h5");
+  BOOST_TEST(layout_of(fixture, "/model/wte.weight").filters.empty());
+  BOOST_TEST(H5File::open_read(fixture).read_tensor("/model/wte.weight").numel() > 0);
+  BOOST_TEST(open_hdf5_objects() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_byte_flipped_dataset_fails_its_checksum) {
+  TempDir tmp;
+  const std::string path = tmp / "flip.h5";
+  Tensor w = Tensor::empty({64, 16});
+  for (int64_t i = 0; i < w.numel(); i++) w[i] = 0.001f * static_cast<float>(i) - 0.5f;
+  {
+    H5File f = H5File::create(path);
+    f.write_tensor("/model/wte.weight", w);
+    f.write_tensor("/model/ln_f.weight", Tensor::full({16}, 1.0f));
+  }
+  std::vector<char> bytes = file_bytes(path);
+  const size_t at = find_data(bytes, w);
+  BOOST_TEST_REQUIRE(at != std::string::npos);
+  bytes[at + 1001] ^= 0x10;  // one bit of one float: a plausible value, which only the checksum notices
+  put_file_bytes(path, bytes);
+  H5File f = H5File::open_read(path);
+  expect_h5_error([&] { f.read_tensor("/model/wte.weight"); }, {path + ": cannot read dataset /model/wte.weight", "Fletcher32"});
+  BOOST_TEST(f.read_tensor("/model/ln_f.weight")[15] == 1.0f);  // the other dataset is intact
 }
 
 BOOST_AUTO_TEST_CASE(atomic_write_success_leaves_only_target) {

@@ -1,5 +1,6 @@
 // The trainer: bit-exact resume, its pieces against train(), loss going down, gradient accumulation,
 // the NaN stop, signals (between micro-batches too), one writer per run directory.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
@@ -141,6 +142,43 @@ BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
   BOOST_CHECK_NO_THROW(load_model(d / "run/checkpoint.h5"));
   for (const auto& e : fs::directory_iterator(d / "run"))
     BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(divergence_never_saves_non_finite_weights) {
+  // lr 1e30 (as `--set learning_rate=1e30 --set checkpoint_interval=1`): the first update leaves
+  // huge but finite weights, the next forward a finite loss but non-finite gradients. The update
+  // they would make is refused, so the last checkpoint holds the finite weights of the step before.
+  for (const double grad_clip : {0.0, 1.0}) {
+    BOOST_TEST_CONTEXT("grad_clip " << grad_clip) {
+      TempDir d;
+      TrainOptions quiet;
+      quiet.quiet = true;
+      TrainConfig c = tiny_train(50);
+      c.learning_rate = c.min_lr = 1e30;
+      c.warmup_iters = 0;
+      c.grad_clip = grad_clip;
+      c.checkpoint_interval = 1;
+      std::string msg;
+      try {
+        tapelm::train(c, shakespeare(), d / "run", quiet);
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      BOOST_TEST_REQUIRE(!msg.empty(), "training with lr 1e30 did not stop");
+      BOOST_TEST(msg.find("step ") == 0, msg);
+      GPT model(c.model, 1);
+      const NamedParams params = model.named_parameters();
+      BOOST_TEST(std::any_of(params.begin(), params.end(), [&](const auto& p) { return msg.find(p.first) != std::string::npos; }),
+                 "no parameter named in: " << msg);
+      // the checkpoint on disk is finite everywhere: model and optimizer state load (load checks it)
+      BOOST_TEST_REQUIRE(fs::exists(d / "run/checkpoint.h5"));
+      auto opt = c.make_optimizer(params);
+      TrainState st;
+      BOOST_CHECK_NO_THROW(load_training_checkpoint(H5File::open_read(d / "run/checkpoint.h5"), model, *opt, st));
+      BOOST_TEST(st.step >= 1);
+      BOOST_TEST(msg.find("step " + std::to_string(st.step) + ":") == 0, msg);  // stopped at the step after it
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {

@@ -250,14 +250,21 @@ Trainer::Step Trainer::step() {
     std::tie(s.loss, s.stop) = reducer_->reduce(s.loss, opt_.stop.requested());
     res_.comm_seconds += seconds_since(t_comm);
   }
-  if (!std::isfinite(s.loss)) {
+  // Every rank holds the same loss and gradients here, so all of them stop together.
+  auto stop_with = [&](const std::string& why) {
     clear_tape();
-    const std::string msg = "step " + std::to_string(st_.step) + ": loss is " + (std::isnan(s.loss) ? "NaN" : "Inf") +
+    const std::string msg = "step " + std::to_string(st_.step) + ": " + why +
                             "; stopping (the last good checkpoint, if any, is " + dir_.checkpoint() + ")";
     if (multi_) throw dist::AgreedError(msg, lead_);
     throw Error(ErrorKind::train, msg);
-  }
-  if (cfg_.grad_clip > 0) clip_grad_norm(params_, cfg_.grad_clip);
+  };
+  if (!std::isfinite(s.loss)) stop_with(std::string("loss is ") + (std::isnan(s.loss) ? "NaN" : "Inf"));
+  // A finite loss can still come with a non-finite gradient (the forward after an overflowing
+  // update): the update would write NaN into every weight, and the next checkpoint with them.
+  const double norm = cfg_.grad_clip > 0 ? clip_grad_norm(params_, cfg_.grad_clip) : grad_norm(params_);
+  if (!std::isfinite(norm))
+    stop_with("the gradient of " + first_non_finite_grad(params_) + " is not finite (gradient norm " +
+              (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
   optim_->step(s.lr);
   optim_->zero_grad(false);
   st_.step++;
@@ -290,6 +297,15 @@ void Trainer::evaluate(nlohmann::json& record) {
 }
 
 void Trainer::save() {
+  if (multi_) {  // rank 0 refuses to write non-finite weights: every rank must stop with it
+    std::string err;
+    try {
+      check_savable(dir_.checkpoint(), model_, optim_.get(), "step " + std::to_string(st_.step));
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    dist::agree(err);
+  }
   const std::vector<std::string> streams =
       dist::gather(std::to_string(model_.dropout_rng().state()) + "\n" + sampler_->state());
   if (!lead_) return;

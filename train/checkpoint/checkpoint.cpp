@@ -1,5 +1,6 @@
 #include "train/checkpoint/checkpoint.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -63,6 +64,40 @@ std::string hparam_changes(const std::string& path, const std::string& type, con
   return out;
 }
 
+// "" when every element of t is finite, else the first offender ("NaN at index 7").
+std::string non_finite(const Tensor& t) {
+  const float* d = t.data();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i++)
+    if (!std::isfinite(d[i]))
+      return std::string(std::isnan(d[i]) ? "NaN" : d[i] > 0 ? "Inf" : "-Inf") + " at index " + std::to_string(i);
+  return "";
+}
+
+// A tensor read from obj must be finite: a NaN or Inf weight would load and evaluate to a
+// plausible or a meaningless loss, so it is refused like a corrupted file.
+Tensor read_finite(const H5File& f, const std::string& obj) {
+  Tensor t = f.read_tensor(obj);
+  const std::string bad = non_finite(t);
+  if (!bad.empty()) throw Error(ErrorKind::checkpoint, f.path() + ": " + obj + " holds " + bad + " (non-finite weights)");
+  return t;
+}
+
+// "" when every parameter (and optimizer state tensor) is finite, else the first that is not.
+std::string first_non_finite(const GPT& model, const Optimizer* opt) {
+  for (const auto& [name, p] : model.named_parameters()) {
+    const std::string bad = non_finite(p.val());
+    if (!bad.empty()) return "parameter " + name + " holds " + bad;
+  }
+  if (opt)
+    for (const std::string& key : opt->state_keys())
+      for (const auto& [name, t] : opt->state(key)) {
+        const std::string bad = non_finite(t);
+        if (!bad.empty()) return "optimizer state " + key + "/" + name + " holds " + bad;
+      }
+  return "";
+}
+
 }  // namespace
 
 // ---- weights --------------------------------------------------------------------------------
@@ -84,6 +119,13 @@ GPTConfig read_model_config(const H5File& f) {
     if (e.kind() != ErrorKind::config) throw;
     throw Error(ErrorKind::checkpoint, p + ": bad model config: " + e.what());
   }
+}
+
+void check_savable(const std::string& path, const GPT& model, const Optimizer* opt, const std::string& when) {
+  const std::string bad = first_non_finite(model, opt);
+  if (!bad.empty())
+    throw Error(ErrorKind::checkpoint, (when.empty() ? "" : when + ": ") + bad + "; not writing " + path +
+                                           " (any checkpoint already there is kept)");
 }
 
 void write_model(H5File& f, const GPT& model, const std::string& group) {
@@ -126,7 +168,7 @@ void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
   }
   // Read everything first, so a failing read leaves the model untouched.
   std::vector<Tensor> loaded;
-  for (const auto& [name, p] : params) loaded.push_back(f.read_tensor(group + "/" + name));
+  for (const auto& [name, p] : params) loaded.push_back(read_finite(f, group + "/" + name));
   for (size_t i = 0; i < params.size(); i++) params[i].second.val() = loaded[i];
 }
 
@@ -138,6 +180,7 @@ std::unique_ptr<GPT> load_model(const std::string& path) {
 }
 
 void save_model(const std::string& path, const GPT& model) {
+  check_savable(path, model, nullptr, "");
   write_h5_atomic(path, [&](H5File& f) { write_model(f, model); });
 }
 
@@ -145,6 +188,7 @@ void save_model(const std::string& path, const GPT& model) {
 
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
                               const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok) {
+  check_savable(path, model, &opt, "step " + std::to_string(st.step));
   write_h5_atomic(path, [&](H5File& f) {
     write_model(f, model);
     f.create_group(kOptim);
@@ -215,7 +259,7 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
     for (const std::string& name : f.list_datasets_recursive(g)) {
       auto it = shapes.find(name);
       if (it == shapes.end()) throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " names no parameter");
-      Tensor t = f.read_tensor(g + "/" + name);
+      Tensor t = read_finite(f, g + "/" + name);
       if (t.shape() != it->second)
         throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +
                               ", parameter is " + shape_str(it->second));
@@ -272,6 +316,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
 
 void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
                      const std::string& converted_from_json) {
+  check_savable(path, model, nullptr, "");
   write_h5_atomic(path, [&](H5File& f) {
     write_model(f, model);
     f.write_attr(kRoot, "converted_from", converted_from_json);

@@ -30,10 +30,15 @@ constexpr int64_t kFormatVersion = 1;
 
 /// Checks the root attributes and returns the model config they hold.
 GPTConfig read_model_config(const H5File& f);
+/// Throws a checkpoint Error naming the first parameter (or, given opt, optimizer state tensor)
+/// holding a NaN or Inf, after `when` (e.g. "step 12") and with path, so that non-finite weights
+/// are never written; every saver here calls it first.
+void check_savable(const std::string& path, const GPT& model, const Optimizer* opt, const std::string& when);
 /// Writes the root attributes and every parameter under `group` (default /model).
 void write_model(H5File& f, const GPT& model, const std::string& group = "/model");
 /// Loads every parameter from `group`, first checking the exact set of names and shapes: a
-/// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded.
+/// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded; so does a
+/// NaN or Inf value (named with its dataset).
 void read_model_weights(const H5File& f, GPT& model, const std::string& group = "/model");
 /// Builds the model a checkpoint file describes and loads its weights.
 std::unique_ptr<GPT> load_model(const std::string& path);
@@ -60,8 +65,9 @@ struct TrainState {
 /// Writes everything atomically to path (temp file, flush, rename).
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
                               const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok);
-/// Restores model weights, optimizer state and training state from a full checkpoint. The
-/// optimizer keeps the hyper-parameters it was built with; see optim_hparams_changed.
+/// Restores model weights, optimizer state and training state from a full checkpoint (NaN or Inf
+/// anywhere in them is an error naming the dataset, and nothing is restored). The optimizer
+/// keeps the hyper-parameters it was built with; see optim_hparams_changed.
 void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st);
 
 /// True if the file holds a training config (/train), as a full training checkpoint does.

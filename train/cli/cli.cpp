@@ -217,6 +217,10 @@ int run_eval(const EvalArgs& a) {
   const EvalData data = load_eval_data(a.data, a.split, model.config(), l.has_tokenizer ? &l.tok : nullptr);
   const bool grads = !a.grad_out.empty();
   const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
+  // Finite weights can still overflow in the forward pass; a NaN loss is no result to print.
+  if (!std::isfinite(r.loss))
+    throw Error(ErrorKind::checkpoint, a.checkpoint + ": the loss on " + a.data + " is " +
+                                           (std::isnan(r.loss) ? "NaN" : "Inf") + " (the model overflows)");
   if (grads) write_gradients(a.grad_out, model, r.loss);
   if (a.json) {
     nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}};
