@@ -189,7 +189,13 @@ H5File H5File::open_read(const std::string& path) {
 
 H5File H5File::create(const std::string& path) {
   init_hdf5();
-  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // The 1.10 file format: its superblock, object headers, attribute heaps and chunk indexes carry
+  // checksums, so a corrupted file is an error when read instead of a crash inside the library
+  // (the default, oldest format has none: a flipped byte in its global heap crashes H5Aread).
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+  if (!fapl.ok() || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+    throw Error(ErrorKind::checkpoint, path + ": cannot set the HDF5 file format" + h5_detail());
+  hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   if (id < 0) throw Error(ErrorKind::checkpoint, path + ": cannot create HDF5 file" + h5_detail());
   return H5File(id, path);
 }
@@ -588,11 +594,13 @@ void H5File::write_attr(const std::string& obj, const std::string& name, const s
   const std::string prefix = path_ + ": attribute " + name + " on " + p;
   if (v.find('\0') != std::string::npos) raise(prefix, "cannot hold a NUL character");
   Handle o(open_object(p));
+  // Fixed-length: the bytes live in the attribute itself, under the object header's checksum, not
+  // in the global heap that variable-length strings point into (h5py reads both kinds as str).
   Handle type(H5Tcopy(H5T_C_S1));
-  if (!type.ok() || H5Tset_size(type.get(), H5T_VARIABLE) < 0 || H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
+  if (!type.ok() || H5Tset_size(type.get(), std::max<size_t>(1, v.size())) < 0 ||
+      H5Tset_strpad(type.get(), H5T_STR_NULLPAD) < 0 || H5Tset_cset(type.get(), H5T_CSET_UTF8) < 0)
     raise(prefix, "cannot be written" + h5_detail());
-  const char* s = v.c_str();
-  put_scalar_attr(o.get(), name, type.get(), type.get(), &s, prefix);
+  put_scalar_attr(o.get(), name, type.get(), type.get(), v.data(), prefix);
 }
 
 void H5File::write_attr(const std::string& obj, const std::string& name, int64_t v) {
