@@ -28,18 +28,15 @@ GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared
 void GPT::init_weights(uint64_t seed) {
   Rng rng(seed);
   const double std_res = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
-  auto ends_with = [](const std::string& s, const std::string& suf) {
-    return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-  };
   for (auto& [name, p] : named_parameters()) {
     Tensor& t = p.val();
-    if (ends_with(name, ".bias")) {
+    if (name.ends_with(".bias")) {
       t.zero();
     } else if (t.ndim() == 1) {
       t.fill(1.f);
     } else {
       const bool residual =
-          ends_with(name, "attn.wo.weight") || ends_with(name, "mlp.proj.weight") || ends_with(name, "mlp.down.weight");
+          name.ends_with("attn.wo.weight") || name.ends_with("mlp.proj.weight") || name.ends_with("mlp.down.weight");
       const double sd = residual ? std_res : 0.02;
       for (int64_t i = 0; i < t.numel(); i++) t[i] = static_cast<float>(rng.normal() * sd);
     }

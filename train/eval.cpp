@@ -115,10 +115,6 @@ EvalBatches EvalData::batches(int64_t batch) const {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
-
 bool is_hdf5(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char sig[8] = {};
@@ -155,11 +151,11 @@ std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTCon
 EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
                         const CharTokenizer* tok) {
   EvalData d;
-  if (ends_with(path, ".h5") || is_hdf5(path)) {
+  if (path.ends_with(".h5") || is_hdf5(path)) {
     d.ready.push_back(read_parity_tokens(path, c));
     return d;
   }
-  if (ends_with(path, ".bin")) {
+  if (path.ends_with(".bin")) {
     d.ids = read_token_file(path);
   } else {
     Corpus corpus;
