@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
+#include "autograd/cpu.h"
 #include "autograd/kernels/blas.h"
 #include "autograd/tensor.h"
 
@@ -32,6 +34,50 @@ double sgemm_peak_flops() {
   const double peak = 2.0 * n * n * n / best;
   peak_at[threads] = peak;
   return peak;
+}
+
+namespace {
+const CpuPeak& cpu_peak_at_threads() {
+  static std::mutex mu;
+  static std::map<int, CpuPeak> at;
+  std::lock_guard<std::mutex> lock(mu);
+  const int threads = get_num_threads();
+  auto it = at.find(threads);
+  if (it == at.end()) it = at.emplace(threads, cpu_peak_flops(threads)).first;
+  return it->second;
+}
+}  // namespace
+
+double cpu_peak_flops() { return cpu_peak_at_threads().flops; }
+
+std::string gemm_backend_name() { return kern::gemm_backend_description(); }
+
+ComputeInfo compute_info() {
+  ComputeInfo c;
+  const CpuInfo& cpu = cpu_info();
+  c.cpu = cpu.brand.empty() ? cpu.vendor : cpu.brand;
+  c.simd = cpu_simd_level(cpu);
+  c.blas_core = blas_core_description();
+  c.gemm = gemm_backend_name();
+  c.threads = get_num_threads();
+  c.sgemm_peak = sgemm_peak_flops();
+  const CpuPeak& p = cpu_peak_at_threads();
+  c.cpu_peak = p.flops;
+  c.clock_hz = p.clock_hz;
+  c.fma_units = p.fma_units;
+  c.lanes = p.lanes;
+  c.peak_basis = p.basis;
+  return c;
+}
+
+std::string compute_summary(const ComputeInfo& c) {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "CPU %s (%s), %d threads | OpenBLAS core %s | GEMM %s | peaks: sgemm %.1f GFLOP/s, CPU %.1f GFLOP/s "
+                "(%d cores x %d FMA x %d lanes x 2 x %.2f GHz)",
+                c.cpu.c_str(), c.simd.c_str(), c.threads, c.blas_core.c_str(), c.gemm.c_str(), c.sgemm_peak / 1e9,
+                c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9);
+  return b;
 }
 
 }  // namespace tapelm

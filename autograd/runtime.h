@@ -1,6 +1,8 @@
 #pragma once
 // What the layers above need from the kernels' runtime, without the kernels: the thread count
 // shared by the OpenMP kernels and OpenBLAS, and the machine's measured matrix-product rate.
+#include <string>
+
 namespace tapelm {
 
 /// Threads for the OpenMP kernels and OpenBLAS (n <= 0: all cores).
@@ -10,5 +12,27 @@ int get_num_threads();
 /// The sgemm throughput (FLOP/s) at the current thread count: best of several 1536³ products,
 /// measured once per thread count and remembered. The denominator of MFU.
 double sgemm_peak_flops();
+
+/// The CPU's theoretical single-precision peak (FLOP/s) at the current thread count: cores x FMA
+/// units x lanes x 2 x measured clock (autograd/cpu.h), measured once per thread count. The
+/// second denominator of MFU: a crippled BLAS makes sgemm_peak_flops() low, never this.
+double cpu_peak_flops();
+
+/// The library behind sgemm: "oneDNN (matrix-vector products: OpenBLAS)" or "OpenBLAS".
+std::string gemm_backend_name();
+
+/// The lines `inspect --system`, `train` and `bench` print: CPU, SIMD level, threads, OpenBLAS
+/// core and how it was chosen, GEMM backend, and both peaks (measuring them if not yet done).
+struct ComputeInfo {
+  std::string cpu, simd, blas_core, gemm;
+  int threads = 0;
+  double sgemm_peak = 0, cpu_peak = 0;
+  double clock_hz = 0;
+  int fma_units = 0, lanes = 0;
+  std::string peak_basis;
+};
+ComputeInfo compute_info();
+/// One line: "CPU AMD EPYC (AVX-512 BF16), 2 threads | OpenBLAS core ... | GEMM ... | peaks: ...".
+std::string compute_summary(const ComputeInfo& c);
 
 }  // namespace tapelm

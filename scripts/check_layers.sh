@@ -9,7 +9,7 @@
 #   train      -> nn, optim, data, autograd's public headers (never kernels or BLAS)
 #   train/cli  -> anything but kernels; nothing includes the CLI
 #   tests, bench -> anything but the CLI
-# OpenMP pragmas and cblas.h live in autograd/kernels/ only; hdf5.h in the checkpoint module's
+# OpenMP pragmas, cblas.h and oneDNN's headers live in autograd/kernels/ only; hdf5.h in the checkpoint module's
 # HDF5 layer (and the tests of that layer); mpi.h in train/dist.cpp.
 #
 # Usage: scripts/check_layers.sh [ROOT]   (default: the repository). --self-test checks the checker.
@@ -44,7 +44,7 @@ check() {
       elif [[ $line =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\<([^>]+)\> ]]; then
         target=${BASH_REMATCH[1]}
         case $target in
-          cblas.h|openblas/*|omp.h) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
+          cblas.h|openblas/*|omp.h|oneapi/*) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
           hdf5.h|H5*.h) [[ $rel =~ $HDF5_OWNERS ]] || why="<$target> outside the HDF5 layer" ;;
           mpi.h) [[ $rel =~ $MPI_OWNERS ]] || why="<$target> outside train/dist.cpp" ;;
         esac

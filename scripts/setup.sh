@@ -3,6 +3,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config
       libopenblas-openmp-dev   # BLAS: the OpenMP build shares one thread pool with our kernels
+      libdnnl-dev              # oneDNN: a faster sgemm on most of tapelm's shapes (PyTorch's CPU backend)
       libhdf5-dev              # checkpoints and parity fixtures
       libboost-test-dev        # unit tests
       libcli11-dev             # command-line flags

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "autograd/cpu.h"
 #include "autograd/runtime.h"
 #include "data/sampler.h"
 #include "train/dist.h"
@@ -174,6 +175,25 @@ BOOST_AUTO_TEST_CASE(collectives_pass_their_checks) {
   BOOST_TEST(r.code == 0, r.out << r.err);
   BOOST_TEST(r.out.find("ok rank 0 (0 failures)") != std::string::npos, r.out);
   BOOST_TEST(r.out.find("ok rank 1 (0 failures)") != std::string::npos, r.out);
+}
+
+// The BLAS core guard runs in every rank before MPI_Init: re-executing keeps the pid mpirun
+// knows, each rank comes back on the best core, and the explanation is printed once.
+BOOST_AUTO_TEST_CASE(the_blas_core_guard_works_under_mpirun) {
+  TempDir d;
+  const std::string cfg_path = write_config(d, "cfg.json", small_config(2, 0.0));
+  const std::string best = best_blas_core(cpu_info());
+  Run r = run_shell("env OPENBLAS_CORETYPE=Prescott TAPELM_BLAS_CORE=auto " + mpirun(2) + binary() + " train --config " +
+                    cfg_path + " --data " + tiny_text() + " --out " + (d / "run"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  if (best.empty()) return;  // nothing better than Prescott on this CPU
+  BOOST_TEST(r.out.find("OpenBLAS core " + best + " (OPENBLAS_CORETYPE, set by tapelm: OpenBLAS chose Prescott)") !=
+                 std::string::npos,
+             r.out);
+  int said = 0;
+  std::istringstream in(r.err);
+  for (std::string line; std::getline(in, line);) said += line.find("had chosen its Prescott kernels") != std::string::npos;
+  BOOST_TEST(said == 1, r.err);
 }
 
 // Two ranks with batch B against one process with batch 2B made of the same two streams.

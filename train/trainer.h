@@ -97,7 +97,8 @@ class Trainer {
   TrainState st_;
   std::vector<int64_t> val_windows_, train_windows_;
   ModelCost cost_;
-  double peak_flops_ = 0;
+  double peak_flops_ = 0;      // sgemm peak of the job (or the config's peak_flops)
+  double cpu_peak_flops_ = 0;  // theoretical CPU peak of the job
   double tokens_per_step_ = 0;
   std::unique_ptr<GradReducer> reducer_;
   TrainResult res_;

@@ -4,11 +4,19 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
+#ifdef TAPELM_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include "autograd/error.h"
 #include "autograd/runtime.h"
 
 extern "C" {
 int openblas_get_parallel(void);  // 0 sequential, 1 pthreads, 2 OpenMP
+char* openblas_get_corename(void);
 }
 
 namespace tapelm {
@@ -28,6 +36,48 @@ int get_num_threads() { return g_threads > 0 ? g_threads : omp_get_max_threads()
 
 namespace kern {
 
+std::string blas_core_name() {
+  const char* n = openblas_get_corename();
+  return n ? n : "unknown";
+}
+
+namespace {
+#ifdef TAPELM_HAVE_ONEDNN
+constexpr bool kHaveOneDnn = true;
+#else
+constexpr bool kHaveOneDnn = false;
+#endif
+
+GemmBackend initial_backend() {
+  const char* env = std::getenv("TAPELM_GEMM");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "auto") return kHaveOneDnn ? GemmBackend::onednn : GemmBackend::openblas;
+  if (v == "openblas") return GemmBackend::openblas;
+  if (v == "onednn") {
+    if (!kHaveOneDnn) fail(ErrorKind::usage, "TAPELM_GEMM=onednn: this build has no oneDNN (install libdnnl-dev and rebuild)");
+    return GemmBackend::onednn;
+  }
+  fail(ErrorKind::usage, "TAPELM_GEMM=" + v + ": expected auto, openblas or onednn");
+}
+
+GemmBackend& backend_slot() {
+  static GemmBackend b = initial_backend();
+  return b;
+}
+}  // namespace
+
+GemmBackend gemm_backend() { return backend_slot(); }
+
+std::string gemm_backend_description() {
+  return gemm_backend() == GemmBackend::onednn ? "oneDNN (matrix-vector products: OpenBLAS)" : "OpenBLAS";
+}
+
+bool set_gemm_backend(GemmBackend b) {
+  if (b == GemmBackend::onednn && !kHaveOneDnn) return false;
+  backend_slot() = b;
+  return true;
+}
+
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -43,6 +93,13 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
                 (int)lda, B, tb ? 1 : (int)ldb, beta, C, (int)ldc);
     return;
   }
+#ifdef TAPELM_HAVE_ONEDNN
+  if (gemm_backend() == GemmBackend::onednn) {
+    const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (st != dnnl_success) fail(ErrorKind::internal, "dnnl_sgemm failed with status " + std::to_string(int(st)));
+    return;
+  }
+#endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
               (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }

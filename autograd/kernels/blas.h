@@ -2,8 +2,21 @@
 // The one place tapelm calls BLAS. The thread count of BLAS and of the OpenMP kernels is set
 // through autograd/runtime.h (implemented in blas.cpp, next to the BLAS calls).
 #include <cstdint>
+#include <string>
 
 namespace tapelm::kern {
+
+/// The kernel set OpenBLAS runs (openblas_get_corename(): "Cooperlake", "Haswell", "Prescott", ...).
+std::string blas_core_name();
+
+/// The library behind sgemm: OpenBLAS always; oneDNN (dnnl_sgemm) where the build found it and
+/// TAPELM_GEMM does not say otherwise. TAPELM_GEMM=openblas|onednn|auto, read once.
+enum class GemmBackend { openblas, onednn };
+GemmBackend gemm_backend();
+/// "OpenBLAS", "oneDNN": the backend in use; "oneDNN, OpenBLAS for matrix-vector products" etc.
+std::string gemm_backend_description();
+/// Tests and benchmarks: use this backend from now on (onednn in a build without it -> false).
+bool set_gemm_backend(GemmBackend b);
 
 /// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = Xᵀ when the flag is set.
 /// lda/ldb/ldc are the row strides of A, B, C as stored. The one place tapelm calls BLAS: a

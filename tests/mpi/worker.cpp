@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "autograd/cpu.h"
 #include "autograd/runtime.h"
 #include "train/dist.h"
 #include "nn/gpt.h"
@@ -23,6 +24,7 @@ void check(bool ok, const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tapelm::guard_blas_core(argv);
   dist::Session mpi(&argc, &argv);
   const int r = dist::rank(), n = dist::size();
   check(n == 2, "world size is " + std::to_string(n) + ", expected 2");

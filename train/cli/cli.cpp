@@ -196,16 +196,26 @@ int run_bench(const BenchArgs& a) {
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
                      {"times", r.times}};
-  if (train_mode) {
-    out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
-    out["sgemm_peak_flops_per_s"] = sgemm_peak_flops();
-  }
+  const ComputeInfo ci = compute_info();
+  out["blas_core"] = ci.blas_core;
+  out["gemm"] = ci.gemm;
+  out["cpu"] = ci.cpu;
+  out["sgemm_peak_flops_per_s"] = ci.sgemm_peak;
+  out["cpu_peak_flops_per_s"] = ci.cpu_peak;
+  out["cpu_clock_hz"] = ci.clock_hz;
+  if (train_mode) out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
+    std::printf("%s\n", compute_summary(ci).c_str());
     std::printf("%s: median %.3f ms per %s, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
                 a.mode.c_str(), r.median_s * 1e3, train_mode ? "step" : "token step", r.tokens_per_s, a.iters,
                 a.warmup, get_num_threads());
+    if (train_mode) {
+      const double mf = r.tokens_per_s * cost.train_flops_per_token;
+      std::printf("model FLOP/s %.1f G: MFU %.1f%% of sgemm peak, %.1f%% of CPU peak\n", mf / 1e9,
+                  100.0 * mf / ci.sgemm_peak, 100.0 * mf / ci.cpu_peak);
+    }
   }
   return 0;
 }
@@ -274,6 +284,19 @@ int run_convert(const ConvertArgs& a) {
                   nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
   std::printf("converted %s: %ld -> %ld kv heads by %s, written to %s\n", a.from.c_str(),
               (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.out.c_str());
+  return 0;
+}
+
+int run_inspect_system() {
+  const ComputeInfo c = compute_info();
+  std::printf("cpu %s\n", c.cpu.c_str());
+  std::printf("simd %s\n", c.simd.c_str());
+  std::printf("threads %d\n", c.threads);
+  std::printf("openblas core %s\n", c.blas_core.c_str());
+  std::printf("gemm %s\n", c.gemm.c_str());
+  std::printf("sgemm peak %.1f GFLOP/s (measured, 1536^3)\n", c.sgemm_peak / 1e9);
+  std::printf("cpu peak %.1f GFLOP/s = %d cores x %d FMA units x %d lanes x 2 x %.2f GHz (clock measured; %s)\n",
+              c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9, c.peak_basis.c_str());
   return 0;
 }
 

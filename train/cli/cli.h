@@ -59,6 +59,8 @@ int run_eval(const EvalArgs& a);
 int run_sample(const SampleArgs& a);
 int run_convert(const ConvertArgs& a);
 int run_inspect(const std::string& path);
+/// `inspect --system`: the CPU, BLAS core, GEMM backend and both peaks.
+int run_inspect_system();
 int run_demo();
 
 }  // namespace tapelm::cli

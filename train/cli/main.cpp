@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "autograd/cpu.h"
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
@@ -30,6 +31,13 @@ std::string parse_error_line(const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before MPI and before any work: may re-execute this program with better BLAS kernels.
+  try {
+    guard_blas_core(argv);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "tapelm: error: %s\n", e.what());
+    return 1;
+  }
   dist::Session mpi(&argc, &argv);  // initialises MPI only under an MPI launcher
   CLI::App app{"tapelm: train small GPT language models with MHA, GQA or MQA attention"};
   app.require_subcommand(1);
@@ -107,7 +115,9 @@ int main(int argc, char** argv) {
 
   std::string inspect_path;
   auto* inspect = app.add_subcommand("inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint");
-  inspect->add_option("checkpoint", inspect_path, "checkpoint (HDF5)")->required();
+  bool inspect_system = false;
+  inspect->add_option("checkpoint", inspect_path, "checkpoint (HDF5)");
+  inspect->add_flag("--system", inspect_system, "the CPU, OpenBLAS core, GEMM backend and both FLOP/s peaks instead");
 
   std::string prep_text, prep_out;
   auto* prepare_cmd = app.add_subcommand("prepare", "tokenize a text into train.bin, val.bin and tokenizer.json");
@@ -165,6 +175,8 @@ int main(int argc, char** argv) {
     if (*eval) return cli::run_eval(ea);
     if (*sample) return cli::run_sample(sa);
     if (*convert) return cli::run_convert(ca);
+    if (*inspect && inspect_system) return cli::run_inspect_system();
+    if (*inspect && inspect_path.empty()) throw Error(ErrorKind::usage, "inspect: give a checkpoint, or --system");
     if (*inspect) return cli::run_inspect(inspect_path);
     if (*prepare_cmd) {
       Corpus c = prepare(prep_text, prep_out);

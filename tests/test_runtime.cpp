@@ -1,0 +1,217 @@
+// The BLAS core guard and the two FLOP/s peaks (autograd/cpu.h, autograd/runtime.h).
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "autograd/cpu.h"
+#include "autograd/runtime.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+
+namespace {
+
+CpuInfo cpu_with(int level) {
+  CpuInfo c;
+  c.vendor = "GenuineIntel";
+  c.sse3 = true;
+  c.avx = level >= 1;
+  c.avx2 = c.fma = level >= 2;
+  c.avx512f = c.avx512dq = c.avx512cd = c.avx512bw = c.avx512vl = level >= 3;
+  c.avx512bf16 = level >= 4;
+  return c;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// The CPU's flags as the Linux kernel reports them: an oracle independent of our cpuid reading.
+std::set<std::string> proc_cpu_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    std::set<std::string> flags;
+    for (std::string w; words >> w;) flags.insert(w);
+    return flags;
+  }
+  return {};
+}
+
+/// The OpenBLAS core the kernel's flags call for (OpenBLAS's own rule: the newest kernel set whose
+/// instructions the CPU has): "" when it has nothing past SSE.
+std::string best_core_from_flags(const std::set<std::string>& f) {
+  auto has = [&](const char* x) { return f.count(x) > 0; };
+  const bool avx512 = has("avx512f") && has("avx512dq") && has("avx512cd") && has("avx512bw") && has("avx512vl");
+  if (avx512 && has("avx512_bf16")) return "Cooperlake";
+  if (avx512) return "SkylakeX";
+  if (has("avx2") && has("fma")) return "Haswell";
+  if (has("avx")) return "Sandybridge";
+  return "";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(runtime)
+
+BOOST_AUTO_TEST_CASE(core_levels_follow_the_instruction_sets) {
+  BOOST_TEST(blas_core_level("Prescott") == 0);
+  BOOST_TEST(blas_core_level("nehalem") == 0);
+  BOOST_TEST(blas_core_level("Sandybridge") == 1);
+  BOOST_TEST(blas_core_level("HASWELL") == 2);
+  BOOST_TEST(blas_core_level("Zen") == 2);
+  BOOST_TEST(blas_core_level("SkylakeX") == 3);
+  BOOST_TEST(blas_core_level("Cooperlake") == 4);
+  BOOST_TEST(blas_core_level("Pentium9000") == -1);
+  BOOST_TEST(canonical_blas_core("skylakex") == "SkylakeX");
+  BOOST_TEST(best_blas_core(cpu_with(4)) == "Cooperlake");
+  BOOST_TEST(best_blas_core(cpu_with(3)) == "SkylakeX");
+  BOOST_TEST(best_blas_core(cpu_with(2)) == "Haswell");
+  BOOST_TEST(best_blas_core(cpu_with(1)) == "Sandybridge");
+  BOOST_TEST(best_blas_core(cpu_with(0)) == "");
+  // AVX-512F alone is not enough for SkylakeX's kernels (they use BW, VL and DQ too).
+  CpuInfo partial = cpu_with(2);
+  partial.avx512f = true;
+  BOOST_TEST(best_blas_core(partial) == "Haswell");
+}
+
+// The case the guard exists for: a Xeon OpenBLAS 0.3.21 does not know gets Prescott.
+BOOST_AUTO_TEST_CASE(a_fallback_core_is_replaced_by_the_best_the_cpu_runs) {
+  const BlasCoreDecision d = decide_blas_core("Prescott", cpu_with(4), nullptr, nullptr, nullptr);
+  BOOST_TEST(d.action == BlasCoreDecision::reexec);
+  BOOST_TEST(d.core == "Cooperlake");
+  BOOST_TEST(decide_blas_core("Prescott", cpu_with(2), nullptr, "auto", nullptr).core == "Haswell");
+  BOOST_TEST(decide_blas_core("Sandybridge", cpu_with(3), nullptr, nullptr, nullptr).core == "SkylakeX");
+  // After the re-execution: one line saying what was done and how to undo it, and no second one.
+  const BlasCoreDecision after = decide_blas_core("Cooperlake", cpu_with(4), "Cooperlake", nullptr, "Prescott");
+  BOOST_TEST(after.action == BlasCoreDecision::keep);
+  BOOST_TEST(contains(after.message, "had chosen its Prescott kernels"), after.message);
+  BOOST_TEST(contains(after.message, "AVX-512 BF16"), after.message);
+  BOOST_TEST(contains(after.message, "OPENBLAS_CORETYPE=Cooperlake"), after.message);
+  BOOST_TEST(contains(after.message, "TAPELM_BLAS_CORE=keep"), after.message);
+  // A library that ignores the variable does not make the guard loop.
+  const BlasCoreDecision stuck = decide_blas_core("Prescott", cpu_with(4), "Cooperlake", nullptr, "Prescott");
+  BOOST_TEST(stuck.action == BlasCoreDecision::keep);
+  BOOST_TEST(contains(stuck.message, "kept its Prescott kernels"), stuck.message);
+}
+
+BOOST_AUTO_TEST_CASE(a_core_as_good_as_the_cpu_is_left_alone_silently) {
+  for (const char* chosen : {"Cooperlake", "SapphireRapids"}) {
+    const BlasCoreDecision d = decide_blas_core(chosen, cpu_with(4), nullptr, nullptr, nullptr);
+    BOOST_TEST(d.action == BlasCoreDecision::keep);
+    BOOST_TEST(d.message.empty());
+  }
+  BOOST_TEST(decide_blas_core("Zen", cpu_with(2), nullptr, nullptr, nullptr).action == BlasCoreDecision::keep);
+  // A CPU with nothing past SSE: Prescott is its best.
+  BOOST_TEST(decide_blas_core("Prescott", cpu_with(0), nullptr, nullptr, nullptr).action == BlasCoreDecision::keep);
+}
+
+BOOST_AUTO_TEST_CASE(the_users_choice_wins_but_is_warned_about) {
+  // OPENBLAS_CORETYPE set by the user: respected, with a warning naming both cores.
+  const BlasCoreDecision user = decide_blas_core("Prescott", cpu_with(4), "Prescott", nullptr, nullptr);
+  BOOST_TEST(user.action == BlasCoreDecision::keep);
+  BOOST_TEST(contains(user.message, "warning"), user.message);
+  BOOST_TEST(contains(user.message, "OPENBLAS_CORETYPE=Prescott"), user.message);
+  BOOST_TEST(contains(user.message, "Cooperlake"), user.message);
+  // An explicit TAPELM_BLAS_CORE=auto overrides it.
+  const BlasCoreDecision over = decide_blas_core("Prescott", cpu_with(4), "Prescott", "auto", nullptr);
+  BOOST_TEST(over.action == BlasCoreDecision::reexec);
+  BOOST_TEST(over.core == "Cooperlake");
+  // keep: never re-executes.
+  const BlasCoreDecision keep = decide_blas_core("Prescott", cpu_with(3), nullptr, "keep", nullptr);
+  BOOST_TEST(keep.action == BlasCoreDecision::keep);
+  BOOST_TEST(contains(keep.message, "SkylakeX"), keep.message);
+  // A name is forced, in any case spelling.
+  const BlasCoreDecision named = decide_blas_core("Cooperlake", cpu_with(4), nullptr, "haswell", nullptr);
+  BOOST_TEST(named.action == BlasCoreDecision::reexec);
+  BOOST_TEST(named.core == "Haswell");
+  BOOST_TEST(decide_blas_core("Haswell", cpu_with(4), nullptr, "Haswell", nullptr).action == BlasCoreDecision::keep);
+}
+
+BOOST_AUTO_TEST_CASE(impossible_cores_are_errors_naming_the_problem) {
+  const BlasCoreDecision unknown = decide_blas_core("Haswell", cpu_with(2), nullptr, "Pentium9000", nullptr);
+  BOOST_TEST(unknown.action == BlasCoreDecision::error);
+  BOOST_TEST(contains(unknown.message, "TAPELM_BLAS_CORE=Pentium9000"), unknown.message);
+  // Forcing kernels the CPU cannot execute would end in SIGILL, not in a slow run.
+  const BlasCoreDecision too_new = decide_blas_core("Haswell", cpu_with(2), nullptr, "SkylakeX", nullptr);
+  BOOST_TEST(too_new.action == BlasCoreDecision::error);
+  BOOST_TEST(contains(too_new.message, "AVX-512"), too_new.message);
+}
+
+// Our cpuid reading against the flags the Linux kernel reports for the same CPU.
+BOOST_AUTO_TEST_CASE(cpuid_agrees_with_the_kernels_flags) {
+  const std::set<std::string> f = proc_cpu_flags();
+  if (f.empty()) {
+    BOOST_TEST_MESSAGE("no /proc/cpuinfo flags line (not x86 Linux): nothing to compare");
+    return;
+  }
+  const CpuInfo& c = cpu_info();
+  BOOST_TEST(c.avx == (f.count("avx") > 0));
+  BOOST_TEST(c.fma == (f.count("fma") > 0));
+  BOOST_TEST(c.avx2 == (f.count("avx2") > 0));
+  BOOST_TEST(c.avx512f == (f.count("avx512f") > 0));
+  BOOST_TEST(c.avx512bw == (f.count("avx512bw") > 0));
+  BOOST_TEST(c.avx512vl == (f.count("avx512vl") > 0));
+  BOOST_TEST(c.avx512bf16 == (f.count("avx512_bf16") > 0));
+  BOOST_TEST(best_blas_core(c) == best_core_from_flags(f));
+}
+
+// End to end: force OpenBLAS onto its SSE3 kernels as an unknown CPU model would, and check that
+// the program comes back on the best core with the one-line explanation.
+BOOST_AUTO_TEST_CASE(the_cli_replaces_a_forced_fallback_core_and_says_so) {
+  const std::string best = best_core_from_flags(proc_cpu_flags());
+  const Run r = run_cli("inspect --system", "env OPENBLAS_CORETYPE=Prescott TAPELM_BLAS_CORE=auto ");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  if (best.empty()) {
+    BOOST_TEST(contains(r.out, "openblas core Prescott"), r.out);
+    return;
+  }
+  BOOST_TEST(contains(r.out, "openblas core " + best + " (OPENBLAS_CORETYPE, set by tapelm: OpenBLAS chose Prescott)"),
+             r.out);
+  BOOST_TEST(contains(r.err, "had chosen its Prescott kernels"), r.err);
+  BOOST_TEST(std::count(r.err.begin(), r.err.end(), '\n') == 1, r.err);
+  // keep: stays on Prescott, with a warning.
+  const Run kept = run_cli("inspect --system", "env OPENBLAS_CORETYPE=Prescott TAPELM_BLAS_CORE=keep ");
+  BOOST_REQUIRE_MESSAGE(kept.code == 0, kept.err);
+  BOOST_TEST(contains(kept.out, "openblas core Prescott"), kept.out);
+  // A forced name, and an impossible one.
+  const Run named = run_cli("inspect --system", "env -u OPENBLAS_CORETYPE TAPELM_BLAS_CORE=prescott ");
+  BOOST_REQUIRE_MESSAGE(named.code == 0, named.err);
+  BOOST_TEST(contains(named.out, "openblas core Prescott"), named.out);
+  expect_error(run_cli("inspect --system", "env TAPELM_BLAS_CORE=Pentium9000 "), "TAPELM_BLAS_CORE=Pentium9000");
+}
+
+// The second peak is the formula the issue states, on a clock that was measured, and no BLAS can
+// beat the silicon (a margin of 25 % for the clock changing between the two measurements).
+BOOST_AUTO_TEST_CASE(both_peaks_are_printed_and_consistent) {
+  ThreadCount one(1);
+  const ComputeInfo c = compute_info();
+  BOOST_TEST(c.threads == 1);
+  BOOST_TEST(c.clock_hz > 0.3e9);
+  BOOST_TEST(c.clock_hz < 7e9);
+  BOOST_TEST(c.cpu_peak == double(c.threads) * c.fma_units * c.lanes * 2.0 * c.clock_hz,
+             boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(c.sgemm_peak > 0);
+  BOOST_TEST(c.sgemm_peak <= 1.25 * c.cpu_peak, "sgemm " << c.sgemm_peak << " vs CPU " << c.cpu_peak);
+  const std::string line = compute_summary(c);
+  BOOST_TEST(contains(line, "OpenBLAS core"), line);
+  BOOST_TEST(contains(line, "sgemm"), line);
+  BOOST_TEST(contains(line, "CPU"), line);
+  // bench reports the core and both peaks, so a crippled BLAS shows as low MFU against the CPU.
+  const Run r = run_cli("--threads 1 bench --mode train --set n_layer=1 --set n_embd=32 --set block_size=8 "
+                        "--batch 2 --iters 1 --warmup 0 --json",
+                        "env TAPELM_BLAS_CORE=Prescott ");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  BOOST_TEST(j.at("blas_core").get<std::string>().rfind("Prescott", 0) == 0, r.out);
+  BOOST_TEST(j.at("cpu_peak_flops_per_s").get<double>() > 0);
+  BOOST_TEST(j.at("sgemm_peak_flops_per_s").get<double>() > 0);
+  BOOST_TEST(j.at("model_flops_per_s").get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
