@@ -14,6 +14,9 @@ namespace {
 inline uint64_t prob_index(const AttnShape& s, int64_t b, int64_t h, int64_t i, int64_t j) {
   return ((static_cast<uint64_t>(b) * s.H + h) * s.Tq + i) * s.Tk + j;
 }
+// Query rows per block of the causal products: small enough to skip most of the masked triangle
+// (at T = 256, 56 % of the full products remain), large enough for efficient GEMMs.
+constexpr int64_t kQueryBlock = 32;
 // Keys visible to query row i: [0, limit).
 inline int64_t key_limit(const AttnShape& s, int64_t i) {
   return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
@@ -25,6 +28,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
+  const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
   const bool big = s.B * s.KV > 1 || s.Tq * s.Tk * s.hd * s.H > (1 << 16);
   SerialBlas serial;
 #pragma omp parallel if (big && s.B * s.KV > 1)
@@ -42,36 +46,48 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
           const int64_t h = g * rep + r;
           const float* qh = q + b * s.Tq * C + h * s.hd;
           float* P = probs ? probs + ((b * s.H + h) * s.Tq) * s.Tk : scratch.data();
-          sgemm(false, true, s.Tq, s.Tk, s.hd, scale, qh, C, kg, CK, 0.f, P, s.Tk);
-          for (int64_t i = 0; i < s.Tq; i++) {
-            float* row = P + i * s.Tk;
-            const int64_t lim = key_limit(s, i);
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < lim; j++)
-              if (!keep || keep[j]) mx = std::max(mx, row[j]);
-            if (mx == -INFINITY) {  // nothing visible
-              std::fill(row, row + s.Tk, 0.f);
-              continue;
-            }
-            float sum = 0;
-            for (int64_t j = 0; j < lim; j++) {
-              const float e = (!keep || keep[j]) ? exp_approx(row[j] - mx) : 0.f;
-              row[j] = e;
-              sum += e;
-            }
-            const float inv = 1.0f / sum;
-            for (int64_t j = 0; j < lim; j++) row[j] *= inv;
-            std::fill(row + lim, row + s.Tk, 0.f);
-          }
           float* yh = y + b * s.Tq * C + h * s.hd;
-          if (p_drop > 0) {
-            // y uses the dropped probabilities; probs keeps the softmax for backward.
-            for (int64_t i = 0; i < s.Tq; i++)
-              for (int64_t j = 0; j < s.Tk; j++)
-                pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
-            sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, pd.data(), s.Tk, vg, CK, 0.f, yh, C);
-          } else {
-            sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, P, s.Tk, vg, CK, 0.f, yh, C);
+          // Causal: query rows in blocks, each against only the keys its last row sees, so the
+          // masked upper triangle is neither multiplied nor exponentiated (about half of QKᵀ
+          // and P·V at T = 256). Entries past a row's limit are zero, as the backward expects.
+          for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
+            const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
+            float* Pb = P + i0 * s.Tk;
+            if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, CK, 0.f, Pb, s.Tk);
+            for (int64_t i = i0; i < i0 + nb; i++) {
+              float* row = P + i * s.Tk;
+              const int64_t lim = key_limit(s, i);
+              float mx = -INFINITY;
+              for (int64_t j = 0; j < lim; j++)
+                if (!keep || keep[j]) mx = std::max(mx, row[j]);
+              if (mx == -INFINITY) {  // nothing visible
+                std::fill(row, row + s.Tk, 0.f);
+                continue;
+              }
+              float sum = 0;
+              for (int64_t j = 0; j < lim; j++) {
+                const float e = (!keep || keep[j]) ? exp_approx(row[j] - mx) : 0.f;
+                row[j] = e;
+                sum += e;
+              }
+              const float inv = 1.0f / sum;
+              for (int64_t j = 0; j < lim; j++) row[j] *= inv;
+              std::fill(row + lim, row + s.Tk, 0.f);
+            }
+            const float* Pv = Pb;
+            if (p_drop > 0) {
+              // y uses the dropped probabilities; probs keeps the softmax for backward.
+              for (int64_t i = i0; i < i0 + nb; i++)
+                for (int64_t j = 0; j < kl; j++)
+                  pd[i * s.Tk + j] =
+                      hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+              Pv = pd.data() + i0 * s.Tk;
+            }
+            if (kl > 0) {
+              sgemm(false, false, nb, s.hd, kl, 1.f, Pv, s.Tk, vg, CK, 0.f, yh + i0 * C, C);
+            } else {
+              for (int64_t i = i0; i < i0 + nb; i++) std::fill(yh + i * C, yh + i * C + s.hd, 0.f);
+            }
           }
         }
       }
@@ -83,6 +99,7 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
+  const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
   SerialBlas serial;
 #pragma omp parallel if (s.B * s.KV > 1)
   {
@@ -99,30 +116,40 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
           const float* P = probs + ((b * s.H + h) * s.Tq) * s.Tk;
           const float* dyh = dy + b * s.Tq * C + h * s.hd;
           const float* qh = q + b * s.Tq * C + h * s.hd;
-          const float* Pused = P;
-          if (p_drop > 0) {
-            for (int64_t i = 0; i < s.Tq; i++)
-              for (int64_t j = 0; j < s.Tk; j++)
-                Pd[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
-            Pused = Pd.data();
+          float* dqh = dq ? dq + b * s.Tq * C + h * s.hd : nullptr;
+          // Query rows in blocks against the keys they see (see attention_fwd): probabilities
+          // past a row's limit are zero, so every product below skips the upper triangle.
+          for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
+            const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
+            if (kl == 0) continue;
+            const float* Pb = P + i0 * s.Tk;
+            const float* Pused = Pb;
+            if (p_drop > 0) {
+              for (int64_t i = i0; i < i0 + nb; i++)
+                for (int64_t j = 0; j < kl; j++)
+                  Pd[i * s.Tk + j] =
+                      hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+              Pused = Pd.data() + i0 * s.Tk;
+            }
+            // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
+            if (dvg) sgemm(true, false, kl, s.hd, nb, 1.f, Pused, s.Tk, dyh + i0 * C, C, 1.f, dvg, CK);
+            if (!dqh && !dkg) continue;
+            float* dPb = dP.data() + i0 * s.Tk;
+            sgemm(false, true, nb, kl, s.hd, 1.f, dyh + i0 * C, C, vg, CK, 0.f, dPb, s.Tk);
+            for (int64_t i = i0; i < i0 + nb; i++) {
+              float* d = dP.data() + i * s.Tk;
+              const float* p = P + i * s.Tk;
+              if (p_drop > 0)
+                for (int64_t j = 0; j < kl; j++)
+                  d[j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? d[j] * keep_scale : 0.f;
+              float dot = 0;
+              for (int64_t j = 0; j < kl; j++) dot += d[j] * p[j];
+              // softmax backward, with the 1/√hd of the scores folded in
+              for (int64_t j = 0; j < kl; j++) d[j] = p[j] * (d[j] - dot) * scale;
+            }
+            if (dqh) sgemm(false, false, nb, s.hd, kl, 1.f, dPb, s.Tk, kg, CK, 1.f, dqh + i0 * C, C);
+            if (dkg) sgemm(true, false, kl, s.hd, nb, 1.f, dPb, s.Tk, qh + i0 * C, C, 1.f, dkg, CK);
           }
-          // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
-          if (dvg) sgemm(true, false, s.Tk, s.hd, s.Tq, 1.f, Pused, s.Tk, dyh, C, 1.f, dvg, CK);
-          if (!dq && !dkg) continue;
-          sgemm(false, true, s.Tq, s.Tk, s.hd, 1.f, dyh, C, vg, CK, 0.f, dP.data(), s.Tk);
-          for (int64_t i = 0; i < s.Tq; i++) {
-            float* d = dP.data() + i * s.Tk;
-            const float* p = P + i * s.Tk;
-            if (p_drop > 0)
-              for (int64_t j = 0; j < s.Tk; j++)
-                d[j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? d[j] * keep_scale : 0.f;
-            float dot = 0;
-            for (int64_t j = 0; j < s.Tk; j++) dot += d[j] * p[j];
-            // softmax backward, with the 1/√hd of the scores folded in
-            for (int64_t j = 0; j < s.Tk; j++) d[j] = p[j] * (d[j] - dot) * scale;
-          }
-          if (dq) sgemm(false, false, s.Tq, s.hd, s.Tk, 1.f, dP.data(), s.Tk, kg, CK, 1.f, dq + b * s.Tq * C + h * s.hd, C);
-          if (dkg) sgemm(true, false, s.Tk, s.hd, s.Tq, 1.f, dP.data(), s.Tk, qh, C, 1.f, dkg, CK);
         }
       }
   }
