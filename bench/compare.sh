@@ -45,6 +45,8 @@ Options:
 
 Environment:
   TAPELM          tapelm binary (default: build/tapelm of this repository)
+  FORCE_CORE      the OpenBLAS core to force for PyTorch and tapelm's f settings (default: the
+                  core `tapelm inspect --system` reports with no environment variable set)
   REFERENCE_DIR   directory of the PyTorch reference bench.py (default: ../shared/reference
                   relative to the repository root)
   PYTHON          interpreter for the reference (default /usr/bin/python3, Debian's torch)
@@ -99,7 +101,7 @@ PEER_SETTINGS=${PEER_SETTINGS:-t1,t$THREADS,t${THREADS}p}
 IFS=, read -r -a TAPELM_SET <<<"$TAPELM_SETTINGS"
 IFS=, read -r -a PEER_SET <<<"$PEER_SETTINGS"
 for s in "${TAPELM_SET[@]}" "${PEER_SET[@]}"; do
-  [[ $s =~ ^t[1-9][0-9]*p?$ ]] || { echo "compare.sh: bad setting '$s' (tK or tKp)" >&2; exit 2; }
+  [[ $s =~ ^t[1-9][0-9]*p?f?$ ]] || { echo "compare.sh: bad setting '$s' (tK, tKp, tKf or tKpf)" >&2; exit 2; }
 done
 
 # the output file, resolved against the caller's directory before we cd to the repository root
@@ -207,9 +209,11 @@ build_cmd() {
   read -r name mode L H KV d T B DB it <<<"$row"
   local iters=${ITERS:-$it}
   local warm=${WARMUP:-$([[ $mode == train ]] && echo 2 || echo 1)}
-  local th=${setting#t}; th=${th%p}
+  local th=${setting#t}; th=${th%f}; th=${th%p}
   ENVV=()
-  [[ $setting == *p ]] && ENVV=(OMP_WAIT_POLICY=passive)
+  [[ $setting == *p || $setting == *pf ]] && ENVV=(OMP_WAIT_POLICY=passive)
+  # The same OpenBLAS kernels for PyTorch as tapelm runs; tapelm's f settings force them too.
+  if [[ -n $BEST_CORE && ( $who == torch || $setting == *f ) ]]; then ENVV+=(OPENBLAS_CORETYPE="$BEST_CORE"); fi
   if [[ $who == tapelm ]]; then
     CMD=("$TAPELM" --threads "$th" bench --set vocab_size=65 --set "n_layer=$L" --set "n_head=$H"
          --set "n_kv_head=$KV" --set "n_embd=$d" --set "block_size=$T" --set "batch_size=$B"
@@ -226,12 +230,22 @@ build_cmd() {
   fi
 }
 
+# The OpenBLAS core tapelm runs with no environment variable (after its core guard): forced for
+# PyTorch and for tapelm's f settings (OPENBLAS_CORETYPE=... on their command lines).
+BEST_CORE=${FORCE_CORE:-}
+if [[ -z $BEST_CORE && -x $TAPELM ]]; then
+  BEST_CORE=$(env -u OPENBLAS_CORETYPE -u TAPELM_BLAS_CORE "$TAPELM" inspect --system 2>/dev/null | sed -n 's/^openblas core \([A-Za-z0-9_]*\).*/\1/p' | head -1)
+fi
+
 # the runs of one round, in order: "rowindex who setting"
 PLAN=()
 for i in "${!ROWS[@]}"; do
   read -r name _ <<<"${ROWS[$i]}"
   tl=("${TAPELM_SET[@]}")
   if [[ $name == "$SCALING_ROW" && " ${tl[*]} " != *" t1 "* ]]; then tl+=(t1); fi
+  # training rows also run tapelm with the best core forced: its speed with no environment
+  # variable set must be within 10 % of that
+  [[ $name == train-* ]] && tl+=("t${THREADS}f")
   for s in "${tl[@]}"; do PLAN+=("$i tapelm $s"); done
   for s in "${PEER_SET[@]}"; do PLAN+=("$i torch $s"); done
 done
@@ -251,8 +265,8 @@ WARMUP_DESC=${WARMUP:-"train 2, decode 1"}
 TAPELM_REV=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo "?")
 TAPELM_BLAS_CORE=""
 TAPELM_BLAS_LIB=""
-if wait_for_tapelm; then
-  TAPELM_BLAS_CORE=$(OPENBLAS_VERBOSE=2 "$TAPELM" --help 2>&1 >/dev/null | sed -n 's/^Core: //p' | head -1)
+if [[ $DRY != 1 ]] && wait_for_tapelm; then
+  TAPELM_BLAS_CORE=$(env -u OPENBLAS_CORETYPE -u TAPELM_BLAS_CORE "$TAPELM" inspect --system 2>/dev/null | sed -n 's/^openblas core //p' | head -1)
   TAPELM_BLAS_LIB=$(ldd "$TAPELM" 2>/dev/null | awk '/libopenblas/ {print $3; exit}' | sed 's|.*/\(openblas[^/]*/[^/]*\)$|\1|')
 fi
 tbest=""
@@ -264,7 +278,7 @@ DATE=$(date '+%Y-%m-%d %H:%M %Z')
 meta_json() {  # $1: partial description or empty
   M_DATE="$DATE" M_ROUNDS="$ROUNDS" M_THREADS="$THREADS" M_QUICK="$QUICK" M_ITERS="$ITERS_DESC" M_WARMUP="$WARMUP_DESC" \
   M_TBIN="$TAPELM_D" M_TREV="$TAPELM_REV" M_TCORE="$TAPELM_BLAS_CORE" M_TLIB="$TAPELM_BLAS_LIB" \
-  M_TBEST="$TAPELM_BEST_DESC" M_INV="$INVOCATION" "$PY" - "$1" "${NOTES[@]}" <<'EOF'
+  M_TBEST="$TAPELM_BEST_DESC" M_INV="$INVOCATION" M_FORCED="$BEST_CORE" "$PY" - "$1" "${NOTES[@]}" <<'EOF'
 import json, os, sys
 e = os.environ
 print(json.dumps({
@@ -272,7 +286,7 @@ print(json.dumps({
     "iters_desc": e["M_ITERS"], "warmup_desc": e["M_WARMUP"],
     "tapelm_bin": e["M_TBIN"], "tapelm_rev": e["M_TREV"],
     "tapelm_blas_core": e["M_TCORE"], "tapelm_blas_lib": e["M_TLIB"],
-    "tapelm_best_desc": e["M_TBEST"], "invocation": e["M_INV"],
+    "tapelm_best_desc": e["M_TBEST"], "invocation": e["M_INV"], "forced_core": e["M_FORCED"],
     "partial": sys.argv[1], "notes": sys.argv[2:]}))
 EOF
 }
