@@ -48,33 +48,53 @@ constexpr bool kHaveOneDnn = true;
 constexpr bool kHaveOneDnn = false;
 #endif
 
-GemmBackend initial_backend() {
+// The backend setting: auto (by shape, below), or one library for every product.
+enum class Choice { automatic, openblas, onednn };
+
+Choice initial_choice() {
   const char* env = std::getenv("TAPELM_GEMM");
   const std::string v = env ? env : "";
-  if (v.empty() || v == "auto") return kHaveOneDnn ? GemmBackend::onednn : GemmBackend::openblas;
-  if (v == "openblas") return GemmBackend::openblas;
+  if (v.empty() || v == "auto") return kHaveOneDnn ? Choice::automatic : Choice::openblas;
+  if (v == "openblas") return Choice::openblas;
   if (v == "onednn") {
     if (!kHaveOneDnn) fail(ErrorKind::usage, "TAPELM_GEMM=onednn: this build has no oneDNN (install libdnnl-dev and rebuild)");
-    return GemmBackend::onednn;
+    return Choice::onednn;
   }
   fail(ErrorKind::usage, "TAPELM_GEMM=" + v + ": expected auto, openblas or onednn");
 }
 
-GemmBackend& backend_slot() {
-  static GemmBackend b = initial_backend();
-  return b;
+Choice& choice_slot() {
+  static Choice c = initial_choice();
+  return c;
+}
+
+// auto: oneDNN for every product of at least 2^20 multiply-adds with no side under 64, OpenBLAS
+// for the small ones (one head's 64x64x32 attention block, the 65-wide classifier), where its
+// kernels measured faster (bench/GEMM.md). A rule on the shape alone, never on timings, so the
+// same run computes the same bits every time (resume stays bit-exact).
+bool use_onednn(int64_t M, int64_t N, int64_t K) {
+  switch (choice_slot()) {
+    case Choice::onednn: return true;
+    case Choice::openblas: return false;
+    case Choice::automatic: return std::min({M, N, K}) >= 64 && M * N * K >= (int64_t{1} << 20) && N % 16 == 0;
+  }
+  return false;
 }
 }  // namespace
 
-GemmBackend gemm_backend() { return backend_slot(); }
+GemmBackend gemm_backend() { return choice_slot() == Choice::openblas ? GemmBackend::openblas : GemmBackend::onednn; }
 
 std::string gemm_backend_description() {
-  return gemm_backend() == GemmBackend::onednn ? "oneDNN (matrix-vector products: OpenBLAS)" : "OpenBLAS";
+  switch (choice_slot()) {
+    case Choice::onednn: return "oneDNN (matrix-vector products: OpenBLAS)";
+    case Choice::automatic: return "oneDNN for products of >= 2^20 multiply-adds (sides >= 64, N a multiple of 16), OpenBLAS for the rest";
+    default: return "OpenBLAS";
+  }
 }
 
 bool set_gemm_backend(GemmBackend b) {
   if (b == GemmBackend::onednn && !kHaveOneDnn) return false;
-  backend_slot() = b;
+  choice_slot() = b == GemmBackend::onednn ? Choice::onednn : Choice::openblas;
   return true;
 }
 
@@ -94,7 +114,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return;
   }
 #ifdef TAPELM_HAVE_ONEDNN
-  if (gemm_backend() == GemmBackend::onednn) {
+  if (use_onednn(M, N, K)) {
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (st != dnnl_success) fail(ErrorKind::internal, "dnnl_sgemm failed with status " + std::to_string(int(st)));
     return;

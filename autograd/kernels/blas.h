@@ -9,13 +9,16 @@ namespace tapelm::kern {
 /// The kernel set OpenBLAS runs (openblas_get_corename(): "Cooperlake", "Haswell", "Prescott", ...).
 std::string blas_core_name();
 
-/// The library behind sgemm: OpenBLAS always; oneDNN (dnnl_sgemm) where the build found it and
-/// TAPELM_GEMM does not say otherwise. TAPELM_GEMM=openblas|onednn|auto, read once.
+/// The library behind sgemm. TAPELM_GEMM (read once): auto (the default in a build with oneDNN)
+/// sends products of >= 2^20 multiply-adds to oneDNN's dnnl_sgemm and smaller ones to OpenBLAS;
+/// openblas or onednn send every product to one library. Matrix-vector products always go to
+/// OpenBLAS's sgemv. gemm_backend() is onednn when oneDNN takes any product.
 enum class GemmBackend { openblas, onednn };
 GemmBackend gemm_backend();
 /// "OpenBLAS", "oneDNN": the backend in use; "oneDNN, OpenBLAS for matrix-vector products" etc.
 std::string gemm_backend_description();
-/// Tests and benchmarks: use this backend from now on (onednn in a build without it -> false).
+/// Tests and benchmarks: send every product to this backend from now on (onednn in a build
+/// without it -> false).
 bool set_gemm_backend(GemmBackend b);
 
 /// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major; op(X) = Xᵀ when the flag is set.
