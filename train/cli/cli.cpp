@@ -1,5 +1,6 @@
 #include "train/cli/cli.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -137,6 +138,8 @@ int run_uptrain(const UptrainArgs& a) {
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
   o.method = parse_convert_method(a.method);
+  o.grouping = parse_grouping(a.grouping);
+  o.calib_tokens = a.calib_tokens;
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
   o.lr = a.lr;
@@ -149,9 +152,9 @@ int run_uptrain(const UptrainArgs& a) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
     return 0;
   }
-  std::printf("uptrained %s to %ld kv heads by %s: %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
+  std::printf("uptrained %s to %ld kv heads by %s (%s groups, converted in %.2fs): %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
               "(converted, before uptraining: %.4f); checkpoint %s/checkpoint.h5\n",
-              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), (long)r.steps, a.fraction, a.schedule.c_str(),
+              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(), r.convert_seconds, (long)r.steps, a.fraction, a.schedule.c_str(),
               r.config.learning_rate, r.config.decay_lr ? r.config.min_lr : r.config.learning_rate, r.val_loss,
               r.loss_before, a.out.c_str());
   return 0;
@@ -265,15 +268,32 @@ int run_convert(const ConvertArgs& a) {
   H5File f = H5File::open_read(a.from);
   GPT src(read_model_config(f));
   read_model_weights(f, src);
-  const ConvertMethod m = parse_convert_method(a.method);
-  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, m, a.seed);
+  ConvertOptions co{.method = parse_convert_method(a.method), .grouping = parse_grouping(a.grouping), .seed = a.seed};
   const bool tok = has_tokenizer(f);
   CharTokenizer t;
   if (tok) t = read_tokenizer(f);
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration calib;
+  if (!a.calib.empty()) {
+    // Text and corpora calibrate on their train split; token and parity files on all they hold.
+    const EvalData data = load_eval_data(a.calib, "train", src.config(), tok ? &t : nullptr);
+    if (!data.ready.empty()) {
+      std::vector<Index> batches;
+      for (const auto& b : data.ready) batches.push_back(b.first);
+      calib = calibrate(src, batches);
+    } else {
+      calib = calibrate(src, calibration_batches(data.ids, src.config().block_size, a.calib_tokens, a.seed, a.calib));
+    }
+    co.calib = &calib;
+  }
+  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, co);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_converted(a.out, *out, tok ? &t : nullptr,
-                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
-  std::printf("converted %s: %ld -> %ld kv heads by %s, written to %s\n", a.from.c_str(),
-              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.out.c_str());
+                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}, {"grouping", a.grouping}}.dump());
+  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(),
+              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
+              a.calib.empty() ? "" : (", calibrated on " + std::to_string(calib.tokens) + " tokens").c_str(), secs,
+              a.out.c_str());
   return 0;
 }
 
