@@ -27,6 +27,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw Error(ErrorKind::usage, flag + ": empty item in \"" + s.substr(0, 80) + "\"");
+    out.push_back(item);
+  }
+  if (out.empty()) throw Error(ErrorKind::usage, flag + ": no items");
+  return out;
+}
+
 // More tokens than any sample is read for: sample warns, as it will run for hours.
 constexpr int64_t sample_warn_tokens = 1000000;
 
@@ -161,7 +173,10 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 int run_sweep(const SweepArgs& a) {
-  if (!tapelm::run_sweep(sweep_preset(a.preset), a.data, a.out, a.quiet, signal_stop_token())) {
+  SweepPreset p = sweep_preset(a.preset);
+  if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
+  if (!a.groupings.empty()) p.groupings = split_list(a.groupings, "--groupings");
+  if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }
   return 0;

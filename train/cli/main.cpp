@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tiny", "small", "paper", "micro"}));
   sweep->add_option("--data", sw.data, "UTF-8 text (or a prepared directory)")->required();
   sweep->add_option("--out", sw.out, "report directory (re-running resumes)")->required();
+  sweep->add_option("--methods", sw.methods, "conversion methods, comma-separated (default: all; must include mean)");
+  sweep->add_option("--groupings", sw.groupings, "groupings, comma-separated: contiguous,similar (default: contiguous)");
   sweep->add_flag("--quiet", sw.quiet, "no progress lines");
 
   std::string plot_dir;
