@@ -289,7 +289,7 @@ int run_convert(const ConvertArgs& a) {
   if (tok) t = read_tokenizer(f);
   const auto t0 = std::chrono::steady_clock::now();
   Calibration calib;
-  if (!a.calib.empty()) {
+  if (!a.calib.empty() && needs_calibration(co.method, co.grouping)) {
     // Text and corpora calibrate on their train split; token and parity files on all they hold.
     const EvalData data = load_eval_data(a.calib, "train", src.config(), tok ? &t : nullptr);
     if (!data.ready.empty()) {
@@ -307,7 +307,7 @@ int run_convert(const ConvertArgs& a) {
                   nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}, {"grouping", a.grouping}}.dump());
   std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(),
               (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
-              a.calib.empty() ? "" : (", calibrated on " + std::to_string(calib.tokens) + " tokens").c_str(), secs,
+              co.calib == nullptr ? "" : (", calibrated on " + std::to_string(calib.tokens) + " tokens").c_str(), secs,
               a.out.c_str());
   return 0;
 }
