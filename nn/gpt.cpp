@@ -63,6 +63,13 @@ Var GPT::forward(const Index& idx, const Index* key_keep) const {
   return linear(ln_f->forward(x), lm_head);
 }
 
+std::vector<Tensor> GPT::attention_inputs(const Index& idx) const {
+  std::vector<Tensor> out(blocks.size());
+  Var x = drop_->forward(embed(idx, 0));
+  for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward(x, nullptr, &out[l]);
+  return out;
+}
+
 Var GPT::loss(const Index& idx, const Index& targets, const Index* key_keep) const {
   if (targets.shape != idx.shape)
     throw Error(ErrorKind::shape, "gpt: targets " + shape_str(targets.shape) + " for ids " + shape_str(idx.shape));

@@ -25,6 +25,9 @@ class GPT : public Module {
 
   /// Logits [B, T, V] for ids [B, T]; key_keep [B, T] (1 keep, 0 pad) masks padded keys.
   Var forward(const Index& idx, const Index* key_keep = nullptr) const;
+  /// The input of every layer's attention, ln1(x) [B, T, d] per layer, from the forward pass
+  /// (what conversion calibrates on; call it under NoGrad, in eval mode).
+  std::vector<Tensor> attention_inputs(const Index& idx) const;
   /// Mean cross-entropy of forward(idx) against targets [B, T] (-1 ignored).
   Var loss(const Index& idx, const Index& targets, const Index* key_keep = nullptr) const;
 

@@ -81,8 +81,10 @@ Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) {
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout, rng));
 }
 
-Var Block::forward(const Var& x, const Index* key_keep) const {
-  Var h = add(x, drop->forward(attn->forward(ln1->forward(x), key_keep)));
+Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in) const {
+  Var a = ln1->forward(x);
+  if (attn_in) *attn_in = a.val();
+  Var h = add(x, drop->forward(attn->forward(a, key_keep)));
   return add(h, drop->forward(mlp->forward(ln2->forward(h))));
 }
 

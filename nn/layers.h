@@ -83,7 +83,8 @@ class Attention : public Module {
 class Block : public Module {
  public:
   Block(const GPTConfig& c, std::shared_ptr<Rng> rng);
-  Var forward(const Var& x, const Index* key_keep) const;
+  /// attn_in, when given, receives the attention's input ln1(x) [B,T,d] (calibration statistics).
+  Var forward(const Var& x, const Index* key_keep, Tensor* attn_in = nullptr) const;
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
   std::shared_ptr<Norm> ln1, ln2;
   std::shared_ptr<Attention> attn;

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "train/plot.h"
 #include "train/run_dir.h"
@@ -30,14 +31,22 @@ bool has_line(const std::string& text, const std::string& line) {
   return false;
 }
 
-/// Val losses chosen by hand: mean pooling wins for GQA-2, first head wins for MQA; seed s adds 0.01·(s−1).
+/// The micro preset with the methods the hand-made results cover.
+SweepPreset hand_preset() {
+  SweepPreset p = sweep_preset("micro");
+  p.methods = {"mean", "first", "random", "fit"};
+  return p;
+}
+
+/// Val losses chosen by hand: mean pooling beats first head for GQA-2, first head wins for MQA, fit
+/// beats both; seed s adds 0.01·(s−1).
 double hand_loss(const Cell& c) {
   if (c.kind == CellKind::pretrain) return 3.0;
   if (c.kind == CellKind::scratch) return c.kv == 2 ? 3.15 : 3.4;
   static const std::map<std::pair<int64_t, std::string>, std::vector<double>> by_alpha = {
       {{4, "mean"}, {3.0, 2.9, 2.85}},  {{2, "mean"}, {3.2, 3.1, 3.05}},  {{2, "first"}, {3.4, 3.3, 3.2}},
       {{2, "random"}, {4.0, 3.6, 3.5}}, {{1, "mean"}, {3.5, 3.3, 3.25}},  {{1, "first"}, {3.3, 3.2, 3.1}},
-      {{1, "random"}, {4.2, 3.8, 3.7}}};
+      {{1, "random"}, {4.2, 3.8, 3.7}}, {{2, "fit"}, {3.1, 3.05, 0}},     {{1, "fit"}, {3.25, 3.15, 0}}};
   const size_t i = c.alpha == 0 ? 0 : c.alpha < 0.07 ? 1 : 2;
   return by_alpha.at({c.kv, c.method})[i] + 0.01 * (c.seed - 1);
 }
@@ -58,6 +67,7 @@ std::vector<CellResult> hand_results(const SweepPlan& plan, double mqa_ms_per_sa
     r.params = params.at(c.kv);
     r.kv_cache_bytes_per_token = cache.at(c.kv);
     r.decode = decode.at(c.kv);
+    if (c.kind == CellKind::convert) r.convert_seconds = c.method == "fit" ? 0.25 : 0.002;
     rs.push_back(r);
   }
   return rs;
@@ -80,9 +90,10 @@ BOOST_AUTO_TEST_CASE(kv_heads_halve_down_to_one) {
 
 BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   const SweepPlan micro(sweep_preset("micro"));
-  // pretrain + KV 4 (mean only) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the headline
-  // cell per KV + from scratch KV 2 and 1
-  BOOST_TEST(micro.cells.size() == 1u + 3 + 18 + 6 + 2);
+  // pretrain + KV 4 (mean only: 3 α, 3 seeds of the headline α) + KV {2, 1} × (mean's 5 cells + 5
+  // more methods at α = 0 and the headline α with 3 seeds) + from scratch KV 2 and 1
+  BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 5 * 4) + 2);
+  BOOST_TEST(micro.variants == convert_method_names(), tt::per_element());
   BOOST_TEST(micro.kv_heads == (std::vector<int64_t>{4, 2, 1}), tt::per_element());
   BOOST_TEST(micro.pretrain().id() == "pretrain_mha");
   BOOST_TEST(micro.pretrain().steps == 20);
@@ -91,15 +102,16 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   for (const Cell& c : micro.cells) ids.insert(c.id());
   BOOST_TEST(ids.size() == micro.cells.size());
   // the names of existing sweep directories' files
-  for (const char* id : {"kv4_mean_a0_s1", "kv4_mean_a0.05_s3", "kv2_first_a0.1_s1", "kv1_random_a0_s1",
-                         "kv1_mean_a0.05_s2", "scratch_kv2_s1", "scratch_kv1_s1"})
+  for (const char* id : {"kv4_mean_a0_s1", "kv4_mean_a0.05_s3", "kv2_mean_a0.1_s1", "kv1_random_a0_s1",
+                         "kv1_mean_a0.05_s2", "scratch_kv2_s1", "scratch_kv1_s1", "kv2_first_a0.05_s2",
+                         "kv1_mean-norm_a0.05_s3", "kv2_aligned_a0_s1", "kv1_fit_a0.05_s1"})
     BOOST_TEST(ids.count(id) == 1u, id);
   BOOST_TEST(ids.count("kv4_first_a0_s1") == 0u);  // converting MHA to MHA: mean only
-  BOOST_TEST(ids.count("kv2_first_a0.05_s2") == 0u);  // repeated seeds: the headline cell only
+  BOOST_TEST(ids.count("kv2_first_a0.1_s1") == 0u);  // α beyond the headline: mean only
   const Cell& c = micro.find(CellKind::convert, 1, "mean", 0.05, 2);
   BOOST_TEST(c.id() == "kv1_mean_a0.05_s2");
   BOOST_TEST(c.steps == 1);  // 0.05 × 20
-  BOOST_TEST(micro.find(CellKind::convert, 2, "first", 0.1).steps == 2);
+  BOOST_TEST(micro.find(CellKind::convert, 2, "mean", 0.1).steps == 2);
   BOOST_TEST(micro.scratch(1).id() == "scratch_kv1_s1");
   BOOST_CHECK_EXCEPTION(micro.find(CellKind::convert, 3, "mean", 0), Error, test::is_kind(ErrorKind::internal));
   BOOST_TEST(micro.kv_name(4) == "MHA");
@@ -107,8 +119,29 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   BOOST_TEST(micro.kv_name(1) == "MQA");
   // eight query heads: KV 8, 4, 2, 1
   const SweepPlan small(sweep_preset("small"));
-  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 11 + 3);
+  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 25 + 3);
   BOOST_CHECK_EXCEPTION(sweep_preset("huge"), Error, test::is_kind(ErrorKind::usage));
+  // groupings: every method but random once more with similar groups, named method+grouping
+  SweepPreset p = sweep_preset("micro");
+  p.methods = {"mean", "random", "fit"};
+  p.groupings = {"contiguous", "similar"};
+  const SweepPlan g(p);
+  BOOST_TEST(g.variants == (std::vector<std::string>{"mean", "random", "fit", "mean+similar", "fit+similar"}),
+             tt::per_element());
+  BOOST_TEST(g.find(CellKind::convert, 1, "fit+similar", 0.05, 3).id() == "kv1_fit+similar_a0.05_s3");
+  BOOST_TEST((parse_variant("fit+similar") == std::pair{ConvertMethod::Fit, Grouping::Similar}));
+  BOOST_TEST((parse_variant("mean-norm") == std::pair{ConvertMethod::MeanNorm, Grouping::Contiguous}));
+  for (auto [methods, groupings, part] :
+       std::vector<std::tuple<std::vector<std::string>, std::vector<std::string>, std::string>>{
+           {{"mean", "median"}, {"contiguous"}, "unknown conversion method \"median\""},
+           {{"fit"}, {"contiguous"}, "must include mean"},
+           {{"mean"}, {"similar"}, "must include contiguous"},
+           {{"mean"}, {"contiguous", "best"}, "unknown grouping \"best\""}}) {
+    SweepPreset bad = sweep_preset("micro");
+    bad.methods = methods;
+    bad.groupings = groupings;
+    expect_throw([&] { SweepPlan x(bad); }, ErrorKind::usage, {part});
+  }
 }
 
 // ---- the cell files -------------------------------------------------------------------------------
@@ -127,7 +160,11 @@ BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
  "forward_flops_per_token": 8160.0, "id": "pretrain_mha", "kind": "pretrain", "kv_cache_bytes_per_token": 128,
  "kv_heads": 4, "loss_before": null, "method": "", "params": 3872, "perplexity": 24.67, "schedule": "cosine",
  "seed": 1, "steps": 20, "train_seconds": 1.25, "val_loss": 3.2057})");
-  for (const nlohmann::json& j : {converted, pretrained}) {
+  nlohmann::json timed = converted;  // a converted cell of this version: its conversion time too
+  timed["convert_seconds"] = 0.125;
+  BOOST_TEST(CellResult::from_json(timed).convert_seconds.value() == 0.125);
+  BOOST_TEST(!CellResult::from_json(converted).convert_seconds.has_value());
+  for (const nlohmann::json& j : {converted, pretrained, timed}) {
     const CellResult r = CellResult::from_json(j);
     BOOST_TEST(r.to_json() == j, r.to_json().dump(1) << "\nvs\n" << j.dump(1));
     BOOST_TEST(r.to_json().dump(1) == j.dump(1));  // integers stay integers, 7648.0 stays a float
@@ -190,7 +227,7 @@ BOOST_AUTO_TEST_CASE(csv_header_and_rows) {
 }
 
 BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
-  const SweepPlan plan(sweep_preset("micro"));
+  const SweepPlan plan(hand_preset());
   const ReportContext ctx{"tiny.txt", 900, 100, "2024-01-02"};
   std::ostringstream out;
   write_report_md(out, plan, hand_results(plan), ctx);
@@ -209,16 +246,24 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
            "| MQA | 1 | 3.3100 ± 0.0100 (n=3) | 27.385 | 16.0 | 5.00 | 32 | 3488 |",
            "| GQA-2 from scratch (21 steps) | 2 | 3.1500 | 23.336 | 20.0 | 6.50 | 64 | 3616 |",
            "| MQA from scratch (21 steps) | 1 | 3.4000 | 29.964 | 16.0 | 5.00 | 32 | 3488 |",
-           "| method | GQA-2 | MQA |",
-           "| mean | 3.1100 (3.2000) | 3.3100 (3.5000) |",
-           "| first | 3.3000 (3.4000) | 3.2000 (3.3000) |",
-           "| random | 3.6000 (4.0000) | 3.8000 (4.2000) |",
+           "| method | grouping | GQA-2 | MQA |",
+           "| mean | contiguous | 3.1100 ± 0.0100 (n=3) (3.2000) | 3.3100 ± 0.0100 (n=3) (3.5000) |",
+           "| first | contiguous | 3.3100 ± 0.0100 (n=3) (3.4000) | 3.2100 ± 0.0100 (n=3) (3.3000) |",
+           "| random | contiguous | 3.6100 ± 0.0100 (n=3) (4.0000) | 3.8100 ± 0.0100 (n=3) (4.2000) |",
+           "| fit | contiguous | 3.0600 ± 0.0100 (n=3) (3.1000) | 3.1600 ± 0.0100 (n=3) (3.2500) |",
+           "| mean | contiguous | 0.002 | 0.002 |",
+           "| fit | contiguous | 0.250 | 0.250 |",
            "| α | steps | MHA | GQA-2 | MQA |",
            "| 0 | 0 | 3.0000 | 3.2000 | 3.5000 |",
            "| 0.05 | 1 | 2.9100 | 3.1100 | 3.3100 |",
            "| 0.1 | 2 | 2.8500 | 3.0500 | 3.2500 |",
-           "- GQA-2: mean pooling beats first head and random init (Fig. 4): **yes** (3.1100 vs 3.3000, 3.6000)",
-           "- MQA: mean pooling beats first head and random init (Fig. 4): **no** (3.3100 vs 3.2000, 3.8000)",
+           "- GQA-2: mean pooling beats first head and random init (Fig. 4): **yes** (3.1100 vs 3.3100, 3.6100)",
+           "- MQA: mean pooling beats first head and random init (Fig. 4): **no** (3.3100 vs 3.2100, 3.8100)",
+           "- GQA-2: the best conversion method beats mean pooling at α = 0: **yes** (fit 3.1000 vs mean 3.2000)",
+           "- GQA-2: the best conversion method beats mean pooling at α = 0.05: **yes** (fit 3.0600 vs mean 3.1100)",
+           "- MQA: the best conversion method beats mean pooling at α = 0.05: **yes** (fit 3.1600 vs mean 3.3100)",
+           "- GQA-2: an uptrained model matches one trained from scratch at equal compute (best conversion at α = 0.05 "
+           "within 0.01 of it or better): **yes** (fit 3.0600 vs from scratch 3.1500)",
            // 3.2 → 3.11 gains 0.09, 3.11 → 3.05 only 0.06
            "- GQA-2: uptraining with α = 0.05 lowers the loss of the converted model (Fig. 5): **yes** (3.2000 → 3.1100); "
            "going to α = 0.1 adds less than the first step did: **yes** (→ 3.0500)",
@@ -244,7 +289,7 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
 BOOST_AUTO_TEST_CASE(plots_are_drawn) {
   if (!have_gnuplot()) return;
   TempDir d;
-  const SweepPlan plan(sweep_preset("micro"));
+  const SweepPlan plan(hand_preset());
   write_plots(d.path.string(), plan, hand_results(plan));
   for (const char* f : {"fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
     BOOST_TEST(fs::file_size(d / f) > 100u, f);
@@ -256,7 +301,11 @@ BOOST_AUTO_TEST_CASE(plots_are_drawn) {
 BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
   TempDir d;
   const std::string text = test::fixture_path("tiny.txt");
-  Run r = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  const std::string args = "sweep --preset micro --methods mean,fit --groupings contiguous,similar --data " + text;
+  Run bad = run_cli("sweep --preset micro --methods mean,median --data " + text + " --out " + (d / "bad"));
+  expect_error(bad, "unknown conversion method \"median\"");
+  BOOST_TEST(!fs::exists(d / "bad/sweep.json"));
+  Run r = run_cli(args + " --out " + (d / "sw"));
   BOOST_TEST_REQUIRE(r.code == 0, r.err);
   for (const char* f : {"results.csv", "report.md", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
     BOOST_TEST(fs::file_size(d / (std::string("sw/") + f)) > 100u, f);
@@ -273,18 +322,19 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
     rows++;
     BOOST_TEST(size_t(std::count(line.begin(), line.end(), ',')) == ncols, line);
   }
-  // pretrain + KV 4 (identity) × 3 α + KV {2, 1} × 3 methods × 3 α + 2 more seeds of the
-  // headline cell per KV + from-scratch KV 2 and 1
-  BOOST_TEST(rows == 1 + 3 + 2 * 3 * 3 + 3 * 2 + 2);
+  // pretrain + KV 4 (mean: 3 α, 3 seeds at the headline α) + KV {2, 1} × (mean's 5 cells + fit,
+  // mean+similar, fit+similar at α = 0 and 3 seeds of the headline α) + from-scratch KV 2 and 1
+  BOOST_TEST(rows == 1 + 5 + 2 * (5 + 3 * 4) + 2);
   std::ifstream md(d / "sw/report.md");
   std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
-  for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2"})
+  for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2", "| fit | similar |",
+                           "Conversion wall time"})
     BOOST_TEST(report.find(part) != std::string::npos, part);
   // the sweep's lock on OUT and each cell's on its run directory are separate files: no deadlock
   for (const char* f : {"sw/.lock", "sw/runs/pretrain_mha/.lock", "sw/runs/kv1_mean_a0.05_s2/.lock"})
     BOOST_TEST(fs::exists(d / f), f);
   const auto stamp = fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json");
-  Run again = run_cli("sweep --preset micro --data " + text + " --out " + (d / "sw"));
+  Run again = run_cli(args + " --out " + (d / "sw"));
   BOOST_TEST(again.code == 0, again.err);
   BOOST_TEST(again.out.find("finished cells are skipped") != std::string::npos, again.out);
   BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);

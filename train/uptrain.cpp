@@ -53,7 +53,16 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   UptrainResult r;
   r.config = uptrain_config(original, o);
   r.steps = r.config.max_iters;
-  std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, o.method, o.seed);
+  const auto tc = std::chrono::steady_clock::now();
+  ConvertOptions co{.method = o.method, .grouping = o.grouping, .seed = o.seed};
+  Calibration calib;
+  if (needs_calibration(o.method, o.grouping) && src.config().n_kv_head != o.kv_heads) {  // groups of one: nothing to calibrate
+    calib = calibrate(src, calibration_batches(corpus.train, src.config().block_size, o.calib_tokens, o.calib_seed,
+                                               "calibration data (the train split)"));
+    co.calib = &calib;
+  }
+  std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, co);
+  r.convert_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
   r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
 
   TrainOptions to;
@@ -67,6 +76,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
                                  {"kv_heads_from", src.config().n_kv_head},
                                  {"kv_heads", o.kv_heads},
                                  {"method", to_string(o.method)},
+                                 {"grouping", to_string(o.grouping)},
                                  {"fraction", o.fraction},
                                  {"schedule", to_string(o.schedule)}}
                       .dump();

@@ -20,6 +20,9 @@ std::string to_string(UptrainSchedule s);
 struct UptrainOptions {
   int64_t kv_heads = 1;
   ConvertMethod method = ConvertMethod::Mean;
+  Grouping grouping = Grouping::Contiguous;
+  int64_t calib_tokens = 16384;  // calibration tokens from the corpus's train split (aligned, fit, similar)
+  uint64_t calib_seed = 0;       // which windows: fixed, so every seed of a study converts alike
   double fraction = 0.05;  // α; 0: convert and evaluate only
   UptrainSchedule schedule = UptrainSchedule::Rewarm;
   double lr = 0;           // rewarm: the peak (0: the original run's peak × rewarm_scale); continue: ignored
@@ -37,6 +40,7 @@ struct UptrainResult {
   double val_loss = 0;        // on the whole val split, non-overlapping windows
   double loss_before = 0;     // the converted model before any uptraining, same windows
   double seconds = 0;         // training wall time
+  double convert_seconds = 0; // conversion wall time, calibration included
   TrainConfig config;         // what the uptraining ran with
 };
 

@@ -1,5 +1,6 @@
 #include "train/cli/cli.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -25,6 +26,18 @@ namespace tapelm::cli {
 namespace fs = std::filesystem;
 
 namespace {
+
+/// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) throw Error(ErrorKind::usage, flag + ": empty item in \"" + s.substr(0, 80) + "\"");
+    out.push_back(item);
+  }
+  if (out.empty()) throw Error(ErrorKind::usage, flag + ": no items");
+  return out;
+}
 
 // More tokens than any sample is read for: sample warns, as it will run for hours.
 constexpr int64_t sample_warn_tokens = 1000000;
@@ -137,6 +150,8 @@ int run_uptrain(const UptrainArgs& a) {
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
   o.method = parse_convert_method(a.method);
+  o.grouping = parse_grouping(a.grouping);
+  o.calib_tokens = a.calib_tokens;
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
   o.lr = a.lr;
@@ -149,16 +164,19 @@ int run_uptrain(const UptrainArgs& a) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
     return 0;
   }
-  std::printf("uptrained %s to %ld kv heads by %s: %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
+  std::printf("uptrained %s to %ld kv heads by %s (%s groups, converted in %.2fs): %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
               "(converted, before uptraining: %.4f); checkpoint %s/checkpoint.h5\n",
-              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), (long)r.steps, a.fraction, a.schedule.c_str(),
+              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(), r.convert_seconds, (long)r.steps, a.fraction, a.schedule.c_str(),
               r.config.learning_rate, r.config.decay_lr ? r.config.min_lr : r.config.learning_rate, r.val_loss,
               r.loss_before, a.out.c_str());
   return 0;
 }
 
 int run_sweep(const SweepArgs& a) {
-  if (!tapelm::run_sweep(sweep_preset(a.preset), a.data, a.out, a.quiet, signal_stop_token())) {
+  SweepPreset p = sweep_preset(a.preset);
+  if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
+  if (!a.groupings.empty()) p.groupings = split_list(a.groupings, "--groupings");
+  if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }
   return 0;
@@ -275,15 +293,32 @@ int run_convert(const ConvertArgs& a) {
   H5File f = H5File::open_read(a.from);
   GPT src(read_model_config(f));
   read_model_weights(f, src);
-  const ConvertMethod m = parse_convert_method(a.method);
-  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, m, a.seed);
+  ConvertOptions co{.method = parse_convert_method(a.method), .grouping = parse_grouping(a.grouping), .seed = a.seed};
   const bool tok = has_tokenizer(f);
   CharTokenizer t;
   if (tok) t = read_tokenizer(f);
+  const auto t0 = std::chrono::steady_clock::now();
+  Calibration calib;
+  if (!a.calib.empty() && needs_calibration(co.method, co.grouping)) {
+    // Text and corpora calibrate on their train split; token and parity files on all they hold.
+    const EvalData data = load_eval_data(a.calib, "train", src.config(), tok ? &t : nullptr);
+    if (!data.ready.empty()) {
+      std::vector<Index> batches;
+      for (const auto& b : data.ready) batches.push_back(b.first);
+      calib = calibrate(src, batches);
+    } else {
+      calib = calibrate(src, calibration_batches(data.ids, src.config().block_size, a.calib_tokens, a.seed, a.calib));
+    }
+    co.calib = &calib;
+  }
+  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, co);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_converted(a.out, *out, tok ? &t : nullptr,
-                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());
-  std::printf("converted %s: %ld -> %ld kv heads by %s, written to %s\n", a.from.c_str(),
-              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.out.c_str());
+                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}, {"grouping", a.grouping}}.dump());
+  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(),
+              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
+              co.calib == nullptr ? "" : (", calibrated on " + std::to_string(calib.tokens) + " tokens").c_str(), secs,
+              a.out.c_str());
   return 0;
 }
 

@@ -24,8 +24,8 @@ struct SampleArgs {
   bool greedy = false;
 };
 struct ConvertArgs {
-  std::string from, method = "mean", out;
-  int64_t kv_heads = 0;
+  std::string from, method = "mean", out, grouping = "contiguous", calib;
+  int64_t kv_heads = 0, calib_tokens = 16384;
   uint64_t seed = 0;
 };
 
@@ -39,14 +39,14 @@ struct BenchArgs {
 };
 
 struct UptrainArgs {
-  std::string from, method = "mean", data, out, schedule = "rewarm";
-  int64_t kv_heads = 0;
+  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous";
+  int64_t kv_heads = 0, calib_tokens = 16384;
   double fraction = 0.05, lr = 0;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
 };
 struct SweepArgs {
-  std::string preset = "tiny", data, out;
+  std::string preset = "tiny", data, out, methods, groupings;
   bool quiet = false;
 };
 

@@ -1,5 +1,6 @@
 #include "train/sweep/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -28,6 +29,7 @@ SweepPreset sweep_preset(const std::string& name) {
          {"learning_rate", 3e-3}, {"min_lr", 3e-4}};
     p.decode_iters = 1;
     p.decode_batches = {1, 4};
+    p.calib_tokens = 256;  // its test corpus is a few hundred tokens
   } else if (name == "tiny") {  // nanoGPT's CPU model, half its steps: about 10 minutes on 2 cores
     j = {{"n_layer", 4},      {"n_head", 4},          {"n_embd", 128},       {"block_size", 64},
          {"batch_size", 12},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
@@ -52,6 +54,22 @@ SweepPreset sweep_preset(const std::string& name) {
   j["checkpoint_interval"] = 250;
   p.pretrain = TrainConfig::from_json(j);
   return p;
+}
+
+std::vector<std::string> sweep_variants(const SweepPreset& p) {
+  std::vector<std::string> v;
+  for (const std::string& g : p.groupings)
+    for (const std::string& m : p.methods) {
+      if (g != "contiguous" && m == "random") continue;
+      v.push_back(g == "contiguous" ? m : m + "+" + g);
+    }
+  return v;
+}
+
+std::pair<ConvertMethod, Grouping> parse_variant(const std::string& v) {
+  const size_t plus = v.find('+');
+  if (plus == std::string::npos) return {parse_convert_method(v), Grouping::Contiguous};
+  return {parse_convert_method(v.substr(0, plus)), parse_grouping(v.substr(plus + 1))};
 }
 
 std::string cell_kind_name(CellKind k) {
@@ -88,14 +106,23 @@ SweepPlan::SweepPlan(const SweepPreset& p)
       pretrain_steps(p.pretrain.max_iters),
       scratch_steps(std::llround((1.0 + p.headline_fraction) * p.pretrain.max_iters)),
       kv_heads(sweep_kv_heads(p.pretrain.model.n_head)) {
+  for (const std::string& m : p.methods) parse_convert_method(m);
+  for (const std::string& g : p.groupings) parse_grouping(g);
+  if (std::find(p.methods.begin(), p.methods.end(), "mean") == p.methods.end())
+    throw Error(ErrorKind::usage, "the sweep's methods must include mean (the reference of its tables)");
+  if (std::find(p.groupings.begin(), p.groupings.end(), "contiguous") == p.groupings.end())
+    throw Error(ErrorKind::usage, "the sweep's groupings must include contiguous");
+  variants = sweep_variants(p);
   const int64_t H = n_head, P = pretrain_steps;
   cells.push_back({CellKind::pretrain, H, "", 0, 1, P});
   for (int64_t kv : kv_heads) {
     // Converting MHA to MHA changes nothing whatever the method: only uptraining is measured.
-    const std::vector<std::string> methods = kv == H ? std::vector<std::string>{"mean"} : p.methods;
+    const std::vector<std::string> methods = kv == H ? std::vector<std::string>{"mean"} : variants;
     for (const std::string& m : methods)
       for (double a : p.fractions) {
-        const bool headline = m == "mean" && std::fabs(a - p.headline_fraction) < 1e-12;
+        const bool headline = std::fabs(a - p.headline_fraction) < 1e-12;
+        // Every α for mean pooling (Fig. 5); the others at α = 0 and the headline α (Fig. 4).
+        if (m != "mean" && !headline && a != 0) continue;
         for (int s = 1; s <= (headline ? p.headline_seeds : 1); s++)
           cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
       }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "autograd/error.h"
+#include "train/convert.h"
 #include "train/train_config.h"
 
 namespace tapelm {
@@ -15,9 +16,11 @@ struct SweepPreset {
   std::string name;
   TrainConfig pretrain;               // the MHA run (n_kv_head = n_head)
   std::vector<double> fractions{0.0, 0.05, 0.1};
-  std::vector<std::string> methods{"mean", "first", "random"};
+  std::vector<std::string> methods = convert_method_names();  // must include mean, the reference
+  std::vector<std::string> groupings{"contiguous"};           // must include contiguous
   double headline_fraction = 0.05;
-  int headline_seeds = 3;             // mean pooling at headline_fraction, repeated
+  int headline_seeds = 3;             // every conversion at headline_fraction, repeated
+  int64_t calib_tokens = 16384;       // calibration tokens (aligned, fit, similar) from the train split
   int decode_iters = 3;               // timed generations per KV and batch
   std::vector<int64_t> decode_batches{1, 32};
 };
@@ -27,6 +30,12 @@ SweepPreset sweep_preset(const std::string& name);
 
 /// The KV head counts of the study: H, H/2, ... while divisible, down to 1.
 std::vector<int64_t> sweep_kv_heads(int64_t H);
+
+/// The conversions of a preset as cells name them, in report order: each method with contiguous
+/// groups ("fit"), then with each further grouping ("fit+similar"; random init has no groups).
+std::vector<std::string> sweep_variants(const SweepPreset& p);
+/// A cell's method name split into the conversion method and grouping ("fit+similar" -> fit, similar).
+std::pair<ConvertMethod, Grouping> parse_variant(const std::string& v);
 
 enum class CellKind { pretrain, convert, scratch };
 
@@ -39,7 +48,7 @@ CellKind parse_cell_kind(const std::string& s);
 struct Cell {
   CellKind kind = CellKind::convert;
   int64_t kv = 0;
-  std::string method;  // mean | first | random when converted, "scratch" from scratch, empty for the MHA run
+  std::string method;  // a variant (mean, fit+similar, ...) when converted, "scratch" from scratch, empty for the MHA run
   double alpha = 0;    // uptraining steps as a fraction of the pretraining steps
   int seed = 1;
   int64_t steps = 0;
@@ -56,9 +65,11 @@ struct SweepPlan {
   int64_t pretrain_steps = 0;  // P
   int64_t scratch_steps = 0;   // (1 + headline α) × P: the compute of pretraining plus uptraining
   std::vector<int64_t> kv_heads;
+  std::vector<std::string> variants;  // sweep_variants(preset)
   std::vector<Cell> cells;
 
-  /// The plan of a preset.
+  /// The plan of a preset; an unknown method or grouping, or one without mean or contiguous, is a
+  /// usage Error.
   explicit SweepPlan(const SweepPreset& p);
   /// The cell with these coordinates; throws std::logic_error when the plan has none.
   const Cell& find(CellKind kind, int64_t kv, const std::string& method, double alpha, int seed = 1) const;

@@ -42,6 +42,10 @@ struct Table {
         v.push_back(r.val_loss);
     return stat(v);
   }
+  /// Whether the plan converts with this variant.
+  bool has(const std::string& v) const {
+    return std::find(plan.variants.begin(), plan.variants.end(), v) != plan.variants.end();
+  }
   /// The cell whose costs (parameters, cache, decoding time) stand for every model with kv heads.
   const CellResult& costs(int64_t kv) const { return of(plan.find(CellKind::convert, kv, "mean", 0)); }
   /// Decoding time per sample of a kv at a batch size.
@@ -125,17 +129,34 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
       row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
           stat({t.of(plan.scratch(kv)).val_loss}));
 
-  md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << "; α = 0 in brackets)\n\n| method |";
+  md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << ", over seeds; α = 0, "
+        "before uptraining, in brackets)\n\n| method | grouping |";
   for (int64_t kv : kvs)
     if (kv < H) md << " " << plan.kv_name(kv) << " |";
-  md << "\n|---|";
+  md << "\n|---|---|";
   for (int64_t kv : kvs)
     if (kv < H) md << "---|";
   md << "\n";
-  for (const std::string& m : p.methods) {
-    md << "| " << m << " |";
+  for (const std::string& v : plan.variants) {
+    md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
     for (int64_t kv : kvs)
-      if (kv < H) md << " " << fmt("%.4f", t.losses(kv, m, ha).mean) << " (" << fmt("%.4f", t.losses(kv, m, 0).mean) << ") |";
+      if (kv < H) md << " " << fmt_stat(t.losses(kv, v, ha)) << " (" << fmt("%.4f", t.losses(kv, v, 0).mean) << ") |";
+    md << "\n";
+  }
+  md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n| method | grouping |";
+  for (int64_t kv : kvs)
+    if (kv < H) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (int64_t kv : kvs)
+    if (kv < H) md << "---|";
+  md << "\n";
+  for (const std::string& v : plan.variants) {
+    md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
+    for (int64_t kv : kvs)
+      if (kv < H) {
+        const CellResult& r = t.of(plan.find(CellKind::convert, kv, v, 0));
+        md << " " << (r.convert_seconds ? fmt("%.3f", *r.convert_seconds) : std::string("–")) << " |";
+      }
     md << "\n";
   }
   md << "\n## Figure 5 — uptraining proportion α (mean pooling, val loss)\n\n| α | steps |";
@@ -155,10 +176,34 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
   for (int64_t kv : kvs) {
     if (kv == H) continue;
     const std::string name = plan.kv_name(kv);
-    const double mean = t.losses(kv, "mean", ha).mean, first = t.losses(kv, "first", ha).mean,
-                 rnd = t.losses(kv, "random", ha).mean;
-    md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < first && mean < rnd)
-       << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", first) << ", " << fmt("%.4f", rnd) << ")\n";
+    const double mean = t.losses(kv, "mean", ha).mean;
+    if (t.has("first") && t.has("random")) {
+      const double first = t.losses(kv, "first", ha).mean, rnd = t.losses(kv, "random", ha).mean;
+      md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < first && mean < rnd)
+         << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", first) << ", " << fmt("%.4f", rnd) << ")\n";
+    }
+    if (plan.variants.size() > 1) {
+      // The best other conversion, at each α on its own.
+      for (double a : {0.0, ha}) {
+        std::string best;
+        double best_loss = INFINITY;
+        for (const std::string& v : plan.variants)
+          if (v != "mean" && t.losses(kv, v, a).mean < best_loss) best_loss = t.losses(kv, v, a).mean, best = v;
+        const double m = t.losses(kv, "mean", a).mean;
+        md << "- " << name << ": the best conversion method beats mean pooling at α = " << a << ": " << yes(best_loss < m)
+           << " (" << best << " " << fmt("%.4f", best_loss) << " vs mean " << fmt("%.4f", m) << ")\n";
+      }
+    }
+    {
+      std::string best;
+      double best_loss = INFINITY;
+      for (const std::string& v : plan.variants)
+        if (t.losses(kv, v, ha).mean < best_loss) best_loss = t.losses(kv, v, ha).mean, best = v;
+      const double scratch = t.of(plan.scratch(kv)).val_loss;
+      md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
+         << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
+         << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
+    }
     const double a0 = t.losses(kv, "mean", 0).mean, a1 = t.losses(kv, "mean", ha).mean,
                  a2 = t.losses(kv, "mean", p.fractions.back()).mean;
     md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
@@ -204,12 +249,12 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
     }
     std::ofstream m(mdat);
     m << "kv";
-    for (const std::string& me : p.methods) m << " " << me;
+    for (const std::string& me : plan.variants) m << " " << me;
     m << "\n";
     for (int64_t kv : kvs)
       if (kv < plan.n_head) {
         m << plan.kv_name(kv);
-        for (const std::string& me : p.methods) m << " " << t.losses(kv, me, ha).mean;
+        for (const std::string& me : plan.variants) m << " " << t.losses(kv, me, ha).mean;
         m << "\n";
       }
   }
@@ -232,7 +277,7 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
      << "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
      << "set key top left\nset yrange [*:*]\n";
   gp << "plot ";
-  for (size_t i = 0; i < p.methods.size(); i++)
+  for (size_t i = 0; i < plan.variants.size(); i++)
     gp << (i ? ", " : "") << gp_quote(mdat.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)") << " title columnheader";
   gp << "\n";
   run_gnuplot(gp.str());

@@ -42,6 +42,7 @@ nlohmann::json CellResult::to_json() const {
                    {"params", params},
                    {"forward_flops_per_token", forward_flops_per_token},
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
+  if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
   j.update(decode_times_to_json(decode));
   return j;
 }
@@ -59,6 +60,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   if (j.at("loss_before").is_number()) r.loss_before = j["loss_before"].get<double>();
   r.perplexity = j.at("perplexity").get<double>();
   r.train_seconds = j.at("train_seconds").get<double>();
+  if (j.contains("convert_seconds")) r.convert_seconds = j["convert_seconds"].get<double>();
   r.params = j.at("params").get<int64_t>();
   r.forward_flops_per_token = j.at("forward_flops_per_token").get<double>();
   r.kv_cache_bytes_per_token = j.at("kv_cache_bytes_per_token").get<int64_t>();

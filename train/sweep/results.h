@@ -34,6 +34,7 @@ struct CellResult {
   std::optional<double> loss_before;  // converted, before uptraining (none for trained cells)
   double perplexity = 0;
   double train_seconds = 0;
+  std::optional<double> convert_seconds;  // converted cells: conversion wall time, calibration included
   int64_t params = 0;
   double forward_flops_per_token = 0;
   int64_t kv_cache_bytes_per_token = 0;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "data/dataset.h"
 #include "nn/accounting.h"
@@ -126,7 +127,7 @@ std::string conversion_key(const Cell& c) {
 struct CellRun {
   bool interrupted = false;
   double val_loss = 0, train_seconds = 0;
-  std::optional<double> loss_before;
+  std::optional<double> loss_before, convert_seconds;
 };
 
 /// Pretraining or training from scratch, then the whole val split outside the timed training.
@@ -157,10 +158,12 @@ CellRun train_cell(const Cell& c, const TrainConfig& cfg, const Corpus& corpus, 
 
 /// Converting the pretrained checkpoint and uptraining it; known_loss_before skips re-evaluating the conversion.
 CellRun uptrain_cell(const Cell& c, const std::string& pretrained, const Corpus& corpus, const fs::path& run_dir,
-                     const std::string& label, std::optional<double> known_loss_before, const StopToken& stop) {
+                     const std::string& label, std::optional<double> known_loss_before, int64_t calib_tokens,
+                     const StopToken& stop) {
   UptrainOptions o;
   o.kv_heads = c.kv;
-  o.method = parse_convert_method(c.method);
+  std::tie(o.method, o.grouping) = parse_variant(c.method);
+  o.calib_tokens = calib_tokens;
   o.fraction = c.alpha;
   o.seed = static_cast<uint64_t>(c.seed);
   o.resume = fs::exists(run_dir / "checkpoint.h5") && c.steps > 0;
@@ -170,7 +173,8 @@ CellRun uptrain_cell(const Cell& c, const std::string& pretrained, const Corpus&
   if (known_loss_before) o.known_loss_before = *known_loss_before;
   UptrainResult u = uptrain(pretrained, corpus, run_dir.string(), o);
   if (stop.requested()) return {.interrupted = true, .loss_before = u.loss_before};
-  return {.val_loss = u.val_loss, .train_seconds = u.seconds, .loss_before = u.loss_before};
+  return {.val_loss = u.val_loss, .train_seconds = u.seconds, .loss_before = u.loss_before,
+          .convert_seconds = u.convert_seconds};
 }
 
 }  // namespace
@@ -183,8 +187,8 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   cfg.model.vocab_size = corpus.tok.vocab_size();
   cfg.validate();
   const std::string data_name = fs::path(data_path).filename().string();
+  const SweepPlan plan(p);  // first: an unknown method is refused before OUT is touched
   const SweepDirs dirs(out_dir, {{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}});
-  const SweepPlan plan(p);
 
   // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
   const double eval_cost = 40;
@@ -219,7 +223,8 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
     if (c.kind == CellKind::convert) {
       auto known = converted_loss.find(conversion_key(c));
       run = uptrain_cell(c, pre_ck, corpus, run_dir, label,
-                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
+                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second),
+                         p.calib_tokens, stop);
       if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
     } else {
       run = train_cell(c, cfg, corpus, run_dir, label, quiet, stop);
@@ -234,6 +239,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                  .loss_before = run.loss_before,
                  .perplexity = std::exp(run.val_loss),
                  .train_seconds = run.train_seconds,
+                 .convert_seconds = run.convert_seconds,
                  .params = cost.params,
                  .forward_flops_per_token = cost.forward_flops_per_token,
                  .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
