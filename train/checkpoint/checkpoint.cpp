@@ -15,6 +15,7 @@ const std::string kOptim = "/optim";
 const std::string kTrain = "/train";
 const std::string kTokenizer = "/tokenizer";
 const std::string kGrad = "/grad";
+const std::string kImported = "/imported";
 const std::string kSamplerState = "sampler_state";
 
 std::string rank_group(int r) { return kTrain + "/rank_" + std::to_string(r); }
@@ -322,6 +323,28 @@ void write_converted(const std::string& path, const GPT& model, const CharTokeni
     f.write_attr(kRoot, "converted_from", converted_from_json);
     if (tok) write_tokenizer(f, *tok);
   });
+}
+
+void write_imported(const std::string& path, const GPT& model, const std::string& imported_from_json,
+                    const std::vector<std::pair<std::string, Tensor>>& extras) {
+  check_savable(path, model, nullptr, "");
+  for (const auto& [name, t] : extras)
+    if (const std::string bad = non_finite(t); !bad.empty())
+      throw Error(ErrorKind::checkpoint, kImported + "/" + name + " holds " + bad + "; not writing " + path);
+  write_h5_atomic(path, [&](H5File& f) {
+    write_model(f, model);
+    f.write_attr(kRoot, "imported_from", imported_from_json);
+    if (extras.empty()) return;
+    f.create_group(kImported);
+    for (const auto& [name, t] : extras) f.write_tensor(kImported + "/" + name, t);
+  });
+}
+
+std::map<std::string, Tensor> read_imported(const H5File& f) {
+  std::map<std::string, Tensor> out;
+  if (!f.exists(kImported)) return out;
+  for (const std::string& name : f.list_datasets_recursive(kImported)) out.emplace(name, read_finite(f, kImported + "/" + name));
+  return out;
 }
 
 void write_gradients(const std::string& path, const GPT& model, double loss) {

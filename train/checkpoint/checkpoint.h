@@ -8,9 +8,11 @@
 //   /train       attrs step, tokens_seen, config, dropout_rng, extra [, world_size];
 //                sampler_state [, rank_<r>/...]
 //   /tokenizer   attr json
+//   /imported/<name>              tensors an imported file held beside the weights
 //
 // A file with only / and /model is a valid (weights-only) checkpoint. Other files written
 // beside the format (eval's gradients, convert's output) are written here too.
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -96,6 +98,14 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 /// when tok is not null and the root attribute converted_from (a JSON description).
 void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
                      const std::string& converted_from_json);
+/// Writes a weights-only checkpoint of a model imported from another format atomically, with the
+/// root attribute imported_from (a JSON description) and, under /imported, the tensors the file
+/// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model
+/// unchanged writes the same bytes. Other commands ignore /imported; convert drops it.
+void write_imported(const std::string& path, const GPT& model, const std::string& imported_from_json,
+                    const std::vector<std::pair<std::string, Tensor>>& extras);
+/// The /imported tensors of a checkpoint by name (none for a checkpoint that was not imported).
+std::map<std::string, Tensor> read_imported(const H5File& f);
 /// Writes d loss / d param as /grad/<name> (zeros for parameters without a gradient) and the root
 /// attribute loss, atomically (SPEC.md §4, eval --grad-out).
 void write_gradients(const std::string& path, const GPT& model, double loss);

@@ -15,6 +15,7 @@
 #include "train/bench.h"
 #include "train/convert.h"
 #include "train/eval.h"
+#include "train/interop/llama2c.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
 #include "train/uptrain.h"
@@ -292,6 +293,29 @@ int run_inspect(const std::string& path) {
   std::printf("KV-cache bytes per token %ld\n", (long)m.kv_cache_bytes_per_token);
   if (info.has_train)
     std::printf("trained steps %ld, tokens seen %ld\n", (long)info.step, (long)info.tokens_seen);
+  return 0;
+}
+
+namespace {
+std::string header_line(const llama2c::Header& h) {
+  return "version " + std::to_string(h.version) + ": dim " + std::to_string(h.dim) + ", " + std::to_string(h.n_layers) +
+         " layers, " + std::to_string(h.n_heads) + " heads, " + std::to_string(h.n_kv_heads) + " kv heads, hidden " +
+         std::to_string(h.hidden_dim) + ", vocab " + std::to_string(h.vocab_size) + ", max_seq_len " +
+         std::to_string(h.max_seq_len) + (h.shared_classifier ? ", shared classifier" : ", own classifier");
+}
+}  // namespace
+
+int run_export(const ExportArgs& a) {
+  const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out);
+  std::printf("exported %s to %s (llama2.c %s)\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str());
+  return 0;
+}
+
+int run_import(const ImportArgs& a) {
+  if (!a.tokenizer_model.empty())
+    throw Error(ErrorKind::usage, "--tokenizer-model: sentencepiece tokenizers are not supported by this build yet");
+  const llama2c::Header h = llama2c::import_model(a.model, a.out);
+  std::printf("imported %s (llama2.c %s) to %s\n", a.model.c_str(), header_line(h).c_str(), a.out.c_str());
   return 0;
 }
 

@@ -45,6 +45,13 @@ struct UptrainArgs {
   uint64_t seed = 1;
   bool resume = false, quiet = false;
 };
+struct ExportArgs {
+  std::string checkpoint, format = "llama2c", out;
+  int version = 0;
+};
+struct ImportArgs {
+  std::string format = "llama2c", model, tokenizer_model, out;
+};
 struct SweepArgs {
   std::string preset = "tiny", data, out;
   bool quiet = false;
@@ -59,6 +66,8 @@ int run_eval(const EvalArgs& a);
 int run_sample(const SampleArgs& a);
 int run_convert(const ConvertArgs& a);
 int run_inspect(const std::string& path);
+int run_export(const ExportArgs& a);
+int run_import(const ImportArgs& a);
 int run_demo();
 
 }  // namespace tapelm::cli

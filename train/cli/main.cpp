@@ -114,6 +114,21 @@ int main(int argc, char** argv) {
   prepare_cmd->add_option("--text", prep_text, "UTF-8 text file")->required();
   prepare_cmd->add_option("--out", prep_out, "output directory")->required();
 
+  cli::ExportArgs xa;
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint's model in another program's format (llama2.c)");
+  export_cmd->add_option("--checkpoint", xa.checkpoint, "checkpoint (HDF5)")->required();
+  export_cmd->add_option("--format", xa.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  export_cmd->add_option("--version", xa.version, "llama2.c file version: 0 (what run.c reads, default) or 1")
+      ->check(CLI::IsMember({0, 1}));
+  export_cmd->add_option("--out", xa.out, "model file (model.bin)")->required();
+
+  cli::ImportArgs ia;
+  auto* import_cmd = app.add_subcommand("import", "read another program's model file (llama2.c) into a checkpoint");
+  import_cmd->add_option("--format", ia.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  import_cmd->add_option("--model", ia.model, "llama2.c model file, version 0 or 1")->required();
+  import_cmd->add_option("--tokenizer-model", ia.tokenizer_model, "sentencepiece model to store with the weights");
+  import_cmd->add_option("--out", ia.out, "output checkpoint (HDF5, weights only)")->required();
+
   cli::BenchArgs ba;
   auto* bench = app.add_subcommand("bench", "speed of a training step or of KV-cache decoding");
   bench->add_option("--config", ba.config, "config JSON (model keys, batch_size)");
@@ -173,6 +188,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*bench) return cli::run_bench(ba);
+    if (*export_cmd) return cli::run_export(xa);
+    if (*import_cmd) return cli::run_import(ia);
     if (*up) return cli::run_uptrain(ua);
     if (*sweep) return cli::run_sweep(sw);
     if (*plot) return cli::run_plot(plot_dir);
