@@ -16,7 +16,7 @@ Corpus tokenize_file(const std::string& path) {
   const std::string text = read_text_file(path);
   Corpus c;
   try {
-    c.tok = CharTokenizer::from_text(text);
+    c.tok = Tokenizer::from_char(CharTokenizer::from_text(text));
     TokenSplit s = split_90_10(c.tok.encode(text));
     c.train = std::move(s.train);
     c.val = std::move(s.val);
@@ -63,7 +63,7 @@ Corpus prepare(const std::string& text_path, const std::string& out_dir) {
   const std::string tok_path = (dir / "tokenizer.json").string();
   write_files_atomic({{train_path, token_file_bytes(c.train, train_path)},
                       {val_path, token_file_bytes(c.val, val_path)},
-                      {tok_path, c.tok.to_json() + "\n"}});
+                      {tok_path, c.tok.serialized() + "\n"}});
   return c;
 }
 
@@ -76,7 +76,7 @@ Corpus load_corpus(const std::string& path_or_dir) {
   const std::string tok_path = (dir / "tokenizer.json").string();
   Corpus c;
   try {
-    c.tok = CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file"));
+    c.tok = Tokenizer::from_char(CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file")));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::data) throw;
     const std::string msg = e.what();

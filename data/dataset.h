@@ -15,7 +15,7 @@ struct TokenSplit {
 };
 
 struct Corpus {
-  CharTokenizer tok;
+  Tokenizer tok;
   std::vector<int32_t> train, val;
 };
 

@@ -65,6 +65,16 @@ std::vector<char32_t> utf8_decode(const std::string& utf8) {
   return out;
 }
 
+void utf8_check(const std::string& utf8) {
+  for (size_t i = 0; i < utf8.size();) {
+    if (static_cast<unsigned char>(utf8[i]) < 0x80) {
+      i++;
+      continue;
+    }
+    decode_one(utf8, i);
+  }
+}
+
 void utf8_append(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <sstream>
 #include <numeric>
 #include <set>
 
 #include "data/dataset.h"
+#include "data/io.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "test_util.h"
@@ -406,6 +409,107 @@ BOOST_AUTO_TEST_CASE(eval_windows_cover_the_split_once) {
   BOOST_TEST(x.data == (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}), boost::test_tools::per_element());
   BOOST_TEST(y.data == (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}), boost::test_tools::per_element());
   check_error([&] { fill_windows(data, {7}, 3, x, y); }, {"window start 7"});
+}
+
+
+// ---- sentencepiece tokenizers ------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> shakespeare_lines(size_t first, size_t last) {  // 1-based, inclusive
+  std::ifstream in(shakespeare_path());
+  std::vector<std::string> out;
+  std::string line;
+  for (size_t n = 1; std::getline(in, line) && n <= last; n++)
+    if (n >= first) out.push_back(line);
+  return out;
+}
+
+// spm_encode's ids for lines 2001-2100, one line of ids per text line (make_spm_fixture.sh).
+std::vector<std::vector<int32_t>> spm_fixture_ids() {
+  std::ifstream in(test::fixture_path("spm_bpe512.ids"));
+  std::vector<std::vector<int32_t>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream is(line);
+    out.emplace_back(std::istream_iterator<int32_t>(is), std::istream_iterator<int32_t>());
+  }
+  return out;
+}
+
+Tokenizer fixture_bpe() {
+  return Tokenizer::from_sentencepiece(read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sentencepiece_encodes_as_spm_encode) {
+  const Tokenizer tok = fixture_bpe();
+  BOOST_TEST(tok.kind_name() == "sentencepiece");
+  BOOST_TEST(tok.vocab_size() == 512);
+  BOOST_TEST(tok.bos_id() == 1);
+  BOOST_TEST(tok.eos_id() == 2);
+  BOOST_TEST(tok.piece(0) == "<unk>");
+  BOOST_TEST(tok.is_byte(3 + 'A'));  // byte pieces follow the three specials
+  const std::vector<std::string> lines = shakespeare_lines(2001, 2100);
+  const std::vector<std::vector<int32_t>> want = spm_fixture_ids();
+  BOOST_TEST_REQUIRE(lines.size() == want.size());
+  for (size_t i = 0; i < lines.size(); i++) {
+    BOOST_TEST(tok.encode(lines[i]) == want[i], "line " << 2001 + i);
+    BOOST_TEST(tok.decode(want[i]) == lines[i]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(trained_bpe_matches_spm_train_and_round_trips_the_corpus) {
+  SentencePieceOptions o;
+  o.vocab_size = 512;
+  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  BOOST_TEST(tok.vocab_size() == 512);
+  BOOST_TEST(tok.adds_dummy_prefix());
+  const Tokenizer ref = fixture_bpe();
+  for (int32_t id = 0; id < 512; id++) BOOST_TEST(tok.piece(id) == ref.piece(id), "id " << id);
+  // decode(encode(s)) == s on the whole corpus, including text the model never saw and bytes
+  // (characters outside the training lines fall back to byte pieces)
+  const std::string text = read_text_file(shakespeare_path()) + "caf\xC3\xA9 \xE2\x82\xAC 12345\t\n";
+  const std::vector<int32_t> ids = tok.encode(text);
+  BOOST_TEST(ids.size() < text.size() * 3 / 4);  // the merges shorten the text
+  BOOST_TEST((tok.decode(ids) == text));
+  // streamed decoding (sample's) concatenates to the same text after BOS
+  std::string streamed;
+  int32_t prev = tok.bos_id();
+  for (size_t i = 0; i < 400; i++) {
+    streamed += tok.decode_next(prev, ids[i]);
+    prev = ids[i];
+  }
+  BOOST_TEST(streamed == tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + 400)));
+  BOOST_TEST((Tokenizer::deserialize(tok.kind_name(), tok.serialized()) == tok));
+  BOOST_TEST(!(tok == ref));  // the fixture's proto names spm_train's input and prefix
+}
+
+BOOST_AUTO_TEST_CASE(unigram_round_trips) {
+  SentencePieceOptions o;
+  o.model_type = "unigram";
+  o.vocab_size = 400;
+  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  BOOST_TEST(tok.vocab_size() == 400);
+  const std::string text = read_text_file(test::fixture_path("tiny.txt"));
+  BOOST_TEST(tok.decode(tok.encode(text)) == text);
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_errors) {
+  SentencePieceOptions o;
+  o.vocab_size = 258;
+  check_error([&] { Tokenizer::train_sentencepiece({"a b c"}, o); }, {"258", "below 259", "byte fallback"});
+  o.vocab_size = 50000;
+  check_error([&] { Tokenizer::train_sentencepiece(shakespeare_lines(1, 50), o); }, {"sentencepiece training failed", "ocabulary size"});
+  check_error([] { Tokenizer::from_sentencepiece("not a model"); }, {"not a sentencepiece model"});
+  check_error([] { fixture_bpe().encode("ab\xFF"); }, {"invalid UTF-8", "byte offset 2"});
+  check_error([] { fixture_bpe().decode({5, 512}); }, {"token id 512", "position 1"});
+  check_error([] { Tokenizer::deserialize("wordpiece", ""); }, {"unknown tokenizer kind", "wordpiece"});
+  const Tokenizer ch = Tokenizer::from_char(CharTokenizer::from_text("ab"));
+  BOOST_TEST(ch.bos_id() == -1);
+  BOOST_TEST(ch.kind_name() == "char");
+  BOOST_TEST((Tokenizer::deserialize("char", ch.serialized()) == ch));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -149,7 +149,7 @@ std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTCon
 }  // namespace
 
 EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
-                        const CharTokenizer* tok) {
+                        const Tokenizer* tok) {
   EvalData d;
   if (path.ends_with(".h5") || is_hdf5(path)) {
     d.ready.push_back(read_parity_tokens(path, c));
@@ -163,8 +163,11 @@ EvalData load_eval_data(const std::string& path, const std::string& split, const
       corpus = load_corpus(path);
     } else {
       const std::string text = read_text_file(path);
-      corpus.tok = tok ? *tok : CharTokenizer::from_text(text);
-      TokenSplit sp = split_90_10(corpus.tok.encode(text));
+      corpus.tok = tok ? *tok : Tokenizer::from_char(CharTokenizer::from_text(text));
+      std::vector<int32_t> ids = corpus.tok.encode(text);
+      // one document: a sentencepiece tokenizer starts it with BOS, as prepare does
+      if (corpus.tok.bos_id() >= 0) ids.insert(ids.begin(), corpus.tok.bos_id());
+      TokenSplit sp = split_90_10(ids);
       corpus.train = std::move(sp.train);
       corpus.val = std::move(sp.val);
     }

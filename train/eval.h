@@ -71,6 +71,6 @@ struct EvalData {
 /// its own characters when null). A corpus or text file gives its `split`: train, val or all.
 /// Ids outside the vocabulary or a file shorter than one window -> an error naming `path`.
 EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
-                        const CharTokenizer* tok);
+                        const Tokenizer* tok);
 
 }  // namespace tapelm

@@ -67,7 +67,7 @@ namespace {
 void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
                     const Corpus& corpus, const TrainOptions& opt) {
   auto sum = [](const std::vector<int32_t>& v) { return std::to_string(dist::checksum(v.data(), v.size() * 4)); };
-  const std::string data = corpus.tok.to_json() + "|" + sum(corpus.train) + "|" + sum(corpus.val);
+  const std::string data = corpus.tok.serialized() + "|" + sum(corpus.train) + "|" + sum(corpus.val);
   uint64_t moments = 0;
   for (const std::string& key : optim.state_keys())
     for (const auto& [name, t] : optim.state(key))

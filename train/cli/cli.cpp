@@ -41,7 +41,7 @@ nlohmann::json read_json_file(const std::string& path) {
 struct Loaded {
   std::unique_ptr<GPT> model;
   bool has_tokenizer = false;
-  CharTokenizer tok;
+  Tokenizer tok;
 };
 
 Loaded load_checkpoint(const std::string& path) {
@@ -239,8 +239,15 @@ int run_sample(const SampleArgs& a) {
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   l.model->eval();
   std::vector<int32_t> prompt;
+  const int32_t bos = l.tok.bos_id();
   try {
-    prompt = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+    // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
+    // prompt is then BOS alone
+    if (bos >= 0) prompt.push_back(bos);
+    if (bos < 0 || a.prompt != "\n") {
+      const std::vector<int32_t> p = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+      prompt.insert(prompt.end(), p.begin(), p.end());
+    }
   } catch (const std::exception& e) {
     throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
   }
@@ -254,8 +261,10 @@ int run_sample(const SampleArgs& a) {
   so.vocab_limit = l.tok.vocab_size();  // the model's ids past the tokenizer's cannot be printed
   std::fputs(l.tok.decode(prompt).c_str(), stdout);
   std::fflush(stdout);
+  int32_t prev = prompt.back();
   generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
-    std::fputs(l.tok.decode(next).c_str(), stdout);
+    std::fputs(l.tok.decode_next(prev, next[0]).c_str(), stdout);
+    prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
   });
   std::printf("\n");
@@ -269,7 +278,7 @@ int run_convert(const ConvertArgs& a) {
   const ConvertMethod m = parse_convert_method(a.method);
   std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, m, a.seed);
   const bool tok = has_tokenizer(f);
-  CharTokenizer t;
+  Tokenizer t;
   if (tok) t = read_tokenizer(f);
   write_converted(a.out, *out, tok ? &t : nullptr,
                   nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}}.dump());

@@ -329,7 +329,7 @@ Header import_model(const std::string& model_path, const std::string& out) {
   std::vector<std::pair<std::string, Tensor>> extras;
   if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
   const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
-  write_imported(out, *m.gpt, from.dump(), extras);
+  write_imported(out, *m.gpt, nullptr, from.dump(), extras);
   return m.header;
 }
 
