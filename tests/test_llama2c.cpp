@@ -23,7 +23,7 @@ namespace lc = tapelm::llama2c;  // the suite's name is a namespace of its own
 
 namespace {
 
-const std::vector<std::string> kModels{"gqa_tied", "gqa_untied"};
+const std::vector<std::string> kModels{"gqa_tied", "gqa_untied", "spm_tied"};
 
 std::string l2c(const std::string& name) { return fixture_path("llama2c/" + name); }
 std::string bin(const std::string& model, int version) { return l2c(model + ".v" + std::to_string(version) + ".bin"); }
@@ -62,7 +62,7 @@ BOOST_AUTO_TEST_CASE(import_reproduces_llama2c_logits) {
         lc::Model m = lc::read_model(bin(name, version));
         H5File f = H5File::open_read(l2c(name + ".h5"));
         BOOST_TEST((m.gpt->config() == read_model_config(f)));
-        BOOST_TEST(m.header.shared_classifier == (name == "gqa_tied"));
+        BOOST_TEST(m.header.shared_classifier == (name != "gqa_untied"));
         // the weights, permuted on the way in, are the ones the fixture script permuted in PyTorch
         for (const auto& [pname, p] : m.gpt->named_parameters())
           BOOST_TEST(p.val().to_vector() == f.read_tensor("/model/" + pname).to_vector(), pname);
@@ -219,6 +219,84 @@ BOOST_AUTO_TEST_CASE(export_refuses_what_llama2c_cannot_express) {
   expect_error(run_cli("export --checkpoint " + l2c("gqa_tied.h5") + " --format llama2c --version 2 --out " + (d / "v2.bin")),
                "--version");
   BOOST_TEST(!fs::exists(d / "v2.bin"));
+}
+
+BOOST_AUTO_TEST_CASE(generation_stops_at_the_stop_id) {
+  lc::Model m = lc::read_model(bin("gqa_untied", 0));
+  H5File f = H5File::open_read(l2c("gqa_untied.h5"));
+  const std::vector<int32_t> prompt = f.read_ints("/expected/greedy_prompt"), want = f.read_ints("/expected/greedy");
+  // the first generated id after the first that did not come before: generation ends just before it
+  size_t k = prompt.size() + 1;
+  while (std::find(want.begin() + prompt.size(), want.begin() + k, want[k]) != want.begin() + k) k++;
+  m.gpt->eval();
+  SampleOptions o;
+  o.greedy = true;
+  o.stop_id = want[k];
+  const auto got = generate(*m.gpt, {prompt}, static_cast<int64_t>(want.size() - prompt.size()), o, 1);
+  BOOST_TEST(got.at(0) == std::vector<int32_t>(want.begin(), want.begin() + k), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_bin_equals_llama2c_export) {
+  const Tokenizer tok = Tokenizer::from_sentencepiece(bytes_of(fixture_path("spm_bpe512.model")));
+  BOOST_TEST((lc::tokenizer_bytes(tok, "t") == bytes_of(l2c("spm_bpe512.tokenizer.bin"))),
+             "tokenizer.bin differs from llama2.c's tokenizer.py export");
+  const lc::TokenizerBin t = lc::read_tokenizer_bin(l2c("spm_bpe512.tokenizer.bin"), 512);
+  BOOST_TEST(t.pieces.at(1) == "\n<s>\n");
+  BOOST_TEST(t.pieces.at(3) == "<0x00>");
+  expect_throw([&] { lc::tokenizer_bytes(Tokenizer::from_char(CharTokenizer::from_text("abc")), "ck.h5"); }, ErrorKind::config,
+               {"ck.h5", "char tokenizer"});
+}
+
+BOOST_AUTO_TEST_CASE(sample_prints_pytorchs_greedy_text) {
+  // import with the sentencepiece model, then `sample --greedy`: BOS first, then the prompt's
+  // pieces, stopping at BOS, as run.c -t 0 does; the text PyTorch's greedy ids decode to
+  TempDir d;
+  const std::string spm = fixture_path("spm_bpe512.model");
+  Run r = run_cli("import --format llama2c --model " + bin("spm_tied", 0) + " --tokenizer-model " + spm +
+                  " --tokenizer-bin " + l2c("spm_bpe512.tokenizer.bin") + " --out " + (d / "ck.h5"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  H5File f = H5File::open_read(l2c("spm_tied.h5"));
+  const std::string prompt = f.read_attr_string("/expected", "greedy_prompt_text"),
+                    want = f.read_attr_string("/expected", "greedy_text");
+  const int64_t n = static_cast<int64_t>(f.read_ints("/expected/greedy").size() - f.read_ints("/expected/greedy_prompt").size());
+  r = run_cli("sample --checkpoint " + (d / "ck.h5") + " --greedy --prompt '" + prompt + "' --tokens " + std::to_string(n));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  BOOST_TEST(r.out == want + "\n");
+  BOOST_TEST_MESSAGE("tapelm sample --greedy: " << r.out.substr(0, r.out.size() - 1) << "\nPyTorch greedy:        " << want);
+
+  // export writes tokenizer.bin beside the model: both as llama2.c's scripts wrote them
+  fs::create_directories(d / "out");
+  r = run_cli("export --checkpoint " + (d / "ck.h5") + " --format llama2c --out " + (d / "out/model.bin"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  BOOST_TEST((bytes_of(d / "out/model.bin") == bytes_of(bin("spm_tied", 0))));
+  BOOST_TEST((bytes_of(d / "out/tokenizer.bin") == bytes_of(l2c("spm_bpe512.tokenizer.bin"))));
+}
+
+BOOST_AUTO_TEST_CASE(bad_tokenizers_give_one_line_and_write_nothing) {
+  TempDir d;
+  const std::string spm = fixture_path("spm_bpe512.model"), tb = bytes_of(l2c("spm_bpe512.tokenizer.bin"));
+  write_bytes(d / "short.bin", tb.substr(0, tb.size() - 40));
+  expect_error(run_cli("import --format llama2c --model " + bin("spm_tied", 0) + " --tokenizer-model " + spm +
+                       " --tokenizer-bin " + (d / "short.bin") + " --out " + (d / "o.h5")),
+               "fewer than the model's vocab_size 512");
+  std::string other = tb;
+  other[4 + 8 + 1] ^= 1;  // a byte of id 0's piece "<unk>"
+  write_bytes(d / "other.bin", other);
+  expect_error(run_cli("import --format llama2c --model " + bin("spm_tied", 0) + " --tokenizer-model " + spm +
+                       " --tokenizer-bin " + (d / "other.bin") + " --out " + (d / "o.h5")),
+               "piece 0 differs");
+  expect_error(run_cli("import --format llama2c --model " + bin("gqa_tied", 0) + " --tokenizer-model " + spm + " --out " +
+                       (d / "o.h5")),
+               "has 512 pieces, the model's vocab_size is 300");
+  BOOST_TEST(!fs::exists(d / "o.h5"));
+  // a checkpoint with a char tokenizer: no tokenizer.bin for run.c, so no export
+  std::unique_ptr<GPT> m = load_model(l2c("gqa_tied.h5"));
+  const Tokenizer chars = Tokenizer::from_char(CharTokenizer::from_text("abc"));
+  write_converted(d / "char.h5", *m, &chars, "{}");
+  expect_error(run_cli("export --checkpoint " + (d / "char.h5") + " --format llama2c --out " + (d / "char.bin")),
+               "llama2.c cannot express a char tokenizer");
+  BOOST_TEST(!fs::exists(d / "char.bin"));
+  BOOST_TEST(!fs::exists(d / "tokenizer.bin"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -259,6 +259,7 @@ int run_sample(const SampleArgs& a) {
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.vocab_limit = l.tok.vocab_size();  // the model's ids past the tokenizer's cannot be printed
+  so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
   std::fputs(l.tok.decode(prompt).c_str(), stdout);
   std::fflush(stdout);
   int32_t prev = prompt.back();
@@ -315,16 +316,17 @@ std::string header_line(const llama2c::Header& h) {
 }  // namespace
 
 int run_export(const ExportArgs& a) {
-  const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out);
-  std::printf("exported %s to %s (llama2.c %s)\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str());
+  std::string tok;
+  const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
+  std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),
+              tok.empty() ? "" : (", its tokenizer to " + tok).c_str());
   return 0;
 }
 
 int run_import(const ImportArgs& a) {
-  if (!a.tokenizer_model.empty())
-    throw Error(ErrorKind::usage, "--tokenizer-model: sentencepiece tokenizers are not supported by this build yet");
-  const llama2c::Header h = llama2c::import_model(a.model, a.out);
-  std::printf("imported %s (llama2.c %s) to %s\n", a.model.c_str(), header_line(h).c_str(), a.out.c_str());
+  const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
+  std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
+              a.tokenizer_model.empty() ? "" : (" with tokenizer " + a.tokenizer_model).c_str(), a.out.c_str());
   return 0;
 }
 

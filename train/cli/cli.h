@@ -50,7 +50,7 @@ struct ExportArgs {
   int version = 0;
 };
 struct ImportArgs {
-  std::string format = "llama2c", model, tokenizer_model, out;
+  std::string format = "llama2c", model, tokenizer_model, tokenizer_bin, out;
 };
 struct SweepArgs {
   std::string preset = "tiny", data, out;

@@ -126,7 +126,9 @@ int main(int argc, char** argv) {
   auto* import_cmd = app.add_subcommand("import", "read another program's model file (llama2.c) into a checkpoint");
   import_cmd->add_option("--format", ia.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
   import_cmd->add_option("--model", ia.model, "llama2.c model file, version 0 or 1")->required();
-  import_cmd->add_option("--tokenizer-model", ia.tokenizer_model, "sentencepiece model to store with the weights");
+  import_cmd->add_option("--tokenizer-model", ia.tokenizer_model, "sentencepiece model (.model) to store with the weights");
+  import_cmd->add_option("--tokenizer-bin", ia.tokenizer_bin,
+                         "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores");
   import_cmd->add_option("--out", ia.out, "output checkpoint (HDF5, weights only)")->required();
 
   cli::BenchArgs ba;

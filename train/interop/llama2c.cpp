@@ -1,5 +1,6 @@
 #include "train/interop/llama2c.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdio>
@@ -324,16 +325,101 @@ std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_re
   return b;
 }
 
-Header import_model(const std::string& model_path, const std::string& out) {
+std::string tokenizer_bytes(const Tokenizer& tok, const std::string& what) {
+  auto refuse = [&](const std::string& why) {
+    throw Error(ErrorKind::config, what + ": llama2.c cannot express " + why);
+  };
+  if (tok.is_char()) refuse("a char tokenizer (run.c's tokenizer.bin is a sentencepiece vocabulary with byte fallback)");
+  const int32_t V = tok.vocab_size();
+  if (V < 259 || tok.bos_id() != 1 || tok.eos_id() != 2)
+    refuse("a sentencepiece tokenizer without ids 0/1/2 = unk/bos/eos (run.c's BOS is 1, its EOS 2)");
+  for (int32_t b = 0; b < 256; b++) {
+    char want[8];
+    std::snprintf(want, sizeof want, "<0x%02X>", b);
+    if (!tok.is_byte(3 + b) || tok.piece(3 + b) != want)
+      refuse("a sentencepiece tokenizer without the byte pieces <0x00>..<0xFF> at ids 3..258 (run.c's byte fallback)");
+  }
+  std::vector<std::string> pieces(V);
+  uint32_t longest = 0;
+  for (int32_t i = 0; i < V; i++) {
+    std::string p = i == 1 ? "\n<s>\n" : i == 2 ? "\n</s>\n" : tok.piece(i);
+    for (size_t at; (at = p.find("\xE2\x96\x81")) != std::string::npos;) p.replace(at, 3, " ");
+    longest = std::max(longest, static_cast<uint32_t>(p.size()));
+    pieces[i] = std::move(p);
+  }
+  std::string b;
+  b.append(reinterpret_cast<const char*>(&longest), 4);
+  for (int32_t i = 0; i < V; i++) {
+    const float score = tok.score(i);
+    const uint32_t len = static_cast<uint32_t>(pieces[i].size());
+    b.append(reinterpret_cast<const char*>(&score), 4);
+    b.append(reinterpret_cast<const char*>(&len), 4);
+    b += pieces[i];
+  }
+  return b;
+}
+
+namespace {
+// The pieces of tokenizer.bin bytes; `what` starts every error.
+TokenizerBin parse_tokenizer_bin(const std::string& b, int64_t vocab_size, const std::string& what) {
+  auto fail_here = [&](const std::string& why) { throw Error(ErrorKind::data, what + ": " + why); };
+  TokenizerBin t;
+  if (b.size() < 4) fail_here("truncated: " + std::to_string(b.size()) + " bytes, shorter than its 4-byte header");
+  std::memcpy(&t.max_token_length, b.data(), 4);
+  size_t off = 4;
+  for (int64_t i = 0; i < vocab_size; i++) {
+    if (b.size() - off < 8)
+      fail_here("holds " + std::to_string(i) + " pieces, fewer than the model's vocab_size " + std::to_string(vocab_size));
+    float score;
+    uint32_t len;
+    std::memcpy(&score, b.data() + off, 4);
+    std::memcpy(&len, b.data() + off + 4, 4);
+    off += 8;
+    if (len > b.size() - off) fail_here("piece " + std::to_string(i) + " of " + std::to_string(len) + " bytes runs past the end");
+    if (len > t.max_token_length)
+      fail_here("piece " + std::to_string(i) + " has " + std::to_string(len) + " bytes, more than max_token_length " +
+                std::to_string(t.max_token_length));
+    t.scores.push_back(score);
+    t.pieces.push_back(b.substr(off, len));
+    off += len;
+  }
+  return t;
+}
+}  // namespace
+
+TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size) {
+  return parse_tokenizer_bin(read_file_bytes(path, "llama2.c tokenizer"), vocab_size, "llama2.c tokenizer " + path);
+}
+
+Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
+                    const std::string& out) {
+  if (!tokenizer_bin.empty() && tokenizer_model.empty())
+    throw Error(ErrorKind::usage, "--tokenizer-bin " + tokenizer_bin + " is checked against --tokenizer-model, which is missing");
   Model m = read_model(model_path);
+  Tokenizer tok;
+  if (!tokenizer_model.empty()) {
+    tok = Tokenizer::from_sentencepiece(read_file_bytes(tokenizer_model, "sentencepiece model"));
+    if (tok.vocab_size() != m.header.vocab_size)
+      throw Error(ErrorKind::data, "sentencepiece model " + tokenizer_model + " has " + std::to_string(tok.vocab_size()) +
+                                       " pieces, the model's vocab_size is " + std::to_string(m.header.vocab_size));
+  }
+  if (!tokenizer_bin.empty()) {
+    const TokenizerBin have = read_tokenizer_bin(tokenizer_bin, m.header.vocab_size);
+    const std::string want_bytes = tokenizer_bytes(tok, "sentencepiece model " + tokenizer_model);
+    const TokenizerBin want = parse_tokenizer_bin(want_bytes, m.header.vocab_size, "sentencepiece model " + tokenizer_model);
+    for (size_t i = 0; i < want.pieces.size(); i++)
+      if (have.pieces[i] != want.pieces[i] || have.scores[i] != want.scores[i])
+        throw Error(ErrorKind::data, "llama2.c tokenizer " + tokenizer_bin + ": piece " + std::to_string(i) +
+                                         " differs from sentencepiece model " + tokenizer_model + "'s");
+  }
   std::vector<std::pair<std::string, Tensor>> extras;
   if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
   const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
-  write_imported(out, *m.gpt, nullptr, from.dump(), extras);
+  write_imported(out, *m.gpt, tokenizer_model.empty() ? nullptr : &tok, from.dump(), extras);
   return m.header;
 }
 
-Header export_model(const std::string& checkpoint, int version, const std::string& out) {
+Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path) {
   if (version != 0 && version != 1)
     throw Error(ErrorKind::usage, "--version " + std::to_string(version) + ": llama2.c versions are 0 and 1");
   H5File f = H5File::open_read(checkpoint);
@@ -341,6 +427,18 @@ Header export_model(const std::string& checkpoint, int version, const std::strin
   check_exportable(cfg, checkpoint);
   check_memory(8.0 * static_cast<double>(model_cost(cfg).params), available_memory_bytes(),
                checkpoint + ": the model's " + std::to_string(model_cost(cfg).params) + " parameters");
+  std::string tok_bytes, tok_path;
+  if (has_tokenizer(f)) {
+    const Tokenizer tok = read_tokenizer(f);
+    tok_bytes = tokenizer_bytes(tok, checkpoint);
+    if (tok.vocab_size() != cfg.vocab_size)
+      throw Error(ErrorKind::config, checkpoint + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
+                                         " pieces, the model's vocab_size is " + std::to_string(cfg.vocab_size) +
+                                         " (run.c reads vocab_size pieces)");
+    tok_path = (std::filesystem::path(out).parent_path() / "tokenizer.bin").string();
+    if (std::filesystem::absolute(tok_path) == std::filesystem::absolute(out))
+      throw Error(ErrorKind::usage, "--out " + out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
+  }
   GPT model(cfg);
   read_model_weights(f, model);
   const std::map<std::string, Tensor> extras = read_imported(f);
@@ -348,7 +446,11 @@ Header export_model(const std::string& checkpoint, int version, const std::strin
     auto it = extras.find(name);
     return it == extras.end() ? nullptr : &it->second;
   };
-  write_file_atomic(out, model_bytes(model, version, table("freq_cis_real"), table("freq_cis_imag")));
+  std::vector<std::pair<std::string, std::string>> files{
+      {out, model_bytes(model, version, table("freq_cis_real"), table("freq_cis_imag"))}};
+  if (!tok_path.empty()) files.emplace_back(tok_path, std::move(tok_bytes));
+  write_files_atomic(files);
+  if (tokenizer_path) *tokenizer_path = tok_path;
   Header h = to_header(cfg);
   h.version = version;
   return h;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/tokenizer.h"
 #include "nn/gpt.h"
 
 namespace tapelm::llama2c {
@@ -67,13 +68,35 @@ std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_re
 /// model.py's RoPE tables: cos and sin of p · 10000^(−2i/hd), [n_pos, hd/2] each.
 std::pair<Tensor, Tensor> rope_tables(int64_t hd, int64_t n_pos);
 
+/// llama2.c's tokenizer.bin of a sentencepiece tokenizer, as its tokenizer.py exports one: uint32
+/// max_token_length, then per id float32 score, uint32 byte length and the piece's bytes (no NUL),
+/// U+2581 written as a space, BOS and EOS as "\n<s>\n" and "\n</s>\n". run.c needs ids 0/1/2 =
+/// unk/bos/eos and the 256 byte pieces at 3..258: a tokenizer without them, or a char tokenizer,
+/// is a config Error starting with `what`.
+std::string tokenizer_bytes(const Tokenizer& tok, const std::string& what);
+
+/// The pieces and scores of a tokenizer.bin holding vocab_size pieces, as run.c reads it; a file
+/// with fewer pieces (or cut inside one) is a data Error naming the file.
+struct TokenizerBin {
+  uint32_t max_token_length = 0;
+  std::vector<float> scores;
+  std::vector<std::string> pieces;
+};
+TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size);
+
 /// `tapelm import --format llama2c`: reads a llama2.c file and writes a weights-only checkpoint
-/// (version 0's RoPE tables kept beside the weights). Returns the file's header.
-Header import_model(const std::string& model_path, const std::string& out);
+/// (version 0's RoPE tables kept beside the weights), with the sentencepiece model at
+/// tokenizer_model when it is not empty (its vocabulary must be the model's). tokenizer_bin, when
+/// not empty, is run.c's tokenizer.bin for the same model: it must hold the pieces and scores the
+/// sentencepiece model exports. Nothing is written on any error. Returns the file's header.
+Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
+                    const std::string& out);
 /// `tapelm export --format llama2c`: writes a checkpoint's model as a llama2.c file of the given
-/// version, atomically; a model llama2.c cannot express is refused before anything is written.
-/// Returns the header written.
-Header export_model(const std::string& checkpoint, int version, const std::string& out);
+/// version and, when the checkpoint holds a sentencepiece tokenizer, tokenizer.bin beside it, both
+/// atomically; a model llama2.c cannot express (a char tokenizer included) is refused before
+/// anything is written. Returns the header written; *tokenizer_path is set to the tokenizer.bin
+/// written, or emptied.
+Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path);
 
 /// wq or wk rows [nh·hd, d] from tapelm's half-split RoPE order to llama2.c's interleaved order
 /// (row h·hd + 2i + j takes row h·hd + j·hd/2 + i), and back.
