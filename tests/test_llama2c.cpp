@@ -170,6 +170,26 @@ BOOST_AUTO_TEST_CASE(imported_model_converts_and_exports) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(imported_model_uptrains_with_a_training_config) {
+  // a weights-only import has no original run: uptrain takes the training keys from --config
+  TempDir d;
+  BOOST_TEST_REQUIRE(run_cli("import --format llama2c --model " + bin("gqa_tied", 0) + " --out " + (d / "a.h5")).code == 0);
+  std::ofstream(d / "cfg.json") << R"({"batch_size": 2, "max_iters": 20, "learning_rate": 0.001, "warmup_iters": 2,
+                                      "eval_interval": 5, "eval_iters": 1, "log_interval": 5})";
+  const std::string up = "uptrain --from " + (d / "a.h5") + " --kv-heads 1 --fraction 0.1 --data " + fixture_path("tiny.txt") +
+                         " --quiet --out " + (d / "run");
+  expect_error(run_cli(up), "give one with --config");
+  std::ofstream(d / "other.json") << R"({"n_head": 8, "max_iters": 20})";
+  expect_error(run_cli(up + " --config " + (d / "other.json")), "n_head 8 differs");
+  BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
+  Run r = run_cli(up + " --config " + (d / "cfg.json"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  const CheckpointInfo info = inspect_checkpoint(d / "run/checkpoint.h5");
+  BOOST_TEST(info.config.n_kv_head == 1);
+  BOOST_TEST(info.step == 2);
+  BOOST_TEST(info.config.block_size == 32);
+}
+
 BOOST_AUTO_TEST_CASE(bad_files_give_one_line_and_write_nothing) {
   TempDir d;
   const std::string v0 = bytes_of(bin("gqa_tied", 0)), v1 = bytes_of(bin("gqa_tied", 1));

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "autograd/gradcheck.h"
@@ -127,11 +128,27 @@ int run_train(const TrainArgs& a, int threads) {
 
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
+  std::optional<TrainConfig> original;
   {
     H5File f = H5File::open_read(a.from);
-    read_model_config(f);
-    if (!has_train_config(f))
-      throw Error(ErrorKind::checkpoint, a.from + ": weights only; uptraining needs the original run's training config");
+    const GPTConfig model = read_model_config(f);
+    if (!has_train_config(f)) {
+      // a weights-only source (an imported model): the training config comes from --config, its
+      // model keys from the checkpoint
+      if (a.config.empty())
+        throw Error(ErrorKind::usage, a.from + ": weights only, without the original run's training config: give one with --config F.json");
+      nlohmann::json j = read_json_file(a.config);
+      if (!j.is_object()) throw Error(ErrorKind::config, a.config + ": the config must be a JSON object");
+      const nlohmann::json model_keys = model.to_json();
+      for (const auto& [k, v] : model_keys.items()) {
+        if (j.contains(k) && k != "dropout" && j[k] != v)
+          throw Error(ErrorKind::config, a.config + ": " + k + " " + echo_json(j[k]) + " differs from " + a.from + "'s " + echo_json(v));
+        if (!j.contains(k)) j[k] = v;
+      }
+      original = TrainConfig::from_json(j);
+    } else if (!a.config.empty()) {
+      throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which uptraining uses");
+    }
     if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
       throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   }
@@ -145,6 +162,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.resume = a.resume;
   o.quiet = a.quiet;
   o.stop = signal_stop_token();
+  o.original = original;
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");

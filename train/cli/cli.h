@@ -39,7 +39,7 @@ struct BenchArgs {
 };
 
 struct UptrainArgs {
-  std::string from, method = "mean", data, out, schedule = "rewarm";
+  std::string from, method = "mean", data, out, schedule = "rewarm", config;
   int64_t kv_heads = 0;
   double fraction = 0.05, lr = 0;
   uint64_t seed = 1;

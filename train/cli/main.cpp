@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rewarm", "continue"}));
   up->add_option("--data", ua.data, "the original run's text or prepared directory")->required();
   up->add_option("--out", ua.out, "run directory")->required();
+  up->add_option("--config", ua.config,
+                 "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
   up->add_option("--lr", ua.lr, "rewarm: peak learning rate (default: half the original run's peak)");
   up->add_option("--seed", ua.seed, "seed for batches, dropout and random init")->check(seed_range);
   up->add_flag("--resume", ua.resume, "continue an interrupted uptraining run");
