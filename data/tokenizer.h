@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/error.h"
@@ -15,6 +16,8 @@ namespace tapelm {
 std::vector<char32_t> utf8_decode(const std::string& utf8);
 /// Throws what utf8_decode would for invalid UTF-8, without building the code points.
 void utf8_check(const std::string& utf8);
+/// The byte offset of the first invalid UTF-8 sequence, or std::string::npos when s is valid.
+size_t utf8_first_invalid(std::string_view s);
 /// UTF-8 encoding of one code point appended to out.
 void utf8_append(std::string& out, char32_t cp);
 /// "'a' (U+0061)", "'\n' (U+000A)": how errors name a character.

@@ -10,6 +10,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 #include "train/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
@@ -84,6 +85,8 @@ int run_train(const TrainArgs& a, int threads) {
     if (threads > 0) j["threads"] = threads;
     cfg = TrainConfig::from_json(j);
     check_training_memory(cfg);
+    check_window_fits(corpus.train.size(), cfg.model.block_size, a.data + ": the train split");
+    check_window_fits(corpus.val.size(), cfg.model.block_size, a.data + ": the val split");
   } catch (const std::exception& e) {
     if (!dist::multi()) throw;
     setup_error = *e.what() ? e.what() : "unknown error";
