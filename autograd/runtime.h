@@ -36,3 +36,15 @@ ComputeInfo compute_info();
 std::string compute_summary(const ComputeInfo& c);
 
 }  // namespace tapelm
+
+#include <cstdint>
+#include <functional>
+
+namespace tapelm {
+
+/// Runs body(i) for i in [0, n) on the OpenMP threads, one i at a time per thread (for coarse,
+/// uneven tasks such as encoding chunks of text). The first exception a body throws is rethrown
+/// here once every task has finished. Never call it from inside another parallel region.
+void parallel_for(int64_t n, const std::function<void(int64_t)>& body);
+
+}  // namespace tapelm

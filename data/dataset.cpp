@@ -3,7 +3,10 @@
 #include <filesystem>
 
 #include "data/io.h"
+#include "data/prepare.h"
 #include "data/tokens.h"
+
+#include <nlohmann/json.hpp>
 
 namespace tapelm {
 
@@ -16,13 +19,61 @@ Corpus tokenize_file(const std::string& path) {
   const std::string text = read_text_file(path);
   Corpus c;
   try {
-    c.tok = CharTokenizer::from_text(text);
+    c.tok = Tokenizer::from_char(CharTokenizer::from_text(text));
     TokenSplit s = split_90_10(c.tok.encode(text));
     c.train = std::move(s.train);
     c.val = std::move(s.val);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::data) throw;
     throw Error(ErrorKind::data, "data file " + path + ": " + e.what());
+  }
+  return c;
+}
+
+Corpus load_sharded(const fs::path& dir) {
+  const std::string meta_path = (dir / "meta.json").string();
+  auto bad = [&](const std::string& why) { return Error(ErrorKind::data, "corpus " + meta_path + ": " + why); };
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file_bytes(meta_path, "corpus file"));
+  } catch (const nlohmann::json::exception& e) {
+    throw bad(std::string("does not parse: ") + e.what());
+  }
+  if (!m.is_object() || !m.contains("tokenizer") || !m["tokenizer"].is_object())
+    throw bad("no \"tokenizer\" object");
+  const nlohmann::json& t = m["tokenizer"];
+  if (!t.contains("kind") || !t["kind"].is_string() || !t.contains("file") || !t["file"].is_string())
+    throw bad("the tokenizer needs \"kind\" and \"file\" strings");
+  const std::string tok_path = (dir / t["file"].get<std::string>()).string();
+  Corpus c;
+  try {
+    c.tok = Tokenizer::deserialize(t["kind"].get<std::string>(), read_file_bytes(tok_path, "tokenizer file"));
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    throw Error(ErrorKind::data, msg.rfind("tokenizer file ", 0) == 0 ? msg : "tokenizer file " + tok_path + ": " + msg);
+  }
+  if (t.contains("vocab_size") && (!t["vocab_size"].is_number_integer() || t["vocab_size"].get<int64_t>() != c.tok.vocab_size()))
+    throw bad("vocab_size " + t["vocab_size"].dump() + " disagrees with the " + std::to_string(c.tok.vocab_size()) + " ids of " + tok_path);
+  const bool header = m.value("header", true);
+  for (auto [name, seq] : {std::pair{"train", &c.train}, std::pair{"val", &c.val}}) {
+    if (!m.contains(name) || !m[name].is_object() || !m[name].contains("shards") || !m[name]["shards"].is_array())
+      throw bad(std::string("no \"") + name + "\": {\"shards\": [...]}");
+    std::vector<std::string> paths;
+    std::vector<int64_t> counts;
+    for (const auto& s : m[name]["shards"]) {
+      if (!s.is_object() || !s.contains("file") || !s["file"].is_string()) throw bad(std::string(name) + " shard without a \"file\"");
+      const std::string p = (dir / s["file"].get<std::string>()).string();
+      if (!fs::exists(p)) throw bad("names the shard " + p + ", which is missing");
+      paths.push_back(p);
+      counts.push_back(s.contains("tokens") && s["tokens"].is_number_integer() ? s["tokens"].get<int64_t>() : -1);
+    }
+    for (size_t i = 0; i < paths.size(); i++) {
+      const TokenSeq one = TokenSeq::map_files({paths[i]}, !header);
+      if (counts[i] >= 0 && counts[i] != one.size())
+        throw bad("says " + paths[i] + " holds " + std::to_string(counts[i]) + " tokens, its header " + std::to_string(one.size()));
+    }
+    *seq = TokenSeq::map_files(paths, !header);
+    seq->check_below(c.tok.vocab_size(), std::string(name) + " shards");
   }
   return c;
 }
@@ -49,22 +100,11 @@ void check_ids(const std::vector<int32_t>& ids, int64_t vocab_size, const std::s
 }
 
 Corpus prepare(const std::string& text_path, const std::string& out_dir) {
-  Corpus c = tokenize_file(text_path);
-  if (c.tok.vocab_size() > 65536)
-    throw Error(ErrorKind::data, "data file " + text_path + ": " + std::to_string(c.tok.vocab_size()) +
-                    " distinct characters do not fit uint16 token files (at most 65536)");
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec || !fs::is_directory(out_dir, ec))
-    throw Error(ErrorKind::data, "output directory " + out_dir +
-                    ": cannot create: " + (ec ? ec.message() : std::string("a file of that name exists")));
-  const fs::path dir(out_dir);
-  const std::string train_path = (dir / "train.bin").string(), val_path = (dir / "val.bin").string();
-  const std::string tok_path = (dir / "tokenizer.json").string();
-  write_files_atomic({{train_path, token_file_bytes(c.train, train_path)},
-                      {val_path, token_file_bytes(c.val, val_path)},
-                      {tok_path, c.tok.to_json() + "\n"}});
-  return c;
+  PrepareOptions o;
+  o.texts = {text_path};
+  o.out_dir = out_dir;
+  prepare_corpus(o);
+  return load_corpus(out_dir);
 }
 
 Corpus load_corpus(const std::string& path_or_dir) {
@@ -73,10 +113,12 @@ Corpus load_corpus(const std::string& path_or_dir) {
   if (!fs::exists(st)) throw Error(ErrorKind::data, "data path " + path_or_dir + ": no such file or directory");
   if (!fs::is_directory(st)) return tokenize_file(path_or_dir);
   const fs::path dir(path_or_dir);
+  if (fs::exists(dir / "meta.json")) return load_sharded(dir);
+  // train.bin, val.bin and tokenizer.json, as earlier versions of prepare wrote them
   const std::string tok_path = (dir / "tokenizer.json").string();
   Corpus c;
   try {
-    c.tok = CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file"));
+    c.tok = Tokenizer::from_char(CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file")));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::data) throw;
     const std::string msg = e.what();
@@ -84,8 +126,8 @@ Corpus load_corpus(const std::string& path_or_dir) {
   }
   for (auto [name, ids] : {std::pair{"train.bin", &c.train}, std::pair{"val.bin", &c.val}}) {
     const std::string path = (dir / name).string();
-    *ids = read_token_file(path);
-    check_ids(*ids, c.tok.vocab_size(), "token file " + path);
+    *ids = TokenSeq::map_files({path});
+    ids->check_below(c.tok.vocab_size(), "token file " + path);
   }
   return c;
 }

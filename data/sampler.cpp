@@ -16,7 +16,7 @@ void check_window_fits(int64_t n, int64_t T, const std::string& what) {
                     " tokens is shorter than block_size + 1 = " + std::to_string(T + 1));
 }
 
-std::vector<int64_t> eval_windows(const std::vector<int32_t>& data, int64_t T, const std::string& what) {
+std::vector<int64_t> eval_windows(const TokenSeq& data, int64_t T, const std::string& what) {
   const auto n = static_cast<int64_t>(data.size());
   check_window_fits(n, T, what);
   std::vector<int64_t> starts;
@@ -24,7 +24,7 @@ std::vector<int64_t> eval_windows(const std::vector<int32_t>& data, int64_t T, c
   return starts;
 }
 
-void fill_windows(const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T, Index& x, Index& y) {
+void fill_windows(const TokenSeq& data, const std::vector<int64_t>& starts, int64_t T, Index& x, Index& y) {
   const auto B = static_cast<int64_t>(starts.size());
   x.shape = y.shape = {B, T};
   x.data.resize(B * T);
@@ -33,17 +33,16 @@ void fill_windows(const std::vector<int32_t>& data, const std::vector<int64_t>& 
     if (starts[b] < 0 || starts[b] + T + 1 > static_cast<int64_t>(data.size()))
       throw Error(ErrorKind::data, "window start " + std::to_string(starts[b]) + " with block_size " + std::to_string(T) +
                       " runs past the " + std::to_string(data.size()) + " tokens");
-    const int32_t* w = data.data() + starts[b];
-    std::copy(w, w + T, x.data.begin() + b * T);
-    std::copy(w + 1, w + T + 1, y.data.begin() + b * T);
+    data.copy(starts[b], T, x.data.data() + b * T);
+    data.copy(starts[b] + 1, T, y.data.data() + b * T);
   }
 }
 
-BatchSampler::BatchSampler(const std::vector<int32_t>* data, int64_t B, int64_t T, uint64_t seed,
+BatchSampler::BatchSampler(TokenSeq data, int64_t B, int64_t T, uint64_t seed,
                            const std::string& what)
-    : data_(data), B_(B), T_(T), gen_(seed) {
+    : data_(std::move(data)), B_(B), T_(T), gen_(seed) {
   if (B < 1) throw Error(ErrorKind::data, "batch_size must be at least 1, got " + std::to_string(B));
-  check_window_fits(static_cast<int64_t>(data->size()), T, what);
+  check_window_fits(data_.size(), T, what);
 }
 
 uint64_t BatchSampler::draw(uint64_t range) {
@@ -56,10 +55,11 @@ uint64_t BatchSampler::draw(uint64_t range) {
 }
 
 void BatchSampler::next(Index& x, Index& y) {
-  const auto range = static_cast<uint64_t>(static_cast<int64_t>(data_->size()) - T_);
+  const auto range = static_cast<uint64_t>(data_.size() - T_);
   starts_.resize(B_);
   for (int64_t b = 0; b < B_; b++) starts_[b] = static_cast<int64_t>(draw(range));
-  fill_windows(*data_, starts_, T_, x, y);
+  fill_windows(data_, starts_, T_, x, y);
+  for (int64_t s : starts_) data_.release(s, s + T_ + 1);
 }
 
 std::string BatchSampler::state() const {

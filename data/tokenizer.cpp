@@ -65,6 +65,33 @@ std::vector<char32_t> utf8_decode(const std::string& utf8) {
   return out;
 }
 
+void utf8_check(const std::string& utf8) {
+  for (size_t i = 0; i < utf8.size();) {
+    if (static_cast<unsigned char>(utf8[i]) < 0x80) {
+      i++;
+      continue;
+    }
+    decode_one(utf8, i);
+  }
+}
+
+size_t utf8_first_invalid(std::string_view sv) {
+  const std::string s(sv);
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      i++;
+      continue;
+    }
+    const size_t at = i;
+    try {
+      decode_one(s, i);
+    } catch (const Error&) {
+      return at;
+    }
+  }
+  return std::string::npos;
+}
+
 void utf8_append(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);

@@ -1,8 +1,11 @@
 #pragma once
-// Character-level tokenizer over Unicode code points: the vocabulary is the corpus's distinct
-// characters sorted by code point (nanoGPT's shakespeare_char: tinyshakespeare gives 65).
+// Tokenizers. CharTokenizer: character-level over Unicode code points; the vocabulary is the
+// corpus's distinct characters sorted by code point (nanoGPT's shakespeare_char: tinyshakespeare
+// gives 65). Tokenizer: the one interface over it and sentencepiece models (BPE, unigram).
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/error.h"
@@ -11,6 +14,10 @@ namespace tapelm {
 
 /// The code points of UTF-8 text; invalid UTF-8 -> data Error naming the byte offset.
 std::vector<char32_t> utf8_decode(const std::string& utf8);
+/// Throws what utf8_decode would for invalid UTF-8, without building the code points.
+void utf8_check(const std::string& utf8);
+/// The byte offset of the first invalid UTF-8 sequence, or std::string::npos when s is valid.
+size_t utf8_first_invalid(std::string_view s);
 /// UTF-8 encoding of one code point appended to out.
 void utf8_append(std::string& out, char32_t cp);
 /// "'a' (U+0061)", "'\n' (U+000A)": how errors name a character.
@@ -45,6 +52,82 @@ class CharTokenizer {
 
   std::vector<char32_t> symbols_;
   std::vector<int32_t> ascii_ids_;  // id of each code point < 128, or -1
+};
+
+}  // namespace tapelm
+
+namespace tapelm {
+
+struct SentencePieceModel;  // a loaded sentencepiece model (data/subword.cpp)
+
+/// What a sentencepiece model is trained with: llama2.c's options for small models (byte fallback,
+/// digits split, identity normalization, whitespace-only pieces, character coverage 1.0, ids
+/// 0/1/2 = unk/bos/eos, no pad).
+struct SentencePieceOptions {
+  std::string model_type = "bpe";  // "bpe" or "unigram"
+  int32_t vocab_size = 4096;       // at least 259 (256 byte pieces + unk, bos, eos)
+  int threads = 1;                 // the trainer's threads
+};
+
+/// Any tokenizer tapelm trains with, behind one interface: the char tokenizer (ids are a
+/// corpus's sorted code points, no BOS/EOS) or a sentencepiece model (BPE or unigram, as
+/// llama2.c uses). A cheap handle: copies share the model, which is immutable, so one
+/// Tokenizer may encode from many threads at once.
+class Tokenizer {
+ public:
+  /// An empty tokenizer (vocab_size 0); assign a real one before use.
+  Tokenizer() = default;
+  /// The char tokenizer c.
+  static Tokenizer from_char(CharTokenizer c);
+  /// A sentencepiece model from its serialized proto (a `.model` file's bytes); unparsable -> data Error.
+  static Tokenizer from_sentencepiece(const std::string& model_bytes);
+  /// Trains a sentencepiece model on the given sentences (lines); a vocabulary the sample cannot
+  /// support, or below 259 -> data Error (one line, sentencepiece's reason).
+  static Tokenizer train_sentencepiece(const std::vector<std::string>& sentences, const SentencePieceOptions& o);
+  /// Inverse of kind_name() and serialized(): "char" with the JSON, "sentencepiece" with the model bytes.
+  static Tokenizer deserialize(const std::string& kind, const std::string& bytes);
+
+  /// "char" or "sentencepiece".
+  std::string kind_name() const;
+  /// True for the char tokenizer.
+  bool is_char() const { return static_cast<bool>(ch_); }
+  /// The char tokenizer, or null for sentencepiece.
+  const CharTokenizer* char_tokenizer() const { return ch_.get(); }
+  /// What to store to rebuild it: the char tokenizer's JSON, or the sentencepiece model's bytes.
+  std::string serialized() const;
+
+  /// Ids of UTF-8 text (no BOS or EOS added). Char: an unknown character -> data Error;
+  /// sentencepiece: never fails on valid UTF-8 (byte fallback), invalid UTF-8 -> data Error.
+  std::vector<int32_t> encode(const std::string& utf8) const;
+  /// The text of ids; an id outside [0, vocab_size) -> data Error. Sentencepiece drops BOS/EOS and
+  /// the dummy-prefix space of the first piece, as its own decoder does.
+  std::string decode(const std::vector<int32_t>& ids) const;
+  /// The text id adds after prev when streaming, as llama2.c prints: BOS, EOS and unused ids
+  /// give nothing, a byte piece its byte, U+2581 a space, and after BOS (or prev < 0) the dummy
+  /// prefix's space is dropped. Concatenated over a document it equals decode().
+  std::string decode_next(int32_t prev, int32_t id) const;
+  /// Number of ids.
+  int32_t vocab_size() const;
+  /// The begin-of-document id (each document starts with it), or -1 (char).
+  int32_t bos_id() const;
+  /// The end-of-document id, or -1 (char).
+  int32_t eos_id() const;
+  /// The text of one id as the vocabulary stores it (sentencepiece: "▁the", "<0x0A>", "<s>"; char: the character).
+  std::string piece(int32_t id) const;
+  /// The piece's score (sentencepiece's log probability or merge rank; 0 for char).
+  float score(int32_t id) const;
+  /// True for sentencepiece's byte-fallback pieces <0x00> ... <0xFF>.
+  bool is_byte(int32_t id) const;
+  /// True when encoding prefixes text with a space (sentencepiece's add_dummy_prefix): text
+  /// encoded in pieces then must start each later piece at a space, dropping it (see prepare).
+  bool adds_dummy_prefix() const;
+
+  /// Same kind and same serialized bytes.
+  bool operator==(const Tokenizer& o) const;
+
+ private:
+  std::shared_ptr<const CharTokenizer> ch_;
+  std::shared_ptr<const SentencePieceModel> sp_;
 };
 
 }  // namespace tapelm

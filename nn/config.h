@@ -98,9 +98,10 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
 
 // type, key, default, check, max. n_kv_head = 0 and mlp_hidden = 0 stand for their derived
 // defaults (n_head and 4·n_embd), filled in by from_json; n_embd's max keeps 4·n_embd a count.
-// vocab_size: token files hold uint16 ids.
+// vocab_size: 2^20, past the largest subword vocabularies (Llama 3: 128,256); token shards hold
+// uint16 ids up to 65,536 and llm.c's uint32 variant above.
 #define TAPELM_GPT_FIELDS(X)                                      \
-  X(int64_t, vocab_size, 65, positive, 65536)                     \
+  X(int64_t, vocab_size, 65, positive, 1048576)                   \
   X(int64_t, block_size, 64, positive, count_max)                 \
   X(int64_t, n_layer, 4, positive, count_max)                     \
   X(int64_t, n_head, 4, positive, count_max)                      \

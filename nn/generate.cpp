@@ -69,6 +69,7 @@ void generate_stream(const GPT& model, const std::vector<std::vector<int32_t>>& 
   Tensor logits = feed_last(std::min<int64_t>(static_cast<int64_t>(t0), T));
   for (int64_t i = 0; i < n_new; i++) {
     std::vector<int32_t> next = sample_next(logits, opt, rng);
+    if (opt.stop_id >= 0 && std::all_of(next.begin(), next.end(), [&](int32_t id) { return id == opt.stop_id; })) break;
     for (int64_t b = 0; b < B; b++) ctx[b].push_back(next[b]);
     sink(next);
     if (i + 1 == n_new) break;

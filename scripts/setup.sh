@@ -9,6 +9,8 @@ PKGS=(build-essential cmake pkg-config
       libcli11-dev             # command-line flags
       nlohmann-json3-dev       # configs, metrics, --json output
       libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N tapelm train
+      libsentencepiece-dev     # subword tokenizers: prepare trains and encodes BPE/unigram models
+      sentencepiece            # spm_train/spm_encode: the tests' fixture script and prepare's benchmark
       libbenchmark-dev         # GEMM micro-benchmark
       gnuplot-nox)             # loss curves and trade-off plots
 missing=()

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "train/checkpoint/checkpoint.h"
+#include "data/io.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -26,8 +27,8 @@ TrainConfig tiny_config(const std::string& optimizer = "adamw", bool tied = true
                                  {"optimizer", optimizer}, {"learning_rate", 1e-3}, {"beta2", 0.99}});
 }
 
-const CharTokenizer& tokenizer() {
-  static CharTokenizer t = CharTokenizer::from_text("abcdefghijkl");
+const Tokenizer& tokenizer() {
+  static Tokenizer t = Tokenizer::from_char(CharTokenizer::from_text("abcdefghijkl"));
   return t;
 }
 
@@ -501,6 +502,43 @@ BOOST_AUTO_TEST_CASE(cli_rejects_bad_checkpoints_with_one_line) {
   // nothing half-written anywhere
   for (const auto& e : fs::recursive_directory_iterator(d.path))
     BOOST_TEST(e.path().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(sentencepiece_tokenizer_is_stored_and_old_char_files_load) {
+  TempDir d;
+  GPT model(tiny_config().model, 1);
+  const Tokenizer sp = Tokenizer::from_sentencepiece(
+      read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
+  write_converted(d / "sp.h5", model, &sp, "{}");
+  {
+    H5File f = H5File::open_read(d / "sp.h5");
+    const Tokenizer back = read_tokenizer(f);
+    BOOST_TEST(back.kind_name() == "sentencepiece");
+    BOOST_TEST((back == sp));
+    BOOST_TEST(back.encode("ROMEO: hello") == sp.encode("ROMEO: hello"));
+    BOOST_TEST(f.read_attr_string("/tokenizer", "kind") == "sentencepiece");
+  }
+  // a file as tapelm wrote them before the kind attribute: /tokenizer with only attr json
+  {
+    H5File f = H5File::create(d / "old.h5");
+    f.create_group("/tokenizer");
+    f.write_attr("/tokenizer", "json", tokenizer().serialized());
+  }
+  {
+    H5File f = H5File::open_read(d / "old.h5");
+    BOOST_TEST((read_tokenizer(f) == tokenizer()));
+  }
+  // a corrupt model inside the checkpoint is one error naming the file
+  {
+    H5File f = H5File::create(d / "bad.h5");
+    f.create_group("/tokenizer");
+    f.write_attr("/tokenizer", "kind", std::string("sentencepiece"));
+    f.write_bytes("/tokenizer/model", {1, 2, 3});
+  }
+  H5File bad = H5File::open_read(d / "bad.h5");
+  const std::string e = error_of([&] { read_tokenizer(bad); });
+  BOOST_TEST(e.find(d / "bad.h5") != std::string::npos);
+  BOOST_TEST(e.find("not a sentencepiece model") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -8,10 +8,16 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <iterator>
+#include <sstream>
 #include <numeric>
 #include <set>
 
 #include "data/dataset.h"
+#include "data/io.h"
+#include "data/prepare.h"
+#include "data/shards.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "test_util.h"
@@ -245,34 +251,38 @@ BOOST_AUTO_TEST_CASE(ids_beyond_the_vocabulary_are_named) {
 
   TempDir dir;
   prepare(test::fixture_path("tiny.txt"), dir.path.string());
+  // the layout earlier versions of prepare wrote: train.bin, val.bin, tokenizer.json
+  fs::rename(dir / "train_000000.bin", dir / "train.bin");
+  fs::remove(dir / "meta.json");
   write_token_file(dir / ("val.bin"), {1, 2, 31, 0});
   check_error([&] { load_corpus(dir.path.string()); }, {"val.bin", "token id 31", "position 2", "vocab_size 31"});
 }
 
-BOOST_AUTO_TEST_CASE(prepare_writes_three_files_and_loads_like_the_text) {
+BOOST_AUTO_TEST_CASE(prepare_writes_shards_and_loads_like_the_text) {
   TempDir dir;
   const std::string out = dir / ("prepared/shakespeare");
   const Corpus prepared = prepare(shakespeare_path(), out);
-  BOOST_TEST(files_in(out) == 3u);
-  BOOST_TEST(fs::file_size(out + "/train.bin") == 1024u + 2 * 1003854u);
-  BOOST_TEST(fs::file_size(out + "/val.bin") == 1024u + 2 * 111540u);
+  BOOST_TEST((dir.listing().size() == 1u));
+  BOOST_TEST(files_in(out) == 4u);  // train_000000.bin, val_000000.bin, tokenizer.json, meta.json
+  BOOST_TEST(fs::file_size(out + "/train_000000.bin") == 1024u + 2 * 1003854u);
+  BOOST_TEST(fs::file_size(out + "/val_000000.bin") == 1024u + 2 * 111540u);
   const Corpus from_dir = load_corpus(out);
   const Corpus from_text = load_corpus(shakespeare_path());
   BOOST_TEST((from_dir.tok == from_text.tok));
   BOOST_TEST((prepared.tok == from_text.tok));
   BOOST_TEST(from_dir.tok.vocab_size() == 65);
-  BOOST_TEST((from_dir.train == from_text.train));
-  BOOST_TEST((from_dir.val == from_text.val));
+  BOOST_TEST((from_dir.train == from_text.train.to_vector()));
+  BOOST_TEST((from_dir.val == from_text.val.to_vector()));
   BOOST_TEST(from_text.train.size() == 1003854u);
 
   // Preparing again over the same directory replaces the files and leaves no temp files.
   prepare(test::fixture_path("tiny.txt"), out);
-  BOOST_TEST(files_in(out) == 3u);
+  BOOST_TEST(files_in(out) == 4u);
   const Corpus tiny = load_corpus(out);
   BOOST_TEST(tiny.tok.vocab_size() == 31);
   BOOST_TEST(tiny.train.size() == 471u);
   BOOST_TEST(tiny.val.size() == 53u);
-  BOOST_TEST(tiny.tok.decode(tiny.train).substr(0, 16) == "The lighthouse k");
+  BOOST_TEST(tiny.tok.decode(tiny.train.to_vector()).substr(0, 16) == "The lighthouse k");
 }
 
 BOOST_AUTO_TEST_CASE(prepare_and_load_errors) {
@@ -286,8 +296,8 @@ BOOST_AUTO_TEST_CASE(prepare_and_load_errors) {
 
   const std::string out = dir / ("out2");
   prepare(test::fixture_path("tiny.txt"), out);
-  fs::remove(out + "/train.bin");
-  check_error([&] { load_corpus(out); }, {"train.bin", "no such file"});
+  fs::remove(out + "/train_000000.bin");
+  check_error([&] { load_corpus(out); }, {"meta.json", "train_000000.bin", "missing"});
   fs::remove(out + "/tokenizer.json");
   check_error([&] { load_corpus(out); }, {"tokenizer file", "tokenizer.json", "no such file"});
   write_bytes(out + "/tokenizer.json", "[1,2]");
@@ -298,7 +308,7 @@ BOOST_AUTO_TEST_CASE(sampler_windows_are_in_range_and_shifted) {
   std::vector<int32_t> data(1000);
   std::iota(data.begin(), data.end(), 0);
   const int64_t B = 8, T = 16;
-  BatchSampler s(&data, B, T, 1337);
+  BatchSampler s(data, B, T, 1337);
   Index x, y;
   for (int it = 0; it < 50; it++) {
     s.next(x, y);
@@ -316,7 +326,7 @@ BOOST_AUTO_TEST_CASE(sampler_windows_are_in_range_and_shifted) {
   // Every start in [0, n - T - 1] occurs, including both ends.
   std::vector<int32_t> few(T + 3);
   std::iota(few.begin(), few.end(), 0);
-  BatchSampler s2(&few, 4, T, 7);
+  BatchSampler s2(few, 4, T, 7);
   std::set<int32_t> starts;
   for (int it = 0; it < 50; it++) {
     s2.next(x, y);
@@ -325,7 +335,7 @@ BOOST_AUTO_TEST_CASE(sampler_windows_are_in_range_and_shifted) {
   BOOST_TEST((starts == std::set<int32_t>{0, 1, 2}));
   // A corpus of exactly T + 1 tokens has one window.
   std::vector<int32_t> one(T + 1, 3);
-  BatchSampler s3(&one, 2, T, 1);
+  BatchSampler s3(one, 2, T, 1);
   s3.next(x, y);
   BOOST_TEST(x.numel() == 2 * T);
 }
@@ -342,16 +352,16 @@ BOOST_AUTO_TEST_CASE(sampler_is_reproducible_and_resumes_from_its_state) {
     }
     return out;
   };
-  BatchSampler a(&data, 4, 8, 42), b(&data, 4, 8, 42), c(&data, 4, 8, 43);
+  BatchSampler a(data, 4, 8, 42), b(data, 4, 8, 42), c(data, 4, 8, 43);
   const std::vector<int32_t> ra = run(a, 20);
   BOOST_TEST((ra == run(b, 20)));
   BOOST_TEST((ra != run(c, 20)));
 
-  BatchSampler first(&data, 4, 8, 42);
+  BatchSampler first(data, 4, 8, 42);
   run(first, 7);
   const std::string saved = first.state();
   const std::vector<int32_t> continued = run(first, 13);
-  BatchSampler resumed(&data, 4, 8, 999);
+  BatchSampler resumed(data, 4, 8, 999);
   resumed.set_state(saved);
   BOOST_TEST((run(resumed, 13) == continued));
   BOOST_TEST((std::vector<int32_t>(ra.begin() + 7 * 32, ra.end()) == continued));
@@ -367,7 +377,7 @@ BOOST_AUTO_TEST_CASE(sampler_sequence_is_pinned) {
   // tests/fixtures/make_sampler_starts.py: a plain-Python mt19937_64 with the same rejection rule.
   std::vector<int32_t> data(1000003);
   std::iota(data.begin(), data.end(), 0);
-  BatchSampler s(&data, 6, 3, 1337);
+  BatchSampler s(data, 6, 3, 1337);
   Index x, y;
   s.next(x, y);
   std::vector<int32_t> starts;
@@ -382,13 +392,13 @@ BOOST_AUTO_TEST_CASE(sampler_sequence_is_pinned) {
 
 BOOST_AUTO_TEST_CASE(short_corpus_errors) {
   std::vector<int32_t> data(64, 1);
-  check_error([&] { BatchSampler(&data, 4, 64, 1); }, {"corpus of 64 tokens", "shorter than block_size + 1 = 65"});
-  check_error([&] { BatchSampler(&data, 4, 64, 1, "val split"); }, {"val split of 64 tokens"});
+  check_error([&] { BatchSampler(data, 4, 64, 1); }, {"corpus of 64 tokens", "shorter than block_size + 1 = 65"});
+  check_error([&] { BatchSampler(data, 4, 64, 1, "val split"); }, {"val split of 64 tokens"});
   check_error([&] { eval_windows(data, 64); }, {"corpus of 64 tokens", "block_size + 1 = 65"});
-  check_error([&] { BatchSampler(&data, 0, 8, 1); }, {"batch_size"});
-  check_error([&] { BatchSampler(&data, 1, 0, 1); }, {"block_size"});
+  check_error([&] { BatchSampler(data, 0, 8, 1); }, {"batch_size"});
+  check_error([&] { BatchSampler(data, 1, 0, 1); }, {"block_size"});
   const Corpus tiny = load_corpus(test::fixture_path("tiny.txt"));
-  check_error([&] { BatchSampler(&tiny.val, 4, 64, 1, "val split"); },
+  check_error([&] { BatchSampler(tiny.val, 4, 64, 1, "val split"); },
               {"val split of 53 tokens", "shorter than block_size + 1 = 65"});
 }
 
@@ -406,6 +416,345 @@ BOOST_AUTO_TEST_CASE(eval_windows_cover_the_split_once) {
   BOOST_TEST(x.data == (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}), boost::test_tools::per_element());
   BOOST_TEST(y.data == (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}), boost::test_tools::per_element());
   check_error([&] { fill_windows(data, {7}, 3, x, y); }, {"window start 7"});
+}
+
+
+// ---- sentencepiece tokenizers ------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> shakespeare_lines(size_t first, size_t last) {  // 1-based, inclusive
+  std::ifstream in(shakespeare_path());
+  std::vector<std::string> out;
+  std::string line;
+  for (size_t n = 1; std::getline(in, line) && n <= last; n++)
+    if (n >= first) out.push_back(line);
+  return out;
+}
+
+// spm_encode's ids for lines 2001-2100, one line of ids per text line (make_spm_fixture.sh).
+std::vector<std::vector<int32_t>> spm_fixture_ids() {
+  std::ifstream in(test::fixture_path("spm_bpe512.ids"));
+  std::vector<std::vector<int32_t>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream is(line);
+    out.emplace_back(std::istream_iterator<int32_t>(is), std::istream_iterator<int32_t>());
+  }
+  return out;
+}
+
+Tokenizer fixture_bpe() {
+  return Tokenizer::from_sentencepiece(read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sentencepiece_encodes_as_spm_encode) {
+  const Tokenizer tok = fixture_bpe();
+  BOOST_TEST(tok.kind_name() == "sentencepiece");
+  BOOST_TEST(tok.vocab_size() == 512);
+  BOOST_TEST(tok.bos_id() == 1);
+  BOOST_TEST(tok.eos_id() == 2);
+  BOOST_TEST(tok.piece(0) == "<unk>");
+  BOOST_TEST(tok.is_byte(3 + 'A'));  // byte pieces follow the three specials
+  const std::vector<std::string> lines = shakespeare_lines(2001, 2100);
+  const std::vector<std::vector<int32_t>> want = spm_fixture_ids();
+  BOOST_TEST_REQUIRE(lines.size() == want.size());
+  for (size_t i = 0; i < lines.size(); i++) {
+    BOOST_TEST(tok.encode(lines[i]) == want[i], "line " << 2001 + i);
+    BOOST_TEST(tok.decode(want[i]) == lines[i]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(trained_bpe_matches_spm_train_and_round_trips_the_corpus) {
+  SentencePieceOptions o;
+  o.vocab_size = 512;
+  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  BOOST_TEST(tok.vocab_size() == 512);
+  BOOST_TEST(tok.adds_dummy_prefix());
+  const Tokenizer ref = fixture_bpe();
+  for (int32_t id = 0; id < 512; id++) BOOST_TEST(tok.piece(id) == ref.piece(id), "id " << id);
+  // decode(encode(s)) == s on the whole corpus, including text the model never saw and bytes
+  // (characters outside the training lines fall back to byte pieces)
+  const std::string text = read_text_file(shakespeare_path()) + "caf\xC3\xA9 \xE2\x82\xAC 12345\t\n";
+  const std::vector<int32_t> ids = tok.encode(text);
+  BOOST_TEST(ids.size() < text.size() * 3 / 4);  // the merges shorten the text
+  BOOST_TEST((tok.decode(ids) == text));
+  // streamed decoding (sample's) concatenates to the same text after BOS
+  std::string streamed;
+  int32_t prev = tok.bos_id();
+  for (size_t i = 0; i < 400; i++) {
+    streamed += tok.decode_next(prev, ids[i]);
+    prev = ids[i];
+  }
+  BOOST_TEST(streamed == tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + 400)));
+  BOOST_TEST((Tokenizer::deserialize(tok.kind_name(), tok.serialized()) == tok));
+  BOOST_TEST(!(tok == ref));  // the fixture's proto names spm_train's input and prefix
+}
+
+BOOST_AUTO_TEST_CASE(unigram_round_trips) {
+  SentencePieceOptions o;
+  o.model_type = "unigram";
+  o.vocab_size = 400;
+  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  BOOST_TEST(tok.vocab_size() == 400);
+  const std::string text = read_text_file(test::fixture_path("tiny.txt"));
+  BOOST_TEST(tok.decode(tok.encode(text)) == text);
+}
+
+BOOST_AUTO_TEST_CASE(tokenizer_errors) {
+  SentencePieceOptions o;
+  o.vocab_size = 258;
+  check_error([&] { Tokenizer::train_sentencepiece({"a b c"}, o); }, {"258", "below 259", "byte fallback"});
+  o.vocab_size = 50000;
+  check_error([&] { Tokenizer::train_sentencepiece(shakespeare_lines(1, 50), o); }, {"sentencepiece training failed", "ocabulary size"});
+  check_error([] { Tokenizer::from_sentencepiece("not a model"); }, {"not a sentencepiece model"});
+  check_error([] { fixture_bpe().encode("ab\xFF"); }, {"invalid UTF-8", "byte offset 2"});
+  check_error([] { fixture_bpe().decode({5, 512}); }, {"token id 512", "position 1"});
+  check_error([] { Tokenizer::deserialize("wordpiece", ""); }, {"unknown tokenizer kind", "wordpiece"});
+  const Tokenizer ch = Tokenizer::from_char(CharTokenizer::from_text("ab"));
+  BOOST_TEST(ch.bos_id() == -1);
+  BOOST_TEST(ch.kind_name() == "char");
+  BOOST_TEST((Tokenizer::deserialize("char", ch.serialized()) == ch));
+}
+
+// ---- streamed preparation and mapped shards -------------------------------------------------------
+
+namespace {
+
+// Three stories separated by <|endoftext|>, with a non-ASCII character and long enough that
+// small chunks cut them many times.
+std::string stories() {
+  std::string t;
+  const std::vector<std::string> lines = shakespeare_lines(3001, 3090);
+  for (size_t i = 0; i < lines.size(); i++) {
+    t += lines[i] + "\n";
+    if (i % 30 == 29 && i + 1 < lines.size()) t += "<|endoftext|>";
+  }
+  return t + "caf\xC3\xA9.\n";
+}
+
+std::vector<std::string> split_on(const std::string& s, const std::string& sep) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t p; (p = s.find(sep, from)) != std::string::npos; from = p + sep.size()) out.push_back(s.substr(from, p - from));
+  out.push_back(s.substr(from));
+  return out;
+}
+
+PrepareOptions small_bpe(const TempDir& d, const std::vector<std::string>& texts) {
+  PrepareOptions o;
+  o.texts = texts;
+  o.out_dir = d / "out";
+  o.tokenizer = "bpe";
+  o.tokenizer_model = test::fixture_path("spm_bpe512.model");
+  o.shard_tokens = 700;  // several shards
+  o.chunk_bytes = 200;   // documents cut into many pieces
+  return o;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(prepare_bpe_documents_start_with_bos_and_decode_to_the_text) {
+  TempDir d;
+  const std::string text = stories();
+  write_bytes(d / "s.txt", text);
+  PrepareOptions o = small_bpe(d, {d / "s.txt"});
+  o.doc_sep = "<|endoftext|>";
+  o.val_fraction = 0.34;  // int(3 * 0.34) = 1 document
+  const PrepareResult r = prepare_corpus(o);
+  BOOST_TEST(r.train_docs == 2);
+  BOOST_TEST(r.val_docs == 1);
+  const Tokenizer ref = fixture_bpe();
+  const Corpus c = load_corpus(d / "out");
+  BOOST_TEST((c.tok == ref));
+  const std::vector<std::string> docs = split_on(text, "<|endoftext|>");
+  BOOST_TEST_REQUIRE(docs.size() == 3u);
+  // every document: BOS, then exactly what sentencepiece gives for the whole document at once,
+  // however the chunks fell
+  std::vector<int32_t> want_train, want_val;
+  for (size_t i = 0; i < 3; i++) {
+    std::vector<int32_t>& w = i < 2 ? want_train : want_val;
+    w.push_back(1);
+    const std::vector<int32_t> e = ref.encode(docs[i]);
+    w.insert(w.end(), e.begin(), e.end());
+  }
+  BOOST_TEST((c.train == want_train));
+  BOOST_TEST((c.val == want_val));
+  BOOST_TEST(ref.decode(c.val.to_vector()) == docs[2]);
+  // the shards: llm.c headers whose counts match the sizes and meta.json
+  const nlohmann::json meta = nlohmann::json::parse(read_file_bytes(d / "out/meta.json", "meta"));
+  BOOST_TEST(meta["tokenizer"]["kind"] == "sentencepiece");
+  BOOST_TEST(meta["tokenizer"]["vocab_size"] == 512);
+  BOOST_TEST(meta["train"]["documents"] == 2);
+  int64_t total = 0;
+  BOOST_TEST(meta["train"]["shards"].size() == (want_train.size() + 699) / 700);
+  for (const auto& sh : meta["train"]["shards"]) {
+    const std::string bytes = read_file_bytes(d / ("out/" + sh["file"].get<std::string>()), "shard");
+    BOOST_TEST(bytes.substr(0, 12) == le32(20240520) + le32(1) + le32(sh["tokens"].get<int32_t>()));
+    BOOST_TEST(bytes.size() == 1024u + 2 * sh["tokens"].get<size_t>());
+    total += sh["tokens"].get<int64_t>();
+  }
+  BOOST_TEST(total == static_cast<int64_t>(want_train.size()));
+  BOOST_TEST(!fs::exists(d / "out/.prepare.tmp"));
+}
+
+BOOST_AUTO_TEST_CASE(prepare_one_document_per_file_and_unigram_training) {
+  TempDir d;
+  const std::vector<std::string> docs = split_on(stories(), "<|endoftext|>");
+  for (size_t i = 0; i < docs.size(); i++) write_bytes(d / ("f" + std::to_string(i) + ".txt"), docs[i]);
+  PrepareOptions o;
+  o.texts = {d / "f0.txt", d / "f1.txt", d / "f2.txt"};
+  o.out_dir = d / "out";
+  o.tokenizer = "unigram";
+  o.vocab_size = 400;
+  const PrepareResult r = prepare_corpus(o);
+  BOOST_TEST(r.train_docs == 2);  // int(3 * 0.1) = 0, raised to 1 val document
+  BOOST_TEST(r.val_docs == 1);
+  const Corpus c = load_corpus(d / "out");
+  BOOST_TEST(c.tok.vocab_size() == 400);
+  std::vector<int32_t> all = c.train.to_vector();
+  const std::vector<int32_t> v = c.val.to_vector();
+  all.insert(all.end(), v.begin(), v.end());
+  BOOST_TEST(std::count(all.begin(), all.end(), c.tok.bos_id()) == 3);
+  BOOST_TEST(all[0] == c.tok.bos_id());
+  BOOST_TEST(c.tok.decode(v) == docs[2]);
+  BOOST_TEST(fs::exists(d / "out/tokenizer.model"));
+}
+
+BOOST_AUTO_TEST_CASE(char_prepare_keeps_the_split_and_ids_of_the_text_path) {
+  TempDir d;
+  PrepareOptions o;
+  o.texts = {test::fixture_path("tiny.txt")};
+  o.out_dir = d / "out";
+  o.chunk_bytes = 37;  // many chunks
+  o.shard_tokens = 100;
+  prepare_corpus(o);
+  const Corpus mapped = load_corpus(d / "out"), text = load_corpus(test::fixture_path("tiny.txt"));
+  BOOST_TEST((mapped.tok == text.tok));
+  BOOST_TEST((mapped.train == text.train.to_vector()));
+  BOOST_TEST((mapped.val == text.val.to_vector()));
+  BOOST_TEST(fs::exists(d / "out/train_000004.bin"));  // 471 tokens in shards of 100
+}
+
+BOOST_AUTO_TEST_CASE(mapped_sampling_equals_the_in_memory_sampler) {
+  TempDir d;
+  PrepareOptions o;
+  o.texts = {test::fixture_path("tiny.txt")};
+  o.out_dir = d / "out";
+  o.shard_tokens = 64;  // windows cross shard boundaries
+  prepare_corpus(o);
+  const Corpus mapped = load_corpus(d / "out");
+  const TokenSeq mem(mapped.train.to_vector());
+  BatchSampler a(mapped.train, 5, 16, 77), b(mem, 5, 16, 77);
+  Index xa, ya, xb, yb;
+  for (int i = 0; i < 200; i++) {
+    a.next(xa, ya);
+    b.next(xb, yb);
+    BOOST_TEST_REQUIRE((xa.data == xb.data && ya.data == yb.data));
+  }
+  BOOST_TEST(a.state() == b.state());
+  // evaluation windows read the same ids too
+  const std::vector<int64_t> starts = eval_windows(mapped.val, 8);
+  Index xe, ye, xf, yf;
+  fill_windows(mapped.val, starts, 8, xe, ye);
+  fill_windows(TokenSeq(mapped.val.to_vector()), starts, 8, xf, yf);
+  BOOST_TEST((xe.data == xf.data && ye.data == yf.data));
+}
+
+BOOST_AUTO_TEST_CASE(wide_and_headerless_shards) {
+  TempDir d;
+  {
+    ShardWriter w(d.path.string(), "train", true, 3);
+    w.write({70000, 1, 2, 65536, 5});
+    w.finish();
+    BOOST_TEST(w.shards().size() == 2u);
+  }
+  const std::string bytes = read_file_bytes(d / "train_000000.bin", "shard");
+  BOOST_TEST(bytes.substr(0, 12) == le32(20240801) + le32(7) + le32(3));
+  BOOST_TEST(bytes.size() == 1024u + 4 * 3);
+  const TokenSeq wide = TokenSeq::map_files({d / "train_000000.bin", d / "train_000001.bin"});
+  BOOST_TEST((wide == std::vector<int32_t>{70000, 1, 2, 65536, 5}));
+  check_error([&] { wide.check_below(70000, "x"); }, {"train_000000.bin", "token id 70000", "position 0"});
+  // llama2.c's and nanoGPT's files: uint16 without a header, named by a hand-written meta.json
+  write_bytes(d / "data00.bin", std::string("\x05\x00\x01\x00\xFF\x01", 6));
+  write_bytes(d / "tok.model", read_file_bytes(test::fixture_path("spm_bpe512.model"), "m"));
+  write_bytes(d / "meta.json", R"({"tokenizer": {"kind": "sentencepiece", "file": "tok.model"}, "header": false,
+      "train": {"shards": [{"file": "data00.bin"}]}, "val": {"shards": [{"file": "data00.bin", "tokens": 3}]}})");
+  const Corpus c = load_corpus(d.path.string());
+  BOOST_TEST((c.train == std::vector<int32_t>{5, 1, 511}));
+  BOOST_TEST(c.tok.vocab_size() == 512);
+}
+
+BOOST_AUTO_TEST_CASE(prepare_bad_inputs_give_one_line_and_leave_nothing) {
+  TempDir d;
+  write_bytes(d / "good.txt", stories());
+  write_bytes(d / "empty.txt", "");
+  write_bytes(d / "latin1.txt", "caf\xE9 au lait\n");
+  auto run = [&](PrepareOptions o) { prepare_corpus(o); };
+  PrepareOptions o = small_bpe(d, {d / "good.txt", d / "latin1.txt"});
+  check_error([&] { run(o); }, {"latin1.txt", "invalid UTF-8", "byte offset 3"});
+  o.texts = {d / "good.txt", d / "empty.txt"};
+  check_error([&] { run(o); }, {"empty.txt", "is empty"});
+  o = PrepareOptions{};
+  o.texts = {d / "good.txt"};
+  o.out_dir = d / "out";
+  o.tokenizer = "bpe";
+  o.vocab_size = 20000;  // more than a few KB of text has pieces for
+  check_error([&] { run(o); }, {"good.txt", "--vocab-size 20000", "ocabulary size"});
+  o.tokenizer_model = d / "missing.model";
+  check_error([&] { run(o); }, {"missing.model", "no such file"});
+  o.tokenizer_model = d / "latin1.txt";
+  check_error([&] { run(o); }, {"latin1.txt", "not a sentencepiece model"});
+  test::expect_throw([&] { o.tokenizer_model.clear(); o.vocab_size = 200; run(o); }, ErrorKind::usage, {"--vocab-size 200", "259"});
+  BOOST_TEST(!fs::exists(d / "out/meta.json"));
+  BOOST_TEST((!fs::exists(d / "out") || fs::is_empty(d / "out")));
+
+  // a failure after a good run keeps the good corpus
+  o = small_bpe(d, {d / "good.txt"});
+  prepare_corpus(o);
+  const std::string meta = read_file_bytes(d / "out/meta.json", "meta");
+  o.texts = {d / "good.txt", d / "latin1.txt"};
+  check_error([&] { run(o); }, {"latin1.txt"});
+  BOOST_TEST(read_file_bytes(d / "out/meta.json", "meta") == meta);
+  BOOST_TEST(!fs::exists(d / "out/.prepare.tmp"));
+  // a leftover of a killed run is cleared by the next one
+  fs::create_directories(d / "out/.prepare.tmp");
+  write_bytes(d / "out/.prepare.tmp/train_000000.bin", "junk");
+  o.texts = {d / "good.txt"};
+  prepare_corpus(o);
+  BOOST_TEST(!fs::exists(d / "out/.prepare.tmp"));
+
+  // --doc-sep never found: one document, and a warning
+  o.doc_sep = "<|never|>";
+  o.val_fraction = 0.1;
+  const PrepareResult r = prepare_corpus(o);
+  BOOST_TEST(r.train_docs == 1);
+}
+
+BOOST_AUTO_TEST_CASE(shard_bad_inputs_name_the_file) {
+  TempDir d;
+  prepare_corpus(small_bpe(d, {test::fixture_path("tiny.txt")}));
+  const std::string out = d / "out";
+  const std::string shard = out + "/train_000000.bin";
+  std::string bytes = read_file_bytes(shard, "shard");
+  // header count disagrees with the size
+  write_bytes(shard, bytes.substr(0, bytes.size() - 2));
+  check_error([&] { load_corpus(out); }, {shard, "disagrees with the header's count"});
+  // an id >= the vocabulary
+  bytes[1024 + 2 * 5] = '\x00';
+  bytes[1024 + 2 * 5 + 1] = '\x02';  // id 512
+  write_bytes(shard, bytes);
+  check_error([&] { load_corpus(out); }, {shard, "token id 512", "position 5", "vocab_size 512"});
+  // a corrupt tokenizer model
+  const std::string model = read_file_bytes(out + "/tokenizer.model", "m");
+  write_bytes(out + "/tokenizer.model", model.substr(0, 100));
+  check_error([&] { load_corpus(out); }, {"tokenizer.model", "not a sentencepiece model"});
+  write_bytes(out + "/tokenizer.model", model);
+  // meta.json naming a missing shard
+  fs::remove(shard);
+  check_error([&] { load_corpus(out); }, {"meta.json", shard, "missing"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_process_with_twice_the_batch) {
   NamedParams params = model.named_parameters();
   auto optim = cfg.make_optimizer(params);
   const int64_t B = cfg.batch_size, T = cfg.model.block_size;
-  BatchSampler s0(&c.train, B, T, dist::rank_seed(cfg.seed, 0)), s1(&c.train, B, T, dist::rank_seed(cfg.seed, 1));
+  BatchSampler s0(c.train, B, T, dist::rank_seed(cfg.seed, 0)), s1(c.train, B, T, dist::rank_seed(cfg.seed, 1));
   std::vector<double> ref_losses;
   for (int64_t step = 0; step < steps; step++) {
     Index x0, y0, x1, y1;

@@ -236,7 +236,7 @@ BOOST_AUTO_TEST_CASE(every_integer_key_is_range_checked_before_arithmetic) {
   expect({{"n_layer", int64_t{1} << 40}}, {"n_layer", "at most"});
   expect({{"batch_size", 1e30}}, {"batch_size", "out of range"});
   expect({{"max_iters", -1e30}}, {"max_iters", "out of range"});
-  expect({{"vocab_size", 70000}}, {"vocab_size", "at most 65536"});
+  expect({{"vocab_size", 1048577}}, {"vocab_size", "at most 1048576"});
   // one rule for seeds and threads, as the flags have: seeds 0..2^63-1, threads 0..max_threads
   expect({{"seed", 18446744073709551615ULL}}, {"seed", "18446744073709551615"});
   expect({{"seed", -1}}, {"seed", ">= 0"});

@@ -14,28 +14,29 @@ namespace tapelm {
 
 namespace fs = std::filesystem;
 
-EvalBatches::EvalBatches(const std::vector<int32_t>& data, std::vector<int64_t> starts, int64_t T, int64_t batch)
-    : data_(&data), starts_(std::move(starts)), T_(T), batch_(batch) {
+EvalBatches::EvalBatches(TokenSeq data, std::vector<int64_t> starts, int64_t T, int64_t batch)
+    : data_(std::move(data)), windows_(true), starts_(std::move(starts)), T_(T), batch_(batch) {
   if (batch <= 0) throw Error(ErrorKind::usage, "evaluation batch size " + std::to_string(batch) + " is not positive");
 }
 
 EvalBatches::EvalBatches(std::vector<std::pair<Index, Index>> ready) : ready_(std::move(ready)) {}
 
 size_t EvalBatches::size() const {
-  if (!data_) return ready_.size();
+  if (!windows_) return ready_.size();
   const size_t b = static_cast<size_t>(batch_);
   return (starts_.size() + b - 1) / b;
 }
 
 void EvalBatches::fill(size_t i, Index& x, Index& y) const {
-  if (!data_) {
+  if (!windows_) {
     x = ready_.at(i).first;
     y = ready_.at(i).second;
     return;
   }
   const size_t b = static_cast<size_t>(batch_);
   const std::vector<int64_t> chunk(starts_.begin() + i * b, starts_.begin() + std::min(starts_.size(), (i + 1) * b));
-  fill_windows(*data_, chunk, T_, x, y);
+  fill_windows(data_, chunk, T_, x, y);
+  for (int64_t s : chunk) data_.release(s, s + T_ + 1);
 }
 
 namespace {
@@ -99,12 +100,12 @@ EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches) {
   return {total > 0 ? loss_sum / static_cast<double>(total) : 0.0, total};
 }
 
-double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
+double evaluate_windows(GPT& model, const TokenSeq& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch, bool split_across_ranks) {
   return evaluate(model, EvalBatches(data, starts, T, batch), split_across_ranks).loss;
 }
 
-double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks) {
+double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks) {
   const int64_t T = model.config().block_size;
   return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32, split_across_ranks);
 }
@@ -149,22 +150,25 @@ std::pair<Index, Index> read_parity_tokens(const std::string& path, const GPTCon
 }  // namespace
 
 EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
-                        const CharTokenizer* tok) {
+                        const Tokenizer* tok) {
   EvalData d;
   if (path.ends_with(".h5") || is_hdf5(path)) {
     d.ready.push_back(read_parity_tokens(path, c));
     return d;
   }
   if (path.ends_with(".bin")) {
-    d.ids = read_token_file(path);
+    d.ids = TokenSeq::map_files({path});
   } else {
     Corpus corpus;
     if (fs::is_directory(path)) {
       corpus = load_corpus(path);
     } else {
       const std::string text = read_text_file(path);
-      corpus.tok = tok ? *tok : CharTokenizer::from_text(text);
-      TokenSplit sp = split_90_10(corpus.tok.encode(text));
+      corpus.tok = tok ? *tok : Tokenizer::from_char(CharTokenizer::from_text(text));
+      std::vector<int32_t> ids = corpus.tok.encode(text);
+      // one document: a sentencepiece tokenizer starts it with BOS, as prepare does
+      if (corpus.tok.bos_id() >= 0) ids.insert(ids.begin(), corpus.tok.bos_id());
+      TokenSplit sp = split_90_10(ids);
       corpus.train = std::move(sp.train);
       corpus.val = std::move(sp.val);
     }
@@ -173,11 +177,10 @@ EvalData load_eval_data(const std::string& path, const std::string& split, const
     } else if (split == "val") {
       d.ids = std::move(corpus.val);
     } else {
-      d.ids = std::move(corpus.train);
-      d.ids.insert(d.ids.end(), corpus.val.begin(), corpus.val.end());
+      d.ids = TokenSeq::concat(corpus.train, corpus.val);
     }
   }
-  check_ids(d.ids, c.vocab_size, path);
+  d.ids.check_below(c.vocab_size, path);
   d.T = c.block_size;
   d.starts = eval_windows(d.ids, d.T, path);
   return d;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/shards.h"
 #include "data/tokenizer.h"
 #include "nn/gpt.h"
 
@@ -22,8 +23,9 @@ struct EvalResult {
 /// memory: windows of a token sequence, or ready-made [B, T] batches (a parity file's rows).
 class EvalBatches {
  public:
-  /// Windows of T tokens of `data` (which must outlive this) at `starts`, `batch` per forward pass.
-  EvalBatches(const std::vector<int32_t>& data, std::vector<int64_t> starts, int64_t T, int64_t batch);
+  /// Windows of T tokens of `data` at `starts`, `batch` per forward pass; mapped pages a batch
+  /// read are released after it, so walking a whole split costs no memory.
+  EvalBatches(TokenSeq data, std::vector<int64_t> starts, int64_t T, int64_t batch);
   /// These (inputs, targets) pairs as they are.
   explicit EvalBatches(std::vector<std::pair<Index, Index>> ready);
   /// The number of batches.
@@ -32,7 +34,8 @@ class EvalBatches {
   void fill(size_t i, Index& x, Index& y) const;
 
  private:
-  const std::vector<int32_t>* data_ = nullptr;
+  TokenSeq data_;
+  bool windows_ = false;
   std::vector<int64_t> starts_;
   int64_t T_ = 0, batch_ = 1;
   std::vector<std::pair<Index, Index>> ready_;
@@ -48,17 +51,17 @@ EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches);
 
 /// Loss of `model` on the given windows of `data` (mean over targets). With split_across_ranks,
 /// a collective (see evaluate).
-double evaluate_windows(GPT& model, const std::vector<int32_t>& data, const std::vector<int64_t>& starts, int64_t T,
+double evaluate_windows(GPT& model, const TokenSeq& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch, bool split_across_ranks = false);
 
 /// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
 /// `tapelm eval` reports (32 windows per forward pass). With split_across_ranks, a collective.
-double evaluate_split(GPT& model, const std::vector<int32_t>& split, bool split_across_ranks = false);
+double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks = false);
 
 /// What `tapelm eval --data` reads: token ids in non-overlapping windows of T, or (a parity file)
 /// ready-made batches.
 struct EvalData {
-  std::vector<int32_t> ids;
+  TokenSeq ids;
   std::vector<int64_t> starts;
   int64_t T = 0;
   std::vector<std::pair<Index, Index>> ready;
@@ -71,6 +74,6 @@ struct EvalData {
 /// its own characters when null). A corpus or text file gives its `split`: train, val or all.
 /// Ids outside the vocabulary or a file shorter than one window -> an error naming `path`.
 EvalData load_eval_data(const std::string& path, const std::string& split, const GPTConfig& c,
-                        const CharTokenizer* tok);
+                        const Tokenizer* tok);
 
 }  // namespace tapelm

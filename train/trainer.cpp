@@ -66,8 +66,8 @@ namespace {
 // Every rank must also hold the same resumed state and options, or their collectives would differ.
 void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
                     const Corpus& corpus, const TrainOptions& opt) {
-  auto sum = [](const std::vector<int32_t>& v) { return std::to_string(dist::checksum(v.data(), v.size() * 4)); };
-  const std::string data = corpus.tok.to_json() + "|" + sum(corpus.train) + "|" + sum(corpus.val);
+  const std::string data = std::to_string(dist::checksum(corpus.tok.serialized().data(), corpus.tok.serialized().size())) +
+                           "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
   uint64_t moments = 0;
   for (const std::string& key : optim.state_keys())
     for (const auto& [name, t] : optim.state(key))
@@ -147,7 +147,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t T = cfg_.model.block_size;
   const int64_t n_eval = cfg_.eval_iters * cfg_.batch_size;
-  auto pick_windows = [&](const std::vector<int32_t>& data, uint64_t seed) {
+  auto pick_windows = [&](const TokenSeq& data, uint64_t seed) {
     std::vector<int64_t> starts;
     Rng r(seed);
     for (int64_t i = 0; i < n_eval; i++) starts.push_back(static_cast<int64_t>(r.below(data.size() - T)));
@@ -192,7 +192,7 @@ void Trainer::set_up() {
   }
   model_.train();
   // Each rank draws its own batches and dropout masks; rank 0's streams are a one-process run's.
-  sampler_.emplace(&corpus_.train, B, T, dist::rank_seed(cfg_.seed, rank_), "train split");
+  sampler_.emplace(corpus_.train, B, T, dist::rank_seed(cfg_.seed, rank_), "train split");
   model_.dropout_rng().set_state(dist::rank_seed(model_.dropout_rng().state(), rank_));
 
   if (opt_.resume) {
@@ -214,7 +214,7 @@ void Trainer::set_up() {
       model_.dropout_rng().set_state(st_.rank_dropout_rngs.at(rank_ - 1));
     } else {  // a rank the saved run did not have: fresh streams, distinct from any used before
       const uint64_t epoch = static_cast<uint64_t>(st_.step) + 1;
-      sampler_.emplace(&corpus_.train, B, T, dist::rank_seed(cfg_.seed, rank_, epoch), "train split");
+      sampler_.emplace(corpus_.train, B, T, dist::rank_seed(cfg_.seed, rank_, epoch), "train split");
       model_.dropout_rng().set_state(dist::rank_seed(cfg_.seed ^ 0xD50D0u, rank_, epoch));
     }
     if (lead_ && st_.world_size != world_ && !quiet_)

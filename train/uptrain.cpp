@@ -49,7 +49,11 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   H5File f = H5File::open_read(from);
   GPT src(read_model_config(f));
   read_model_weights(f, src);
-  const TrainConfig original = read_train_config(f);
+  const TrainConfig original = o.original ? *o.original : read_train_config(f);
+  GPTConfig same = original.model;
+  same.dropout = src.config().dropout;  // a training choice, not the model's
+  if (!(same == src.config()))
+    throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
   UptrainResult r;
   r.config = uptrain_config(original, o);
   r.steps = r.config.max_iters;

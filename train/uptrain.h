@@ -2,6 +2,7 @@
 // Uptraining (Ainslie et al. 2023, §2.1): convert an MHA (or GQA) checkpoint to fewer key/value
 // heads, then continue training for a fraction α of the original run's steps with the original
 // run's training config. The optimizer starts fresh (K and V change shape).
+#include <optional>
 #include <string>
 
 #include "autograd/error.h"
@@ -33,6 +34,9 @@ struct UptrainOptions {
   std::string label;
   double known_loss_before = -1;  // >= 0: the converted model's val loss, already measured
   StopToken stop;                 // requested: save after the current step and return
+  // The original run's training config when the source is weights only (an imported model);
+  // unset: the source's own /train config.
+  std::optional<TrainConfig> original;
 };
 
 struct UptrainResult {

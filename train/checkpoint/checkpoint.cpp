@@ -15,17 +15,22 @@ const std::string kOptim = "/optim";
 const std::string kTrain = "/train";
 const std::string kTokenizer = "/tokenizer";
 const std::string kGrad = "/grad";
+const std::string kImported = "/imported";
 const std::string kSamplerState = "sampler_state";
 
 std::string rank_group(int r) { return kTrain + "/rank_" + std::to_string(r); }
 
-void write_tokenizer(H5File& f, const CharTokenizer& tok) {
-  f.create_group(kTokenizer);
-  f.write_attr(kTokenizer, "json", tok.to_json());
-}
-
 void write_bytes(H5File& f, const std::string& obj, const std::string& s) {
   f.write_bytes(obj, std::vector<uint8_t>(s.begin(), s.end()));
+}
+
+// /tokenizer: attr kind ("char" or "sentencepiece"); char keeps its JSON in attr json (as files
+// before the kind attribute did), sentencepiece its model's bytes in the dataset /tokenizer/model.
+void write_tokenizer(H5File& f, const Tokenizer& tok) {
+  f.create_group(kTokenizer);
+  f.write_attr(kTokenizer, "kind", tok.kind_name());
+  if (tok.is_char()) f.write_attr(kTokenizer, "json", tok.serialized());
+  else write_bytes(f, kTokenizer + "/model", tok.serialized());
 }
 
 std::string read_bytes(const H5File& f, const std::string& obj) {
@@ -187,7 +192,7 @@ void save_model(const std::string& path, const GPT& model) {
 // ---- full training checkpoints ----------------------------------------------------------------
 
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
-                              const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok) {
+                              const TrainConfig& cfg, const TrainState& st, const Tokenizer& tok) {
   check_savable(path, model, &opt, "step " + std::to_string(st.step));
   write_h5_atomic(path, [&](H5File& f) {
     write_model(f, model);
@@ -289,11 +294,22 @@ TrainConfig read_train_config(const H5File& f) {
 
 bool has_tokenizer(const H5File& f) { return f.exists(kTokenizer); }
 
-CharTokenizer read_tokenizer(const H5File& f) {
-  if (!f.exists(kTokenizer) || !f.has_attr(kTokenizer, "json"))
+Tokenizer read_tokenizer(const H5File& f) {
+  if (!f.exists(kTokenizer))
     throw Error(ErrorKind::checkpoint, f.path() + ": no tokenizer (" + kTokenizer + ") in this checkpoint");
+  // Files from before the kind attribute hold a char tokenizer's JSON.
+  const std::string kind = f.has_attr(kTokenizer, "kind") ? f.read_attr_string(kTokenizer, "kind") : "char";
   try {
-    return CharTokenizer::from_json(f.read_attr_string(kTokenizer, "json"));
+    if (kind == "char") {
+      if (!f.has_attr(kTokenizer, "json"))
+        throw Error(ErrorKind::checkpoint, "no json attribute in " + kTokenizer);
+      return Tokenizer::deserialize(kind, f.read_attr_string(kTokenizer, "json"));
+    }
+    if (kind == "sentencepiece") {
+      if (!f.exists(kTokenizer + "/model")) throw Error(ErrorKind::checkpoint, "no dataset " + kTokenizer + "/model");
+      return Tokenizer::deserialize(kind, read_bytes(f, kTokenizer + "/model"));
+    }
+    return Tokenizer::deserialize(kind, "");  // names the unknown kind
   } catch (const std::exception& e) {
     throw Error(ErrorKind::checkpoint, f.path() + ": bad tokenizer: " + e.what());
   }
@@ -314,7 +330,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
 
 // ---- files derived from a checkpoint ------------------------------------------------------------
 
-void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
+void write_converted(const std::string& path, const GPT& model, const Tokenizer* tok,
                      const std::string& converted_from_json) {
   check_savable(path, model, nullptr, "");
   write_h5_atomic(path, [&](H5File& f) {
@@ -322,6 +338,29 @@ void write_converted(const std::string& path, const GPT& model, const CharTokeni
     f.write_attr(kRoot, "converted_from", converted_from_json);
     if (tok) write_tokenizer(f, *tok);
   });
+}
+
+void write_imported(const std::string& path, const GPT& model, const Tokenizer* tok, const std::string& imported_from_json,
+                    const std::vector<std::pair<std::string, Tensor>>& extras) {
+  check_savable(path, model, nullptr, "");
+  for (const auto& [name, t] : extras)
+    if (const std::string bad = non_finite(t); !bad.empty())
+      throw Error(ErrorKind::checkpoint, kImported + "/" + name + " holds " + bad + "; not writing " + path);
+  write_h5_atomic(path, [&](H5File& f) {
+    write_model(f, model);
+    f.write_attr(kRoot, "imported_from", imported_from_json);
+    if (tok) write_tokenizer(f, *tok);
+    if (extras.empty()) return;
+    f.create_group(kImported);
+    for (const auto& [name, t] : extras) f.write_tensor(kImported + "/" + name, t);
+  });
+}
+
+std::map<std::string, Tensor> read_imported(const H5File& f) {
+  std::map<std::string, Tensor> out;
+  if (!f.exists(kImported)) return out;
+  for (const std::string& name : f.list_datasets_recursive(kImported)) out.emplace(name, read_finite(f, kImported + "/" + name));
+  return out;
 }
 
 void write_gradients(const std::string& path, const GPT& model, double loss) {

@@ -7,10 +7,13 @@
 //   /optim       attrs type, step, hparams; /optim/<state key>/<name> (exp_avg, ...)
 //   /train       attrs step, tokens_seen, config, dropout_rng, extra [, world_size];
 //                sampler_state [, rank_<r>/...]
-//   /tokenizer   attr json
+//   /tokenizer   attr kind (char|sentencepiece); char: attr json; sentencepiece: dataset model
+//                (the .model file's bytes). No kind attribute: char (older files).
+//   /imported/<name>              tensors an imported file held beside the weights
 //
 // A file with only / and /model is a valid (weights-only) checkpoint. Other files written
 // beside the format (eval's gradients, convert's output) are written here too.
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -64,7 +67,7 @@ struct TrainState {
 
 /// Writes everything atomically to path (temp file, flush, rename).
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
-                              const TrainConfig& cfg, const TrainState& st, const CharTokenizer& tok);
+                              const TrainConfig& cfg, const TrainState& st, const Tokenizer& tok);
 /// Restores model weights, optimizer state and training state from a full checkpoint (NaN or Inf
 /// anywhere in them is an error naming the dataset, and nothing is restored). The optimizer
 /// keeps the hyper-parameters it was built with; see optim_hparams_changed.
@@ -77,7 +80,7 @@ TrainConfig read_train_config(const H5File& f);
 /// True if the file holds a tokenizer.
 bool has_tokenizer(const H5File& f);
 /// The tokenizer stored in a checkpoint (checkpoint Error if there is none).
-CharTokenizer read_tokenizer(const H5File& f);
+Tokenizer read_tokenizer(const H5File& f);
 
 /// What `inspect` shows of a checkpoint besides the model config.
 struct CheckpointInfo {
@@ -94,8 +97,16 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 
 /// Writes a weights-only checkpoint of a converted model atomically, with the source's tokenizer
 /// when tok is not null and the root attribute converted_from (a JSON description).
-void write_converted(const std::string& path, const GPT& model, const CharTokenizer* tok,
+void write_converted(const std::string& path, const GPT& model, const Tokenizer* tok,
                      const std::string& converted_from_json);
+/// Writes a weights-only checkpoint of a model imported from another format atomically, with the
+/// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
+/// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model
+/// unchanged writes the same bytes. Other commands ignore /imported; convert drops it.
+void write_imported(const std::string& path, const GPT& model, const Tokenizer* tok, const std::string& imported_from_json,
+                    const std::vector<std::pair<std::string, Tensor>>& extras);
+/// The /imported tensors of a checkpoint by name (none for a checkpoint that was not imported).
+std::map<std::string, Tensor> read_imported(const H5File& f);
 /// Writes d loss / d param as /grad/<name> (zeros for parameters without a gradient) and the root
 /// attribute loss, atomically (SPEC.md §4, eval --grad-out).
 void write_gradients(const std::string& path, const GPT& model, double loss);

@@ -5,17 +5,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
+#include "data/sampler.h"
 #include "train/dist.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"
 #include "train/convert.h"
 #include "train/eval.h"
+#include "train/interop/llama2c.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
 #include "train/uptrain.h"
@@ -53,7 +56,7 @@ nlohmann::json read_json_file(const std::string& path) {
 struct Loaded {
   std::unique_ptr<GPT> model;
   bool has_tokenizer = false;
-  CharTokenizer tok;
+  Tokenizer tok;
 };
 
 Loaded load_checkpoint(const std::string& path) {
@@ -95,6 +98,8 @@ int run_train(const TrainArgs& a, int threads) {
     if (threads > 0) j["threads"] = threads;
     cfg = TrainConfig::from_json(j);
     check_training_memory(cfg);
+    check_window_fits(corpus.train.size(), cfg.model.block_size, a.data + ": the train split");
+    check_window_fits(corpus.val.size(), cfg.model.block_size, a.data + ": the val split");
   } catch (const std::exception& e) {
     if (!dist::multi()) throw;
     setup_error = *e.what() ? e.what() : "unknown error";
@@ -139,11 +144,27 @@ int run_train(const TrainArgs& a, int threads) {
 
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
+  std::optional<TrainConfig> original;
   {
     H5File f = H5File::open_read(a.from);
-    read_model_config(f);
-    if (!has_train_config(f))
-      throw Error(ErrorKind::checkpoint, a.from + ": weights only; uptraining needs the original run's training config");
+    const GPTConfig model = read_model_config(f);
+    if (!has_train_config(f)) {
+      // a weights-only source (an imported model): the training config comes from --config, its
+      // model keys from the checkpoint
+      if (a.config.empty())
+        throw Error(ErrorKind::usage, a.from + ": weights only, without the original run's training config: give one with --config F.json");
+      nlohmann::json j = read_json_file(a.config);
+      if (!j.is_object()) throw Error(ErrorKind::config, a.config + ": the config must be a JSON object");
+      const nlohmann::json model_keys = model.to_json();
+      for (const auto& [k, v] : model_keys.items()) {
+        if (j.contains(k) && k != "dropout" && j[k] != v)
+          throw Error(ErrorKind::config, a.config + ": " + k + " " + echo_json(j[k]) + " differs from " + a.from + "'s " + echo_json(v));
+        if (!j.contains(k)) j[k] = v;
+      }
+      original = TrainConfig::from_json(j);
+    } else if (!a.config.empty()) {
+      throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which uptraining uses");
+    }
     if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
       throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   }
@@ -159,6 +180,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.resume = a.resume;
   o.quiet = a.quiet;
   o.stop = signal_stop_token();
+  o.original = original;
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
@@ -266,8 +288,15 @@ int run_sample(const SampleArgs& a) {
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   l.model->eval();
   std::vector<int32_t> prompt;
+  const int32_t bos = l.tok.bos_id();
   try {
-    prompt = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+    // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
+    // prompt is then BOS alone
+    if (bos >= 0) prompt.push_back(bos);
+    if (bos < 0 || a.prompt != "\n") {
+      const std::vector<int32_t> p = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+      prompt.insert(prompt.end(), p.begin(), p.end());
+    }
   } catch (const std::exception& e) {
     throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
   }
@@ -279,10 +308,13 @@ int run_sample(const SampleArgs& a) {
   so.temperature = a.temperature;
   so.top_k = a.top_k;
   so.vocab_limit = l.tok.vocab_size();  // the model's ids past the tokenizer's cannot be printed
+  so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
   std::fputs(l.tok.decode(prompt).c_str(), stdout);
   std::fflush(stdout);
+  int32_t prev = prompt.back();
   generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
-    std::fputs(l.tok.decode(next).c_str(), stdout);
+    std::fputs(l.tok.decode_next(prev, next[0]).c_str(), stdout);
+    prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
   });
   std::printf("\n");
@@ -295,7 +327,7 @@ int run_convert(const ConvertArgs& a) {
   read_model_weights(f, src);
   ConvertOptions co{.method = parse_convert_method(a.method), .grouping = parse_grouping(a.grouping), .seed = a.seed};
   const bool tok = has_tokenizer(f);
-  CharTokenizer t;
+  Tokenizer t;
   if (tok) t = read_tokenizer(f);
   const auto t0 = std::chrono::steady_clock::now();
   Calibration calib;
@@ -350,6 +382,30 @@ int run_inspect(const std::string& path) {
   std::printf("KV-cache bytes per token %ld\n", (long)m.kv_cache_bytes_per_token);
   if (info.has_train)
     std::printf("trained steps %ld, tokens seen %ld\n", (long)info.step, (long)info.tokens_seen);
+  return 0;
+}
+
+namespace {
+std::string header_line(const llama2c::Header& h) {
+  return "version " + std::to_string(h.version) + ": dim " + std::to_string(h.dim) + ", " + std::to_string(h.n_layers) +
+         " layers, " + std::to_string(h.n_heads) + " heads, " + std::to_string(h.n_kv_heads) + " kv heads, hidden " +
+         std::to_string(h.hidden_dim) + ", vocab " + std::to_string(h.vocab_size) + ", max_seq_len " +
+         std::to_string(h.max_seq_len) + (h.shared_classifier ? ", shared classifier" : ", own classifier");
+}
+}  // namespace
+
+int run_export(const ExportArgs& a) {
+  std::string tok;
+  const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
+  std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),
+              tok.empty() ? "" : (", its tokenizer to " + tok).c_str());
+  return 0;
+}
+
+int run_import(const ImportArgs& a) {
+  const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
+  std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
+              a.tokenizer_model.empty() ? "" : (" with tokenizer " + a.tokenizer_model).c_str(), a.out.c_str());
   return 0;
 }
 

@@ -39,11 +39,18 @@ struct BenchArgs {
 };
 
 struct UptrainArgs {
-  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous";
+  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config;
   int64_t kv_heads = 0, calib_tokens = 16384;
   double fraction = 0.05, lr = 0;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
+};
+struct ExportArgs {
+  std::string checkpoint, format = "llama2c", out;
+  int version = 0;
+};
+struct ImportArgs {
+  std::string format = "llama2c", model, tokenizer_model, tokenizer_bin, out;
 };
 struct SweepArgs {
   std::string preset = "tiny", data, out, methods, groupings;
@@ -61,6 +68,8 @@ int run_convert(const ConvertArgs& a);
 int run_inspect(const std::string& path);
 /// `inspect --system`: the CPU, BLAS core, GEMM backend and both peaks.
 int run_inspect_system();
+int run_export(const ExportArgs& a);
+int run_import(const ImportArgs& a);
 int run_demo();
 
 }  // namespace tapelm::cli

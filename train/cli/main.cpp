@@ -12,6 +12,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
+#include "data/prepare.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "train/dist.h"
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model (nanoGPT's train.py)");
   train->add_option("--config", ta.config, "training config JSON (model and training keys)");
   train->add_option("--set", ta.sets, "override a config key: key=value (repeatable)");
-  train->add_option("--data", ta.data, "UTF-8 text file or a directory written by `prepare`")->required();
+  train->add_option("--data", ta.data, "UTF-8 text file or a directory of token shards (`prepare`)")->required();
   train->add_option("--out", ta.out, "run directory (checkpoint.h5, metrics.jsonl)")->required();
   train->add_flag("--resume", ta.resume, "continue from RUN_DIR/checkpoint.h5");
   train->add_flag("--quiet", ta.quiet, "no progress lines");
@@ -101,6 +102,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rewarm", "continue"}));
   up->add_option("--data", ua.data, "the original run's text or prepared directory")->required();
   up->add_option("--out", ua.out, "run directory")->required();
+  up->add_option("--config", ua.config,
+                 "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
   up->add_option("--lr", ua.lr, "rewarm: peak learning rate (default: half the original run's peak)");
   up->add_option("--seed", ua.seed, "seed for batches, dropout and random init")->check(seed_range);
   up->add_flag("--resume", ua.resume, "continue an interrupted uptraining run");
@@ -126,10 +129,41 @@ int main(int argc, char** argv) {
   inspect->add_option("checkpoint", inspect_path, "checkpoint (HDF5)");
   inspect->add_flag("--system", inspect_system, "the CPU, OpenBLAS core, GEMM backend and both FLOP/s peaks instead");
 
-  std::string prep_text, prep_out;
-  auto* prepare_cmd = app.add_subcommand("prepare", "tokenize a text into train.bin, val.bin and tokenizer.json");
-  prepare_cmd->add_option("--text", prep_text, "UTF-8 text file")->required();
-  prepare_cmd->add_option("--out", prep_out, "output directory")->required();
+  PrepareOptions po;
+  bool prep_quiet = false;
+  auto* prepare_cmd = app.add_subcommand("prepare", "tokenize text files into llm.c token shards, meta.json and the tokenizer");
+  prepare_cmd->add_option("--text", po.texts, "UTF-8 text files (each a document unless --doc-sep splits them)")->required();
+  prepare_cmd->add_option("--out", po.out_dir, "output directory")->required();
+  prepare_cmd->add_option("--tokenizer", po.tokenizer, "char (default), bpe or unigram (sentencepiece)")
+      ->check(CLI::IsMember({"char", "bpe", "unigram"}));
+  prepare_cmd->add_option("--vocab-size", po.vocab_size, "bpe/unigram: pieces in the trained model (default 4096)")
+      ->check(CLI::Range(1, 1048576));
+  prepare_cmd->add_option("--tokenizer-model", po.tokenizer_model, "use this sentencepiece .model instead of training one");
+  prepare_cmd->add_option("--sample-bytes", po.sample_bytes, "bpe/unigram: train on at most this much text (default 100 MB)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  prepare_cmd->add_option("--doc-sep", po.doc_sep, "document separator, e.g. <|endoftext|> (default: one document per file)");
+  prepare_cmd->add_option("--val-fraction", po.val_fraction, "fraction of the documents (of the tokens, for one) in val (default 0.1)")
+      ->check(CLI::Range(0.0, 0.99));
+  prepare_cmd->add_option("--shard-tokens", po.shard_tokens, "tokens per shard file (default 100000000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  prepare_cmd->add_flag("--quiet", prep_quiet, "no progress lines");
+
+  cli::ExportArgs xa;
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint's model in another program's format (llama2.c)");
+  export_cmd->add_option("--checkpoint", xa.checkpoint, "checkpoint (HDF5)")->required();
+  export_cmd->add_option("--format", xa.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  export_cmd->add_option("--version", xa.version, "llama2.c file version: 0 (what run.c reads, default) or 1")
+      ->check(CLI::IsMember({0, 1}));
+  export_cmd->add_option("--out", xa.out, "model file (model.bin)")->required();
+
+  cli::ImportArgs ia;
+  auto* import_cmd = app.add_subcommand("import", "read another program's model file (llama2.c) into a checkpoint");
+  import_cmd->add_option("--format", ia.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  import_cmd->add_option("--model", ia.model, "llama2.c model file, version 0 or 1")->required();
+  import_cmd->add_option("--tokenizer-model", ia.tokenizer_model, "sentencepiece model (.model) to store with the weights");
+  import_cmd->add_option("--tokenizer-bin", ia.tokenizer_bin,
+                         "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores");
+  import_cmd->add_option("--out", ia.out, "output checkpoint (HDF5, weights only)")->required();
 
   cli::BenchArgs ba;
   auto* bench = app.add_subcommand("bench", "speed of a training step or of KV-cache decoding");
@@ -186,12 +220,19 @@ int main(int argc, char** argv) {
     if (*inspect && inspect_path.empty()) throw Error(ErrorKind::usage, "inspect: give a checkpoint, or --system");
     if (*inspect) return cli::run_inspect(inspect_path);
     if (*prepare_cmd) {
-      Corpus c = prepare(prep_text, prep_out);
-      std::printf("prepared %s: vocabulary %d, train %zu tokens, val %zu tokens\n", prep_out.c_str(), c.tok.vocab_size(),
-                  c.train.size(), c.val.size());
+      if (!prepare_cmd->count("--tokenizer") && !po.tokenizer_model.empty()) po.tokenizer = "bpe";
+      po.progress = !prep_quiet;
+      const PrepareResult r = prepare_corpus(po);
+      std::printf("prepared %s: %s tokenizer of %d ids; train %ld tokens (%ld documents), val %ld tokens (%ld documents) "
+                  "in %ld shards; %.1f MB of text encoded at %.2f MB/s (%.1fs in all)\n",
+                  po.out_dir.c_str(), r.tok.kind_name().c_str(), r.tok.vocab_size(), (long)r.train_tokens, (long)r.train_docs,
+                  (long)r.val_tokens, (long)r.val_docs, (long)r.shards, r.text_bytes / 1e6,
+                  r.text_bytes / 1e6 / std::max(r.encode_seconds, 1e-9), r.seconds);
       return 0;
     }
     if (*bench) return cli::run_bench(ba);
+    if (*export_cmd) return cli::run_export(xa);
+    if (*import_cmd) return cli::run_import(ia);
     if (*up) return cli::run_uptrain(ua);
     if (*sweep) return cli::run_sweep(sw);
     if (*plot) return cli::run_plot(plot_dir);

@@ -269,7 +269,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   std::ostringstream md;
-  write_report_md(md, plan, results, {data_name, corpus.train.size(), corpus.val.size(), date});
+  write_report_md(md, plan, results, {data_name, static_cast<size_t>(corpus.train.size()), static_cast<size_t>(corpus.val.size()), date});
   bool plots = true;
   try {
     write_plots(out_dir, plan, results);

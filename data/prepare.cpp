@@ -1,0 +1,459 @@
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "autograd/runtime.h"
+#include "data/io.h"
+#include "data/shards.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A document: bytes [begin, end) of one file.
+struct Doc {
+  size_t file;
+  int64_t begin, end;
+};
+
+// Bytes [at, at + n) of a file (fewer at its end).
+std::string read_range(const std::string& path, int64_t at, int64_t n) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::data, "data file " + path + ": cannot open");
+  in.seekg(at);
+  std::string s(static_cast<size_t>(n), '\0');
+  in.read(s.data(), n);
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
+}
+
+void check_utf8(const std::string& text, const std::string& path, int64_t base) {
+  const size_t bad = utf8_first_invalid(text);
+  if (bad != std::string::npos)
+    throw Error(ErrorKind::data, "data file " + path + ": invalid UTF-8 at byte offset " +
+                                     std::to_string(base + static_cast<int64_t>(bad)) + " (the text must be UTF-8)");
+}
+
+// The documents of the files: each file, or the pieces between occurrences of sep (empty ones dropped).
+std::vector<Doc> find_documents(const std::vector<std::string>& files, const std::vector<int64_t>& sizes,
+                                const std::string& sep, bool* sep_found) {
+  std::vector<Doc> docs;
+  *sep_found = false;
+  const int64_t block = 16 << 20;
+  for (size_t f = 0; f < files.size(); f++) {
+    if (sep.empty()) {
+      docs.push_back({f, 0, sizes[f]});
+      continue;
+    }
+    int64_t doc_start = 0;
+    for (int64_t at = 0; at < sizes[f];) {
+      const std::string s = read_range(files[f], at, block + static_cast<int64_t>(sep.size()) - 1);
+      size_t from = 0;
+      for (size_t p; (p = s.find(sep, from)) != std::string::npos && at + static_cast<int64_t>(p) < at + block;) {
+        const int64_t pos = at + static_cast<int64_t>(p);
+        if (pos >= doc_start) {
+          if (pos > doc_start) docs.push_back({f, doc_start, pos});
+          doc_start = pos + static_cast<int64_t>(sep.size());
+          *sep_found = true;
+        }
+        from = p + 1;
+      }
+      at += block;
+    }
+    if (sizes[f] > doc_start) docs.push_back({f, doc_start, sizes[f]});
+  }
+  return docs;
+}
+
+// The sentences a sentencepiece model trains on: lines of evenly spaced blocks of the documents,
+// about `budget` bytes in all (everything when the text is smaller); long lines cut at spaces.
+std::vector<std::string> training_sample(const std::vector<std::string>& files, const std::vector<Doc>& docs,
+                                         int64_t total, int64_t budget) {
+  std::vector<std::string> out;
+  const int64_t block = 1 << 20;
+  const int64_t n_blocks = std::max<int64_t>(1, budget / block);
+  const double stride = total <= budget ? 0 : static_cast<double>(total) / static_cast<double>(n_blocks);
+  auto add_text = [&](const std::string& s) {
+    size_t from = 0;
+    while (from < s.size()) {
+      size_t nl = s.find('\n', from);
+      if (nl == std::string::npos) nl = s.size();
+      std::string_view line(s.data() + from, nl - from);
+      while (line.size() > 16384) {  // sentencepiece skips sentences longer than its max
+        size_t cut = line.rfind(' ', 16384);
+        if (cut == std::string_view::npos || cut == 0) cut = 16384;
+        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) cut--;
+        out.emplace_back(line.substr(0, cut));
+        line.remove_prefix(cut);
+      }
+      if (!line.empty()) out.emplace_back(line);
+      from = nl + 1;
+    }
+  };
+  if (stride == 0) {
+    for (const Doc& d : docs) {
+      std::string s = read_range(files[d.file], d.begin, d.end - d.begin);
+      check_utf8(s, files[d.file], d.begin);
+      add_text(s);
+    }
+    return out;
+  }
+  // block k starts at k * stride in the concatenation of the documents, cut to whole lines
+  size_t di = 0;
+  int64_t doc_off = 0;  // offset of docs[di] in the concatenation
+  for (int64_t k = 0; k < n_blocks; k++) {
+    const auto want = static_cast<int64_t>(static_cast<double>(k) * stride);
+    while (di < docs.size() && doc_off + (docs[di].end - docs[di].begin) <= want) {
+      doc_off += docs[di].end - docs[di].begin;
+      di++;
+    }
+    if (di == docs.size()) break;
+    const Doc& d = docs[di];
+    const int64_t at = d.begin + (want - doc_off);
+    std::string s = read_range(files[d.file], at, std::min(block, d.end - at));
+    const size_t first = at == d.begin ? 0 : s.find('\n');
+    const size_t last = s.rfind('\n');
+    if (first == std::string::npos || last == std::string::npos || last <= first) continue;
+    s = s.substr(first == 0 && at == d.begin ? 0 : first + 1, last - (first == 0 && at == d.begin ? 0 : first + 1));
+    check_utf8(s, files[d.file], at);
+    add_text(s);
+  }
+  return out;
+}
+
+// One piece of text to encode: a document's bytes, whole or in part.
+struct Piece {
+  size_t file;
+  int64_t at;
+  std::string text;
+  bool bos = false;        // the document starts here: BOS first (sentencepiece)
+  bool drop_space = false; // a continuation that starts at a space the dummy prefix stands for
+};
+
+// Splits [begin, end) of a file into pieces of at most `chunk` bytes, cut where encoding the
+// parts equals encoding the whole: before a space that follows a non-space (sentencepiece's
+// pieces never cross it), else after a newline, else at a UTF-8 boundary.
+class Chunker {
+ public:
+  Chunker(const std::vector<std::string>& files, const Tokenizer& tok, int64_t chunk)
+      : files_(files), tok_(tok), chunk_(chunk) {}
+  // The next piece of the segment, or false at its end.
+  void start(size_t file, int64_t begin, int64_t end, bool doc_start) {
+    file_ = file, pos_ = begin, end_ = end, first_ = true, doc_start_ = doc_start;
+    continues_ = false;
+  }
+  bool next(Piece& p) {
+    if (pos_ >= end_) return false;
+    std::string s = read_range(files_[file_], pos_, std::min(chunk_, end_ - pos_));
+    if (pos_ + static_cast<int64_t>(s.size()) < end_) {
+      size_t cut = std::string::npos;
+      if (!tok_.is_char()) {
+        for (size_t i = s.size() - 1; i > s.size() / 2; i--)
+          if (s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n') {
+            cut = i;
+            break;
+          }
+        if (cut == std::string::npos) {
+          const size_t nl = s.rfind('\n');
+          if (nl != std::string::npos && nl > 0) cut = nl + 1;
+        }
+      }
+      if (cut == std::string::npos) {
+        cut = s.size();
+        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;  // s[cut] starts a character
+        if (cut == 0) cut = s.size();
+      }
+      s.resize(cut);
+    }
+    check_utf8(s, files_[file_], pos_);
+    p.file = file_;
+    p.at = pos_;
+    p.bos = first_ && doc_start_ && tok_.bos_id() >= 0;
+    p.drop_space = continues_ && tok_.adds_dummy_prefix() && !s.empty() && s[0] == ' ';
+    if (p.drop_space) s.erase(0, 1);
+    p.text = std::move(s);
+    pos_ += static_cast<int64_t>(p.text.size()) + (p.drop_space ? 1 : 0);
+    first_ = false;
+    continues_ = true;
+    return true;
+  }
+
+ private:
+  const std::vector<std::string>& files_;
+  const Tokenizer& tok_;
+  int64_t chunk_;
+  size_t file_ = 0;
+  int64_t pos_ = 0, end_ = 0;
+  bool first_ = true, doc_start_ = true, continues_ = false;
+};
+
+// s cut to at most max bytes at a UTF-8 boundary, "..." marking the cut: how values are echoed.
+std::string cut_for_message(const std::string& s, size_t max = 80) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;
+  return s.substr(0, n) + "...";
+}
+
+// Removes path and everything in it, quietly.
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+}  // namespace
+
+PrepareResult prepare_corpus(const PrepareOptions& o) {
+  const auto t0 = Clock::now();
+  PrepareResult r;
+  if (o.texts.empty()) throw Error(ErrorKind::usage, "prepare needs at least one --text file");
+  if (o.tokenizer != "char" && o.tokenizer != "bpe" && o.tokenizer != "unigram")
+    throw Error(ErrorKind::usage, "--tokenizer " + cut_for_message(o.tokenizer) + " is not char, bpe or unigram");
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))
+    throw Error(ErrorKind::usage, "--val-fraction " + std::to_string(o.val_fraction) + " is not in [0, 1)");
+  if (o.sample_bytes <= 0) throw Error(ErrorKind::usage, "--sample-bytes must be positive");
+  if (o.tokenizer == "char" && !o.tokenizer_model.empty())
+    throw Error(ErrorKind::usage, "--tokenizer-model is a sentencepiece model: use it with --tokenizer bpe or unigram");
+
+  // Inputs: regular, non-empty files.
+  std::vector<int64_t> sizes;
+  for (const std::string& f : o.texts) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(f, ec);
+    if (!fs::exists(st)) throw Error(ErrorKind::data, "data file " + f + ": no such file");
+    if (!fs::is_regular_file(st)) throw Error(ErrorKind::data, "data file " + f + ": not a regular file");
+    sizes.push_back(static_cast<int64_t>(fs::file_size(f, ec)));
+    if (sizes.back() == 0) throw Error(ErrorKind::data, "data file " + f + ": is empty");
+    r.text_bytes += sizes.back();
+  }
+  bool sep_found = false;
+  std::vector<Doc> docs = find_documents(o.texts, sizes, o.doc_sep, &sep_found);
+  if (!o.doc_sep.empty() && !sep_found)
+    std::fprintf(stderr, "tapelm: warning: --doc-sep \"%s\" never occurs in the text: each file is one document\n",
+                 cut_for_message(o.doc_sep).c_str());
+  if (docs.empty()) throw Error(ErrorKind::data, "data file " + o.texts[0] + ": holds no text besides --doc-sep");
+  int64_t doc_bytes = 0;
+  for (const Doc& d : docs) doc_bytes += d.end - d.begin;
+
+  // The tokenizer.
+  if (!o.tokenizer_model.empty()) {
+    const std::string bytes = read_file_bytes(o.tokenizer_model, "tokenizer model");
+    try {
+      r.tok = Tokenizer::from_sentencepiece(bytes);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::data, "tokenizer model " + o.tokenizer_model + ": " + e.what());
+    }
+  } else if (o.tokenizer == "char") {
+    std::set<char32_t> seen;
+    for (const Doc& d : docs)
+      for (int64_t at = d.begin; at < d.end;) {
+        std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
+        size_t cut = s.size();
+        if (at + static_cast<int64_t>(cut) < d.end)
+          while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;
+        s.resize(cut);
+        check_utf8(s, o.texts[d.file], at);
+        for (char32_t cp : utf8_decode(s)) seen.insert(cp);
+        at += static_cast<int64_t>(cut);
+      }
+    r.tok = Tokenizer::from_char(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
+  } else {
+    SentencePieceOptions so;
+    so.model_type = o.tokenizer;
+    so.vocab_size = o.vocab_size;
+    so.threads = get_num_threads();
+    if (o.vocab_size < 259)
+      throw Error(ErrorKind::usage, "--vocab-size " + std::to_string(o.vocab_size) +
+                                        " is below 259, the 256 byte pieces of byte fallback plus unk, bos and eos");
+    const std::vector<std::string> sample = training_sample(o.texts, docs, doc_bytes, o.sample_bytes);
+    if (o.progress)
+      std::fprintf(stderr, "prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
+                   o.vocab_size, sample.size());
+    try {
+      r.tok = Tokenizer::train_sentencepiece(sample, so);
+    } catch (const Error& e) {
+      std::string files;
+      for (const std::string& f : o.texts) files += (files.empty() ? "" : ", ") + f;
+      throw Error(ErrorKind::data, "data file " + cut_for_message(files, 200) + ": --vocab-size " +
+                                       std::to_string(o.vocab_size) + ": " + e.what());
+    }
+  }
+  const bool wide = r.tok.vocab_size() > 65536;
+
+  // The split: the last val_fraction of the documents, or of one document's tokens (nanoGPT's
+  // int(n * 0.9) for the char tokenizer, so a single file splits as it always has).
+  struct Segment {
+    size_t file;
+    int64_t begin, end;
+    bool doc_start;
+  };
+  std::vector<Segment> train, val;
+  if (docs.size() == 1) {
+    const Doc& d = docs[0];
+    int64_t cut = d.end;
+    if (o.val_fraction > 0) {
+      if (r.tok.is_char()) {
+        int64_t n = 0;  // code points = tokens
+        for (int64_t at = d.begin; at < d.end; at += 16 << 20) {
+          const std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
+          for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+        }
+        const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - o.val_fraction));
+        int64_t seen = 0;
+        for (int64_t at = d.begin; at < d.end && cut == d.end; at += 16 << 20) {
+          const std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
+          for (size_t i = 0; i < s.size(); i++)
+            if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && seen++ == n_train) {
+              cut = at + static_cast<int64_t>(i);
+              break;
+            }
+        }
+      } else {  // by bytes, moved to the next space so that both parts encode as the whole did
+        cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
+        const std::string s = read_range(o.texts[d.file], cut, std::min<int64_t>(1 << 20, d.end - cut));
+        size_t i = 1;
+        while (i < s.size() && !(s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n')) i++;
+        cut += static_cast<int64_t>(std::min(i, s.size()));
+      }
+    }
+    train.push_back({d.file, d.begin, cut, true});
+    if (cut < d.end) val.push_back({d.file, cut, d.end, false});
+    r.train_docs = 1;
+  } else {
+    auto n_val = static_cast<int64_t>(static_cast<double>(docs.size()) * o.val_fraction);
+    if (o.val_fraction > 0) n_val = std::clamp<int64_t>(n_val, 1, static_cast<int64_t>(docs.size()) - 1);
+    const size_t n_train = docs.size() - static_cast<size_t>(n_val);
+    for (size_t i = 0; i < docs.size(); i++)
+      (i < n_train ? train : val).push_back({docs[i].file, docs[i].begin, docs[i].end, true});
+    r.train_docs = static_cast<int64_t>(n_train);
+    r.val_docs = n_val;
+  }
+
+  // Encode into DIR/.prepare.tmp: batches of pieces read in order, encoded on every thread.
+  const fs::path out(o.out_dir), tmp = out / ".prepare.tmp";
+  {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec || !fs::is_directory(out, ec))
+      throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot create: " +
+                                       (ec ? ec.message() : std::string("a file of that name exists")));
+    remove_tree(tmp);  // a killed run's leftovers
+    fs::create_directory(tmp, ec);
+    if (ec) throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot write: " + ec.message());
+  }
+  try {
+    const auto t_enc = Clock::now();
+    auto t_report = t_enc;
+    int64_t bytes_done = 0;
+    const int threads = std::max(1, get_num_threads());
+    const size_t batch = static_cast<size_t>(4 * threads);
+    std::vector<Piece> pieces;
+    std::vector<std::vector<int32_t>> ids;
+    nlohmann::json train_shards, val_shards;
+    for (int split = 0; split < 2; split++) {
+      const std::vector<Segment>& segs = split == 0 ? train : val;
+      ShardWriter w(tmp.string(), split == 0 ? "train" : "val", wide, o.shard_tokens);
+      Chunker chunker(o.texts, r.tok, o.chunk_bytes);
+      size_t si = 0;
+      bool in_segment = false;
+      for (;;) {
+        pieces.clear();
+        while (pieces.size() < batch) {
+          if (!in_segment) {
+            if (si == segs.size()) break;
+            chunker.start(segs[si].file, segs[si].begin, segs[si].end, segs[si].doc_start);
+            si++;
+            in_segment = true;
+          }
+          Piece p;
+          if (chunker.next(p)) pieces.push_back(std::move(p));
+          else in_segment = false;
+        }
+        if (pieces.empty()) break;
+        ids.assign(pieces.size(), {});
+        parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
+          const Piece& p = pieces[i];
+          if (p.bos) ids[i].push_back(r.tok.bos_id());
+          try {
+            const std::vector<int32_t> e = r.tok.encode(p.text);
+            ids[i].insert(ids[i].end(), e.begin(), e.end());
+          } catch (const Error& e) {
+            throw Error(ErrorKind::data, "data file " + o.texts[p.file] + " (the text from byte " + std::to_string(p.at) +
+                                             "): " + e.what());
+          }
+        });
+        for (size_t i = 0; i < pieces.size(); i++) {
+          w.write(ids[i]);
+          bytes_done += static_cast<int64_t>(pieces[i].text.size()) + (pieces[i].drop_space ? 1 : 0);
+        }
+        if (o.progress && since(t_report) >= 1.0) {
+          t_report = Clock::now();
+          const double mb = bytes_done / 1e6, rate = mb / std::max(since(t_enc), 1e-9);
+          std::fprintf(stderr, "prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
+                       100.0 * bytes_done / std::max<int64_t>(doc_bytes, 1), rate, (doc_bytes / 1e6 - mb) / std::max(rate, 1e-9));
+        }
+      }
+      w.finish();
+      (split == 0 ? r.train_tokens : r.val_tokens) = w.total();
+      nlohmann::json shards = nlohmann::json::array();
+      for (const auto& [name, n] : w.shards()) shards.push_back({{"file", name}, {"tokens", n}});
+      r.shards += static_cast<int64_t>(w.shards().size());
+      (split == 0 ? train_shards : val_shards) = shards;
+    }
+    r.encode_seconds = since(t_enc);
+
+    // meta.json and the tokenizer, then everything renamed into place, meta.json last.
+    const std::string tok_file = r.tok.is_char() ? "tokenizer.json" : "tokenizer.model";
+    std::vector<std::string> files_meta;
+    for (const std::string& f : o.texts) files_meta.push_back(fs::path(f).filename().string());
+    const nlohmann::json meta = {
+        {"format", "tapelm-corpus"},
+        {"version", 1},
+        {"tokenizer", {{"kind", r.tok.kind_name()}, {"file", tok_file}, {"vocab_size", r.tok.vocab_size()},
+                       {"bos_id", r.tok.bos_id()}, {"eos_id", r.tok.eos_id()}, {"type", o.tokenizer}}},
+        {"header", true},
+        {"token_bytes", wide ? 4 : 2},
+        {"train", {{"shards", train_shards}, {"tokens", r.train_tokens}, {"documents", r.train_docs}}},
+        {"val", {{"shards", val_shards}, {"tokens", r.val_tokens}, {"documents", r.val_docs}}},
+        {"source", {{"files", files_meta}, {"bytes", r.text_bytes}, {"doc_sep", o.doc_sep}, {"val_fraction", o.val_fraction}}}};
+    write_files_atomic({{(tmp / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
+                        {(tmp / "meta.json").string(), meta.dump(1) + "\n"}});
+    std::error_code ec;
+    fs::remove(out / "meta.json", ec);  // from here until the new one lands the directory is not a corpus
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+      const std::string n = e.path().filename().string();
+      const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
+      if (shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model")
+        fs::remove(e.path(), ec);
+    }
+    for (const auto& e : fs::directory_iterator(tmp)) {
+      const std::string n = e.path().filename().string();
+      if (n.ends_with(".bin") || n == tok_file) {
+        fs::rename(e.path(), out / n, ec);
+        if (ec) throw Error(ErrorKind::data, "cannot write " + (out / n).string() + ": " + ec.message());
+      }
+    }
+    fs::rename(tmp / "meta.json", out / "meta.json", ec);
+    if (ec) throw Error(ErrorKind::data, "cannot write " + (out / "meta.json").string() + ": " + ec.message());
+  } catch (...) {
+    remove_tree(tmp);
+    throw;
+  }
+  remove_tree(tmp);
+  r.seconds = since(t0);
+  return r;
+}
+
+}  // namespace tapelm

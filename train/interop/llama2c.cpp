@@ -1,0 +1,459 @@
+#include "train/interop/llama2c.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "data/io.h"
+#include "nn/accounting.h"
+#include "train/checkpoint/checkpoint.h"
+
+namespace tapelm::llama2c {
+
+namespace {
+
+// The files are little-endian; so is every machine tapelm builds on (x86-64, aarch64).
+static_assert(std::endian::native == std::endian::little);
+
+constexpr int64_t kHeaderBytesV0 = 7 * 4;
+constexpr int64_t kIntMax = 2147483647;
+
+// One tensor of the file: which tapelm parameter, its shape, and whether its rows are RoPE rows
+// of n_heads heads (wq, wk) to permute.
+struct Entry {
+  std::string name;  // tapelm parameter name, or "freq_cis_real"/"freq_cis_imag"
+  Shape shape;
+  int64_t rope_heads = 0;
+};
+
+// The file's tensors in the order the version writes them.
+std::vector<Entry> layout(const Header& h) {
+  const int64_t d = h.dim, hd = h.dim / h.n_heads, L = h.n_layers;
+  auto per_layer = [&](const std::string& leaf, Shape s, int64_t rope_heads = 0) {
+    std::vector<Entry> v;
+    for (int64_t l = 0; l < L; l++) v.push_back({"blocks." + std::to_string(l) + "." + leaf, s, rope_heads});
+    return v;
+  };
+  const std::vector<Entry> att_norm = per_layer("ln1.weight", {d}), ffn_norm = per_layer("ln2.weight", {d}),
+                           wq = per_layer("attn.wq.weight", {h.n_heads * hd, d}, h.n_heads),
+                           wk = per_layer("attn.wk.weight", {h.n_kv_heads * hd, d}, h.n_kv_heads),
+                           wv = per_layer("attn.wv.weight", {h.n_kv_heads * hd, d}),
+                           wo = per_layer("attn.wo.weight", {d, h.n_heads * hd}),
+                           w1 = per_layer("mlp.gate.weight", {h.hidden_dim, d}),
+                           w2 = per_layer("mlp.down.weight", {d, h.hidden_dim}),
+                           w3 = per_layer("mlp.up.weight", {h.hidden_dim, d});
+  const Entry emb{"wte.weight", {h.vocab_size, d}}, norm{"ln_f.weight", {d}};
+  std::vector<Entry> out;
+  auto add = [&](const std::vector<Entry>& v) { out.insert(out.end(), v.begin(), v.end()); };
+  if (h.version == 0) {
+    out.push_back(emb);
+    for (const auto* g : {&att_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w1, &w2, &w3}) add(*g);
+    out.push_back(norm);
+    out.push_back({"freq_cis_real", {h.max_seq_len, hd / 2}});
+    out.push_back({"freq_cis_imag", {h.max_seq_len, hd / 2}});
+  } else {
+    add(att_norm);
+    add(ffn_norm);
+    out.push_back(norm);
+    out.push_back(emb);
+    for (const auto* g : {&wq, &wk, &wv, &wo, &w1, &w2, &w3}) add(*g);
+  }
+  if (!h.shared_classifier) out.push_back({"lm_head.weight", {h.vocab_size, d}});
+  return out;
+}
+
+int32_t get_i32(const std::string& b, int64_t off) {
+  int32_t v;
+  std::memcpy(&v, b.data() + off, 4);
+  return v;
+}
+
+void put_i32(std::string& b, int64_t v) {
+  const int32_t x = static_cast<int32_t>(v);
+  b.append(reinterpret_cast<const char*>(&x), 4);
+}
+
+// The seven ints of either version, from offset off; vocab_size's sign is the caller's business.
+Header parse_ints(const std::string& b, int64_t off, int version) {
+  Header h;
+  h.version = version;
+  h.dim = get_i32(b, off);
+  h.hidden_dim = get_i32(b, off + 4);
+  h.n_layers = get_i32(b, off + 8);
+  h.n_heads = get_i32(b, off + 12);
+  h.n_kv_heads = get_i32(b, off + 16);
+  h.vocab_size = get_i32(b, off + 20);
+  h.max_seq_len = get_i32(b, off + 24);
+  return h;
+}
+
+std::string describe(const Header& h) {
+  return "dim " + std::to_string(h.dim) + ", hidden_dim " + std::to_string(h.hidden_dim) + ", n_layers " +
+         std::to_string(h.n_layers) + ", n_heads " + std::to_string(h.n_heads) + ", n_kv_heads " +
+         std::to_string(h.n_kv_heads) + ", vocab_size " + std::to_string(h.vocab_size) + ", max_seq_len " +
+         std::to_string(h.max_seq_len);
+}
+
+// "" when the sizes describe a model tapelm can hold, else why not.
+std::string header_problem(const Header& h) {
+  const std::pair<const char*, int64_t> sizes[] = {{"dim", h.dim},           {"hidden_dim", h.hidden_dim},
+                                                   {"n_layers", h.n_layers}, {"n_heads", h.n_heads},
+                                                   {"n_kv_heads", h.n_kv_heads}, {"vocab_size", h.vocab_size},
+                                                   {"max_seq_len", h.max_seq_len}};
+  for (const auto& [key, v] : sizes)
+    if (v <= 0) return std::string(key) + " " + std::to_string(v) + " is not positive";
+  if (h.dim % h.n_heads != 0)
+    return "dim " + std::to_string(h.dim) + " is not a multiple of n_heads " + std::to_string(h.n_heads);
+  if (h.n_heads % h.n_kv_heads != 0)
+    return "n_heads " + std::to_string(h.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(h.n_kv_heads);
+  if ((h.dim / h.n_heads) % 2 != 0) return "head size " + std::to_string(h.dim / h.n_heads) + " is odd (RoPE rotates pairs)";
+  return "";
+}
+
+// Bytes a file with this header holds (128-bit: a hostile header cannot overflow it).
+unsigned __int128 file_bytes(const Header& h) {
+  unsigned __int128 n = 0;
+  for (const Entry& e : layout(h)) {
+    unsigned __int128 k = 1;
+    for (int64_t s : e.shape) k *= static_cast<uint64_t>(s);
+    n += k;
+  }
+  return (h.version == 0 ? kHeaderBytesV0 : kHeaderBytesV1) + 4 * n;
+}
+
+std::string bytes_str(unsigned __int128 n) {
+  if (n > static_cast<unsigned __int128>(INT64_MAX)) return "more than 2^63";
+  return std::to_string(static_cast<uint64_t>(n));
+}
+
+// A v0 reading that failed its size check: is it a v1 file whose magic was damaged?
+bool v1_with_bad_magic(const std::string& b) {
+  if (static_cast<int64_t>(b.size()) < kHeaderBytesV1 || get_i32(b, 4) != 1) return false;
+  Header h = parse_ints(b, 8, 1);
+  h.shared_classifier = static_cast<uint8_t>(b[36]) != 0;
+  return header_problem(h).empty() && file_bytes(h) == b.size();
+}
+
+Tensor permute_rope_rows(const Tensor& w, int64_t n_heads, bool to_interleaved) {
+  const int64_t rows = w.dim(0), cols = w.dim(1), hd = rows / n_heads, half = hd / 2;
+  Tensor out = Tensor::empty(w.shape());
+  for (int64_t h = 0; h < n_heads; h++)
+    for (int64_t i = 0; i < half; i++)
+      for (int64_t j = 0; j < 2; j++) {
+        const int64_t inter = h * hd + 2 * i + j, split = h * hd + j * half + i;
+        const int64_t dst = to_interleaved ? inter : split, src = to_interleaved ? split : inter;
+        std::memcpy(out.data() + dst * cols, w.data() + src * cols, cols * sizeof(float));
+      }
+  return out;
+}
+
+}  // namespace
+
+GPTConfig to_config(const Header& h) {
+  GPTConfig c;
+  c.vocab_size = h.vocab_size;
+  c.block_size = h.max_seq_len;
+  c.n_layer = h.n_layers;
+  c.n_head = h.n_heads;
+  c.n_kv_head = h.n_kv_heads;
+  c.n_embd = h.dim;
+  c.mlp_hidden = h.hidden_dim;
+  c.norm = NormKind::RMSNorm;
+  c.norm_eps = 1e-5;
+  c.pos = PosKind::Rope;
+  c.rope_theta = 10000.0;
+  c.mlp = MlpKind::SwiGLU;
+  c.bias = false;
+  c.tie_embeddings = h.shared_classifier;
+  c.dropout = 0.0;
+  return c;
+}
+
+Tensor interleave_rope_rows(const Tensor& w, int64_t n_heads) { return permute_rope_rows(w, n_heads, true); }
+Tensor half_split_rope_rows(const Tensor& w, int64_t n_heads) { return permute_rope_rows(w, n_heads, false); }
+
+std::pair<Tensor, Tensor> rope_tables(int64_t hd, int64_t n_pos) {
+  const int64_t half = hd / 2;
+  Tensor c = Tensor::empty({n_pos, half}), s = Tensor::empty({n_pos, half});
+  for (int64_t i = 0; i < half; i++) {
+    // float32 throughout, as model.py's precompute_freqs_cis; cos and sin correctly rounded
+    const float f = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(hd));
+    for (int64_t p = 0; p < n_pos; p++) {
+      const float a = static_cast<float>(p) * f;
+      c.data()[p * half + i] = static_cast<float>(std::cos(static_cast<double>(a)));
+      s.data()[p * half + i] = static_cast<float>(std::sin(static_cast<double>(a)));
+    }
+  }
+  return {c, s};
+}
+
+Model read_model(const std::string& path) {
+  const std::string b = read_file_bytes(path, "llama2.c model");
+  const int64_t size = static_cast<int64_t>(b.size());
+  auto fail_here = [&](const std::string& why) { throw Error(ErrorKind::data, "llama2.c model " + path + ": " + why); };
+  if (size < kHeaderBytesV0)
+    fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderBytesV0) +
+              "-byte header");
+  Header h;
+  int64_t off = kHeaderBytesV0;
+  uint32_t magic;
+  std::memcpy(&magic, b.data(), 4);
+  if (magic == kMagic) {
+    if (size < kHeaderBytesV1)
+      fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the version 1 header (256 bytes)");
+    const int32_t version = get_i32(b, 4);
+    if (version != 1)
+      fail_here("version " + std::to_string(version) + " is not supported (tapelm reads version 0 and 1" +
+                (version == 2 ? std::string("; version 2 is int8-quantized") : std::string()) + ")");
+    h = parse_ints(b, 8, 1);
+    const uint8_t shared = static_cast<uint8_t>(b[36]);
+    if (shared > 1) fail_here("shared_classifier byte is " + std::to_string(shared) + ", not 0 or 1");
+    h.shared_classifier = shared == 1;
+    off = kHeaderBytesV1;
+  } else {
+    h = parse_ints(b, 0, 0);
+    h.shared_classifier = h.vocab_size > 0;
+    h.vocab_size = std::abs(h.vocab_size);  // int64: INT32_MIN is safe
+  }
+  const std::string why = header_problem(h);
+  const unsigned __int128 want = why.empty() ? file_bytes(h) : 0;
+  const bool fits = why.empty() && want == static_cast<unsigned __int128>(size);
+  if (!fits && h.version == 0 && v1_with_bad_magic(b)) {
+    char m[16];
+    std::snprintf(m, sizeof m, "%08x", magic);
+    fail_here("bad magic 0x" + std::string(m) + ": a version 1 header follows, but version 1 files start with 0x616b3432");
+  }
+  if (!why.empty()) fail_here("bad header: " + why + " (" + describe(h) + ")");
+  if (!fits)
+    fail_here(std::string(want > static_cast<unsigned __int128>(size) ? "truncated: " : "sizes disagree: ") + "the header (" +
+              describe(h) + (h.shared_classifier ? ", shared classifier" : ", own classifier") + ") needs " +
+              bytes_str(want) + " bytes, the file has " + std::to_string(size));
+  GPTConfig cfg = to_config(h);
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    fail_here("tapelm cannot hold this model: " + std::string(e.what()));
+  }
+  check_memory(4.0 * static_cast<double>(size), available_memory_bytes(), path + ": the model's " + std::to_string(size / 4) + " weights");
+  Model m;
+  m.header = h;
+  m.gpt = std::make_unique<GPT>(cfg);
+  std::map<std::string, Var> params;
+  for (auto& [name, v] : m.gpt->named_parameters()) params.emplace(name, v);
+  for (const Entry& e : layout(h)) {
+    Tensor t = Tensor::empty(e.shape);
+    std::memcpy(t.data(), b.data() + off, t.numel() * sizeof(float));
+    off += t.numel() * 4;
+    if (e.rope_heads > 0) t = half_split_rope_rows(t, e.rope_heads);
+    if (e.name == "freq_cis_real") m.freq_cis_real = t;
+    else if (e.name == "freq_cis_imag") m.freq_cis_imag = t;
+    else params.at(e.name).val() = t;
+  }
+  return m;
+}
+
+void check_exportable(const GPTConfig& c, const std::string& what) {
+  std::string why;
+  if (c.norm != NormKind::RMSNorm) why = "norm \"" + to_string(c.norm) + "\" (llama2.c has RMSNorm only)";
+  else if (c.mlp != MlpKind::SwiGLU) why = "mlp \"" + to_string(c.mlp) + "\" (llama2.c has SwiGLU only)";
+  else if (c.bias) why = "biases (llama2.c has none)";
+  else if (c.pos != PosKind::Rope) why = "pos \"" + to_string(c.pos) + "\" (llama2.c has RoPE only)";
+  else if (c.head_dim() * c.n_head != c.n_embd) why = "a head dim that is not n_embd / n_head";
+  else if (c.rope_theta != 10000.0) why = "rope_theta " + std::to_string(c.rope_theta) + " (run.c uses 10000)";
+  else if (c.norm_eps != 1e-5) why = "norm_eps " + std::to_string(c.norm_eps) + " (run.c uses 1e-5)";
+  else if (c.n_embd > kIntMax || c.mlp_hidden > kIntMax || c.block_size > kIntMax || c.vocab_size > kIntMax)
+    why = "sizes beyond the header's int32";
+  if (!why.empty()) throw Error(ErrorKind::config, what + ": llama2.c cannot express " + why);
+}
+
+Header to_header(const GPTConfig& c) {
+  Header h;
+  h.dim = c.n_embd;
+  h.hidden_dim = c.mlp_hidden;
+  h.n_layers = c.n_layer;
+  h.n_heads = c.n_head;
+  h.n_kv_heads = c.n_kv_head;
+  h.vocab_size = c.vocab_size;
+  h.max_seq_len = c.block_size;
+  h.shared_classifier = c.tie_embeddings;
+  return h;
+}
+
+std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_real, const Tensor* freq_cis_imag) {
+  const GPTConfig& c = model.config();
+  check_exportable(c, "model");
+  if (version != 0 && version != 1) throw Error(ErrorKind::usage, "llama2.c version " + std::to_string(version) + " (0 or 1)");
+  Header h = to_header(c);
+  h.version = version;
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, v] : model.named_parameters()) tensors.emplace(name, v.val());
+  if (version == 0) {
+    const Shape want{h.max_seq_len, c.head_dim() / 2};
+    if (freq_cis_real && freq_cis_imag && freq_cis_real->shape() == want && freq_cis_imag->shape() == want) {
+      tensors.emplace("freq_cis_real", *freq_cis_real);
+      tensors.emplace("freq_cis_imag", *freq_cis_imag);
+    } else {
+      auto [cs, sn] = rope_tables(c.head_dim(), h.max_seq_len);
+      tensors.emplace("freq_cis_real", cs);
+      tensors.emplace("freq_cis_imag", sn);
+    }
+  }
+  std::string b;
+  b.reserve(static_cast<size_t>(file_bytes(h)));
+  if (version == 1) {
+    const uint32_t magic = kMagic;
+    b.append(reinterpret_cast<const char*>(&magic), 4);
+    put_i32(b, 1);
+  }
+  for (int64_t v : {h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads,
+                    version == 0 && !h.shared_classifier ? -h.vocab_size : h.vocab_size, h.max_seq_len})
+    put_i32(b, v);
+  if (version == 1) {
+    b.push_back(static_cast<char>(h.shared_classifier ? 1 : 0));
+    b.resize(kHeaderBytesV1, '\0');
+  }
+  for (const Entry& e : layout(h)) {
+    Tensor t = tensors.at(e.name);
+    if (t.shape() != e.shape) throw Error(ErrorKind::internal, "llama2c export: " + e.name + " is " + shape_str(t.shape()));
+    if (e.rope_heads > 0) t = interleave_rope_rows(t, e.rope_heads);
+    b.append(reinterpret_cast<const char*>(t.data()), t.numel() * sizeof(float));
+  }
+  return b;
+}
+
+std::string tokenizer_bytes(const Tokenizer& tok, const std::string& what) {
+  auto refuse = [&](const std::string& why) {
+    throw Error(ErrorKind::config, what + ": llama2.c cannot express " + why);
+  };
+  if (tok.is_char()) refuse("a char tokenizer (run.c's tokenizer.bin is a sentencepiece vocabulary with byte fallback)");
+  const int32_t V = tok.vocab_size();
+  if (V < 259 || tok.bos_id() != 1 || tok.eos_id() != 2)
+    refuse("a sentencepiece tokenizer without ids 0/1/2 = unk/bos/eos (run.c's BOS is 1, its EOS 2)");
+  for (int32_t b = 0; b < 256; b++) {
+    char want[8];
+    std::snprintf(want, sizeof want, "<0x%02X>", b);
+    if (!tok.is_byte(3 + b) || tok.piece(3 + b) != want)
+      refuse("a sentencepiece tokenizer without the byte pieces <0x00>..<0xFF> at ids 3..258 (run.c's byte fallback)");
+  }
+  std::vector<std::string> pieces(V);
+  uint32_t longest = 0;
+  for (int32_t i = 0; i < V; i++) {
+    std::string p = i == 1 ? "\n<s>\n" : i == 2 ? "\n</s>\n" : tok.piece(i);
+    for (size_t at; (at = p.find("\xE2\x96\x81")) != std::string::npos;) p.replace(at, 3, " ");
+    longest = std::max(longest, static_cast<uint32_t>(p.size()));
+    pieces[i] = std::move(p);
+  }
+  std::string b;
+  b.append(reinterpret_cast<const char*>(&longest), 4);
+  for (int32_t i = 0; i < V; i++) {
+    const float score = tok.score(i);
+    const uint32_t len = static_cast<uint32_t>(pieces[i].size());
+    b.append(reinterpret_cast<const char*>(&score), 4);
+    b.append(reinterpret_cast<const char*>(&len), 4);
+    b += pieces[i];
+  }
+  return b;
+}
+
+namespace {
+// The pieces of tokenizer.bin bytes; `what` starts every error.
+TokenizerBin parse_tokenizer_bin(const std::string& b, int64_t vocab_size, const std::string& what) {
+  auto fail_here = [&](const std::string& why) { throw Error(ErrorKind::data, what + ": " + why); };
+  TokenizerBin t;
+  if (b.size() < 4) fail_here("truncated: " + std::to_string(b.size()) + " bytes, shorter than its 4-byte header");
+  std::memcpy(&t.max_token_length, b.data(), 4);
+  size_t off = 4;
+  for (int64_t i = 0; i < vocab_size; i++) {
+    if (b.size() - off < 8)
+      fail_here("holds " + std::to_string(i) + " pieces, fewer than the model's vocab_size " + std::to_string(vocab_size));
+    float score;
+    uint32_t len;
+    std::memcpy(&score, b.data() + off, 4);
+    std::memcpy(&len, b.data() + off + 4, 4);
+    off += 8;
+    if (len > b.size() - off) fail_here("piece " + std::to_string(i) + " of " + std::to_string(len) + " bytes runs past the end");
+    if (len > t.max_token_length)
+      fail_here("piece " + std::to_string(i) + " has " + std::to_string(len) + " bytes, more than max_token_length " +
+                std::to_string(t.max_token_length));
+    t.scores.push_back(score);
+    t.pieces.push_back(b.substr(off, len));
+    off += len;
+  }
+  return t;
+}
+}  // namespace
+
+TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size) {
+  return parse_tokenizer_bin(read_file_bytes(path, "llama2.c tokenizer"), vocab_size, "llama2.c tokenizer " + path);
+}
+
+Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
+                    const std::string& out) {
+  if (!tokenizer_bin.empty() && tokenizer_model.empty())
+    throw Error(ErrorKind::usage, "--tokenizer-bin " + tokenizer_bin + " is checked against --tokenizer-model, which is missing");
+  Model m = read_model(model_path);
+  Tokenizer tok;
+  if (!tokenizer_model.empty()) {
+    tok = Tokenizer::from_sentencepiece(read_file_bytes(tokenizer_model, "sentencepiece model"));
+    if (tok.vocab_size() != m.header.vocab_size)
+      throw Error(ErrorKind::data, "sentencepiece model " + tokenizer_model + " has " + std::to_string(tok.vocab_size()) +
+                                       " pieces, the model's vocab_size is " + std::to_string(m.header.vocab_size));
+  }
+  if (!tokenizer_bin.empty()) {
+    const TokenizerBin have = read_tokenizer_bin(tokenizer_bin, m.header.vocab_size);
+    const std::string want_bytes = tokenizer_bytes(tok, "sentencepiece model " + tokenizer_model);
+    const TokenizerBin want = parse_tokenizer_bin(want_bytes, m.header.vocab_size, "sentencepiece model " + tokenizer_model);
+    for (size_t i = 0; i < want.pieces.size(); i++)
+      if (have.pieces[i] != want.pieces[i] || have.scores[i] != want.scores[i])
+        throw Error(ErrorKind::data, "llama2.c tokenizer " + tokenizer_bin + ": piece " + std::to_string(i) +
+                                         " differs from sentencepiece model " + tokenizer_model + "'s");
+  }
+  std::vector<std::pair<std::string, Tensor>> extras;
+  if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
+  const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
+  write_imported(out, *m.gpt, tokenizer_model.empty() ? nullptr : &tok, from.dump(), extras);
+  return m.header;
+}
+
+Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path) {
+  if (version != 0 && version != 1)
+    throw Error(ErrorKind::usage, "--version " + std::to_string(version) + ": llama2.c versions are 0 and 1");
+  H5File f = H5File::open_read(checkpoint);
+  const GPTConfig cfg = read_model_config(f);
+  check_exportable(cfg, checkpoint);
+  check_memory(8.0 * static_cast<double>(model_cost(cfg).params), available_memory_bytes(),
+               checkpoint + ": the model's " + std::to_string(model_cost(cfg).params) + " parameters");
+  std::string tok_bytes, tok_path;
+  if (has_tokenizer(f)) {
+    const Tokenizer tok = read_tokenizer(f);
+    tok_bytes = tokenizer_bytes(tok, checkpoint);
+    if (tok.vocab_size() != cfg.vocab_size)
+      throw Error(ErrorKind::config, checkpoint + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
+                                         " pieces, the model's vocab_size is " + std::to_string(cfg.vocab_size) +
+                                         " (run.c reads vocab_size pieces)");
+    tok_path = (std::filesystem::path(out).parent_path() / "tokenizer.bin").string();
+    if (std::filesystem::absolute(tok_path) == std::filesystem::absolute(out))
+      throw Error(ErrorKind::usage, "--out " + out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
+  }
+  GPT model(cfg);
+  read_model_weights(f, model);
+  const std::map<std::string, Tensor> extras = read_imported(f);
+  auto table = [&](const char* name) {
+    auto it = extras.find(name);
+    return it == extras.end() ? nullptr : &it->second;
+  };
+  std::vector<std::pair<std::string, std::string>> files{
+      {out, model_bytes(model, version, table("freq_cis_real"), table("freq_cis_imag"))}};
+  if (!tok_path.empty()) files.emplace_back(tok_path, std::move(tok_bytes));
+  write_files_atomic(files);
+  if (tokenizer_path) *tokenizer_path = tok_path;
+  Header h = to_header(cfg);
+  h.version = version;
+  return h;
+}
+
+}  // namespace tapelm::llama2c
