@@ -415,7 +415,7 @@ BOOST_AUTO_TEST_CASE(fit_beats_mean_at_alpha_0_on_a_trained_model) {
   tapelm::train(pre, shakespeare(), d / "mha", quiet);
   std::unique_ptr<GPT> m = load_model(d / "mha/checkpoint.h5");
   // evaluation windows = calibration windows
-  const std::vector<int32_t>& val = shakespeare().val;
+  const TokenSeq& val = shakespeare().val;
   std::vector<int64_t> starts;
   for (int64_t s = 0; s + 17 <= 64 * 16; s += 16) starts.push_back(s);
   EvalBatches eb(val, starts, 16, 32);

@@ -82,10 +82,10 @@ Calibration calibrate(GPT& model, const std::vector<Index>& batches) {
   return c;
 }
 
-std::vector<Index> calibration_batches(const std::vector<int32_t>& ids, int64_t T, int64_t tokens, uint64_t seed,
+std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t tokens, uint64_t seed,
                                        const std::string& what) {
   if (tokens <= 0) throw Error(ErrorKind::usage, "calibration tokens must be positive, got " + std::to_string(tokens));
-  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t n = ids.size();
   if (n < T)
     throw Error(ErrorKind::data, what + ": " + std::to_string(n) + " tokens, fewer than one calibration window of " +
                                      std::to_string(T));
@@ -101,7 +101,9 @@ std::vector<Index> calibration_batches(const std::vector<int32_t>& ids, int64_t 
     x.shape = {b, T};
     for (int64_t w = 0; w < b; w++) {
       const int64_t s = static_cast<int64_t>(rng.below(static_cast<uint64_t>(n - T + 1)));
-      x.data.insert(x.data.end(), ids.begin() + s, ids.begin() + s + T);
+      const size_t at = x.data.size();
+      x.data.resize(at + static_cast<size_t>(T));
+      ids.copy(s, T, x.data.data() + at);
     }
     out.push_back(std::move(x));
   }

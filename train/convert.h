@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autograd/error.h"
+#include "data/shards.h"
 #include "nn/gpt.h"
 #include "train/linalg.h"
 
@@ -49,7 +50,7 @@ Calibration calibrate(GPT& model, const std::vector<Index>& batches);
 
 /// `tokens` tokens of `ids` as windows of T at seeded random starts, batches of up to 32 windows.
 /// Data shorter than one window or than `tokens` -> a data Error naming `what`.
-std::vector<Index> calibration_batches(const std::vector<int32_t>& ids, int64_t T, int64_t tokens, uint64_t seed,
+std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t tokens, uint64_t seed,
                                        const std::string& what);
 
 struct ConvertOptions {
