@@ -279,7 +279,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
                                         " is below 259, the 256 byte pieces of byte fallback plus unk, bos and eos");
     const std::vector<std::string> sample = training_sample(o.texts, docs, doc_bytes, o.sample_bytes);
     if (o.progress)
-      std::fprintf(stderr, "prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
+      std::printf("prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
                    o.vocab_size, sample.size());
     try {
       r.tok = Tokenizer::train_sentencepiece(sample, so);
@@ -401,8 +401,9 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
         if (o.progress && since(t_report) >= 1.0) {
           t_report = Clock::now();
           const double mb = bytes_done / 1e6, rate = mb / std::max(since(t_enc), 1e-9);
-          std::fprintf(stderr, "prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
+          std::printf("prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
                        100.0 * bytes_done / std::max<int64_t>(doc_bytes, 1), rate, (doc_bytes / 1e6 - mb) / std::max(rate, 1e-9));
+          std::fflush(stdout);
         }
       }
       w.finish();
