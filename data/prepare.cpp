@@ -207,6 +207,39 @@ std::string cut_for_message(const std::string& s, size_t max = 80) {
   return s.substr(0, n) + "...";
 }
 
+// A sentencepiece tokenizer's ids for text, encoded `step` bytes at a time, cut before a space
+// that follows a word as the tasks are (sentencepiece's pieces never cross it), so the ids are
+// those of one call: sentencepiece's encoder slows down on long inputs.
+std::vector<int32_t> encode_in_steps(const Tokenizer& tok, const std::string& text, size_t step) {
+  if (tok.is_char() || text.size() <= step) return tok.encode(text);
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  bool continues = false;
+  while (pos < text.size()) {
+    size_t end = text.size();
+    if (pos + step < text.size()) {
+      end = std::string::npos;
+      for (size_t i = pos + step; i > pos + 1; i--)
+        if (text[i] == ' ' && text[i - 1] != ' ' && text[i - 1] != '\n') {
+          end = i;
+          break;
+        }
+      if (end == std::string::npos) {  // no word boundary: the next one, or the end
+        for (size_t i = pos + step + 1; i < text.size() && end == std::string::npos; i++)
+          if (text[i] == ' ' && text[i - 1] != ' ' && text[i - 1] != '\n') end = i;
+        if (end == std::string::npos) end = text.size();
+      }
+    }
+    size_t from = pos;
+    if (continues && tok.adds_dummy_prefix() && text[from] == ' ') from++;  // the dummy prefix stands for it
+    const std::vector<int32_t> ids = tok.encode(text.substr(from, end - from));
+    out.insert(out.end(), ids.begin(), ids.end());
+    pos = end;
+    continues = true;
+  }
+  return out;
+}
+
 // Removes path and everything in it, quietly.
 void remove_tree(const fs::path& p) {
   std::error_code ec;
@@ -279,7 +312,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
                                         " is below 259, the 256 byte pieces of byte fallback plus unk, bos and eos");
     const std::vector<std::string> sample = training_sample(o.texts, docs, doc_bytes, o.sample_bytes);
     if (o.progress)
-      std::fprintf(stderr, "prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
+      std::printf("prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
                    o.vocab_size, sample.size());
     try {
       r.tok = Tokenizer::train_sentencepiece(sample, so);
@@ -387,7 +420,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
           const Piece& p = pieces[i];
           if (p.bos) ids[i].push_back(r.tok.bos_id());
           try {
-            const std::vector<int32_t> e = r.tok.encode(p.text);
+            const std::vector<int32_t> e = encode_in_steps(r.tok, p.text, static_cast<size_t>(std::max<int64_t>(2, o.encode_bytes)));
             ids[i].insert(ids[i].end(), e.begin(), e.end());
           } catch (const Error& e) {
             throw Error(ErrorKind::data, "data file " + o.texts[p.file] + " (the text from byte " + std::to_string(p.at) +
@@ -401,8 +434,9 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
         if (o.progress && since(t_report) >= 1.0) {
           t_report = Clock::now();
           const double mb = bytes_done / 1e6, rate = mb / std::max(since(t_enc), 1e-9);
-          std::fprintf(stderr, "prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
+          std::printf("prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
                        100.0 * bytes_done / std::max<int64_t>(doc_bytes, 1), rate, (doc_bytes / 1e6 - mb) / std::max(rate, 1e-9));
+          std::fflush(stdout);
         }
       }
       w.finish();

@@ -25,7 +25,8 @@ struct PrepareOptions {
   double val_fraction = 0.1;        // of the documents; of the tokens when there is one document
   int64_t shard_tokens = 100000000; // tokens per shard file (llm.c's fineweb shards hold 1e8)
   int64_t chunk_bytes = 1 << 20;    // text per encoding task
-  bool progress = false;            // MB/s and ETA on stderr
+  int64_t encode_bytes = 4096;      // sentencepiece: text per Encode call (cut as tasks are)
+  bool progress = false;            // MB/s and ETA on stdout
 };
 
 struct PrepareResult {

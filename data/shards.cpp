@@ -107,10 +107,15 @@ struct TokenSeq::Mapping {
     return width == 2 ? int32_t(p[0]) | int32_t(p[1]) << 8 : le_i32(p);
   }
   void release(int64_t begin, int64_t end) const {
-    // whole pages inside [begin, end) only: a page shared with a neighbouring window stays
+    // A fault maps more than the page it touches (fault-around, large page-cache folios), so the
+    // 2 MiB-aligned span around [begin, end) is dropped, within the mapping: the pages stay in
+    // the page cache, and a neighbouring window that needs one again maps it back cheaply.
+    const uintptr_t span = 2u << 20;
+    const auto base = reinterpret_cast<uintptr_t>(addr), top = base + bytes;
     const auto lo = reinterpret_cast<uintptr_t>(tokens + begin * width);
     const auto hi = reinterpret_cast<uintptr_t>(tokens + end * width);
-    const uintptr_t a = (lo + page_bytes - 1) / page_bytes * page_bytes, z = hi / page_bytes * page_bytes;
+    const uintptr_t a = std::max(base, lo / span * span);
+    const uintptr_t z = std::min((top + page_bytes - 1) / page_bytes * page_bytes, (hi + span - 1) / span * span);
     if (z > a) ::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);
   }
 };

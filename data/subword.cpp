@@ -7,7 +7,8 @@
 #include "data/tokenizer.h"
 
 // Exported by libsentencepiece (its logging.h is not installed): the trainer's progress lines
-// are INFO; tapelm prints its own.
+// are INFO and its warnings go to stderr too; its errors come back as a status, and tapelm
+// prints one line.
 namespace sentencepiece::logging {
 void SetMinLogLevel(int v);
 }
@@ -102,7 +103,7 @@ Tokenizer Tokenizer::train_sentencepiece(const std::vector<std::string>& sentenc
   sentencepiece::util::Status st;
   {
     std::lock_guard<std::mutex> lock(log_mu);
-    sentencepiece::logging::SetMinLogLevel(1);
+    sentencepiece::logging::SetMinLogLevel(2);
     st = sentencepiece::SentencePieceTrainer::Train(args, &it, &bytes);
     sentencepiece::logging::SetMinLogLevel(0);
   }

@@ -213,4 +213,44 @@ BOOST_AUTO_TEST_CASE(a_second_writer_gets_one_line_and_a_killed_writer_leaves_no
   BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 2);
 }
 
+BOOST_AUTO_TEST_CASE(prepare_bpe_train_sample_and_bad_corpora) {
+  TempDir d;
+  const std::string tiny = fixture_path("tiny.txt");
+  const std::string model = fixture_path("spm_bpe512.model");
+  Run p = run_cli("prepare --text " + tiny + " " + tiny + " --out " + (d / "c") + " --tokenizer-model " + model + " --quiet");
+  BOOST_TEST(p.code == 0, p.err);
+  BOOST_TEST(p.out.find("sentencepiece tokenizer of 512 ids") != std::string::npos, p.out);
+  BOOST_TEST(p.out.find("(1 documents)") != std::string::npos, p.out);  // two files: one train, one val document
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_kv_head": 1, "n_embd": 16, "block_size": 8,
+    "norm": "rmsnorm", "mlp": "swiglu", "pos": "rope", "batch_size": 2, "max_iters": 2, "eval_iters": 1, "eval_interval": 1})";
+  Run t = run_cli("train --config " + (d / "cfg.json") + " --data " + (d / "c") + " --out " + (d / "run") + " --quiet");
+  BOOST_TEST(t.code == 0, t.err);
+  // the checkpoint carries the sentencepiece model: sample and eval need nothing else
+  Run s = run_cli("sample --checkpoint " + (d / "run/checkpoint.h5") + " --prompt 'The light' --tokens 5");
+  BOOST_TEST(s.code == 0, s.err);
+  BOOST_TEST(s.out.rfind("The light", 0) == 0, s.out);
+  Run e = run_cli("eval --checkpoint " + (d / "run/checkpoint.h5") + " --data " + tiny + " --json");
+  BOOST_TEST(e.code == 0, e.err);
+
+  // bad corpora: one line naming the file, exit 1, nothing written
+  std::ofstream(d / "latin1.txt", std::ios::binary) << "caf\xE9\n";
+  expect_error(run_cli("prepare --text " + tiny + " " + (d / "latin1.txt") + " --out " + (d / "bad") + " --quiet"), "latin1.txt");
+  std::ofstream(d / "empty.txt").close();
+  expect_error(run_cli("prepare --text " + tiny + " " + (d / "empty.txt") + " --out " + (d / "bad") + " --quiet"), "empty.txt");
+  expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer bpe --vocab-size 100 --quiet"), "259");
+  expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer bpe --vocab-size 30000 --quiet"),
+               "--vocab-size 30000");
+  expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer-model " + tiny + " --quiet"),
+               "not a sentencepiece model");
+  BOOST_TEST((!fs::exists(d / "bad") || fs::is_empty(d / "bad")));
+  // --doc-sep that never occurs: one document, a warning, exit 0
+  Run w = run_cli("prepare --text " + tiny + " --out " + (d / "w") + " --doc-sep '<|endoftext|>' --quiet");
+  BOOST_TEST(w.code == 0);
+  BOOST_TEST(w.err.find("never occurs") != std::string::npos, w.err);
+  // a corpus smaller than one window names the corpus
+  expect_error(run_cli("train --config " + (d / "cfg.json") + " --set block_size=1000 --data " + (d / "c") + " --out " +
+                       (d / "run2") + " --quiet"),
+               d / "c");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

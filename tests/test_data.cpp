@@ -551,6 +551,7 @@ PrepareOptions small_bpe(const TempDir& d, const std::vector<std::string>& texts
   o.tokenizer_model = test::fixture_path("spm_bpe512.model");
   o.shard_tokens = 700;  // several shards
   o.chunk_bytes = 200;   // documents cut into many pieces
+  o.encode_bytes = 50;   // and each piece encoded in several calls
   return o;
 }
 

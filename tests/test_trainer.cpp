@@ -9,6 +9,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
 #include "train/uptrain.h"
+#include "data/prepare.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -66,6 +67,26 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
   H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
   BOOST_TEST(a.read_attr_int("/train", "step") == 8);
   BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
+}
+
+BOOST_AUTO_TEST_CASE(mapped_shards_train_as_the_text_does_and_resume_bit_exact) {
+  TempDir d;
+  PrepareOptions po;
+  po.texts = {std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt"};
+  po.out_dir = d / "corpus";
+  po.shard_tokens = 300000;  // four train shards: windows cross their boundaries
+  prepare_corpus(po);
+  const Corpus shards = load_corpus(d / "corpus");
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(8), shakespeare(), d / "text", quiet);
+  tapelm::train(tiny_train(8), shards, d / "straight", quiet);
+  tapelm::train(tiny_train(4), shards, d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  BOOST_TEST(tapelm::train(tiny_train(8), shards, d / "split", resume).steps == 8);
+  expect_same_weights(d / "text/checkpoint.h5", d / "straight/checkpoint.h5");
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
 }
 
 BOOST_AUTO_TEST_CASE(the_trainers_pieces_make_the_run_train_makes) {
