@@ -68,15 +68,16 @@ Choice& choice_slot() {
   return c;
 }
 
-// auto: oneDNN for every product of at least 2^20 multiply-adds with no side under 64, OpenBLAS
-// for the small ones (one head's 64x64x32 attention block, the 65-wide classifier), where its
-// kernels measured faster (bench/GEMM.md). A rule on the shape alone, never on timings, so the
-// same run computes the same bits every time (resume stays bit-exact).
-bool use_onednn(int64_t M, int64_t N, int64_t K) {
+// auto: oneDNN for every product of at least 2^18 multiply-adds except x·Wᵀ with a deep inner
+// dimension (K >= 4N: the MLP's output projection forward), OpenBLAS for those and the tiny ones
+// (a 32-row causal attention block), where its kernels measured faster (bench/GEMM.md, 2 threads).
+// A rule on the shape alone, never on timings, so a run computes the same bits every time
+// (resume stays bit-exact).
+bool use_onednn(bool tb, int64_t M, int64_t N, int64_t K) {
   switch (choice_slot()) {
     case Choice::onednn: return true;
     case Choice::openblas: return false;
-    case Choice::automatic: return std::min({M, N, K}) >= 64 && M * N * K >= (int64_t{1} << 20) && N % 16 == 0;
+    case Choice::automatic: return M * N * K >= (int64_t{1} << 18) && !(tb && K >= 4 * N);
   }
   return false;
 }
@@ -87,7 +88,7 @@ GemmBackend gemm_backend() { return choice_slot() == Choice::openblas ? GemmBack
 std::string gemm_backend_description() {
   switch (choice_slot()) {
     case Choice::onednn: return "oneDNN (matrix-vector products: OpenBLAS)";
-    case Choice::automatic: return "oneDNN for products of >= 2^20 multiply-adds (sides >= 64, N a multiple of 16), OpenBLAS for the rest";
+    case Choice::automatic: return "oneDNN, OpenBLAS for products under 2^18 multiply-adds, x·Wᵀ with K >= 4N and matrix-vector products";
     default: return "OpenBLAS";
   }
 }
@@ -114,7 +115,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return;
   }
 #ifdef TAPELM_HAVE_ONEDNN
-  if (use_onednn(M, N, K)) {
+  if (use_onednn(tb, M, N, K)) {
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (st != dnnl_success) fail(ErrorKind::internal, "dnnl_sgemm failed with status " + std::to_string(int(st)));
     return;

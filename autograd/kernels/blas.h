@@ -10,7 +10,8 @@ namespace tapelm::kern {
 std::string blas_core_name();
 
 /// The library behind sgemm. TAPELM_GEMM (read once): auto (the default in a build with oneDNN)
-/// sends products of >= 2^20 multiply-adds to oneDNN's dnnl_sgemm and smaller ones to OpenBLAS;
+/// sends products to oneDNN's dnnl_sgemm except those under 2^18 multiply-adds and x·Wᵀ with
+/// K >= 4N, which go to OpenBLAS (see use_onednn in blas.cpp);
 /// openblas or onednn send every product to one library. Matrix-vector products always go to
 /// OpenBLAS's sgemv. gemm_backend() is onednn when oneDNN takes any product.
 enum class GemmBackend { openblas, onednn };
