@@ -17,6 +17,14 @@ inline uint64_t prob_index(const AttnShape& s, int64_t b, int64_t h, int64_t i, 
 // Query rows per block of the causal products: small enough to skip most of the masked triangle
 // (at T = 256, 56 % of the full products remain), large enough for efficient GEMMs.
 constexpr int64_t kQueryBlock = 32;
+// dst = src with attention dropout applied, on rows [i0, i0 + nb) and keys [0, kl) of head (b, h):
+// the same mask in forward and backward, drawn from the element's index.
+void dropout_rows(float* dst, const float* src, const AttnShape& s, int64_t b, int64_t h, int64_t i0, int64_t nb,
+                  int64_t kl, float p_drop, float keep_scale, uint64_t seed) {
+  for (int64_t i = i0; i < i0 + nb; i++)
+    for (int64_t j = 0; j < kl; j++)
+      dst[i * s.Tk + j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? src[i * s.Tk + j] * keep_scale : 0.f;
+}
 // Keys visible to query row i: [0, limit).
 inline int64_t key_limit(const AttnShape& s, int64_t i) {
   return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
@@ -77,10 +85,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
             const float* Pv = Pb;
             if (p_drop > 0) {
               // y uses the dropped probabilities; probs keeps the softmax for backward.
-              for (int64_t i = i0; i < i0 + nb; i++)
-                for (int64_t j = 0; j < kl; j++)
-                  pd[i * s.Tk + j] =
-                      hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+              dropout_rows(pd.data(), P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
               Pv = pd.data() + i0 * s.Tk;
             }
             if (kl > 0) {
@@ -125,10 +130,7 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
             const float* Pb = P + i0 * s.Tk;
             const float* Pused = Pb;
             if (p_drop > 0) {
-              for (int64_t i = i0; i < i0 + nb; i++)
-                for (int64_t j = 0; j < kl; j++)
-                  Pd[i * s.Tk + j] =
-                      hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? P[i * s.Tk + j] * keep_scale : 0.f;
+              dropout_rows(Pd.data(), P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
               Pused = Pd.data() + i0 * s.Tk;
             }
             // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
@@ -136,12 +138,11 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
             if (!dqh && !dkg) continue;
             float* dPb = dP.data() + i0 * s.Tk;
             sgemm(false, true, nb, kl, s.hd, 1.f, dyh + i0 * C, C, vg, CK, 0.f, dPb, s.Tk);
+            // d loss / d P = the dropout mask applied to d loss / d P_used
+            if (p_drop > 0) dropout_rows(dP.data(), dP.data(), s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
             for (int64_t i = i0; i < i0 + nb; i++) {
               float* d = dP.data() + i * s.Tk;
               const float* p = P + i * s.Tk;
-              if (p_drop > 0)
-                for (int64_t j = 0; j < kl; j++)
-                  d[j] = hash_uniform(seed, prob_index(s, b, h, i, j)) >= p_drop ? d[j] * keep_scale : 0.f;
               float dot = 0;
               for (int64_t j = 0; j < kl; j++) dot += d[j] * p[j];
               // softmax backward, with the 1/√hd of the scores folded in
