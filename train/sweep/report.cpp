@@ -129,27 +129,27 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
       row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
           stat({t.of(plan.scratch(kv)).val_loss}));
 
+  // The method tables: a row per method and grouping, a column per converted kv-head count.
+  auto method_table_header = [&] {
+    md << "| method | grouping |";
+    for (int64_t kv : kvs)
+      if (kv < H) md << " " << plan.kv_name(kv) << " |";
+    md << "\n|---|---|";
+    for (int64_t kv : kvs)
+      if (kv < H) md << "---|";
+    md << "\n";
+  };
   md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << ", over seeds; α = 0, "
-        "before uptraining, in brackets)\n\n| method | grouping |";
-  for (int64_t kv : kvs)
-    if (kv < H) md << " " << plan.kv_name(kv) << " |";
-  md << "\n|---|---|";
-  for (int64_t kv : kvs)
-    if (kv < H) md << "---|";
-  md << "\n";
+        "before uptraining, in brackets)\n\n";
+  method_table_header();
   for (const std::string& v : plan.variants) {
     md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
     for (int64_t kv : kvs)
       if (kv < H) md << " " << fmt_stat(t.losses(kv, v, ha)) << " (" << fmt("%.4f", t.losses(kv, v, 0).mean) << ") |";
     md << "\n";
   }
-  md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n| method | grouping |";
-  for (int64_t kv : kvs)
-    if (kv < H) md << " " << plan.kv_name(kv) << " |";
-  md << "\n|---|---|";
-  for (int64_t kv : kvs)
-    if (kv < H) md << "---|";
-  md << "\n";
+  md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n";
+  method_table_header();
   for (const std::string& v : plan.variants) {
     md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
     for (int64_t kv : kvs)
