@@ -83,8 +83,6 @@ bool use_onednn(bool tb, int64_t M, int64_t N, int64_t K) {
 }
 }  // namespace
 
-GemmBackend gemm_backend() { return choice_slot() == Choice::openblas ? GemmBackend::openblas : GemmBackend::onednn; }
-
 std::string gemm_backend_description() {
   switch (choice_slot()) {
     case Choice::onednn: return "oneDNN (matrix-vector products: OpenBLAS)";

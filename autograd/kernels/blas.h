@@ -13,9 +13,8 @@ std::string blas_core_name();
 /// sends products to oneDNN's dnnl_sgemm except those under 2^18 multiply-adds and x·Wᵀ with
 /// K >= 4N, which go to OpenBLAS (see use_onednn in blas.cpp);
 /// openblas or onednn send every product to one library. Matrix-vector products always go to
-/// OpenBLAS's sgemv. gemm_backend() is onednn when oneDNN takes any product.
+/// OpenBLAS's sgemv.
 enum class GemmBackend { openblas, onednn };
-GemmBackend gemm_backend();
 /// "OpenBLAS", "oneDNN": the backend in use; "oneDNN, OpenBLAS for matrix-vector products" etc.
 std::string gemm_backend_description();
 /// Tests and benchmarks: send every product to this backend from now on (onednn in a build
