@@ -1,4 +1,4 @@
-// Conversion of K/V heads (mean, first, random, mean-norm, aligned, fit; contiguous or similar
+// Conversion of K/V heads (mean, first, random, mean-norm, aligned, fit, aligned-fit; contiguous or similar
 // groups), the small linear algebra under it, and uptraining.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -20,7 +20,7 @@ namespace tt = boost::test_tools;
 
 namespace {
 
-const std::vector<std::string> all_methods = {"mean", "first", "mean-norm", "aligned", "fit"};  // random: no identity
+const std::vector<std::string> all_methods = {"mean", "first", "mean-norm", "aligned", "fit", "aligned-fit"};  // random: no identity
 
 /// A small model with weights large enough that heads differ visibly (std 0.3).
 std::unique_ptr<GPT> busy_model(PosKind pos, bool bias, int64_t H = 4, int64_t KV = 4, uint64_t seed = 3) {
@@ -122,7 +122,7 @@ BOOST_AUTO_TEST_CASE(names_and_calibration_windows) {
   for (const std::string& m : convert_method_names()) BOOST_TEST(to_string(parse_convert_method(m)) == m);
   BOOST_TEST(to_string(parse_grouping("similar")) == "similar");
   expect_throw([] { parse_grouping("random"); }, ErrorKind::usage, {"unknown grouping \"random\""});
-  expect_throw([] { parse_convert_method("median"); }, ErrorKind::usage, {"median", "mean-norm, aligned or fit"});
+  expect_throw([] { parse_convert_method("median"); }, ErrorKind::usage, {"median", "aligned, fit or aligned-fit"});
   BOOST_TEST(needs_calibration(ConvertMethod::Fit, Grouping::Contiguous));
   BOOST_TEST(needs_calibration(ConvertMethod::Mean, Grouping::Similar));
   BOOST_TEST(!needs_calibration(ConvertMethod::MeanNorm, Grouping::Contiguous));
@@ -268,9 +268,13 @@ BOOST_AUTO_TEST_CASE(aligned_recovers_heads_that_are_rotations_of_each_other) {
       const double before = loss_on(*m, data);
       const Calibration c = calibrate(*m, data);
       const double aligned = loss_on(*convert_kv_heads(*m, G, {.method = ConvertMethod::Aligned, .calib = &c}), data);
+      const double aligned_fit =
+          loss_on(*convert_kv_heads(*m, G, {.method = ConvertMethod::AlignedFit, .calib = &c}), data);
       const double mean = loss_on(*convert_kv_heads(*m, G, ConvertMethod::Mean), data);
       const std::string what = std::string(pos == PosKind::Rope ? "rope" : "learned") + " G=" + std::to_string(G);
       BOOST_TEST(std::fabs(aligned - before) < 1e-5, what << ": aligned " << aligned << " vs MHA " << before);
+      // aligned, the members are equal, and the weighted mean of equal heads is that head
+      BOOST_TEST(std::fabs(aligned_fit - before) < 1e-5, what << ": aligned-fit " << aligned_fit << " vs MHA " << before);
       BOOST_TEST(std::fabs(mean - before) > 1e-3, what << ": mean " << mean << " vs MHA " << before);
     }
 }
@@ -398,6 +402,91 @@ BOOST_AUTO_TEST_CASE(fit_is_the_least_squares_merge) {
       BOOST_TEST(std::sqrt(gf) < 1e-4 * std::sqrt(gm), what << ": |∇f| at fit " << std::sqrt(gf) << ", at mean " << std::sqrt(gm));
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(aligned_fit_changes_scores_and_outputs_no_more_than_aligned) {
+  // On the model's own terms: how far a converted one-layer model's attention scores
+  // X̃ W̃_Qhᵀ W̃_K,kv(h) X̃ᵀ and head outputs X̃ W̃_V,kv(h)ᵀ Wo_hᵀ move from the MHA model's, summed
+  // over query heads h and calibration tokens. aligned-fit folds the same rotations as aligned into
+  // the query heads and output slices, and then picks the merged K/V that minimise exactly these
+  // sums; aligned's mean is one candidate, so aligned-fit can only be lower or equal (rounding aside).
+  for (bool bias : {false, true})
+    for (int64_t G : {2, 1}) {
+      GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 4, .n_kv_head = 4, .n_embd = 8,
+                    .mlp_hidden = 16, .bias = bias};
+      GPT m(cfg, 11);
+      uint64_t k = 1;
+      for (auto& [name, p] : m.named_parameters())
+        if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), 700 + k++, 0.4f);
+      const std::vector<Index> data = some_batches();
+      const Calibration c = calibrate(m, data);
+      std::vector<std::vector<double>> X;  // X̃ = [x, 1] per calibration token (layer 0's input)
+      {
+        NoGrad ng;
+        m.eval();
+        for (const Index& b : data) {
+          const Tensor x = m.attention_inputs(b)[0];
+          for (int64_t t = 0; t < b.numel(); t++) {
+            std::vector<double> row(x.data() + t * 8, x.data() + t * 8 + 8);
+            row.push_back(1.0);
+            X.push_back(row);
+          }
+        }
+      }
+      const int64_t hd = 2, n = static_cast<int64_t>(X.size());
+      // per token, query head h: q (hd), the K and V of h's kv head (hd each), and Wo_h v (8)
+      struct Acts {
+        std::vector<double> q, k, o;
+      };
+      auto acts = [&](const GPT& g) {
+        const Attention& at = *g.blocks[0]->attn;
+        const int64_t rep = 4 / g.config().n_kv_head;
+        auto row = [&](const Linear& l, int64_t r, const std::vector<double>& x) {
+          double s = l.bias.defined() ? double(l.bias.val()[r]) : 0.0;
+          for (int64_t j = 0; j < 8; j++) s += double(l.weight.val()[r * 8 + j]) * x[j];
+          return s;
+        };
+        const Tensor& wo = at.wo->weight.val();
+        Acts a{std::vector<double>(n * 4 * hd), std::vector<double>(n * 4 * hd), std::vector<double>(n * 4 * 8)};
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t h = 0; h < 4; h++) {
+            const int64_t kv = h / rep;
+            double v[2];
+            for (int64_t i = 0; i < hd; i++) {
+              a.q[(t * 4 + h) * hd + i] = row(*at.wq, h * hd + i, X[t]);
+              a.k[(t * 4 + h) * hd + i] = row(*at.wk, kv * hd + i, X[t]);
+              v[i] = row(*at.wv, kv * hd + i, X[t]);
+            }
+            for (int64_t o = 0; o < 8; o++) a.o[(t * 4 + h) * 8 + o] = wo[o * 8 + h * hd] * v[0] + wo[o * 8 + h * hd + 1] * v[1];
+          }
+        return a;
+      };
+      const Acts ref = acts(m);
+      auto change = [&](const GPT& g, double& scores, double& outputs) {
+        const Acts a = acts(g);
+        scores = outputs = 0;
+        for (int64_t h = 0; h < 4; h++)
+          for (int64_t t = 0; t < n; t++)
+            for (int64_t u = 0; u < n; u++) {
+              double s0 = 0, s1 = 0;
+              for (int64_t i = 0; i < hd; i++)
+                s0 += ref.q[(t * 4 + h) * hd + i] * ref.k[(u * 4 + h) * hd + i],
+                    s1 += a.q[(t * 4 + h) * hd + i] * a.k[(u * 4 + h) * hd + i];
+              scores += (s1 - s0) * (s1 - s0);
+            }
+        for (size_t e = 0; e < ref.o.size(); e++) outputs += (a.o[e] - ref.o[e]) * (a.o[e] - ref.o[e]);
+      };
+      double s_al, o_al, s_af, o_af, s_mean, o_mean;
+      change(*convert_kv_heads(m, G, {.method = ConvertMethod::Aligned, .calib = &c}), s_al, o_al);
+      change(*convert_kv_heads(m, G, {.method = ConvertMethod::AlignedFit, .calib = &c}), s_af, o_af);
+      change(*convert_kv_heads(m, G, ConvertMethod::Mean), s_mean, o_mean);
+      const std::string what = std::string(bias ? "bias" : "no bias") + " G=" + std::to_string(G);
+      BOOST_TEST(s_af <= s_al * (1 + 1e-5), what << ": score change, aligned-fit " << s_af << " vs aligned " << s_al);
+      BOOST_TEST(o_af <= o_al * (1 + 1e-5), what << ": output change, aligned-fit " << o_af << " vs aligned " << o_al);
+      BOOST_TEST(s_af < s_mean, what << ": score change, aligned-fit " << s_af << " vs mean " << s_mean);
+      BOOST_TEST(o_af < o_mean, what << ": output change, aligned-fit " << o_af << " vs mean " << o_mean);
+      BOOST_TEST(s_af > 0.0);  // random heads cannot be merged exactly: the comparison means something
+    }
 }
 
 BOOST_AUTO_TEST_CASE(fit_beats_mean_at_alpha_0_on_a_trained_model) {

@@ -90,9 +90,9 @@ BOOST_AUTO_TEST_CASE(kv_heads_halve_down_to_one) {
 
 BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   const SweepPlan micro(sweep_preset("micro"));
-  // pretrain + KV 4 (mean only: 3 α, 3 seeds of the headline α) + KV {2, 1} × (mean's 5 cells + 5
+  // pretrain + KV 4 (mean only: 3 α, 3 seeds of the headline α) + KV {2, 1} × (mean's 5 cells + 6
   // more methods at α = 0 and the headline α with 3 seeds) + from scratch KV 2 and 1
-  BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 5 * 4) + 2);
+  BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 6 * 4) + 2);
   BOOST_TEST(micro.variants == convert_method_names(), tt::per_element());
   BOOST_TEST(micro.kv_heads == (std::vector<int64_t>{4, 2, 1}), tt::per_element());
   BOOST_TEST(micro.pretrain().id() == "pretrain_mha");
@@ -104,7 +104,8 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   // the names of existing sweep directories' files
   for (const char* id : {"kv4_mean_a0_s1", "kv4_mean_a0.05_s3", "kv2_mean_a0.1_s1", "kv1_random_a0_s1",
                          "kv1_mean_a0.05_s2", "scratch_kv2_s1", "scratch_kv1_s1", "kv2_first_a0.05_s2",
-                         "kv1_mean-norm_a0.05_s3", "kv2_aligned_a0_s1", "kv1_fit_a0.05_s1"})
+                         "kv1_mean-norm_a0.05_s3", "kv2_aligned_a0_s1", "kv1_fit_a0.05_s1",
+                         "kv2_aligned-fit_a0.05_s3"})
     BOOST_TEST(ids.count(id) == 1u, id);
   BOOST_TEST(ids.count("kv4_first_a0_s1") == 0u);  // converting MHA to MHA: mean only
   BOOST_TEST(ids.count("kv2_first_a0.1_s1") == 0u);  // α beyond the headline: mean only
@@ -119,7 +120,7 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   BOOST_TEST(micro.kv_name(1) == "MQA");
   // eight query heads: KV 8, 4, 2, 1
   const SweepPlan small(sweep_preset("small"));
-  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 25 + 3);
+  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 29 + 3);
   BOOST_CHECK_EXCEPTION(sweep_preset("huge"), Error, test::is_kind(ErrorKind::usage));
   // groupings: every method but random once more with similar groups, named method+grouping
   SweepPreset p = sweep_preset("micro");

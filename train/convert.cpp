@@ -18,8 +18,9 @@ ConvertMethod parse_convert_method(const std::string& s) {
   if (s == "mean-norm") return ConvertMethod::MeanNorm;
   if (s == "aligned") return ConvertMethod::Aligned;
   if (s == "fit") return ConvertMethod::Fit;
+  if (s == "aligned-fit") return ConvertMethod::AlignedFit;
   throw Error(ErrorKind::usage, "unknown conversion method \"" + s.substr(0, 80) +
-                                    "\" (expected mean, first, random, mean-norm, aligned or fit)");
+                                    "\" (expected mean, first, random, mean-norm, aligned, fit or aligned-fit)");
 }
 
 std::string to_string(ConvertMethod m) {
@@ -30,11 +31,12 @@ std::string to_string(ConvertMethod m) {
     case ConvertMethod::MeanNorm: return "mean-norm";
     case ConvertMethod::Aligned: return "aligned";
     case ConvertMethod::Fit: return "fit";
+    case ConvertMethod::AlignedFit: return "aligned-fit";
   }
   return "?";
 }
 
-std::vector<std::string> convert_method_names() { return {"mean", "first", "random", "mean-norm", "aligned", "fit"}; }
+std::vector<std::string> convert_method_names() { return {"mean", "first", "random", "mean-norm", "aligned", "fit", "aligned-fit"}; }
 
 Grouping parse_grouping(const std::string& s) {
   if (s == "contiguous") return Grouping::Contiguous;
@@ -45,7 +47,8 @@ Grouping parse_grouping(const std::string& s) {
 std::string to_string(Grouping g) { return g == Grouping::Contiguous ? "contiguous" : "similar"; }
 
 bool needs_calibration(ConvertMethod m, Grouping g) {
-  return g == Grouping::Similar || m == ConvertMethod::Aligned || m == ConvertMethod::Fit;
+  return g == Grouping::Similar || m == ConvertMethod::Aligned || m == ConvertMethod::Fit ||
+         m == ConvertMethod::AlignedFit;
 }
 
 // ---- calibration -------------------------------------------------------------------------------
@@ -419,11 +422,12 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src_in, int64_t G, const Conver
   if (needs_calibration(method, o.grouping)) check_calibration(src_in, o.calib, method, o.grouping);
   // The function-preserving steps work on a copy of the source.
   std::unique_ptr<GPT> work;
-  if (o.grouping == Grouping::Similar || method == ConvertMethod::Aligned) {
+  const bool align = method == ConvertMethod::Aligned || method == ConvertMethod::AlignedFit;
+  if (o.grouping == Grouping::Similar || align) {
     work = clone_model(src_in);
     if (o.grouping == Grouping::Similar)
       for (int64_t l = 0; l < c.n_layer; l++) permute_kv_heads(*work, l, similar_order(*work, l, rep, *o.calib));
-    if (method == ConvertMethod::Aligned) align_kv_heads(*work, rep, *o.calib);
+    if (align) align_kv_heads(*work, rep, *o.calib);
   }
   const GPT& src = work ? *work : src_in;
 
@@ -456,7 +460,8 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src_in, int64_t G, const Conver
         case ConvertMethod::Mean:
         case ConvertMethod::MeanNorm:
         case ConvertMethod::Aligned:
-        case ConvertMethod::Fit: {  // fit's wk/wv are overwritten below; the mean stands for the rest
+        case ConvertMethod::Fit:
+        case ConvertMethod::AlignedFit: {  // fit's wk/wv are overwritten below; the mean stands for the rest
           // Sum in head order, then divide: PyTorch's mean over the group axis, to the bit.
           for (int64_t e = 0; e < block; e++) {
             float acc = first[e];
@@ -480,7 +485,7 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src_in, int64_t G, const Conver
       }
     }
   }
-  if (method != ConvertMethod::Fit) return out;
+  if (method != ConvertMethod::Fit && method != ConvertMethod::AlignedFit) return out;
 
   // fit. Keys: query head h of the group reads its kv head i through scores Q̃_h W̃_Kᵢ X̃ᵀ
   // (Q̃_h = X̃ W̃_Qhᵀ, X̃ = [X, 1] the calibration inputs stacked, N × (d+1); the biases ride in the
@@ -494,6 +499,10 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src_in, int64_t G, const Conver
   // W̃ = (Σ_i P_i)⁻¹ Σ_i P_i W̃_Vᵢ: independent of the calibration data.
   // RoPE rotates q and k by position, which this bilinear form leaves out: for RoPE models the
   // key fit is that of the unrotated scores.
+  // aligned-fit does this on the aligned model (`src` is then the copy with the rotations folded
+  // into wq/wk and wv/wo): its query heads and output slices are the rotated ones, so the fit
+  // minimises the same change of the MHA model's scores and outputs as before, over a larger
+  // family — the aligned mean is one W̃ it can choose, so it never changes them more than aligned.
   const int64_t rq = c.n_head / c.n_kv_head;
   for (int64_t l = 0; l < c.n_layer; l++) {
     const Attention& sa = *src.blocks[l]->attn;

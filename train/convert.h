@@ -7,7 +7,9 @@
 //              calibration activations, folded into wq/wk and wv/wo so the MHA model is
 //              unchanged; Jin et al. 2024, arXiv 2412.20677), then mean pooling;
 //   fit        the merged wk and wv that change the members' attention scores and outputs least
-//              on calibration inputs (a closed-form weighted mean with head_dim × head_dim weights).
+//              on calibration inputs (a closed-form weighted mean with head_dim × head_dim weights);
+//   aligned-fit  the alignment folded in first, then fit: the rotated query heads and output
+//              slices give the least-squares merge more to work with.
 // Grouping: contiguous (head g·r … (g+1)·r−1) or similar (heads with alike aligned K/V
 // activations, found by a swap search and made contiguous by a function-preserving permutation).
 // Everything but the attention weights is copied.
@@ -22,10 +24,10 @@
 
 namespace tapelm {
 
-enum class ConvertMethod { Mean, First, Random, MeanNorm, Aligned, Fit };
+enum class ConvertMethod { Mean, First, Random, MeanNorm, Aligned, Fit, AlignedFit };
 enum class Grouping { Contiguous, Similar };
 
-/// "mean" | "first" | "random" | "mean-norm" | "aligned" | "fit", else a usage Error naming the value.
+/// "mean" | "first" | "random" | "mean-norm" | "aligned" | "fit" | "aligned-fit", else a usage Error naming the value.
 ConvertMethod parse_convert_method(const std::string& s);
 std::string to_string(ConvertMethod m);
 /// Every method, in the order the study reports them.

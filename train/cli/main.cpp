@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
   auto* convert = app.add_subcommand("convert", "convert MHA/GQA to fewer key/value heads");
   convert->add_option("--from", ca.from, "source checkpoint")->required();
   convert->add_option("--kv-heads", ca.kv_heads, "new number of key/value heads (divides the old)")->required();
-  convert->add_option("--method", ca.method, "mean, first, random, mean-norm, aligned or fit");
+  convert->add_option("--method", ca.method, "mean, first, random, mean-norm, aligned, fit or aligned-fit");
   convert->add_option("--grouping", ca.grouping, "contiguous or similar (similar K/V heads share a group)");
-  convert->add_option("--calib", ca.calib, "calibration data for aligned, fit and similar: what eval takes (text: its train split)");
+  convert->add_option("--calib", ca.calib, "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   convert->add_option("--calib-tokens", ca.calib_tokens, "calibration tokens, drawn as seeded random windows");
   convert->add_option("--out", ca.out, "output checkpoint")->required();
   convert->add_option("--seed", ca.seed, "seed for --method random and the calibration windows")->check(seed_range);
@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   auto* up = app.add_subcommand("uptrain", "convert to fewer kv heads, then train a fraction of the original steps");
   up->add_option("--from", ua.from, "full checkpoint of the original run")->required();
   up->add_option("--kv-heads", ua.kv_heads, "new number of key/value heads")->required();
-  up->add_option("--method", ua.method, "mean, first, random, mean-norm, aligned or fit");
+  up->add_option("--method", ua.method, "mean, first, random, mean-norm, aligned, fit or aligned-fit");
   up->add_option("--grouping", ua.grouping, "contiguous or similar");
-  up->add_option("--calib-tokens", ua.calib_tokens, "calibration tokens from the train split (aligned, fit, similar)");
+  up->add_option("--calib-tokens", ua.calib_tokens, "calibration tokens from the train split (aligned, fit, aligned-fit, similar)");
   up->add_option("--fraction", ua.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
   up->add_option("--schedule", ua.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
       ->check(CLI::IsMember({"rewarm", "continue"}));
