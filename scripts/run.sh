@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, and runs the MHA -> GQA/MQA trade-off study
-# (`tiny` preset, about 6-10 minutes on 2 cores) on the bundled tinyshakespeare. Re-running
+# (`tiny` preset, about 11 minutes on 2 cores with the build) on the bundled tinyshakespeare. Re-running
 # resumes and skips finished cells. Pass another preset as the first argument (small, paper).
 set -euo pipefail
 cd "$(dirname "$0")/.."
