@@ -279,33 +279,45 @@ BOOST_AUTO_TEST_CASE(aligned_recovers_heads_that_are_rotations_of_each_other) {
     }
 }
 
+/// A one-layer model (d 8, four heads of 2) whose attention weights are drawn with std 0.4, the
+/// i-th attention tensor from seed weight_seed + i: heads differ enough that no merge is exact.
+std::unique_ptr<GPT> one_layer_random_attention(bool bias, uint64_t model_seed, uint64_t weight_seed) {
+  GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 4, .n_kv_head = 4, .n_embd = 8,
+                .mlp_hidden = 16, .bias = bias};
+  auto m = std::make_unique<GPT>(cfg, model_seed);
+  uint64_t k = 1;
+  for (auto& [name, p] : m->named_parameters())
+    if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), weight_seed + k++, 0.4f);
+  return m;
+}
+
+/// X̃ = [x, 1] for every token of the batches, x the first layer's attention input, in double.
+std::vector<std::vector<double>> augmented_inputs(GPT& m, const std::vector<Index>& data) {
+  const int64_t d = m.config().n_embd;
+  std::vector<std::vector<double>> X;
+  NoGrad ng;
+  m.eval();
+  for (const Index& b : data) {
+    const Tensor x = m.attention_inputs(b)[0];
+    for (int64_t t = 0; t < b.numel(); t++) {
+      std::vector<double> row(x.data() + t * d, x.data() + (t + 1) * d);
+      row.push_back(1.0);
+      X.push_back(row);
+    }
+  }
+  return X;
+}
+
 BOOST_AUTO_TEST_CASE(fit_is_the_least_squares_merge) {
   // fit's closed form against the objectives written out on the activations and minimised by a
   // derivative-free conjugate-gradient search (central differences are exact for a quadratic).
   for (bool bias : {false, true}) {
-    GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 4, .n_kv_head = 4, .n_embd = 8,
-                  .mlp_hidden = 16, .bias = bias};
-    GPT m(cfg, 9);
-    uint64_t k = 1;
-    for (auto& [name, p] : m.named_parameters())
-      if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), 500 + k++, 0.4f);
+    const auto model = one_layer_random_attention(bias, 9, 500);
+    GPT& m = *model;
     const std::vector<Index> data = some_batches();
     const Calibration c = calibrate(m, data);
     auto out = convert_kv_heads(m, 1, {.method = ConvertMethod::Fit, .calib = &c});
-    // X̃ = [x, 1] for every calibration token, in double.
-    std::vector<std::vector<double>> X;
-    {
-      NoGrad ng;
-      m.eval();
-      for (const Index& b : data) {
-        const Tensor x = m.attention_inputs(b)[0];
-        for (int64_t t = 0; t < b.numel(); t++) {
-          std::vector<double> row(x.data() + t * 8, x.data() + t * 8 + 8);
-          row.push_back(1.0);
-          X.push_back(row);
-        }
-      }
-    }
+    const std::vector<std::vector<double>> X = augmented_inputs(m, data);
     const Attention& at = *m.blocks[0]->attn;
     auto w = [&](const Linear& l, int64_t r, int64_t col) {  // W̃ entry: weight, or the bias in column 8
       return col < 8 ? double(l.weight.val()[r * 8 + col]) : (l.bias.defined() ? double(l.bias.val()[r]) : 0.0);
@@ -412,27 +424,11 @@ BOOST_AUTO_TEST_CASE(aligned_fit_changes_scores_and_outputs_no_more_than_aligned
   // sums; aligned's mean is one candidate, so aligned-fit can only be lower or equal (rounding aside).
   for (bool bias : {false, true})
     for (int64_t G : {2, 1}) {
-      GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 4, .n_kv_head = 4, .n_embd = 8,
-                    .mlp_hidden = 16, .bias = bias};
-      GPT m(cfg, 11);
-      uint64_t k = 1;
-      for (auto& [name, p] : m.named_parameters())
-        if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), 700 + k++, 0.4f);
+      const auto model = one_layer_random_attention(bias, 11, 700);
+      GPT& m = *model;
       const std::vector<Index> data = some_batches();
       const Calibration c = calibrate(m, data);
-      std::vector<std::vector<double>> X;  // X̃ = [x, 1] per calibration token (layer 0's input)
-      {
-        NoGrad ng;
-        m.eval();
-        for (const Index& b : data) {
-          const Tensor x = m.attention_inputs(b)[0];
-          for (int64_t t = 0; t < b.numel(); t++) {
-            std::vector<double> row(x.data() + t * 8, x.data() + t * 8 + 8);
-            row.push_back(1.0);
-            X.push_back(row);
-          }
-        }
-      }
+      const std::vector<std::vector<double>> X = augmented_inputs(m, data);
       const int64_t hd = 2, n = static_cast<int64_t>(X.size());
       // per token, query head h: q (hd), the K and V of h's kv head (hd each), and Wo_h v (8)
       struct Acts {
