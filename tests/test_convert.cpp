@@ -7,10 +7,10 @@
 #include <functional>
 
 #include "train/checkpoint/checkpoint.h"
-#include "train/convert.h"
+#include "train/convert/convert.h"
 #include "train/eval.h"
-#include "train/linalg.h"
-#include "train/uptrain.h"
+#include "train/convert/linalg.h"
+#include "train/convert/uptrain.h"
 #include "test_util.h"
 
 using namespace tapelm;

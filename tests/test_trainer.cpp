@@ -8,7 +8,7 @@
 
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
-#include "train/uptrain.h"
+#include "train/convert/uptrain.h"
 #include "data/prepare.h"
 #include "test_util.h"
 

@@ -16,12 +16,12 @@
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"
-#include "train/convert.h"
+#include "train/convert/convert.h"
 #include "train/eval.h"
 #include "train/interop/llama2c.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
-#include "train/uptrain.h"
+#include "train/convert/uptrain.h"
 #include "train/trainer.h"
 
 namespace tapelm::cli {

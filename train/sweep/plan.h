@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "autograd/error.h"
-#include "train/convert.h"
+#include "train/convert/convert.h"
 #include "train/train_config.h"
 
 namespace tapelm {

@@ -20,7 +20,7 @@
 #include "train/sweep/report.h"
 #include "train/sweep/results.h"
 #include "train/trainer.h"
-#include "train/uptrain.h"
+#include "train/convert/uptrain.h"
 
 namespace tapelm {
 

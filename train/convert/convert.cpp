@@ -1,4 +1,4 @@
-#include "train/convert.h"
+#include "train/convert/convert.h"
 
 #include <algorithm>
 #include <cmath>

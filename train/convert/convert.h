@@ -20,7 +20,7 @@
 #include "autograd/error.h"
 #include "data/shards.h"
 #include "nn/gpt.h"
-#include "train/linalg.h"
+#include "train/convert/linalg.h"
 
 namespace tapelm {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "autograd/error.h"
-#include "train/convert.h"
+#include "train/convert/convert.h"
 #include "train/trainer.h"
 
 namespace tapelm {

@@ -1,4 +1,4 @@
-#include "train/uptrain.h"
+#include "train/convert/uptrain.h"
 
 #include <chrono>
 #include <cmath>

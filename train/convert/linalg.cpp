@@ -1,4 +1,4 @@
-#include "train/linalg.h"
+#include "train/convert/linalg.h"
 
 #include <cmath>
 #include <string>
