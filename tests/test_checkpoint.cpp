@@ -271,7 +271,7 @@ BOOST_AUTO_TEST_CASE(weights_only_files) {
   const TrainConfig cfg = tiny_config();
   GPT model(cfg.model, 5);
   save_model(d / "w.h5", model);
-  std::unique_ptr<GPT> back = load_model(d / "w.h5");
+  std::unique_ptr<GPT> back = load_model(d / "w.h5").model;
   BOOST_TEST((back->config() == model.config()));
   auto a = model.named_parameters(), b = back->named_parameters();
   for (size_t i = 0; i < a.size(); i++) BOOST_TEST(same_bits(a[i].second.val(), b[i].second.val()), a[i].first);
@@ -293,7 +293,7 @@ BOOST_AUTO_TEST_CASE(files_written_by_h5py_load) {
   // The parity fixtures were written by PyTorch + h5py: weights only, root attributes as h5py stores them.
   for (const char* name : {"mha.h5", "gqa.h5", "mqa.h5"}) {
     const std::string path = fixture_path(std::string("parity/") + name);
-    std::unique_ptr<GPT> m = load_model(path);
+    std::unique_ptr<GPT> m = load_model(path).model;
     const CheckpointInfo info = inspect_checkpoint(path);
     BOOST_TEST((info.config == m->config()), name);
     BOOST_TEST(!info.has_train, name);
@@ -333,7 +333,7 @@ BOOST_AUTO_TEST_CASE(gradients_and_converted_files) {
   H5File c = H5File::open_read(d / "c.h5");
   BOOST_TEST((read_tokenizer(c) == tokenizer()));
   BOOST_TEST(c.read_attr_string("/", "converted_from") == R"({"kv_heads": 2, "method": "mean"})");
-  BOOST_TEST((load_model(d / "c.h5")->config() == model.config()));
+  BOOST_TEST((load_model(d / "c.h5").model->config() == model.config()));
   write_converted(d / "c2.h5", model, nullptr, "{}");
   BOOST_TEST(!inspect_checkpoint(d / "c2.h5").has_tokenizer);
 }
@@ -404,7 +404,7 @@ BOOST_AUTO_TEST_CASE(non_finite_weights_or_state_are_never_saved) {
 BOOST_AUTO_TEST_CASE(cli_refuses_non_finite_and_corrupted_checkpoints) {
   TempDir d;
   const std::string fixture = fixture_path("parity/mha.h5");  // its /tokens are the data
-  std::unique_ptr<GPT> model = load_model(fixture);
+  std::unique_ptr<GPT> model = load_model(fixture).model;
   const std::string name = "blocks.0.mlp.fc.weight";
   const NamedParams params = model->named_parameters();
   const Var wv = std::find_if(params.begin(), params.end(), [&](const auto& np) { return np.first == name; })->second;
@@ -415,7 +415,7 @@ BOOST_AUTO_TEST_CASE(cli_refuses_non_finite_and_corrupted_checkpoints) {
   // weights that overflow in the forward pass: finite on disk, but no loss to print
   save_model(d / "huge.h5", *model);
   {
-    std::unique_ptr<GPT> huge = load_model(d / "huge.h5");
+    std::unique_ptr<GPT> huge = load_model(d / "huge.h5").model;
     for (const auto& [n, p] : huge->named_parameters())
       for (int64_t i = 0; i < p.numel(); i++) p.val()[i] = 3e38f;
     save_model(d / "huge.h5", *huge);

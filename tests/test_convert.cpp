@@ -8,6 +8,7 @@
 
 #include "train/checkpoint/checkpoint.h"
 #include "train/convert/convert.h"
+#include "train/convert/heads.h"
 #include "train/eval.h"
 #include "train/convert/linalg.h"
 #include "train/convert/uptrain.h"
@@ -19,6 +20,11 @@ namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
 
 namespace {
+
+/// Conversion options for a variant name ("fit", "mean+similar").
+ConvertOptions by(const std::string& variant, const Calibration* c = nullptr, uint64_t seed = 0) {
+  return {.variant = Variant::parse(variant), .seed = seed, .calib = c};
+}
 
 const std::vector<std::string> all_methods = {"mean", "first", "mean-norm", "aligned", "fit", "aligned-fit"};  // random: no identity
 
@@ -119,13 +125,23 @@ BOOST_AUTO_TEST_CASE(linear_algebra) {
 }
 
 BOOST_AUTO_TEST_CASE(names_and_calibration_windows) {
-  for (const std::string& m : convert_method_names()) BOOST_TEST(to_string(parse_convert_method(m)) == m);
+  for (const std::string& m : method_names()) {
+    BOOST_TEST(method(m).name == m);
+    BOOST_TEST(Variant::parse(m).name() == m);
+    BOOST_TEST(Variant::parse(m + "+similar").name() == m + "+similar");
+    BOOST_TEST((Variant::parse(m + "+similar") == Variant{&method(m), Grouping::Similar}));
+  }
   BOOST_TEST(to_string(parse_grouping("similar")) == "similar");
   expect_throw([] { parse_grouping("random"); }, ErrorKind::usage, {"unknown grouping \"random\""});
-  expect_throw([] { parse_convert_method("median"); }, ErrorKind::usage, {"median", "aligned, fit or aligned-fit"});
-  BOOST_TEST(needs_calibration(ConvertMethod::Fit, Grouping::Contiguous));
-  BOOST_TEST(needs_calibration(ConvertMethod::Mean, Grouping::Similar));
-  BOOST_TEST(!needs_calibration(ConvertMethod::MeanNorm, Grouping::Contiguous));
+  expect_throw([] { method("median"); }, ErrorKind::usage, {"median", "aligned, fit, aligned-fit"});
+  expect_throw([] { Variant::parse("fit+sideways"); }, ErrorKind::usage, {"unknown grouping \"sideways\""});
+  BOOST_TEST(Variant::parse("fit").needs_calibration());
+  BOOST_TEST(Variant::parse("mean+similar").needs_calibration());
+  BOOST_TEST(!Variant::parse("mean-norm").needs_calibration());
+  // groups of one read nothing, whatever the variant; a count that does not divide is left to the conversion's own error
+  BOOST_TEST(conversion_calibrates(4, 2, Variant::parse("aligned")));
+  BOOST_TEST(!conversion_calibrates(4, 4, Variant::parse("aligned")));
+  BOOST_TEST(!conversion_calibrates(4, 3, Variant::parse("fit")));
   std::vector<int32_t> ids(400);
   for (int i = 0; i < 400; i++) ids[i] = i;
   const auto a = calibration_batches(ids, 8, 300, 5, "x"), b = calibration_batches(ids, 8, 300, 5, "x");
@@ -164,13 +180,13 @@ BOOST_AUTO_TEST_CASE(alignment_and_similar_permutation_leave_the_mha_model_uncha
       const double before = loss_on(*m, data);
       const Calibration c = calibrate(*m, data);
       for (int64_t rep : {int64_t(2), KV}) {
-        auto a = convert_kv_heads(*m, KV, ConvertMethod::Mean);  // a copy
+        auto a = convert_kv_heads(*m, KV, by("mean"));  // a copy
         align_kv_heads(*a, rep, c);
         BOOST_TEST(std::fabs(loss_on(*a, data) - before) < 1e-5, "aligned, rep " << rep);
         // the weights did move (the test is not vacuous)
         BOOST_TEST(a->blocks[0]->attn->wk->weight.val().to_vector() != m->blocks[0]->attn->wk->weight.val().to_vector());
       }
-      auto p = convert_kv_heads(*m, KV, ConvertMethod::Mean);
+      auto p = convert_kv_heads(*m, KV, by("mean"));
       for (int64_t l = 0; l < 2; l++) {
         std::vector<int64_t> perm(KV);
         for (int64_t i = 0; i < KV; i++) perm[i] = (i * 3 + l + 1) % KV;  // an arbitrary permutation
@@ -189,7 +205,7 @@ BOOST_AUTO_TEST_CASE(every_method_with_G_equal_to_KV_returns_the_model) {
   const Calibration c = calibrate(*m, some_batches());
   for (const std::string& method : all_methods)
     for (Grouping g : {Grouping::Contiguous, Grouping::Similar}) {
-      auto out = convert_kv_heads(*m, 4, {.method = parse_convert_method(method), .grouping = g, .calib = &c});
+      auto out = convert_kv_heads(*m, 4, {.variant = {&tapelm::method(method), g}, .calib = &c});
       expect_same_params(*m, *out, method + " " + to_string(g));
     }
 }
@@ -211,7 +227,7 @@ BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_loss_under_every_method)
       const Calibration c = calibrate(*m, data);
       for (const std::string& method : all_methods)
         for (Grouping g : {Grouping::Contiguous, Grouping::Similar}) {
-          auto out = convert_kv_heads(*m, G, {.method = parse_convert_method(method), .grouping = g, .calib = &c});
+          auto out = convert_kv_heads(*m, G, {.variant = {&tapelm::method(method), g}, .calib = &c});
           const double after = loss_on(*out, data);
           BOOST_TEST(std::fabs(after - before) < 1e-5,
                      method << " " << to_string(g) << " G=" << G << (pos == PosKind::Rope ? " rope" : "") << ": "
@@ -267,10 +283,10 @@ BOOST_AUTO_TEST_CASE(aligned_recovers_heads_that_are_rotations_of_each_other) {
       const std::vector<Index> data = some_batches();
       const double before = loss_on(*m, data);
       const Calibration c = calibrate(*m, data);
-      const double aligned = loss_on(*convert_kv_heads(*m, G, {.method = ConvertMethod::Aligned, .calib = &c}), data);
+      const double aligned = loss_on(*convert_kv_heads(*m, G, by("aligned", &c)), data);
       const double aligned_fit =
-          loss_on(*convert_kv_heads(*m, G, {.method = ConvertMethod::AlignedFit, .calib = &c}), data);
-      const double mean = loss_on(*convert_kv_heads(*m, G, ConvertMethod::Mean), data);
+          loss_on(*convert_kv_heads(*m, G, by("aligned-fit", &c)), data);
+      const double mean = loss_on(*convert_kv_heads(*m, G, by("mean")), data);
       const std::string what = std::string(pos == PosKind::Rope ? "rope" : "learned") + " G=" + std::to_string(G);
       BOOST_TEST(std::fabs(aligned - before) < 1e-5, what << ": aligned " << aligned << " vs MHA " << before);
       // aligned, the members are equal, and the weighted mean of equal heads is that head
@@ -316,7 +332,7 @@ BOOST_AUTO_TEST_CASE(fit_is_the_least_squares_merge) {
     GPT& m = *model;
     const std::vector<Index> data = some_batches();
     const Calibration c = calibrate(m, data);
-    auto out = convert_kv_heads(m, 1, {.method = ConvertMethod::Fit, .calib = &c});
+    auto out = convert_kv_heads(m, 1, by("fit", &c));
     const std::vector<std::vector<double>> X = augmented_inputs(m, data);
     const Attention& at = *m.blocks[0]->attn;
     auto w = [&](const Linear& l, int64_t r, int64_t col) {  // W̃ entry: weight, or the bias in column 8
@@ -473,9 +489,9 @@ BOOST_AUTO_TEST_CASE(aligned_fit_changes_scores_and_outputs_no_more_than_aligned
         for (size_t e = 0; e < ref.o.size(); e++) outputs += (a.o[e] - ref.o[e]) * (a.o[e] - ref.o[e]);
       };
       double s_al, o_al, s_af, o_af, s_mean, o_mean;
-      change(*convert_kv_heads(m, G, {.method = ConvertMethod::Aligned, .calib = &c}), s_al, o_al);
-      change(*convert_kv_heads(m, G, {.method = ConvertMethod::AlignedFit, .calib = &c}), s_af, o_af);
-      change(*convert_kv_heads(m, G, ConvertMethod::Mean), s_mean, o_mean);
+      change(*convert_kv_heads(m, G, by("aligned", &c)), s_al, o_al);
+      change(*convert_kv_heads(m, G, by("aligned-fit", &c)), s_af, o_af);
+      change(*convert_kv_heads(m, G, by("mean")), s_mean, o_mean);
       const std::string what = std::string(bias ? "bias" : "no bias") + " G=" + std::to_string(G);
       BOOST_TEST(s_af <= s_al * (1 + 1e-5), what << ": score change, aligned-fit " << s_af << " vs aligned " << s_al);
       BOOST_TEST(o_af <= o_al * (1 + 1e-5), what << ": output change, aligned-fit " << o_af << " vs aligned " << o_al);
@@ -498,7 +514,7 @@ BOOST_AUTO_TEST_CASE(fit_beats_mean_at_alpha_0_on_a_trained_model) {
   pre.eval_interval = 150;
   pre.log_interval = 150;
   tapelm::train(pre, shakespeare(), d / "mha", quiet);
-  std::unique_ptr<GPT> m = load_model(d / "mha/checkpoint.h5");
+  std::unique_ptr<GPT> m = load_model(d / "mha/checkpoint.h5").model;
   // evaluation windows = calibration windows
   const TokenSeq& val = shakespeare().val;
   std::vector<int64_t> starts;
@@ -515,7 +531,7 @@ BOOST_AUTO_TEST_CASE(fit_beats_mean_at_alpha_0_on_a_trained_model) {
   for (int64_t G : {2, 1}) {
     std::map<std::string, double> loss;
     for (const std::string& method : all_methods)
-      loss[method] = evaluate(*convert_kv_heads(*m, G, {.method = parse_convert_method(method), .calib = &c}), eb).loss;
+      loss[method] = evaluate(*convert_kv_heads(*m, G, by(method, &c)), eb).loss;
     BOOST_TEST_MESSAGE("G=" << G << ": MHA " << mha << ", fit " << loss["fit"] << ", mean " << loss["mean"]
                             << ", mean-norm " << loss["mean-norm"] << ", aligned " << loss["aligned"] << ", first "
                             << loss["first"]);
@@ -537,7 +553,7 @@ BOOST_AUTO_TEST_CASE(conversion_reproduces_the_reference) {
     for (int64_t t = 0; t + 1 < s[1]; t++) x.data.push_back(tok[b * s[1] + t]), y.data.push_back(tok[b * s[1] + t + 1]);
   for (auto [method, G] : {std::pair{"mean", 2}, std::pair{"mean", 1}, std::pair{"first", 2}}) {
     const std::string g = std::string("/expected/convert/") + method + "_kv" + std::to_string(G);
-    auto out = convert_kv_heads(src, G, parse_convert_method(method), 0);
+    auto out = convert_kv_heads(src, G, by(method));
     BOOST_TEST(out->config().n_kv_head == G);
     for (const auto& [name, p] : out->named_parameters())
       BOOST_TEST(p.val().to_vector() == f.read_tensor(g + "/model/" + name).to_vector(), tt::per_element());
@@ -564,7 +580,7 @@ BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
     NoGrad ng;
     Tensor before = m.forward(ids).val();
     for (const char* method : {"mean", "first"}) {
-      auto out = convert_kv_heads(m, G, parse_convert_method(method));
+      auto out = convert_kv_heads(m, G, by(method));
       Tensor after = out->forward(ids).val();
       double worst = 0;
       for (int64_t i = 0; i < after.numel(); i++) worst = std::max(worst, double(std::fabs(after[i] - before[i])));
@@ -574,27 +590,27 @@ BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
 }
 
 BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
-  std::unique_ptr<GPT> m = load_model(parity_fixture("gqa.h5"));
-  auto same = convert_kv_heads(*m, 2, ConvertMethod::Mean);
+  std::unique_ptr<GPT> m = load_model(parity_fixture("gqa.h5")).model;
+  auto same = convert_kv_heads(*m, 2, by("mean"));
   auto a = m->named_parameters(), b = same->named_parameters();
   for (size_t i = 0; i < a.size(); i++) BOOST_TEST(a[i].second.val().to_vector() == b[i].second.val().to_vector());
-  auto r = convert_kv_heads(*m, 1, ConvertMethod::Random, 5);
+  auto r = convert_kv_heads(*m, 1, by("random", nullptr, 5));
   const Tensor& wk = r->blocks[0]->attn->wk->weight.val();
   double s2 = 0;
   for (int64_t i = 0; i < wk.numel(); i++) s2 += double(wk[i]) * wk[i];
   BOOST_TEST(std::sqrt(s2 / wk.numel()) == 0.02, tt::tolerance(0.15));
-  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 3, ConvertMethod::Mean), Error, is_kind(ErrorKind::config));
-  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 4, ConvertMethod::Mean), Error, is_kind(ErrorKind::config));  // 2 -> 4 is not a pooling
-  BOOST_CHECK_EXCEPTION(parse_convert_method("median"), Error, is_kind(ErrorKind::usage));
-  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 1, {.method = ConvertMethod::Fit}), Error, is_kind(ErrorKind::usage));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 3, by("mean")), Error, is_kind(ErrorKind::config));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 4, by("mean")), Error, is_kind(ErrorKind::config));  // 2 -> 4 is not a pooling
+  BOOST_CHECK_EXCEPTION(method("median"), Error, is_kind(ErrorKind::usage));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 1, by("fit")), Error, is_kind(ErrorKind::usage));
   TempDir d;
   const std::string from = "convert --from " + parity_fixture("gqa.h5");
   for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
            {" --kv-heads 3", "cannot convert 2 kv heads to 3"},
            {" --kv-heads 1 --method median", "unknown conversion method \"median\""},
            {" --kv-heads 1 --grouping best", "unknown grouping \"best\""},
-           {" --kv-heads 1 --method aligned", "needs calibration data (--calib)"},
-           {" --kv-heads 1 --grouping similar", "needs calibration data (--calib)"},
+           {" --kv-heads 1 --method aligned", "--calib: converting by"},
+           {" --kv-heads 1 --grouping similar", "--calib: converting by"},
            {" --kv-heads 1 --method fit --calib " + fixture_path("tiny.txt") + " --calib-tokens 100000",
             "fewer than the 100000 calibration tokens"},
            {" --kv-heads 1 --method fit --calib " + (d / "missing.txt"), "missing.txt"}}) {
@@ -608,7 +624,7 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
                    " --calib-tokens 64 --out " + (d / "fit.h5"));
   BOOST_TEST(ok.code == 0, ok.err);
   BOOST_TEST(ok.out.find("by fit (similar groups, calibrated on 64 tokens)") != std::string::npos, ok.out);
-  BOOST_TEST(load_model(d / "fit.h5")->config().n_kv_head == 1);
+  BOOST_TEST(load_model(d / "fit.h5").model->config().n_kv_head == 1);
 }
 
 BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {

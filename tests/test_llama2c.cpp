@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(export_writes_llama2c_bytes) {
   // From the tapelm-layout weights, not from an import: export alone must give export.py's bytes.
   for (const std::string& name : kModels) {
     BOOST_TEST_CONTEXT(name) {
-      std::unique_ptr<GPT> m = load_model(l2c(name + ".h5"));
+      std::unique_ptr<GPT> m = load_model(l2c(name + ".h5")).model;
       BOOST_TEST((lc::model_bytes(*m, 1) == bytes_of(bin(name, 1))), "version 1 bytes differ");
       // version 0: byte for byte outside the RoPE tables, which run.c skips and which PyTorch's
       // float32 cos/sin round differently from a correctly rounded cos/sin in a few last bits
@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(imported_model_converts_and_exports) {
   BOOST_TEST_REQUIRE(r.code == 0, r.err);
   lc::Model back = lc::read_model(d / "mqa.bin");
   BOOST_TEST(back.header.n_kv_heads == 1);
-  std::unique_ptr<GPT> mqa = load_model(d / "mqa.h5");
+  std::unique_ptr<GPT> mqa = load_model(d / "mqa.h5").model;
   for (const auto& [name, p] : back.gpt->named_parameters()) {
     bool same = false;
     for (const auto& [n2, p2] : mqa->named_parameters())
@@ -310,7 +310,7 @@ BOOST_AUTO_TEST_CASE(bad_tokenizers_give_one_line_and_write_nothing) {
                "has 512 pieces, the model's vocab_size is 300");
   BOOST_TEST(!fs::exists(d / "o.h5"));
   // a checkpoint with a char tokenizer: no tokenizer.bin for run.c, so no export
-  std::unique_ptr<GPT> m = load_model(l2c("gqa_tied.h5"));
+  std::unique_ptr<GPT> m = load_model(l2c("gqa_tied.h5")).model;
   const Tokenizer chars = Tokenizer::from_char(CharTokenizer::from_text("abc"));
   write_converted(d / "char.h5", *m, &chars, "{}");
   expect_error(run_cli("export --checkpoint " + (d / "char.h5") + " --format llama2c --out " + (d / "char.bin")),

@@ -58,7 +58,7 @@ BOOST_AUTO_TEST_CASE(every_fixture_matches_pytorch) {
   BOOST_TEST_REQUIRE(files.size() >= 6u);
   for (const std::string& path : files) {
     BOOST_TEST_CONTEXT(fs::path(path).filename().string()) {
-      std::unique_ptr<GPT> model = load_model(path);
+      std::unique_ptr<GPT> model = load_model(path).model;
       model->eval();
       H5File f = H5File::open_read(path);
       Shape ts;
@@ -95,9 +95,9 @@ BOOST_AUTO_TEST_CASE(every_fixture_matches_pytorch) {
 BOOST_AUTO_TEST_CASE(weights_round_trip_and_mismatch_errors) {
   const std::string dir = (fs::temp_directory_path() / ("tapelm_parity_" + std::to_string(::getpid()))).string();
   fs::create_directories(dir);
-  std::unique_ptr<GPT> m = load_model(test::fixture_path("parity/gqa.h5"));
+  std::unique_ptr<GPT> m = load_model(test::fixture_path("parity/gqa.h5")).model;
   save_model(dir + "/w.h5", *m);
-  std::unique_ptr<GPT> m2 = load_model(dir + "/w.h5");
+  std::unique_ptr<GPT> m2 = load_model(dir + "/w.h5").model;
   BOOST_TEST((m2->config() == m->config()));
   auto a = m->named_parameters(), b = m2->named_parameters();
   BOOST_TEST_REQUIRE(a.size() == b.size());

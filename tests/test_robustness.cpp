@@ -235,7 +235,7 @@ BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
   Run ref = run_shell(train_cmd(cfg, text, d / "ref"));
   const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_REQUIRE(ref.code == 0, ref.err);
-  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5");
+  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5").model;
 
   std::mt19937_64 rng(46);
   int killed = 0, mid_save = 0;
@@ -262,7 +262,7 @@ BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
     std::vector<nlohmann::json> m;
     BOOST_CHECK_NO_THROW(m = read_metrics(run + "/metrics.jsonl"));
     BOOST_TEST((!m.empty() && m.back()["step"] == iters), "kill " << k << ": metrics end at " << (m.empty() ? nlohmann::json() : m.back()));
-    const std::unique_ptr<GPT> got = load_model(run + "/checkpoint.h5");
+    const std::unique_ptr<GPT> got = load_model(run + "/checkpoint.h5").model;
     const NamedParams a = got->named_parameters(), b = want->named_parameters();
     BOOST_TEST_REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); i++) {

@@ -48,7 +48,7 @@ double hand_loss(const Cell& c) {
       {{2, "random"}, {4.0, 3.6, 3.5}}, {{1, "mean"}, {3.5, 3.3, 3.25}},  {{1, "first"}, {3.3, 3.2, 3.1}},
       {{1, "random"}, {4.2, 3.8, 3.7}}, {{2, "fit"}, {3.1, 3.05, 0}},     {{1, "fit"}, {3.25, 3.15, 0}}};
   const size_t i = c.alpha == 0 ? 0 : c.alpha < 0.07 ? 1 : 2;
-  return by_alpha.at({c.kv, c.method})[i] + 0.01 * (c.seed - 1);
+  return by_alpha.at({c.kv, c.method_name()})[i] + 0.01 * (c.seed - 1);
 }
 
 /// Every cell of the micro plan with hand_loss and, per KV, hand-picked costs and decoding times.
@@ -67,7 +67,7 @@ std::vector<CellResult> hand_results(const SweepPlan& plan, double mqa_ms_per_sa
     r.params = params.at(c.kv);
     r.kv_cache_bytes_per_token = cache.at(c.kv);
     r.decode = decode.at(c.kv);
-    if (c.kind == CellKind::convert) r.convert_seconds = c.method == "fit" ? 0.25 : 0.002;
+    if (c.kind == CellKind::convert) r.convert_seconds = c.method_name() == "fit" ? 0.25 : 0.002;
     rs.push_back(r);
   }
   return rs;
@@ -93,7 +93,9 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   // pretrain + KV 4 (mean only: 3 α, 3 seeds of the headline α) + KV {2, 1} × (mean's 5 cells + 6
   // more methods at α = 0 and the headline α with 3 seeds) + from scratch KV 2 and 1
   BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 6 * 4) + 2);
-  BOOST_TEST(micro.variants == convert_method_names(), tt::per_element());
+  std::vector<std::string> names;
+  for (const Variant& v : micro.variants) names.push_back(v.name());
+  BOOST_TEST(names == method_names(), tt::per_element());
   BOOST_TEST(micro.kv_heads == (std::vector<int64_t>{4, 2, 1}), tt::per_element());
   BOOST_TEST(micro.pretrain().id() == "pretrain_mha");
   BOOST_TEST(micro.pretrain().steps == 20);
@@ -109,12 +111,12 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
     BOOST_TEST(ids.count(id) == 1u, id);
   BOOST_TEST(ids.count("kv4_first_a0_s1") == 0u);  // converting MHA to MHA: mean only
   BOOST_TEST(ids.count("kv2_first_a0.1_s1") == 0u);  // α beyond the headline: mean only
-  const Cell& c = micro.find(CellKind::convert, 1, "mean", 0.05, 2);
+  const Cell& c = micro.find(CellKind::convert, 1, Variant::parse("mean"), 0.05, 2);
   BOOST_TEST(c.id() == "kv1_mean_a0.05_s2");
   BOOST_TEST(c.steps == 1);  // 0.05 × 20
-  BOOST_TEST(micro.find(CellKind::convert, 2, "mean", 0.1).steps == 2);
+  BOOST_TEST(micro.find(CellKind::convert, 2, Variant::parse("mean"), 0.1).steps == 2);
   BOOST_TEST(micro.scratch(1).id() == "scratch_kv1_s1");
-  BOOST_CHECK_EXCEPTION(micro.find(CellKind::convert, 3, "mean", 0), Error, test::is_kind(ErrorKind::internal));
+  BOOST_CHECK_EXCEPTION(micro.find(CellKind::convert, 3, Variant::parse("mean"), 0), Error, test::is_kind(ErrorKind::internal));
   BOOST_TEST(micro.kv_name(4) == "MHA");
   BOOST_TEST(micro.kv_name(2) == "GQA-2");
   BOOST_TEST(micro.kv_name(1) == "MQA");
@@ -127,11 +129,28 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   p.methods = {"mean", "random", "fit"};
   p.groupings = {"contiguous", "similar"};
   const SweepPlan g(p);
-  BOOST_TEST(g.variants == (std::vector<std::string>{"mean", "random", "fit", "mean+similar", "fit+similar"}),
-             tt::per_element());
-  BOOST_TEST(g.find(CellKind::convert, 1, "fit+similar", 0.05, 3).id() == "kv1_fit+similar_a0.05_s3");
-  BOOST_TEST((parse_variant("fit+similar") == std::pair{ConvertMethod::Fit, Grouping::Similar}));
-  BOOST_TEST((parse_variant("mean-norm") == std::pair{ConvertMethod::MeanNorm, Grouping::Contiguous}));
+  std::vector<std::string> gnames;
+  for (const Variant& v : g.variants) gnames.push_back(v.name());
+  BOOST_TEST(gnames == (std::vector<std::string>{"mean", "random", "fit", "mean+similar", "fit+similar"}), tt::per_element());
+  const Cell& fs3 = g.find(CellKind::convert, 1, Variant::parse("fit+similar"), 0.05, 3);
+  BOOST_TEST(fs3.id() == "kv1_fit+similar_a0.05_s3");
+  BOOST_TEST(fs3.method_name() == "fit+similar");
+  BOOST_TEST((fs3.variant == Variant{&method("fit"), Grouping::Similar}));
+  // the one place that sets a cell's kv heads, steps and seed
+  const UptrainOptions uo = g.uptrain_options_for(fs3);
+  BOOST_TEST(uo.kv_heads == 1);
+  BOOST_TEST(uo.seed == 3u);
+  BOOST_TEST(uo.fraction == 0.05);
+  BOOST_TEST(uo.calib_tokens == p.calib_tokens);
+  BOOST_TEST((uo.variant == fs3.variant));
+  const TrainConfig sc = g.train_config_for(g.scratch(2));
+  BOOST_TEST(sc.model.n_kv_head == 2);
+  BOOST_TEST(sc.max_iters == 21);
+  BOOST_TEST(sc.lr_decay_iters == 21);
+  BOOST_TEST(sc.seed == p.pretrain.seed + 2000);  // from scratch: its own init and batches
+  BOOST_TEST(g.train_config_for(g.pretrain()).seed == p.pretrain.seed);
+  BOOST_TEST(g.train_config_for(g.pretrain()).model.n_kv_head == 4);
+  BOOST_CHECK_EXCEPTION(g.train_config_for(fs3), Error, test::is_kind(ErrorKind::internal));
   for (auto [methods, groupings, part] :
        std::vector<std::tuple<std::vector<std::string>, std::vector<std::string>, std::string>>{
            {{"mean", "median"}, {"contiguous"}, "unknown conversion method \"median\""},
@@ -171,7 +190,7 @@ BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
     BOOST_TEST(r.to_json().dump(1) == j.dump(1));  // integers stay integers, 7648.0 stays a float
   }
   const CellResult c = CellResult::from_json(converted);
-  BOOST_TEST((c.cell == Cell{CellKind::convert, 2, "mean", 0.05, 1, 1}));
+  BOOST_TEST((c.cell == Cell{CellKind::convert, 2, Variant::parse("mean"), 0.05, 1, 1}));
   BOOST_TEST(c.loss_before.value() == 3.2096107006073);
   BOOST_TEST(c.decode.at(4).ms_per_sample == 114.001091);
   BOOST_TEST(c.decode.at(1).ms_per_token_step == 30.399207333333333);
@@ -211,7 +230,7 @@ BOOST_AUTO_TEST_CASE(csv_header_and_rows) {
   pre.kv_cache_bytes_per_token = 128;
   pre.decode = {{1, {1.5, 22.5}}, {4, {2.5, 9.375}}};
   CellResult conv = pre;
-  conv.cell = plan.find(CellKind::convert, 2, "mean", 0.05);
+  conv.cell = plan.find(CellKind::convert, 2, Variant::parse("mean"), 0.05);
   conv.schedule = "rewarm";
   conv.loss_before = 3.75;
   conv.params = 3616;

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "nn/accounting.h"
+
 namespace tapelm {
 
 namespace {
@@ -177,11 +179,16 @@ void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
   for (size_t i = 0; i < params.size(); i++) params[i].second.val() = loaded[i];
 }
 
-std::unique_ptr<GPT> load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, double bytes_per_param) {
   H5File f = H5File::open_read(path);
-  auto model = std::make_unique<GPT>(read_model_config(f));
-  read_model_weights(f, *model);
-  return model;
+  const GPTConfig cfg = read_model_config(f);
+  const int64_t params = model_cost(cfg).params;
+  check_memory(bytes_per_param * static_cast<double>(params), available_memory_bytes(),
+               path + ": the model's " + std::to_string(params) + " parameters");
+  LoadedModel l{.model = std::make_unique<GPT>(cfg)};
+  read_model_weights(f, *l.model);
+  if (has_tokenizer(f)) l.tok = read_tokenizer(f);
+  return l;
 }
 
 void save_model(const std::string& path, const GPT& model) {

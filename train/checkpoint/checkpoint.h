@@ -15,6 +15,7 @@
 // beside the format (eval's gradients, convert's output) are written here too.
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,8 +44,16 @@ void write_model(H5File& f, const GPT& model, const std::string& group = "/model
 /// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded; so does a
 /// NaN or Inf value (named with its dataset).
 void read_model_weights(const H5File& f, GPT& model, const std::string& group = "/model");
-/// Builds the model a checkpoint file describes and loads its weights.
-std::unique_ptr<GPT> load_model(const std::string& path);
+/// A model read from a checkpoint, with the tokenizer the file holds (none for a weights-only file
+/// without one).
+struct LoadedModel {
+  std::unique_ptr<GPT> model;
+  std::optional<Tokenizer> tok;
+};
+/// Builds the model a checkpoint file describes and loads its weights and tokenizer. A model whose
+/// parameters at `bytes_per_param` bytes each (4: the weights once) exceed the memory available is
+/// refused before anything is allocated, naming the file and the parameter count.
+LoadedModel load_model(const std::string& path, double bytes_per_param = 4);
 /// Writes a weights-only checkpoint atomically.
 void save_model(const std::string& path, const GPT& model);
 

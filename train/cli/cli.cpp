@@ -53,27 +53,6 @@ nlohmann::json read_json_file(const std::string& path) {
   return parse_config_json(text.str(), path);
 }
 
-struct Loaded {
-  std::unique_ptr<GPT> model;
-  bool has_tokenizer = false;
-  Tokenizer tok;
-};
-
-Loaded load_checkpoint(const std::string& path) {
-  H5File f = H5File::open_read(path);
-  Loaded l;
-  const GPTConfig cfg = read_model_config(f);
-  check_memory(4.0 * static_cast<double>(model_cost(cfg).params), available_memory_bytes(),
-               path + ": the model's " + std::to_string(model_cost(cfg).params) + " parameters");
-  l.model = std::make_unique<GPT>(cfg);
-  read_model_weights(f, *l.model);
-  if (has_tokenizer(f)) {
-    l.tok = read_tokenizer(f);
-    l.has_tokenizer = true;
-  }
-  return l;
-}
-
 }  // namespace
 
 int run_train(const TrainArgs& a, int threads) {
@@ -170,8 +149,7 @@ int run_uptrain(const UptrainArgs& a) {
   }
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
-  o.method = parse_convert_method(a.method);
-  o.grouping = parse_grouping(a.grouping);
+  o.variant = {&method(a.method), parse_grouping(a.grouping)};
   o.calib_tokens = a.calib_tokens;
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
@@ -261,10 +239,10 @@ int run_bench(const BenchArgs& a) {
 }
 
 int run_eval(const EvalArgs& a) {
-  Loaded l = load_checkpoint(a.checkpoint);
+  LoadedModel l = load_model(a.checkpoint);
   GPT& model = *l.model;
   if (a.batch <= 0) throw Error(ErrorKind::usage, "--batch must be positive");
-  const EvalData data = load_eval_data(a.data, a.split, model.config(), l.has_tokenizer ? &l.tok : nullptr);
+  const EvalData data = load_eval_data(a.data, a.split, model.config(), l.tok ? &*l.tok : nullptr);
   const bool grads = !a.grad_out.empty();
   const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
   // Finite weights can still overflow in the forward pass; a NaN loss is no result to print.
@@ -282,19 +260,19 @@ int run_eval(const EvalArgs& a) {
 }
 
 int run_sample(const SampleArgs& a) {
-  Loaded l = load_checkpoint(a.checkpoint);
-  if (!l.has_tokenizer)
+  LoadedModel l = load_model(a.checkpoint);
+  if (!l.tok)
     throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   l.model->eval();
   std::vector<int32_t> prompt;
-  const int32_t bos = l.tok.bos_id();
+  const int32_t bos = l.tok->bos_id();
   try {
     // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
     // prompt is then BOS alone
     if (bos >= 0) prompt.push_back(bos);
     if (bos < 0 || a.prompt != "\n") {
-      const std::vector<int32_t> p = l.tok.encode(a.prompt.empty() ? "\n" : a.prompt);
+      const std::vector<int32_t> p = l.tok->encode(a.prompt.empty() ? "\n" : a.prompt);
       prompt.insert(prompt.end(), p.begin(), p.end());
     }
   } catch (const std::exception& e) {
@@ -307,13 +285,13 @@ int run_sample(const SampleArgs& a) {
   so.greedy = a.greedy;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
-  so.vocab_limit = l.tok.vocab_size();  // the model's ids past the tokenizer's cannot be printed
+  so.vocab_limit = l.tok->vocab_size();  // the model's ids past the tokenizer's cannot be printed
   so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
-  std::fputs(l.tok.decode(prompt).c_str(), stdout);
+  std::fputs(l.tok->decode(prompt).c_str(), stdout);
   std::fflush(stdout);
   int32_t prev = prompt.back();
   generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
-    std::fputs(l.tok.decode_next(prev, next[0]).c_str(), stdout);
+    std::fputs(l.tok->decode_next(prev, next[0]).c_str(), stdout);
     prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
   });
@@ -322,35 +300,28 @@ int run_sample(const SampleArgs& a) {
 }
 
 int run_convert(const ConvertArgs& a) {
-  H5File f = H5File::open_read(a.from);
-  GPT src(read_model_config(f));
-  read_model_weights(f, src);
-  ConvertOptions co{.method = parse_convert_method(a.method), .grouping = parse_grouping(a.grouping), .seed = a.seed};
-  const bool tok = has_tokenizer(f);
-  Tokenizer t;
-  if (tok) t = read_tokenizer(f);
+  const Variant v{&method(a.method), parse_grouping(a.grouping)};
+  LoadedModel l = load_model(a.from);
+  GPT& src = *l.model;
+  const int64_t kv = src.config().n_kv_head;
+  if (conversion_calibrates(kv, a.kv_heads, v) && a.calib.empty())
+    throw Error(ErrorKind::usage, "--calib: converting by " + v.name() + " needs calibration data");
   const auto t0 = std::chrono::steady_clock::now();
-  Calibration calib;
-  if (!a.calib.empty() && needs_calibration(co.method, co.grouping)) {
+  CalibrationSource cs{.tokens = a.calib_tokens, .seed = a.seed, .what = a.calib};
+  if (conversion_calibrates(kv, a.kv_heads, v)) {
     // Text and corpora calibrate on their train split; token and parity files on all they hold.
-    const EvalData data = load_eval_data(a.calib, "train", src.config(), tok ? &t : nullptr);
-    if (!data.ready.empty()) {
-      std::vector<Index> batches;
-      for (const auto& b : data.ready) batches.push_back(b.first);
-      calib = calibrate(src, batches);
-    } else {
-      calib = calibrate(src, calibration_batches(data.ids, src.config().block_size, a.calib_tokens, a.seed, a.calib));
-    }
-    co.calib = &calib;
+    const EvalData data = load_eval_data(a.calib, "train", src.config(), l.tok ? &*l.tok : nullptr);
+    cs.ids = data.ids;
+    for (const auto& b : data.ready) cs.batches.push_back(b.first);
   }
-  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, co);
+  const std::optional<Calibration> calib = calibration_for(src, a.kv_heads, v, cs);
+  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, {.variant = v, .seed = a.seed, .calib = calib ? &*calib : nullptr});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_converted(a.out, *out, tok ? &t : nullptr,
-                  nlohmann::json{{"kv_heads", src.config().n_kv_head}, {"method", a.method}, {"grouping", a.grouping}}.dump());
-  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(),
-              (long)src.config().n_kv_head, (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
-              co.calib == nullptr ? "" : (", calibrated on " + std::to_string(calib.tokens) + " tokens").c_str(), secs,
-              a.out.c_str());
+  write_converted(a.out, *out, l.tok ? &*l.tok : nullptr,
+                  nlohmann::json{{"kv_heads_from", kv}, {"kv_heads", a.kv_heads}, {"method", a.method}, {"grouping", a.grouping}}.dump());
+  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(), (long)kv,
+              (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
+              calib ? (", calibrated on " + std::to_string(calib->tokens) + " tokens").c_str() : "", secs, a.out.c_str());
   return 0;
 }
 

@@ -46,10 +46,9 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 }
 
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
-  H5File f = H5File::open_read(from);
-  GPT src(read_model_config(f));
-  read_model_weights(f, src);
-  const TrainConfig original = o.original ? *o.original : read_train_config(f);
+  LoadedModel loaded = load_model(from);
+  GPT& src = *loaded.model;
+  const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
   GPTConfig same = original.model;
   same.dropout = src.config().dropout;  // a training choice, not the model's
   if (!(same == src.config()))
@@ -58,13 +57,10 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   r.config = uptrain_config(original, o);
   r.steps = r.config.max_iters;
   const auto tc = std::chrono::steady_clock::now();
-  ConvertOptions co{.method = o.method, .grouping = o.grouping, .seed = o.seed};
-  Calibration calib;
-  if (needs_calibration(o.method, o.grouping) && src.config().n_kv_head != o.kv_heads) {  // groups of one: nothing to calibrate
-    calib = calibrate(src, calibration_batches(corpus.train, src.config().block_size, o.calib_tokens, o.calib_seed,
-                                               "calibration data (the train split)"));
-    co.calib = &calib;
-  }
+  const std::optional<Calibration> calib =
+      calibration_for(src, o.kv_heads, o.variant,
+                      {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
+  const ConvertOptions co{.variant = o.variant, .seed = o.seed, .calib = calib ? &*calib : nullptr};
   std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, co);
   r.convert_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
   r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
@@ -79,8 +75,8 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
                                  {"kv_heads_from", src.config().n_kv_head},
                                  {"kv_heads", o.kv_heads},
-                                 {"method", to_string(o.method)},
-                                 {"grouping", to_string(o.grouping)},
+                                 {"method", o.variant.method->name},
+                                 {"grouping", to_string(o.variant.grouping)},
                                  {"fraction", o.fraction},
                                  {"schedule", to_string(o.schedule)}}
                       .dump();
@@ -99,7 +95,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   }
   tapelm::train(r.config, corpus, out_dir, to);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint());
+  std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint()).model;
   r.val_loss = evaluate_split(*done, corpus.val);
   return r;
 }

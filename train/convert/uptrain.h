@@ -20,8 +20,7 @@ std::string to_string(UptrainSchedule s);
 
 struct UptrainOptions {
   int64_t kv_heads = 1;
-  ConvertMethod method = ConvertMethod::Mean;
-  Grouping grouping = Grouping::Contiguous;
+  Variant variant;                // conversion method and grouping
   int64_t calib_tokens = 16384;  // calibration tokens from the corpus's train split (aligned, fit, similar)
   uint64_t calib_seed = 0;       // which windows: fixed, so every seed of a study converts alike
   double fraction = 0.05;  // α; 0: convert and evaluate only

@@ -422,14 +422,14 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
 Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path) {
   if (version != 0 && version != 1)
     throw Error(ErrorKind::usage, "--version " + std::to_string(version) + ": llama2.c versions are 0 and 1");
-  H5File f = H5File::open_read(checkpoint);
-  const GPTConfig cfg = read_model_config(f);
+  const GPTConfig cfg = read_model_config(H5File::open_read(checkpoint));
   check_exportable(cfg, checkpoint);
-  check_memory(8.0 * static_cast<double>(model_cost(cfg).params), available_memory_bytes(),
-               checkpoint + ": the model's " + std::to_string(model_cost(cfg).params) + " parameters");
+  // the weights and the bytes of the file written from them
+  const LoadedModel l = load_model(checkpoint, 8.0);
+  const GPT& model = *l.model;
   std::string tok_bytes, tok_path;
-  if (has_tokenizer(f)) {
-    const Tokenizer tok = read_tokenizer(f);
+  if (l.tok) {
+    const Tokenizer& tok = *l.tok;
     tok_bytes = tokenizer_bytes(tok, checkpoint);
     if (tok.vocab_size() != cfg.vocab_size)
       throw Error(ErrorKind::config, checkpoint + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
@@ -439,9 +439,7 @@ Header export_model(const std::string& checkpoint, int version, const std::strin
     if (std::filesystem::absolute(tok_path) == std::filesystem::absolute(out))
       throw Error(ErrorKind::usage, "--out " + out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
   }
-  GPT model(cfg);
-  read_model_weights(f, model);
-  const std::map<std::string, Tensor> extras = read_imported(f);
+  const std::map<std::string, Tensor> extras = read_imported(H5File::open_read(checkpoint));
   auto table = [&](const char* name) {
     auto it = extras.find(name);
     return it == extras.end() ? nullptr : &it->second;

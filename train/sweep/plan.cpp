@@ -56,20 +56,15 @@ SweepPreset sweep_preset(const std::string& name) {
   return p;
 }
 
-std::vector<std::string> sweep_variants(const SweepPreset& p) {
-  std::vector<std::string> v;
+std::vector<Variant> sweep_variants(const SweepPreset& p) {
+  std::vector<Variant> v;
   for (const std::string& g : p.groupings)
     for (const std::string& m : p.methods) {
-      if (g != "contiguous" && m == "random") continue;
-      v.push_back(g == "contiguous" ? m : m + "+" + g);
+      const Variant one{&method(m), parse_grouping(g)};
+      if (one.grouping != Grouping::Contiguous && one.method->fresh) continue;
+      v.push_back(one);
     }
   return v;
-}
-
-std::pair<ConvertMethod, Grouping> parse_variant(const std::string& v) {
-  const size_t plus = v.find('+');
-  if (plus == std::string::npos) return {parse_convert_method(v), Grouping::Contiguous};
-  return {parse_convert_method(v.substr(0, plus)), parse_grouping(v.substr(plus + 1))};
 }
 
 std::string cell_kind_name(CellKind k) {
@@ -94,8 +89,17 @@ std::string Cell::id() const {
     case CellKind::convert: {
       char a[32];
       std::snprintf(a, sizeof a, "%g", alpha);
-      return "kv" + std::to_string(kv) + "_" + method + "_a" + a + "_s" + std::to_string(seed);
+      return "kv" + std::to_string(kv) + "_" + variant.name() + "_a" + a + "_s" + std::to_string(seed);
     }
+  }
+  throw Error(ErrorKind::internal, "bad cell kind");
+}
+
+std::string Cell::method_name() const {
+  switch (kind) {
+    case CellKind::pretrain: return "";
+    case CellKind::scratch: return "scratch";
+    case CellKind::convert: return variant.name();
   }
   throw Error(ErrorKind::internal, "bad cell kind");
 }
@@ -106,36 +110,56 @@ SweepPlan::SweepPlan(const SweepPreset& p)
       pretrain_steps(p.pretrain.max_iters),
       scratch_steps(std::llround((1.0 + p.headline_fraction) * p.pretrain.max_iters)),
       kv_heads(sweep_kv_heads(p.pretrain.model.n_head)) {
-  for (const std::string& m : p.methods) parse_convert_method(m);
-  for (const std::string& g : p.groupings) parse_grouping(g);
+  variants = sweep_variants(p);  // refuses unknown names
   if (std::find(p.methods.begin(), p.methods.end(), "mean") == p.methods.end())
     throw Error(ErrorKind::usage, "the sweep's methods must include mean (the reference of its tables)");
   if (std::find(p.groupings.begin(), p.groupings.end(), "contiguous") == p.groupings.end())
     throw Error(ErrorKind::usage, "the sweep's groupings must include contiguous");
-  variants = sweep_variants(p);
   const int64_t H = n_head, P = pretrain_steps;
-  cells.push_back({CellKind::pretrain, H, "", 0, 1, P});
+  cells.push_back({CellKind::pretrain, H, {}, 0, 1, P});
   for (int64_t kv : kv_heads) {
     // Converting MHA to MHA changes nothing whatever the method: only uptraining is measured.
-    const std::vector<std::string> methods = kv == H ? std::vector<std::string>{"mean"} : variants;
-    for (const std::string& m : methods)
+    const std::vector<Variant> methods = kv == H ? std::vector<Variant>{Variant{}} : variants;
+    for (const Variant& m : methods)
       for (double a : p.fractions) {
         const bool headline = std::fabs(a - p.headline_fraction) < 1e-12;
         // Every α for mean pooling (Fig. 5); the others at α = 0 and the headline α (Fig. 4).
-        if (m != "mean" && !headline && a != 0) continue;
+        if (!(m == Variant{}) && !headline && a != 0) continue;
         for (int s = 1; s <= (headline ? p.headline_seeds : 1); s++)
           cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
       }
   }
   for (int64_t kv : kv_heads)
-    if (kv < H) cells.push_back({CellKind::scratch, kv, "scratch", 0, 1, scratch_steps});
+    if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
 }
 
-const Cell& SweepPlan::find(CellKind kind, int64_t kv, const std::string& method, double alpha, int seed) const {
+const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed) const {
   for (const Cell& c : cells)
-    if (c.kind == kind && c.kv == kv && c.method == method && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed)
+    if (c.kind == kind && c.kv == kv && c.variant == v && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed)
       return c;
-  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, method, alpha, seed, 0}.id());
+  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, v, alpha, seed, 0}.id());
+}
+
+TrainConfig SweepPlan::train_config_for(const Cell& c) const {
+  if (c.kind == CellKind::convert) throw Error(ErrorKind::internal, "train_config_for: " + c.id() + " is uptrained");
+  TrainConfig t = preset.pretrain;
+  t.model.n_kv_head = c.kv;
+  t.max_iters = c.steps;
+  t.lr_decay_iters = c.steps;
+  // a model trained from scratch draws its own init and batches
+  if (c.kind == CellKind::scratch) t.seed = preset.pretrain.seed + 1000 * static_cast<uint64_t>(c.kv);
+  return t;
+}
+
+UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {
+  if (c.kind != CellKind::convert) throw Error(ErrorKind::internal, "uptrain_options_for: " + c.id() + " is trained");
+  UptrainOptions o;
+  o.kv_heads = c.kv;
+  o.variant = c.variant;
+  o.calib_tokens = preset.calib_tokens;
+  o.fraction = c.alpha;
+  o.seed = static_cast<uint64_t>(c.seed);
+  return o;
 }
 
 std::string SweepPlan::kv_name(int64_t kv) const {

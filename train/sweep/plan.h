@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "autograd/error.h"
-#include "train/convert/convert.h"
+#include "train/convert/methods.h"
+#include "train/convert/uptrain.h"
 #include "train/train_config.h"
 
 namespace tapelm {
@@ -16,7 +17,7 @@ struct SweepPreset {
   std::string name;
   TrainConfig pretrain;               // the MHA run (n_kv_head = n_head)
   std::vector<double> fractions{0.0, 0.05, 0.1};
-  std::vector<std::string> methods = convert_method_names();  // must include mean, the reference
+  std::vector<std::string> methods = method_names();  // must include mean, the reference
   std::vector<std::string> groupings{"contiguous"};           // must include contiguous
   double headline_fraction = 0.05;
   int headline_seeds = 3;             // every conversion at headline_fraction, repeated
@@ -31,11 +32,9 @@ SweepPreset sweep_preset(const std::string& name);
 /// The KV head counts of the study: H, H/2, ... while divisible, down to 1.
 std::vector<int64_t> sweep_kv_heads(int64_t H);
 
-/// The conversions of a preset as cells name them, in report order: each method with contiguous
-/// groups ("fit"), then with each further grouping ("fit+similar"; random init has no groups).
-std::vector<std::string> sweep_variants(const SweepPreset& p);
-/// A cell's method name split into the conversion method and grouping ("fit+similar" -> fit, similar).
-std::pair<ConvertMethod, Grouping> parse_variant(const std::string& v);
+/// The conversions of a preset in report order: each method with contiguous groups, then with each
+/// further grouping (a fresh method, random init, has no groups). Unknown names are usage Errors.
+std::vector<Variant> sweep_variants(const SweepPreset& p);
 
 enum class CellKind { pretrain, convert, scratch };
 
@@ -48,13 +47,16 @@ CellKind parse_cell_kind(const std::string& s);
 struct Cell {
   CellKind kind = CellKind::convert;
   int64_t kv = 0;
-  std::string method;  // a variant (mean, fit+similar, ...) when converted, "scratch" from scratch, empty for the MHA run
+  Variant variant;     // converted cells: the conversion (others: the default, unused)
   double alpha = 0;    // uptraining steps as a fraction of the pretraining steps
   int seed = 1;
   int64_t steps = 0;
 
   /// The cell's name: its result file cells/<id>.json and run directory runs/<id>.
   std::string id() const;
+  /// The method column of cell files and results.csv: the variant's name (mean, fit+similar, ...)
+  /// when converted, "scratch" from scratch, empty for the MHA run.
+  std::string method_name() const;
   bool operator==(const Cell&) const = default;
 };
 
@@ -65,18 +67,24 @@ struct SweepPlan {
   int64_t pretrain_steps = 0;  // P
   int64_t scratch_steps = 0;   // (1 + headline α) × P: the compute of pretraining plus uptraining
   std::vector<int64_t> kv_heads;
-  std::vector<std::string> variants;  // sweep_variants(preset)
+  std::vector<Variant> variants;  // sweep_variants(preset)
   std::vector<Cell> cells;
 
   /// The plan of a preset; an unknown method or grouping, or one without mean or contiguous, is a
   /// usage Error.
   explicit SweepPlan(const SweepPreset& p);
   /// The cell with these coordinates; throws std::logic_error when the plan has none.
-  const Cell& find(CellKind kind, int64_t kv, const std::string& method, double alpha, int seed = 1) const;
+  const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1) const;
   /// The pretrained MHA model.
   const Cell& pretrain() const { return cells.front(); }
   /// The model with kv heads trained from scratch.
-  const Cell& scratch(int64_t kv) const { return find(CellKind::scratch, kv, "scratch", 0); }
+  const Cell& scratch(int64_t kv) const { return find(CellKind::scratch, kv, {}, 0); }
+  /// The training config of the MHA run or of a model trained from scratch: the one place that
+  /// sets a trained cell's kv heads, steps and seed.
+  TrainConfig train_config_for(const Cell& c) const;
+  /// How a converted cell converts and uptrains the MHA run: the one place that sets its kv heads,
+  /// variant, α and seed (uptrain_config derives the training config from these).
+  UptrainOptions uptrain_options_for(const Cell& c) const;
   /// MHA, MQA or GQA-<kv>.
   std::string kv_name(int64_t kv) const;
 };

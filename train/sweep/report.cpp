@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 
@@ -36,19 +37,19 @@ struct Table {
     throw Error(ErrorKind::internal, "no result for sweep cell " + c.id());
   }
   /// Val loss over the seeds of a converted model.
-  Stat losses(int64_t kv, const std::string& method, double a) const {
-    std::vector<double> v;
+  Stat losses(int64_t kv, const Variant& v, double a) const {
+    std::vector<double> out;
     for (const CellResult& r : results)
-      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.method == method && std::fabs(r.cell.alpha - a) < 1e-12)
-        v.push_back(r.val_loss);
-    return stat(v);
+      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12)
+        out.push_back(r.val_loss);
+    return stat(out);
   }
+  /// Val loss over the seeds of the reference conversion, the paper's mean pooling.
+  Stat mean_losses(int64_t kv, double a) const { return losses(kv, Variant{}, a); }
   /// Whether the plan converts with this variant.
-  bool has(const std::string& v) const {
-    return std::find(plan.variants.begin(), plan.variants.end(), v) != plan.variants.end();
-  }
+  bool has(const Variant& v) const { return std::find(plan.variants.begin(), plan.variants.end(), v) != plan.variants.end(); }
   /// The cell whose costs (parameters, cache, decoding time) stand for every model with kv heads.
-  const CellResult& costs(int64_t kv) const { return of(plan.find(CellKind::convert, kv, "mean", 0)); }
+  const CellResult& costs(int64_t kv) const { return of(plan.find(CellKind::convert, kv, Variant{}, 0)); }
   /// Decoding time per sample of a kv at a batch size.
   double ms_per_sample(int64_t kv, int64_t batch) const { return costs(kv).decode.at(batch).ms_per_sample; }
 };
@@ -84,7 +85,7 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
   csv << "\n";
   for (const CellResult& r : results) {
     const Cell& c = r.cell;
-    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method << "," << num(c.alpha) << ","
+    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method_name() << "," << num(c.alpha) << ","
         << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
         << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
         << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
@@ -94,25 +95,30 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
   }
 }
 
-void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
-                     const ReportContext& ctx) {
-  const Table t{plan, results};
+namespace {
+
+/// The study's shape in one paragraph: data, model, recipe, how losses and decoding were measured.
+void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& ctx) {
   const SweepPreset& p = plan.preset;
   const TrainConfig& cfg = p.pretrain;
-  const int64_t H = plan.n_head, P = plan.pretrain_steps;
-  const std::vector<int64_t>& kvs = plan.kv_heads;
-  const int64_t b_lo = p.decode_batches.front(), b_hi = p.decode_batches.back();
-  const double ha = p.headline_fraction;
-  const double pre = t.of(plan.pretrain()).val_loss;
+  const int64_t P = plan.pretrain_steps;
   md << "# GQA/MQA uptraining trade-off — preset `" << p.name << "`\n\n";
   md << "Measured " << ctx.date << " on `" << ctx.data_name << "` (" << ctx.train_tokens << " train / "
-     << ctx.val_tokens << " val tokens). MHA model: " << cfg.model.n_layer << " layers, " << H << " heads, d "
+     << ctx.val_tokens << " val tokens). MHA model: " << cfg.model.n_layer << " layers, " << plan.n_head << " heads, d "
      << cfg.model.n_embd << ", T " << cfg.model.block_size << ", pretrained " << P << " steps of batch "
      << cfg.batch_size << ". Uptraining: α × " << P
      << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
         "val split in non-overlapping windows. Decode: greedy KV-cache generation from a 1-token prompt to T = "
      << cfg.model.block_size << ", median of " << p.decode_iters << " runs; ms per sample = time to generate one sequence "
      << "(batch time / batch). ± is the sample standard deviation over seeds.\n\n";
+}
+
+/// Table 1: quality and decoding time per kv-head count (mean pooling), and from scratch.
+void write_table1(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const int64_t H = plan.n_head, b_lo = p.decode_batches.front(), b_hi = p.decode_batches.back();
+  const double ha = p.headline_fraction;
   md << "## Table 1 — quality and decoding time after uptraining with α = " << ha << " (mean pooling)\n\n";
   md << "| model | KV heads | val loss | perplexity | decode ms/sample (batch " << b_lo << ") | decode ms/sample (batch "
      << b_hi << ") | KV cache bytes/token | params |\n";
@@ -123,110 +129,139 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
        << fmt("%.1f", t.ms_per_sample(kv, b_lo)) << " | " << fmt("%.2f", t.ms_per_sample(kv, b_hi)) << " | "
        << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
   };
-  row("MHA (pretrained, α = 0)", H, stat({pre}));
-  for (int64_t kv : kvs) row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.losses(kv, "mean", ha));
-  for (int64_t kv : kvs)
+  row("MHA (pretrained, α = 0)", H, stat({t.of(plan.pretrain()).val_loss}));
+  for (int64_t kv : plan.kv_heads)
+    row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.mean_losses(kv, ha));
+  for (int64_t kv : plan.kv_heads)
     if (kv < H)
       row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
           stat({t.of(plan.scratch(kv)).val_loss}));
+}
 
-  // The method tables: a row per method and grouping, a column per converted kv-head count.
-  auto method_table_header = [&] {
-    md << "| method | grouping |";
-    for (int64_t kv : kvs)
-      if (kv < H) md << " " << plan.kv_name(kv) << " |";
-    md << "\n|---|---|";
-    for (int64_t kv : kvs)
-      if (kv < H) md << "---|";
+/// A row per variant, a column per converted kv-head count; `cell` writes one entry.
+void write_method_table(std::ostream& md, const Table& t, const std::function<std::string(const Variant&, int64_t)>& cell) {
+  const SweepPlan& plan = t.plan;
+  md << "| method | grouping |";
+  for (int64_t kv : plan.kv_heads)
+    if (kv < plan.n_head) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (int64_t kv : plan.kv_heads)
+    if (kv < plan.n_head) md << "---|";
+  md << "\n";
+  for (const Variant& v : plan.variants) {
+    md << "| " << v.method->name << " | " << to_string(v.grouping) << " |";
+    for (int64_t kv : plan.kv_heads)
+      if (kv < plan.n_head) md << " " << cell(v, kv) << " |";
     md << "\n";
-  };
+  }
+}
+
+/// Figure 4 as tables: every variant's loss after uptraining (and before), and its conversion time.
+void write_method_tables(std::ostream& md, const Table& t) {
+  const double ha = t.plan.preset.headline_fraction;
   md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << ", over seeds; α = 0, "
         "before uptraining, in brackets)\n\n";
-  method_table_header();
-  for (const std::string& v : plan.variants) {
-    md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
-    for (int64_t kv : kvs)
-      if (kv < H) md << " " << fmt_stat(t.losses(kv, v, ha)) << " (" << fmt("%.4f", t.losses(kv, v, 0).mean) << ") |";
-    md << "\n";
-  }
+  write_method_table(md, t, [&](const Variant& v, int64_t kv) {
+    return fmt_stat(t.losses(kv, v, ha)) + " (" + fmt("%.4f", t.losses(kv, v, 0).mean) + ")";
+  });
   md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n";
-  method_table_header();
-  for (const std::string& v : plan.variants) {
-    md << "| " << to_string(parse_variant(v).first) << " | " << to_string(parse_variant(v).second) << " |";
-    for (int64_t kv : kvs)
-      if (kv < H) {
-        const CellResult& r = t.of(plan.find(CellKind::convert, kv, v, 0));
-        md << " " << (r.convert_seconds ? fmt("%.3f", *r.convert_seconds) : std::string("–")) << " |";
-      }
-    md << "\n";
-  }
-  md << "\n## Figure 5 — uptraining proportion α (mean pooling, val loss)\n\n| α | steps |";
-  for (int64_t kv : kvs) md << " " << plan.kv_name(kv) << " |";
-  md << "\n|---|---|";
-  for (size_t i = 0; i < kvs.size(); i++) md << "---|";
-  md << "\n";
-  for (double a : p.fractions) {
-    md << "| " << a << " | " << std::llround(a * P) << " |";
-    for (int64_t kv : kvs) md << " " << fmt("%.4f", t.losses(kv, "mean", a).mean) << " |";
-    md << "\n";
-  }
+  write_method_table(md, t, [&](const Variant& v, int64_t kv) {
+    const CellResult& r = t.of(t.plan.find(CellKind::convert, kv, v, 0));
+    return r.convert_seconds ? fmt("%.3f", *r.convert_seconds) : std::string("–");
+  });
+}
 
-  // The paper's findings, checked on these numbers.
-  md << "\n## The paper's findings, checked here\n\n";
-  const double mha = t.losses(H, "mean", ha).mean;
-  for (int64_t kv : kvs) {
-    if (kv == H) continue;
-    const std::string name = plan.kv_name(kv);
-    const double mean = t.losses(kv, "mean", ha).mean;
-    if (t.has("first") && t.has("random")) {
-      const double first = t.losses(kv, "first", ha).mean, rnd = t.losses(kv, "random", ha).mean;
-      md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < first && mean < rnd)
-         << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", first) << ", " << fmt("%.4f", rnd) << ")\n";
-    }
-    if (plan.variants.size() > 1) {
-      // The best other conversion, at each α on its own.
-      for (double a : {0.0, ha}) {
-        std::string best;
-        double best_loss = INFINITY;
-        for (const std::string& v : plan.variants)
-          if (v != "mean" && t.losses(kv, v, a).mean < best_loss) best_loss = t.losses(kv, v, a).mean, best = v;
-        const double m = t.losses(kv, "mean", a).mean;
-        md << "- " << name << ": the best conversion method beats mean pooling at α = " << a << ": " << yes(best_loss < m)
-           << " (" << best << " " << fmt("%.4f", best_loss) << " vs mean " << fmt("%.4f", m) << ")\n";
-      }
-    }
-    {
-      std::string best;
-      double best_loss = INFINITY;
-      for (const std::string& v : plan.variants)
-        if (t.losses(kv, v, ha).mean < best_loss) best_loss = t.losses(kv, v, ha).mean, best = v;
-      const double scratch = t.of(plan.scratch(kv)).val_loss;
-      md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
-         << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
-         << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
-    }
-    const double a0 = t.losses(kv, "mean", 0).mean, a1 = t.losses(kv, "mean", ha).mean,
-                 a2 = t.losses(kv, "mean", p.fractions.back()).mean;
-    md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
-       << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()
-       << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
+/// Figure 5 as a table: mean pooling's loss per α and kv-head count.
+void write_alpha_table(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  md << "\n## Figure 5 — uptraining proportion α (mean pooling, val loss)\n\n| α | steps |";
+  for (int64_t kv : plan.kv_heads) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < plan.kv_heads.size(); i++) md << "---|";
+  md << "\n";
+  for (double a : plan.preset.fractions) {
+    md << "| " << a << " | " << std::llround(a * plan.pretrain_steps) << " |";
+    for (int64_t kv : plan.kv_heads) md << " " << fmt("%.4f", t.mean_losses(kv, a).mean) << " |";
+    md << "\n";
   }
+}
+
+/// The variant with the lowest mean loss at α, with or without the reference (mean pooling).
+std::pair<std::string, double> best_variant(const Table& t, int64_t kv, double a, bool with_reference) {
+  std::string best;
+  double best_loss = INFINITY;
+  for (const Variant& v : t.plan.variants)
+    if ((with_reference || !(v == Variant{})) && t.losses(kv, v, a).mean < best_loss)
+      best_loss = t.losses(kv, v, a).mean, best = v.name();
+  return {best, best_loss};
+}
+
+/// The findings about one converted kv-head count: the paper's Fig. 4 and 5, and against from scratch.
+void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const double ha = p.headline_fraction;
+  const std::string name = plan.kv_name(kv);
+  const double mean = t.mean_losses(kv, ha).mean;
+  const Variant first{&method("first")}, rnd{&method("random")};
+  if (t.has(first) && t.has(rnd)) {
+    const double lf = t.losses(kv, first, ha).mean, lr = t.losses(kv, rnd, ha).mean;
+    md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < lf && mean < lr)
+       << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", lf) << ", " << fmt("%.4f", lr) << ")\n";
+  }
+  if (plan.variants.size() > 1)
+    for (double a : {0.0, ha}) {  // the best other conversion, at each α on its own
+      const auto [best, best_loss] = best_variant(t, kv, a, false);
+      const double m = t.mean_losses(kv, a).mean;
+      md << "- " << name << ": the best conversion method beats mean pooling at α = " << a << ": " << yes(best_loss < m)
+         << " (" << best << " " << fmt("%.4f", best_loss) << " vs mean " << fmt("%.4f", m) << ")\n";
+    }
+  const auto [best, best_loss] = best_variant(t, kv, ha, true);
+  const double scratch = t.of(plan.scratch(kv)).val_loss;
+  md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
+     << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
+     << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
+  const double a0 = t.mean_losses(kv, 0).mean, a1 = t.mean_losses(kv, ha).mean, a2 = t.mean_losses(kv, p.fractions.back()).mean;
+  md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
+     << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()
+     << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
+}
+
+/// The paper's findings checked on these numbers: per kv-head count, GQA against MQA, decoding time.
+void write_findings(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const std::vector<int64_t>& kvs = plan.kv_heads;
+  const double ha = plan.preset.headline_fraction, pre = t.of(plan.pretrain()).val_loss;
+  const int64_t b_hi = plan.preset.decode_batches.back();
+  md << "\n## The paper's findings, checked here\n\n";
+  for (int64_t kv : kvs)
+    if (kv != plan.n_head) write_kv_findings(md, t, kv);
   if (kvs.size() >= 3) {
     const int64_t g = kvs[1];
-    const double gap_g0 = t.losses(g, "mean", 0).mean - pre, gap_m0 = t.losses(1, "mean", 0).mean - pre;
+    const double gap_g0 = t.mean_losses(g, 0).mean - pre, gap_m0 = t.mean_losses(1, 0).mean - pre;
     md << "- At α = 0 the converted " << plan.kv_name(g) << " loses less than MQA (GQA is usable before uptraining, Fig. 5): "
        << yes(gap_g0 < gap_m0) << " (+" << fmt("%.4f", gap_g0) << " vs +" << fmt("%.4f", gap_m0) << " over MHA)\n";
-    const double gq = t.losses(g, "mean", ha).mean, mq = t.losses(1, "mean", ha).mean;
+    const double mha = t.mean_losses(plan.n_head, ha).mean, gq = t.mean_losses(g, ha).mean, mq = t.mean_losses(1, ha).mean;
     md << "- After uptraining, " << plan.kv_name(g) << " sits between MQA and MHA in quality (Table 1): "
        << yes(gq <= mq && gq >= mha - 0.01) << " (MHA " << fmt("%.4f", mha) << ", " << plan.kv_name(g) << " "
        << fmt("%.4f", gq) << ", MQA " << fmt("%.4f", mq) << ")\n";
   }
-  {
-    bool monotone = true;
-    for (size_t i = 1; i < kvs.size(); i++)
-      monotone = monotone && t.ms_per_sample(kvs[i], b_hi) <= t.ms_per_sample(kvs[i - 1], b_hi) * 1.02;
-    md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): " << yes(monotone) << "\n";
-  }
+  bool monotone = true;
+  for (size_t i = 1; i < kvs.size(); i++)
+    monotone = monotone && t.ms_per_sample(kvs[i], b_hi) <= t.ms_per_sample(kvs[i - 1], b_hi) * 1.02;
+  md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): " << yes(monotone) << "\n";
+}
+
+}  // namespace
+
+void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
+                     const ReportContext& ctx) {
+  const Table t{plan, results};
+  write_header(md, plan, ctx);
+  write_table1(md, t);
+  write_method_tables(md, t);
+  write_alpha_table(md, t);
+  write_findings(md, t);
   md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
         "`fig_methods.png` (Fig. 4). Every cell: `results.csv`.\n";
 }
@@ -241,21 +276,21 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
     std::ofstream f(td);
     for (int64_t kv : kvs)
       f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
-        << t.losses(kv, "mean", ha).mean << " " << plan.kv_name(kv) << "\n";
+        << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << "\n";
     std::ofstream a(ad);
     for (double al : p.fractions) {
       a << al;
-      for (int64_t kv : kvs) a << " " << t.losses(kv, "mean", al).mean;
+      for (int64_t kv : kvs) a << " " << t.mean_losses(kv, al).mean;
       a << "\n";
     }
     std::ofstream m(mdat);
     m << "kv";
-    for (const std::string& me : plan.variants) m << " " << me;
+    for (const Variant& v : plan.variants) m << " " << v.name();
     m << "\n";
     for (int64_t kv : kvs)
       if (kv < plan.n_head) {
         m << plan.kv_name(kv);
-        for (const std::string& me : plan.variants) m << " " << t.losses(kv, me, ha).mean;
+        for (const Variant& v : plan.variants) m << " " << t.losses(kv, v, ha).mean;
         m << "\n";
       }
   }
@@ -284,12 +319,11 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
      << "set key outside right top\nset yrange [*:*]\n";
   gp << "plot ";
   for (size_t i = 0; i < plan.variants.size(); i++) {
-    const std::string& v = plan.variants[i];
-    const std::string method = v.substr(0, v.find('+'));
-    const size_t c = static_cast<size_t>(std::find(p.methods.begin(), p.methods.end(), method) - p.methods.begin());
+    const Variant& v = plan.variants[i];
+    const size_t c = static_cast<size_t>(std::find(p.methods.begin(), p.methods.end(), v.method->name) - p.methods.begin());
     gp << (i ? ", " : "") << gp_quote(mdat.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)")
        << " title columnheader lc rgb '" << colours[c % std::size(colours)] << "' fill "
-       << (v.find('+') == std::string::npos ? "solid 0.85" : "pattern 4") << " border -1";
+       << (v.grouping == Grouping::Contiguous ? "solid 0.85" : "pattern 4") << " border -1";
   }
   gp << "\n";
   run_gnuplot(gp.str());

@@ -30,7 +30,7 @@ nlohmann::json CellResult::to_json() const {
   nlohmann::json j{{"id", cell.id()},
                    {"kind", cell_kind_name(cell.kind)},
                    {"kv_heads", cell.kv},
-                   {"method", cell.method},
+                   {"method", cell.method_name()},
                    {"alpha", cell.alpha},
                    {"seed", cell.seed},
                    {"steps", cell.steps},
@@ -49,9 +49,10 @@ nlohmann::json CellResult::to_json() const {
 
 CellResult CellResult::from_json(const nlohmann::json& j) {
   CellResult r;
-  r.cell = {parse_cell_kind(j.at("kind").get<std::string>()),
+  const CellKind kind = parse_cell_kind(j.at("kind").get<std::string>());
+  r.cell = {kind,
             j.at("kv_heads").get<int64_t>(),
-            j.at("method").get<std::string>(),
+            kind == CellKind::convert ? Variant::parse(j.at("method").get<std::string>()) : Variant{},
             j.at("alpha").get<double>(),
             j.at("seed").get<int>(),
             j.at("steps").get<int64_t>()};

@@ -120,7 +120,7 @@ class DecodeTimer {
 /// The converted model before uptraining is the same for every α and seed (but for random init,
 /// which depends on the seed): it is evaluated once.
 std::string conversion_key(const Cell& c) {
-  return std::to_string(c.kv) + c.method + (c.method == "random" ? std::to_string(c.seed) : "");
+  return std::to_string(c.kv) + c.variant.name() + (c.variant.method->fresh ? "_s" + std::to_string(c.seed) : "");
 }
 
 /// What running one cell gives.
@@ -131,13 +131,9 @@ struct CellRun {
 };
 
 /// Pretraining or training from scratch, then the whole val split outside the timed training.
-CellRun train_cell(const Cell& c, const TrainConfig& cfg, const Corpus& corpus, const fs::path& run_dir,
+CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, const fs::path& run_dir,
                    const std::string& label, bool quiet, const StopToken& stop) {
-  TrainConfig tcfg = cfg;
-  tcfg.model.n_kv_head = c.kv;
-  tcfg.max_iters = c.steps;
-  tcfg.lr_decay_iters = c.steps;
-  if (c.kind == CellKind::scratch) tcfg.seed = cfg.seed + 1000 * static_cast<uint64_t>(c.kv);
+  const TrainConfig tcfg = plan.train_config_for(c);
   TrainOptions o;
   o.quiet = quiet;
   o.label = label;
@@ -146,7 +142,7 @@ CellRun train_cell(const Cell& c, const TrainConfig& cfg, const Corpus& corpus, 
   o.final_eval = false;  // evaluated below, outside the timed training
   TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
   if (tr.interrupted) return {.interrupted = true};
-  std::unique_ptr<GPT> m = load_model((run_dir / "checkpoint.h5").string());
+  std::unique_ptr<GPT> m = load_model((run_dir / "checkpoint.h5").string()).model;
   CellRun r{.val_loss = evaluate_split(*m, corpus.val), .train_seconds = tr.seconds};
   try {
     plot_run(run_dir.string());
@@ -157,15 +153,10 @@ CellRun train_cell(const Cell& c, const TrainConfig& cfg, const Corpus& corpus, 
 }
 
 /// Converting the pretrained checkpoint and uptraining it; known_loss_before skips re-evaluating the conversion.
-CellRun uptrain_cell(const Cell& c, const std::string& pretrained, const Corpus& corpus, const fs::path& run_dir,
-                     const std::string& label, std::optional<double> known_loss_before, int64_t calib_tokens,
+CellRun uptrain_cell(const Cell& c, const SweepPlan& plan, const std::string& pretrained, const Corpus& corpus,
+                     const fs::path& run_dir, const std::string& label, std::optional<double> known_loss_before,
                      const StopToken& stop) {
-  UptrainOptions o;
-  o.kv_heads = c.kv;
-  std::tie(o.method, o.grouping) = parse_variant(c.method);
-  o.calib_tokens = calib_tokens;
-  o.fraction = c.alpha;
-  o.seed = static_cast<uint64_t>(c.seed);
+  UptrainOptions o = plan.uptrain_options_for(c);
   o.resume = fs::exists(run_dir / "checkpoint.h5") && c.steps > 0;
   o.quiet = true;
   o.label = label;
@@ -183,11 +174,12 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                const StopToken& stop) {
   const auto t0 = Clock::now();
   Corpus corpus = load_corpus(data_path);
-  TrainConfig cfg = p.pretrain;
-  cfg.model.vocab_size = corpus.tok.vocab_size();
-  cfg.validate();
+  SweepPreset preset = p;
+  preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
+  preset.pretrain.validate();
+  const TrainConfig& cfg = preset.pretrain;
   const std::string data_name = fs::path(data_path).filename().string();
-  const SweepPlan plan(p);  // first: an unknown method is refused before OUT is touched
+  const SweepPlan plan(preset);  // first: an unknown method is refused before OUT is touched
   const SweepDirs dirs(out_dir, {{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}});
 
   // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
@@ -222,12 +214,11 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
     CellRun run;
     if (c.kind == CellKind::convert) {
       auto known = converted_loss.find(conversion_key(c));
-      run = uptrain_cell(c, pre_ck, corpus, run_dir, label,
-                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second),
-                         p.calib_tokens, stop);
+      run = uptrain_cell(c, plan, pre_ck, corpus, run_dir, label,
+                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
       if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
     } else {
-      run = train_cell(c, cfg, corpus, run_dir, label, quiet, stop);
+      run = train_cell(c, plan, corpus, run_dir, label, quiet, stop);
     }
     if (run.interrupted) return false;
     GPTConfig mc = cfg.model;
