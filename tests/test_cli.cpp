@@ -1,6 +1,7 @@
 // The tapelm binary end to end: train, sample, inspect and eval, one clear line for bad input, one
 // writer per run directory.
 #include <boost/test/unit_test.hpp>
+#include <sys/stat.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,15 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   expect_error(train_with(cfg, " --set batch_size=1000000000"), "batch_size 1000000000");
   expect_error(train_with(cfg, " --set eval_iters=1000000000"), "eval_iters 1000000000");
   expect_error(train_with(cfg, "", "/dev/zero"), "not a regular file");
+  // a config that is no regular file is refused before it is opened: /dev/zero read without limit
+  // (8 GB in 38 s), a FIFO blocked forever
+  expect_error(train_with("/dev/zero"), "/dev/zero: the config is not a regular file");
+  expect_error(run_cli("bench --config /dev/zero"), "/dev/zero: the config is not a regular file");
+  BOOST_TEST_REQUIRE(::mkfifo((d / "fifo.json").c_str(), 0600) == 0);
+  expect_error(run_shell("timeout 20 " + std::string(TAPELM_BINARY) + " train --config " + (d / "fifo.json") + " --data " +
+                         text + " --out " + (d / "out") + " --quiet"),
+               "fifo.json: the config is not a regular file");
+  fs::remove(d / "fifo.json");
   expect_error(run_cli("bench --set n_layer=1000000000"), "parameters");
   // every integer key is range-checked, naming it
   expect_error(train_with(cfg, " --set n_embd=4611686018427387904"), "n_embd");
@@ -152,8 +162,8 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   std::ofstream(d / "dup.json") << R"({"n_layer": 1, "n_embd": 8, "n_layer": 2})";
   expect_error(train_with(d / "dup.json"), "duplicate key 'n_layer'");
   std::ofstream(d / "huge.json") << R"({"optimizer": ")" << std::string(10 << 20, 'x') << "\"}";
-  Run huge = train_with(d / "huge.json");
-  expect_error(huge, "optimizer");
+  Run huge = train_with(d / "huge.json");  // refused unread: a config is kilobytes
+  expect_error(huge, "huge.json: the config file is 10485777 bytes, over the 1048576 a config may have");
   BOOST_TEST(huge.err.size() < 300u);
   expect_error(train_with(cfg, " --set optimizer=" + std::string(100000, 'y')), "optimizer");
   BOOST_TEST(train_with(cfg, " --set optimizer=" + std::string(100000, 'y')).err.size() < 300u);

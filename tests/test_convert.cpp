@@ -607,8 +607,8 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
   const std::string from = "convert --from " + parity_fixture("gqa.h5");
   for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
            {" --kv-heads 3", "cannot convert 2 kv heads to 3"},
-           {" --kv-heads 1 --method median", "unknown conversion method \"median\""},
-           {" --kv-heads 1 --grouping best", "unknown grouping \"best\""},
+           {" --kv-heads 1 --method median", "--method: median not in {mean,first,random"},
+           {" --kv-heads 1 --grouping best", "--grouping: best not in {contiguous,similar}"},
            {" --kv-heads 1 --method aligned", "--calib: converting by"},
            {" --kv-heads 1 --grouping similar", "--calib: converting by"},
            {" --kv-heads 1 --method fit --calib " + fixture_path("tiny.txt") + " --calib-tokens 100000",

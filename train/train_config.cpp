@@ -1,7 +1,9 @@
 #include "train/train_config.h"
 
 #include <cstdio>
-
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace tapelm {
 
@@ -114,6 +116,36 @@ std::string TrainConfig::optimizer_hparams_json() const {
 
 std::unique_ptr<Optimizer> TrainConfig::make_optimizer(const NamedParams& params) const {
   return tapelm::make_optimizer(optimizer, params, optimizer_hparams_json());
+}
+
+nlohmann::json read_config_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw Error(ErrorKind::config, path + ": cannot read the config file (no such file)");
+  if (!std::filesystem::is_regular_file(st)) throw Error(ErrorKind::config, path + ": the config is not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > static_cast<uintmax_t>(max_config_bytes))
+    throw Error(ErrorKind::config, path + ": the config file is " + std::to_string(size) + " bytes, over the " +
+                                       std::to_string(max_config_bytes) + " a config may have");
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = parse_config_json(text.str(), path);
+  if (!j.is_object()) throw Error(ErrorKind::config, path + ": the config must be a JSON object");
+  return j;
+}
+
+TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json config, const std::string& config_path,
+                                    const std::string& model_path) {
+  const nlohmann::json model_keys = model.to_json();  // items() does not keep a temporary alive
+  for (const auto& [k, v] : model_keys.items()) {
+    if (config.contains(k) && k != "dropout" && config[k] != v)
+      throw Error(ErrorKind::config, config_path + ": " + k + " " + echo_json(config[k]) + " differs from " + model_path +
+                                         "'s " + echo_json(v));
+    if (!config.contains(k)) config[k] = v;
+  }
+  return TrainConfig::from_json(config);
 }
 
 }  // namespace tapelm

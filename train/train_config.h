@@ -59,6 +59,19 @@ struct TrainConfig {
   std::unique_ptr<Optimizer> make_optimizer(const NamedParams& params) const;
 };
 
+/// Configs are kilobytes: a file larger than this is refused unread.
+inline constexpr int64_t max_config_bytes = 1 << 20;
+
+/// The JSON object in a config file; a path that is not a regular file, a file over
+/// max_config_bytes, bad JSON or a non-object is a config Error naming the file.
+nlohmann::json read_config_file(const std::string& path);
+
+/// The training config of a weights-only model (an imported one): the training keys from
+/// `config` (read from config_path), the model keys from `model`; a model key the config gives
+/// with another value is a config Error naming both files (dropout is a training choice and may differ).
+TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json config, const std::string& config_path,
+                                    const std::string& model_path);
+
 /// Throws a config Error naming the keys at fault when training c cannot fit in `available`
 /// bytes: weights, gradients and optimizer state, one micro-batch's activations (a lower bound)
 /// and the evaluation windows. Called before anything is allocated.

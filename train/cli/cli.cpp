@@ -11,6 +11,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
+#include "data/prepare.h"
 #include "data/sampler.h"
 #include "train/dist.h"
 #include "nn/accounting.h"
@@ -30,6 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// seeds follow the config's rule (TrainConfig's max_seed): 0 to 2^63 - 1
+const CLI::Range seed_range(uint64_t{0}, max_seed);
+
 /// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
 std::vector<std::string> split_list(const std::string& s, const std::string& flag) {
   std::vector<std::string> out;
@@ -45,17 +49,36 @@ std::vector<std::string> split_list(const std::string& s, const std::string& fla
 // More tokens than any sample is read for: sample warns, as it will run for hours.
 constexpr int64_t sample_warn_tokens = 1000000;
 
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config_json(text.str(), path);
+/// Registers a subcommand whose flags fill an Args (starting as `init`) held by the command itself.
+template <typename Args>
+Command command(CLI::App& app, const char* name, const char* help, void (*flags)(CLI::App&, Args&),
+                int (*run)(const Args&), Args init = {}) {
+  auto args = std::make_shared<Args>(std::move(init));
+  CLI::App* sub = app.add_subcommand(name, help);
+  flags(*sub, *args);
+  return {sub, [args, run] { return run(*args); }};
 }
 
-}  // namespace
+struct TrainArgs {
+  std::string config, data, out;
+  std::vector<std::string> sets;
+  bool resume = false, quiet = false;
+  bool check_sync = false;  // multi-rank: checksum every rank's weights after every step
+  const int* threads = nullptr;  // the global --threads
+};
 
-int run_train(const TrainArgs& a, int threads) {
+void train_flags(CLI::App& c, TrainArgs& a) {
+  c.add_option("--config", a.config, "training config JSON (model and training keys)");
+  c.add_option("--set", a.sets, "override a config key: key=value (repeatable)");
+  c.add_option("--data", a.data, "UTF-8 text file or a directory of token shards (`prepare`)")->required();
+  c.add_option("--out", a.out, "run directory (checkpoint.h5, metrics.jsonl)")->required();
+  c.add_flag("--resume", a.resume, "continue from RUN_DIR/checkpoint.h5");
+  c.add_flag("--quiet", a.quiet, "no progress lines");
+  c.add_flag("--check-sync", a.check_sync, "under mpirun: compare every rank's weights after every step (debugging)");
+}
+
+int run_train(const TrainArgs& a) {
+  const int threads = *a.threads;
   const StopToken stop = signal_stop_token();  // first, so a signal during set-up cannot kill one rank of a job
   Corpus corpus;
   TrainConfig cfg;
@@ -64,7 +87,7 @@ int run_train(const TrainArgs& a, int threads) {
     corpus = load_corpus(a.data);
     nlohmann::json j = nlohmann::json::object();
     if (!a.config.empty()) {
-      j = read_json_file(a.config);
+      j = read_config_file(a.config);
     } else if (a.resume) {
       H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
       j = read_train_config(f).to_json();
@@ -121,6 +144,33 @@ int run_train(const TrainArgs& a, int threads) {
   return 0;
 }
 
+struct UptrainArgs {
+  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config;
+  int64_t kv_heads = 0, calib_tokens = 16384;
+  double fraction = 0.05, lr = 0;
+  uint64_t seed = 1;
+  bool resume = false, quiet = false;
+};
+
+void uptrain_flags(CLI::App& c, UptrainArgs& a) {
+  c.add_option("--from", a.from, "full checkpoint of the original run")->required();
+  c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads")->required();
+  c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
+  c.add_option("--grouping", a.grouping, "contiguous or similar")->check(CLI::IsMember({"contiguous", "similar"}));
+  c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens from the train split (aligned, fit, aligned-fit, similar)");
+  c.add_option("--fraction", a.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
+  c.add_option("--schedule", a.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
+      ->check(CLI::IsMember({"rewarm", "continue"}));
+  c.add_option("--data", a.data, "the original run's text or prepared directory")->required();
+  c.add_option("--out", a.out, "run directory")->required();
+  c.add_option("--config", a.config,
+               "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
+  c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)");
+  c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
+  c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
+  c.add_flag("--quiet", a.quiet, "no progress lines");
+}
+
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
   std::optional<TrainConfig> original;
@@ -132,15 +182,7 @@ int run_uptrain(const UptrainArgs& a) {
       // model keys from the checkpoint
       if (a.config.empty())
         throw Error(ErrorKind::usage, a.from + ": weights only, without the original run's training config: give one with --config F.json");
-      nlohmann::json j = read_json_file(a.config);
-      if (!j.is_object()) throw Error(ErrorKind::config, a.config + ": the config must be a JSON object");
-      const nlohmann::json model_keys = model.to_json();
-      for (const auto& [k, v] : model_keys.items()) {
-        if (j.contains(k) && k != "dropout" && j[k] != v)
-          throw Error(ErrorKind::config, a.config + ": " + k + " " + echo_json(j[k]) + " differs from " + a.from + "'s " + echo_json(v));
-        if (!j.contains(k)) j[k] = v;
-      }
-      original = TrainConfig::from_json(j);
+      original = config_for_weights_only(model, read_config_file(a.config), a.config, a.from);
     } else if (!a.config.empty()) {
       throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which uptraining uses");
     }
@@ -172,6 +214,21 @@ int run_uptrain(const UptrainArgs& a) {
   return 0;
 }
 
+struct SweepArgs {
+  std::string preset = "tiny", data, out, methods, groupings;
+  bool quiet = false;
+};
+
+void sweep_flags(CLI::App& c, SweepArgs& a) {
+  c.add_option("--preset", a.preset, "tiny (~10 min), small (~1 h) or paper (long)")
+      ->check(CLI::IsMember({"tiny", "small", "paper", "micro"}));
+  c.add_option("--data", a.data, "UTF-8 text (or a prepared directory)")->required();
+  c.add_option("--out", a.out, "report directory (re-running resumes)")->required();
+  c.add_option("--methods", a.methods, "conversion methods, comma-separated (default: all; must include mean)");
+  c.add_option("--groupings", a.groupings, "groupings, comma-separated: contiguous,similar (default: contiguous)");
+  c.add_flag("--quiet", a.quiet, "no progress lines");
+}
+
 int run_sweep(const SweepArgs& a) {
   SweepPreset p = sweep_preset(a.preset);
   if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
@@ -182,13 +239,40 @@ int run_sweep(const SweepArgs& a) {
   return 0;
 }
 
-int run_plot(const std::string& run_dir) {
-  std::printf("%s\n", plot_run(run_dir).c_str());
+struct PlotArgs {
+  std::string run_dir;
+};
+
+void plot_flags(CLI::App& c, PlotArgs& a) { c.add_option("run_dir", a.run_dir, "run directory")->required(); }
+
+int run_plot(const PlotArgs& a) {
+  std::printf("%s\n", plot_run(a.run_dir).c_str());
   return 0;
 }
 
+struct BenchArgs {
+  std::string config, mode = "train";
+  std::vector<std::string> sets;
+  int64_t batch = 0, decode_len = 0;
+  int iters = 10, warmup = 3;
+  uint64_t seed = 1337;
+  bool json = false;
+};
+
+void bench_flags(CLI::App& c, BenchArgs& a) {
+  c.add_option("--config", a.config, "config JSON (model keys, batch_size)");
+  c.add_option("--set", a.sets, "override a config key: key=value (repeatable)");
+  c.add_option("--mode", a.mode, "train or decode")->check(CLI::IsMember({"train", "decode"}));
+  c.add_option("--batch", a.batch, "batch (default: batch_size for train, 1 for decode)");
+  c.add_option("--decode-len", a.decode_len, "decode: tokens per sequence (default: block_size)");
+  c.add_option("--iters", a.iters, "timed iterations");
+  c.add_option("--warmup", a.warmup, "untimed iterations first");
+  c.add_option("--seed", a.seed, "seed for weights and tokens")->check(seed_range);
+  c.add_flag("--json", a.json, "print one JSON line");
+}
+
 int run_bench(const BenchArgs& a) {
-  nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_json_file(a.config);
+  nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_config_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
   TrainConfig cfg = TrainConfig::from_json(j);
   check_training_memory(cfg);
@@ -238,6 +322,21 @@ int run_bench(const BenchArgs& a) {
   return 0;
 }
 
+struct EvalArgs {
+  std::string checkpoint, data, split = "val", grad_out;
+  int64_t batch = 16;
+  bool json = false;
+};
+
+void eval_flags(CLI::App& c, EvalArgs& a) {
+  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
+  c.add_option("--data", a.data, "text file, token file (.bin), prepared directory or parity file (.h5)")->required();
+  c.add_option("--split", a.split, "for text: train, val or all")->check(CLI::IsMember({"train", "val", "all"}));
+  c.add_option("--grad-out", a.grad_out, "write d loss / d parameter to this HDF5 file");
+  c.add_option("--batch", a.batch, "windows per forward pass");
+  c.add_flag("--json", a.json, "print one JSON line");
+}
+
 int run_eval(const EvalArgs& a) {
   LoadedModel l = load_model(a.checkpoint);
   GPT& model = *l.model;
@@ -257,6 +356,24 @@ int run_eval(const EvalArgs& a) {
     std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", r.loss, (long)r.targets, std::exp(r.loss));
   }
   return 0;
+}
+
+struct SampleArgs {
+  std::string checkpoint, prompt = "\n";
+  int64_t tokens = 500, top_k = 0;
+  double temperature = 0.8;
+  uint64_t seed = 1337;
+  bool greedy = false;
+};
+
+void sample_flags(CLI::App& c, SampleArgs& a) {
+  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5) with a tokenizer")->required();
+  c.add_option("--prompt", a.prompt, "text to continue (default: a newline)");
+  c.add_option("--tokens", a.tokens, "tokens to generate");
+  c.add_option("--temperature", a.temperature, "softmax temperature");
+  c.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)");
+  c.add_option("--seed", a.seed, "random seed")->check(seed_range);
+  c.add_flag("--greedy", a.greedy, "always take the most likely token");
 }
 
 int run_sample(const SampleArgs& a) {
@@ -299,6 +416,25 @@ int run_sample(const SampleArgs& a) {
   return 0;
 }
 
+struct ConvertArgs {
+  std::string from, method = "mean", out, grouping = "contiguous", calib;
+  int64_t kv_heads = 0, calib_tokens = 16384;
+  uint64_t seed = 0;
+};
+
+void convert_flags(CLI::App& c, ConvertArgs& a) {
+  c.add_option("--from", a.from, "source checkpoint")->required();
+  c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old)")->required();
+  c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
+  c.add_option("--grouping", a.grouping, "contiguous or similar (similar K/V heads share a group)")
+      ->check(CLI::IsMember({"contiguous", "similar"}));
+  c.add_option("--calib", a.calib,
+               "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
+  c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
+  c.add_option("--out", a.out, "output checkpoint")->required();
+  c.add_option("--seed", a.seed, "seed for --method random and the calibration windows")->check(seed_range);
+}
+
 int run_convert(const ConvertArgs& a) {
   const Variant v{&method(a.method), parse_grouping(a.grouping)};
   LoadedModel l = load_model(a.from);
@@ -325,6 +461,17 @@ int run_convert(const ConvertArgs& a) {
   return 0;
 }
 
+struct InspectArgs {
+  std::string checkpoint;
+  bool system = false;
+};
+
+void inspect_flags(CLI::App& c, InspectArgs& a) {
+  c.add_option("checkpoint", a.checkpoint, "checkpoint (HDF5)");
+  c.add_flag("--system", a.system, "the CPU, OpenBLAS core, GEMM backend and both FLOP/s peaks instead");
+}
+
+/// `inspect --system`: the CPU, BLAS core, GEMM backend and both peaks.
 int run_inspect_system() {
   const ComputeInfo c = compute_info();
   std::printf("cpu %s\n", c.cpu.c_str());
@@ -338,7 +485,10 @@ int run_inspect_system() {
   return 0;
 }
 
-int run_inspect(const std::string& path) {
+int run_inspect(const InspectArgs& a) {
+  if (a.system) return run_inspect_system();
+  if (a.checkpoint.empty()) throw Error(ErrorKind::usage, "inspect: give a checkpoint, or --system");
+  const std::string& path = a.checkpoint;
   const CheckpointInfo info = inspect_checkpoint(path);
   const GPTConfig& c = info.config;
   const ModelCost m = model_cost(c);
@@ -356,14 +506,64 @@ int run_inspect(const std::string& path) {
   return 0;
 }
 
-namespace {
 std::string header_line(const llama2c::Header& h) {
   return "version " + std::to_string(h.version) + ": dim " + std::to_string(h.dim) + ", " + std::to_string(h.n_layers) +
          " layers, " + std::to_string(h.n_heads) + " heads, " + std::to_string(h.n_kv_heads) + " kv heads, hidden " +
          std::to_string(h.hidden_dim) + ", vocab " + std::to_string(h.vocab_size) + ", max_seq_len " +
          std::to_string(h.max_seq_len) + (h.shared_classifier ? ", shared classifier" : ", own classifier");
 }
-}  // namespace
+
+struct PrepareArgs {
+  PrepareOptions o;
+  bool quiet = false;
+  bool tokenizer_given = false;
+};
+
+void prepare_flags(CLI::App& c, PrepareArgs& a) {
+  PrepareOptions& po = a.o;
+  c.add_option("--text", po.texts, "UTF-8 text files (each a document unless --doc-sep splits them)")->required();
+  c.add_option("--out", po.out_dir, "output directory")->required();
+  c.add_option("--tokenizer", po.tokenizer, "char (default), bpe or unigram (sentencepiece)")
+      ->check(CLI::IsMember({"char", "bpe", "unigram"}))
+      ->each([&a](const std::string&) { a.tokenizer_given = true; });
+  c.add_option("--vocab-size", po.vocab_size, "bpe/unigram: pieces in the trained model (default 4096)")
+      ->check(CLI::Range(1, 1048576));
+  c.add_option("--tokenizer-model", po.tokenizer_model, "use this sentencepiece .model instead of training one");
+  c.add_option("--sample-bytes", po.sample_bytes, "bpe/unigram: train on at most this much text (default 100 MB)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  c.add_option("--doc-sep", po.doc_sep, "document separator, e.g. <|endoftext|> (default: one document per file)");
+  c.add_option("--val-fraction", po.val_fraction, "fraction of the documents (of the tokens, for one) in val (default 0.1)")
+      ->check(CLI::Range(0.0, 0.99));
+  c.add_option("--shard-tokens", po.shard_tokens, "tokens per shard file (default 100000000)")
+      ->check(CLI::Range(int64_t{1}, int64_t{2147483647}));
+  c.add_flag("--quiet", a.quiet, "no progress lines");
+}
+
+int run_prepare(const PrepareArgs& a) {
+  PrepareOptions po = a.o;
+  if (!a.tokenizer_given && !po.tokenizer_model.empty()) po.tokenizer = "bpe";  // a given model is sentencepiece's
+  po.progress = !a.quiet;
+  const PrepareResult r = prepare_corpus(po);
+  std::printf("prepared %s: %s tokenizer of %d ids; train %ld tokens (%ld documents), val %ld tokens (%ld documents) "
+              "in %ld shards; %.1f MB of text encoded at %.2f MB/s (%.1fs in all)\n",
+              po.out_dir.c_str(), r.tok.kind_name().c_str(), r.tok.vocab_size(), (long)r.train_tokens, (long)r.train_docs,
+              (long)r.val_tokens, (long)r.val_docs, (long)r.shards, r.text_bytes / 1e6,
+              r.text_bytes / 1e6 / std::max(r.encode_seconds, 1e-9), r.seconds);
+  return 0;
+}
+
+struct ExportArgs {
+  std::string checkpoint, format = "llama2c", out;
+  int version = 0;
+};
+
+void export_flags(CLI::App& c, ExportArgs& a) {
+  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
+  c.add_option("--format", a.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  c.add_option("--version", a.version, "llama2.c file version: 0 (what run.c reads, default) or 1")
+      ->check(CLI::IsMember({0, 1}));
+  c.add_option("--out", a.out, "model file (model.bin)")->required();
+}
 
 int run_export(const ExportArgs& a) {
   std::string tok;
@@ -373,6 +573,19 @@ int run_export(const ExportArgs& a) {
   return 0;
 }
 
+struct ImportArgs {
+  std::string format = "llama2c", model, tokenizer_model, tokenizer_bin, out;
+};
+
+void import_flags(CLI::App& c, ImportArgs& a) {
+  c.add_option("--format", a.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
+  c.add_option("--model", a.model, "llama2.c model file, version 0 or 1")->required();
+  c.add_option("--tokenizer-model", a.tokenizer_model, "sentencepiece model (.model) to store with the weights");
+  c.add_option("--tokenizer-bin", a.tokenizer_bin,
+               "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores");
+  c.add_option("--out", a.out, "output checkpoint (HDF5, weights only)")->required();
+}
+
 int run_import(const ImportArgs& a) {
   const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
   std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
@@ -380,7 +593,11 @@ int run_import(const ImportArgs& a) {
   return 0;
 }
 
-int run_demo() {
+struct DemoArgs {};
+
+void demo_flags(CLI::App&, DemoArgs&) {}
+
+int run_demo(const DemoArgs&) {
   const int64_t B = 2, T = 8, C = 16, V = 11;
   Var wte(randn({V, C}, 1, 0.5f), true), w1(randn({4 * C, C}, 2, 0.2f), true), w2(randn({C, 4 * C}, 3, 0.2f), true);
   Var g(Tensor::full({C}, 1.f), true), head(randn({V, C}, 4, 0.2f), true);
@@ -402,6 +619,28 @@ int run_demo() {
   GradCheckResult r = gradcheck(forward, {wte.val(), w1.val(), w2.val(), g.val(), head.val()});
   std::printf("demo: finite-difference check %s (worst ratio %.3f)\n", r.ok ? "passed" : "FAILED", r.worst_ratio);
   return r.ok ? 0 : 1;
+}
+
+}  // namespace
+
+std::vector<Command> add_commands(CLI::App& app, const int& threads) {
+  TrainArgs train;
+  train.threads = &threads;
+  return {command(app, "train", "train a model (nanoGPT's train.py)", train_flags, run_train, train),
+          command(app, "eval", "loss of a checkpoint on text, tokens or a parity file", eval_flags, run_eval),
+          command(app, "sample", "generate text from a checkpoint", sample_flags, run_sample),
+          command(app, "convert", "convert MHA/GQA to fewer key/value heads", convert_flags, run_convert),
+          command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags,
+                  run_uptrain),
+          command(app, "sweep", "the MHA -> GQA/MQA trade-off study with report and plots", sweep_flags, run_sweep),
+          command(app, "plot", "draw RUN_DIR/loss.png from RUN_DIR/metrics.jsonl", plot_flags, run_plot),
+          command(app, "inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint", inspect_flags, run_inspect),
+          command(app, "prepare", "tokenize text files into llm.c token shards, meta.json and the tokenizer", prepare_flags,
+                  run_prepare),
+          command(app, "export", "write a checkpoint's model in another program's format (llama2.c)", export_flags, run_export),
+          command(app, "import", "read another program's model file (llama2.c) into a checkpoint", import_flags, run_import),
+          command(app, "bench", "speed of a training step or of KV-cache decoding", bench_flags, run_bench),
+          command(app, "demo", "a tiny forward/backward with a gradient check", demo_flags, run_demo)};
 }
 
 }  // namespace tapelm::cli
