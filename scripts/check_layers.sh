@@ -7,6 +7,9 @@
 #   optim      -> autograd
 #   data       -> autograd (never nn, optim or train)
 #   train      -> nn, optim, data, autograd's public headers (never kernels or BLAS)
+#   train/convert -> as train, but of train/ only the checkpoint module, train_config, trainer.h (its
+#                 public API), eval, run_dir, stop and itself: never the CLI, the sweep or interop
+#   train/interop -> as train, but of train/ only the checkpoint module, train_config and itself
 #   train/cli  -> anything but kernels; nothing includes the CLI
 #   tests, bench -> anything but the CLI
 # OpenMP pragmas, cblas.h and oneDNN's headers live in autograd/kernels/ only; hdf5.h in the checkpoint module's
@@ -20,6 +23,9 @@ KERNELS='^autograd/kernels/'
 RECORD='^autograd/record\.h$'
 HDF5_OWNERS='^(train/checkpoint/h5file\.cpp|tests/test_h5\.cpp)$'
 MPI_OWNERS='^train/dist\.cpp$'
+# What the conversion and interop rooms may include from the rest of train/.
+CONVERT_MAY='^train/(checkpoint/[^/]+|train_config\.h|trainer\.h|eval\.h|run_dir\.h|stop\.h|convert/[^/]+)$'
+INTEROP_MAY='^train/(checkpoint/[^/]+|train_config\.h|interop/[^/]+)$'
 
 check() {
   local root=$1 bad=0
@@ -33,6 +39,8 @@ check() {
       optim/*) module=optim ;;
       data/*) module=data ;;
       train/cli/*) module=cli ;;
+      train/convert/*) module=convert ;;
+      train/interop/*) module=interop ;;
       train/*) module=train ;;
       tests/*|bench/*) module=outside ;;
       *) continue ;;
@@ -65,8 +73,13 @@ check() {
           nn:*) why="nn depends on autograd only" ;;
           optim:autograd|optim:optim|data:autograd|data:data) ;;
           optim:*|data:*) why="$module depends on autograd only" ;;
-          train:autograd|cli:autograd)
+          train:autograd|cli:autograd|convert:autograd|interop:autograd)
             if [[ $target =~ $KERNELS ]]; then why="train uses ops, not kernels or BLAS"; fi ;;
+          convert:train)
+            [[ $target =~ $CONVERT_MAY ]] || why="conversion includes no CLI, sweep, interop or trainer internals" ;;
+          interop:train)
+            [[ $target =~ $INTEROP_MAY ]] || why="interop includes only the checkpoint module and train_config of train/" ;;
+          convert:*|interop:*) ;;
           train:*|cli:*) ;;
           outside:*) ;;
         esac
@@ -88,20 +101,26 @@ self_test() {
   mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/tests"
   printf '#include "autograd/tensor.h"\n' > "$t/nn/ok.h"
   printf '#pragma omp parallel for\n#include <cblas.h>\n' > "$t/autograd/kernels/k.cpp"
+  mkdir -p "$t/train/convert" "$t/train/interop"
+  printf '#include "train/checkpoint/checkpoint.h"\n#include "train/trainer.h"\n#include "train/convert/methods.h"\n' > "$t/train/convert/ok.cpp"
+  printf '#include "train/checkpoint/checkpoint.h"\n#include "nn/gpt.h"\n' > "$t/train/interop/ok.cpp"
   check "$t" > /dev/null || { echo "check_layers self-test: a clean tree was refused"; return 1; }
   local edge
   for edge in 'autograd/a.h:#include "nn/gpt.h"' 'nn/b.h:#include "autograd/kernels/blas.h"' \
               'nn/c.h:#include "autograd/record.h"' 'data/d.h:#include "nn/rng.h"' \
               'data/e.h:#include "train/trainer.h"' 'train/f.cpp:#include "autograd/kernels/kernels.h"' \
               'tests/g.cpp:#include "train/cli/cli.h"' 'train/h.cpp:#pragma omp parallel for' \
-              'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"'; do
+              'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"' \
+              'train/convert/l.cpp:#include "train/sweep/plan.h"' 'train/convert/m.cpp:#include "train/interop/llama2c.h"' \
+              'train/interop/n.cpp:#include "train/trainer.h"' 'train/interop/o.cpp:#include "train/convert/convert.h"' \
+              'train/convert/p.cpp:#include "train/cli/cli.h"'; do
     local f=${edge%%:*} line=${edge#*:}
     mkdir -p "$t/$(dirname "$f")"
     printf '%s\n' "$line" > "$t/$f"
     if check "$t" > /dev/null; then echo "check_layers self-test: missed $f: $line"; return 1; fi
     rm "$t/$f"
   done
-  echo "check_layers self-test: ok (a clean tree passes, 11 forbidden edges are refused)"
+  echo "check_layers self-test: ok (a clean tree passes, 16 forbidden edges are refused)"
 }
 
 if [[ ${1:-} == --self-test ]]; then
