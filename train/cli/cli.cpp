@@ -580,9 +580,10 @@ struct ImportArgs {
 void import_flags(CLI::App& c, ImportArgs& a) {
   c.add_option("--format", a.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
   c.add_option("--model", a.model, "llama2.c model file, version 0 or 1")->required();
-  c.add_option("--tokenizer-model", a.tokenizer_model, "sentencepiece model (.model) to store with the weights");
+  CLI::Option* model = c.add_option("--tokenizer-model", a.tokenizer_model, "sentencepiece model (.model) to store with the weights");
   c.add_option("--tokenizer-bin", a.tokenizer_bin,
-               "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores");
+               "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores")
+      ->needs(model);
   c.add_option("--out", a.out, "output checkpoint (HDF5, weights only)")->required();
 }
 

@@ -394,7 +394,7 @@ TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size) {
 Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
                     const std::string& out) {
   if (!tokenizer_bin.empty() && tokenizer_model.empty())
-    throw Error(ErrorKind::usage, "--tokenizer-bin " + tokenizer_bin + " is checked against --tokenizer-model, which is missing");
+    throw Error(ErrorKind::usage, tokenizer_bin + ": a llama2.c tokenizer is checked against a sentencepiece model, and none was given");
   Model m = read_model(model_path);
   Tokenizer tok;
   if (!tokenizer_model.empty()) {
@@ -421,7 +421,7 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
 
 Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path) {
   if (version != 0 && version != 1)
-    throw Error(ErrorKind::usage, "--version " + std::to_string(version) + ": llama2.c versions are 0 and 1");
+    throw Error(ErrorKind::usage, "llama2.c version " + std::to_string(version) + ": the versions are 0 and 1");
   const GPTConfig cfg = read_model_config(H5File::open_read(checkpoint));
   check_exportable(cfg, checkpoint);
   // the weights and the bytes of the file written from them
@@ -437,7 +437,7 @@ Header export_model(const std::string& checkpoint, int version, const std::strin
                                          " (run.c reads vocab_size pieces)");
     tok_path = (std::filesystem::path(out).parent_path() / "tokenizer.bin").string();
     if (std::filesystem::absolute(tok_path) == std::filesystem::absolute(out))
-      throw Error(ErrorKind::usage, "--out " + out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
+      throw Error(ErrorKind::usage, out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
   }
   const std::map<std::string, Tensor> extras = read_imported(H5File::open_read(checkpoint));
   auto table = [&](const char* name) {

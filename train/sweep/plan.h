@@ -40,7 +40,7 @@ enum class CellKind { pretrain, convert, scratch };
 
 /// "pretrain", "convert" or "scratch", as the cell files and results.csv spell it.
 std::string cell_kind_name(CellKind k);
-/// The inverse of cell_kind_name; throws std::invalid_argument on anything else.
+/// The inverse of cell_kind_name; anything else is a data Error naming it.
 CellKind parse_cell_kind(const std::string& s);
 
 /// One run of the study.
@@ -73,7 +73,7 @@ struct SweepPlan {
   /// The plan of a preset; an unknown method or grouping, or one without mean or contiguous, is a
   /// usage Error.
   explicit SweepPlan(const SweepPreset& p);
-  /// The cell with these coordinates; throws std::logic_error when the plan has none.
+  /// The cell with these coordinates; an internal Error when the plan has none.
   const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1) const;
   /// The pretrained MHA model.
   const Cell& pretrain() const { return cells.front(); }

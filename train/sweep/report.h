@@ -34,7 +34,7 @@ void write_results_csv(std::ostream& out, const SweepPlan& plan, const std::vect
 /// Writes report.md. `results` must hold every cell of the plan.
 void write_report_md(std::ostream& out, const SweepPlan& plan, const std::vector<CellResult>& results,
                      const ReportContext& ctx);
-/// Draws out_dir/fig_tradeoff.png, fig_alpha.png and fig_methods.png; throws std::runtime_error
+/// Draws out_dir/fig_tradeoff.png, fig_alpha.png and fig_methods.png; throws an io Error
 /// when gnuplot is missing or fails.
 void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results);
 
