@@ -30,6 +30,12 @@ std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt,
     double mx = -INFINITY;
     for (int64_t v = 0; v < V; v++)
       if (l[v] >= cut) mx = std::max(mx, double(l[v]) / opt.temperature);
+    if (!std::isfinite(mx)) {
+      // a temperature so small (subnormal) that logit / temperature overflows: the limit of the
+      // distribution as the temperature goes to 0 is the greedy choice
+      out[b] = static_cast<int32_t>(std::max_element(l, l + V) - l);
+      continue;
+    }
     double sum = 0;
     for (int64_t v = 0; v < V; v++) {
       p[v] = l[v] >= cut ? std::exp(double(l[v]) / opt.temperature - mx) : 0.0;

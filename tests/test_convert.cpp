@@ -650,6 +650,11 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   BOOST_TEST(cont.max_iters == 4);
   BOOST_TEST(cont.learning_rate == lr_at(40, pre.schedule()));
   BOOST_TEST(!cont.decay_lr);
+  // a given peak must be one: 0, -1 and NaN were taken silently as "not given" (5e-4 here)
+  BOOST_TEST(uptrain_config(pre, {.kv_heads = 2, .lr = 2e-4}).learning_rate == 2e-4);
+  BOOST_TEST(uptrain_config(pre, {.kv_heads = 2}).learning_rate == pre.learning_rate * 0.5);
+  for (double bad : {0.0, -1.0, std::nan(""), double(INFINITY)})
+    expect_throw([&] { uptrain_config(pre, {.kv_heads = 2, .lr = bad}); }, ErrorKind::usage, {"uptraining learning rate"});
   // interrupted after its first step (a signal), then resumed: the same weights as in one go
   o.stop = signal_stop_token();
   std::raise(SIGINT);

@@ -304,6 +304,12 @@ BOOST_AUTO_TEST_CASE(sampling) {
   Rng r(1);
   BOOST_TEST(sample_next(logits, {.greedy = true}, r) == std::vector<int32_t>({1, 0}));
   for (int i = 0; i < 20; i++) BOOST_TEST(sample_next(logits, {.top_k = 1}, r) == std::vector<int32_t>({1, 0}));
+  // temperatures so small that logit / T overflows (5 / 1e-320 is inf) take the limit T -> 0, the
+  // greedy choice; before, inf - inf made the probabilities NaN and the draw arbitrary. Logits of
+  // both signs, so the largest scaled logit is +inf in one row and finite 1e-300 scaling is fine.
+  Tensor mixed = Tensor::from({2, 4}, {-3.f, -0.5f, -2.f, -1.f, 5.f, 1.f, 4.9f, 0.f});
+  for (double t : {1e-320, 4.9e-324, 1e-300})
+    for (int i = 0; i < 20; i++) BOOST_TEST(sample_next(mixed, {.temperature = t}, r) == std::vector<int32_t>({1, 0}), t);
   // top-2 never picks outside the two largest
   for (int i = 0; i < 200; i++) {
     auto s = sample_next(logits, {.top_k = 2}, r);

@@ -298,4 +298,25 @@ BOOST_AUTO_TEST_CASE(uptrain_locks_its_run_directory) {
   BOOST_TEST(!fs::exists(d / "up/checkpoint.h5"));
 }
 
+// A resume with nothing to resume from fails before the run directory is made (it was left
+// behind holding .lock); uptrain refuses before converting.
+BOOST_AUTO_TEST_CASE(a_resume_without_a_checkpoint_leaves_nothing_behind) {
+  TempDir d;
+  TrainOptions o;
+  o.quiet = true;
+  o.resume = true;
+  expect_throw([&] { tapelm::train(tiny_train(2), shakespeare(), d / "fresh", o); }, ErrorKind::train,
+               {d / "fresh", "no checkpoint.h5 to resume from"});
+  BOOST_TEST(!fs::exists(d / "fresh"));
+  o.resume = false;
+  tapelm::train(tiny_train(2), shakespeare(), d / "mha", o);
+  UptrainOptions u;
+  u.quiet = true;
+  u.resume = true;
+  u.fraction = 1.0;
+  expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "up", u); }, ErrorKind::train,
+               {d / "up", "no checkpoint.h5 to resume from"});
+  BOOST_TEST(!fs::exists(d / "up"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -178,6 +178,9 @@ void Trainer::set_up() {
                       std::to_string(cfg_.model.vocab_size));
   check_window_fits(static_cast<int64_t>(corpus_.train.size()), T, "train split");
   check_window_fits(static_cast<int64_t>(corpus_.val.size()), T, "val split");
+  // before the run directory is made or locked: a failed resume leaves nothing behind
+  if (opt_.resume && !fs::exists(dir_.checkpoint()))
+    throw Error(ErrorKind::train, dir_.path() + ": resuming, but there is no checkpoint.h5 to resume from");
   if (lead_) dir_.prepare();
 
   if (opt_.init_from) {
@@ -197,8 +200,6 @@ void Trainer::set_up() {
 
   if (opt_.resume) {
     const std::string ck_path = dir_.checkpoint();
-    if (!fs::exists(ck_path))
-      throw Error(ErrorKind::train, dir_.path() + ": --resume but there is no checkpoint.h5 to resume from");
     H5File f = H5File::open_read(ck_path);
     TrainConfig saved = read_train_config(f);
     if (!(saved.model == cfg_.model))

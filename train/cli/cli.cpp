@@ -148,6 +148,7 @@ struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config;
   int64_t kv_heads = 0, calib_tokens = 16384;
   double fraction = 0.05, lr = 0;
+  bool lr_given = false;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
 };
@@ -165,7 +166,8 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--out", a.out, "run directory")->required();
   c.add_option("--config", a.config,
                "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
-  c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)");
+  c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)")
+      ->each([&a](const std::string&) { a.lr_given = true; });
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
@@ -195,7 +197,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.calib_tokens = a.calib_tokens;
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
-  o.lr = a.lr;
+  if (a.lr_given) o.lr = a.lr;
   o.seed = a.seed;
   o.resume = a.resume;
   o.quiet = a.quiet;

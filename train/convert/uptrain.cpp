@@ -21,6 +21,8 @@ std::string to_string(UptrainSchedule s) { return s == UptrainSchedule::Rewarm ?
 TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o) {
   if (!(o.fraction >= 0 && o.fraction <= 10))
     throw Error(ErrorKind::usage, "uptraining fraction " + std::to_string(o.fraction) + " is not in [0, 10]");
+  if (o.lr && !(*o.lr > 0 && std::isfinite(*o.lr)))  // 0, -1 and NaN were taken as "not given"
+    throw Error(ErrorKind::usage, "uptraining learning rate " + echo_json(*o.lr) + " is not positive and finite");
   TrainConfig c = original;
   c.model.n_kv_head = o.kv_heads;
   c.model.validate();
@@ -28,7 +30,7 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   c.max_iters = steps;
   c.seed = o.seed;
   if (o.schedule == UptrainSchedule::Rewarm) {
-    c.learning_rate = o.lr > 0 ? o.lr : original.learning_rate * o.rewarm_scale;
+    c.learning_rate = o.lr ? *o.lr : original.learning_rate * o.rewarm_scale;
     c.min_lr = std::min(original.min_lr, c.learning_rate);
     c.warmup_iters = std::min(original.warmup_iters, std::max<int64_t>(1, steps / 10));
     c.lr_decay_iters = std::max<int64_t>(1, steps);
@@ -46,6 +48,8 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 }
 
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
+  if (o.resume && !fs::exists(RunDir(out_dir).checkpoint()))  // before converting, and before anything is made
+    throw Error(ErrorKind::train, out_dir + ": resuming, but there is no checkpoint.h5 to resume from");
   LoadedModel loaded = load_model(from);
   GPT& src = *loaded.model;
   const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));

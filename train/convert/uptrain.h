@@ -25,7 +25,7 @@ struct UptrainOptions {
   uint64_t calib_seed = 0;       // which windows: fixed, so every seed of a study converts alike
   double fraction = 0.05;  // α; 0: convert and evaluate only
   UptrainSchedule schedule = UptrainSchedule::Rewarm;
-  double lr = 0;           // rewarm: the peak (0: the original run's peak × rewarm_scale); continue: ignored
+  std::optional<double> lr;  // rewarm: the peak (unset: the original run's peak × rewarm_scale); continue: ignored
   double rewarm_scale = 0.5;  // re-warming a converged model to its full peak undoes part of its training
   uint64_t seed = 1;       // batches, dropout, and the random conversion
   bool resume = false;
@@ -47,7 +47,8 @@ struct UptrainResult {
   TrainConfig config;         // what the uptraining ran with
 };
 
-/// The config uptraining runs with, from the original run's.
+/// The config uptraining runs with, from the original run's. A fraction outside [0, 10] or a
+/// given learning rate that is not positive and finite is a usage Error naming the value.
 TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o);
 
 /// Converts `from`, uptrains into out_dir (checkpoint.h5, metrics.jsonl) and evaluates.
