@@ -213,6 +213,17 @@ BOOST_AUTO_TEST_CASE(bad_files_give_one_line_and_write_nothing) {
   expect_error(import_of("version.bin", version), "version 2 is not supported");
   expect_error(import_of("v1cut.bin", v1.substr(0, v1.size() - 4)), "v1cut.bin: truncated");
   expect_error(import_of("empty.bin", ""), "empty.bin: truncated");
+  // a 92-byte file claiming 2^31 − 1 layers: refused as truncated from the header's arithmetic
+  // (the layer list it would need ran out of memory after 18 s)
+  std::string layers(92, '\0');
+  for (auto [at, v] : std::vector<std::pair<size_t, int32_t>>{{0, 16}, {4, 32}, {8, 2147483647}, {12, 2}, {16, 1}, {20, 64}, {24, 32}})
+    put<int32_t>(layers, at, v);
+  expect_error(import_of("layers.bin", layers), "layers.bin: truncated");
+  // a context later commands cannot hold (sample's KV cache, a v0 export's RoPE tables) is
+  // refused at import, naming the field; it imported, then sample and export died of bad_alloc
+  std::string context = v1;
+  put<int32_t>(context, 32, 2147483647);  // v1: magic, version, dim, hidden, layers, heads, kv heads, vocab, max_seq_len
+  expect_error(import_of("context.bin", context), "max_seq_len 2147483647");
   expect_error(run_cli("import --format llama2c --model " + (d / "missing.bin") + " --out " + (d / "out.h5")), "missing.bin");
   expect_error(run_cli("import --format gguf --model " + bin("gqa_tied", 0) + " --out " + (d / "out.h5")), "gguf");
   BOOST_TEST(!fs::exists(d / "out.h5"));

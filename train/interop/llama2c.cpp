@@ -130,12 +130,22 @@ std::string bytes_str(unsigned __int128 n) {
   return std::to_string(static_cast<uint64_t>(n));
 }
 
+// Bytes the layers alone take (every layer: two norms, wq, wk, wv, wo, w1, w2, w3), in 128 bits
+// and without listing them: a hostile n_layers of 2^31 − 1 would make layout() list billions of
+// entries before any size check could refuse the file.
+unsigned __int128 layer_bytes(const Header& h) {
+  using u = unsigned __int128;
+  const u d = static_cast<uint64_t>(h.dim), f = static_cast<uint64_t>(h.hidden_dim);
+  const u kv_dim = d / static_cast<uint64_t>(h.n_heads) * static_cast<uint64_t>(h.n_kv_heads);
+  return 4 * static_cast<u>(static_cast<uint64_t>(h.n_layers)) * (2 * d + 2 * d * d + 2 * d * kv_dim + 3 * d * f);
+}
+
 // A v0 reading that failed its size check: is it a v1 file whose magic was damaged?
 bool v1_with_bad_magic(const std::string& b) {
   if (static_cast<int64_t>(b.size()) < kHeaderBytesV1 || get_i32(b, 4) != 1) return false;
   Header h = parse_ints(b, 8, 1);
   h.shared_classifier = static_cast<uint8_t>(b[36]) != 0;
-  return header_problem(h).empty() && file_bytes(h) == b.size();
+  return header_problem(h).empty() && layer_bytes(h) <= b.size() && file_bytes(h) == b.size();
 }
 
 Tensor permute_rope_rows(const Tensor& w, int64_t n_heads, bool to_interleaved) {
@@ -220,7 +230,8 @@ Model read_model(const std::string& path) {
     h.vocab_size = std::abs(h.vocab_size);  // int64: INT32_MIN is safe
   }
   const std::string why = header_problem(h);
-  const unsigned __int128 want = why.empty() ? file_bytes(h) : 0;
+  // layers that cannot fit are a truncated file, said before layout() would list them
+  const unsigned __int128 want = !why.empty() ? 0 : layer_bytes(h) > static_cast<unsigned __int128>(size) ? layer_bytes(h) : file_bytes(h);
   const bool fits = why.empty() && want == static_cast<unsigned __int128>(size);
   if (!fits && h.version == 0 && v1_with_bad_magic(b)) {
     char m[16];
@@ -239,6 +250,13 @@ Model read_model(const std::string& path) {
     fail_here("tapelm cannot hold this model: " + std::string(e.what()));
   }
   check_memory(4.0 * static_cast<double>(size), available_memory_bytes(), path + ": the model's " + std::to_string(size / 4) + " weights");
+  // What later commands build from the header must fit too: sample's KV cache of one sequence of
+  // max_seq_len positions, and the RoPE tables a version 0 export writes (max_seq_len × head size).
+  const double kv_cache = 4.0 * 2 * static_cast<double>(h.n_layers) * static_cast<double>(h.max_seq_len) *
+                          static_cast<double>(h.dim / h.n_heads * h.n_kv_heads);
+  const double rope = 4.0 * static_cast<double>(h.max_seq_len) * static_cast<double>(h.dim / h.n_heads);
+  check_memory(kv_cache + rope, available_memory_bytes(),
+               "llama2.c model " + path + ": max_seq_len " + std::to_string(h.max_seq_len) + " (the KV cache and RoPE tables of that context)");
   Model m;
   m.header = h;
   m.gpt = std::make_unique<GPT>(cfg);
