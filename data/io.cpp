@@ -38,13 +38,17 @@ void write_whole(const std::string& path, const std::string& bytes, const std::s
 
 }  // namespace
 
-std::string read_file_bytes(const std::string& path, const std::string& what) {
+void require_regular_file(const std::string& path, const std::string& what, ErrorKind kind) {
   std::error_code ec;
-  fs::file_status st = fs::status(path, ec);
-  if (!fs::exists(st)) throw Error(ErrorKind::data, what + " " + path + ": no such file");
-  if (fs::is_directory(st)) throw Error(ErrorKind::data, what + " " + path + ": is a directory, not a file");
-  // a device or pipe (/dev/zero, /dev/stdin) could be endless: read regular files only
-  if (!fs::is_regular_file(st)) throw Error(ErrorKind::data, what + " " + path + ": not a regular file");
+  const fs::file_status st = fs::status(path, ec);
+  const std::string at = (what.empty() ? "" : what + " ") + path + ": ";
+  if (!fs::exists(st)) throw Error(kind, at + "no such file");
+  if (fs::is_directory(st)) throw Error(kind, at + "is a directory, not a file");
+  if (!fs::is_regular_file(st)) throw Error(kind, at + "not a regular file (a FIFO, device or socket)");
+}
+
+std::string read_file_bytes(const std::string& path, const std::string& what) {
+  require_regular_file(path, what);
   errno = 0;
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) throw Error(ErrorKind::data, what + " " + path + ": cannot open: " + std::strerror(errno));

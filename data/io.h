@@ -8,6 +8,10 @@
 
 namespace tapelm {
 
+/// Throws an Error of `kind` starting "<what> <path>: " unless path is a regular file: a FIFO would
+/// block its reader forever and a device (/dev/zero) never end, so every input is checked before
+/// it is opened.
+void require_regular_file(const std::string& path, const std::string& what, ErrorKind kind = ErrorKind::data);
 /// The bytes of a regular file; `what` ("data file", "token file", ...) starts each error message.
 std::string read_file_bytes(const std::string& path, const std::string& what);
 /// Writes each (path, bytes) to a temp file beside it, then renames them all; on error none is left.

@@ -263,4 +263,40 @@ BOOST_AUTO_TEST_CASE(prepare_bpe_train_sample_and_bad_corpora) {
                d / "c");
 }
 
+// Every input path is checked to be a regular file (or a directory where one is expected) before it
+// is opened: a FIFO blocked each of these commands forever.
+BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
+  TempDir d;
+  const std::string text = fixture_path("tiny.txt"), ck = parity_fixture("mha.h5");
+  for (const char* f : {"f", "f.h5", "f.bin", "run/checkpoint.h5", "plot/metrics.jsonl", "sw/sweep.json"}) {
+    fs::create_directories(fs::path(d / f).parent_path());
+    BOOST_TEST_REQUIRE(::mkfifo((d / f).c_str(), 0600) == 0, f);
+  }
+  const std::string bin = std::string(TAPELM_BINARY) + " ";
+  const std::vector<std::string> cmds = {
+      bin + "inspect " + (d / "f"),
+      bin + "eval --checkpoint " + (d / "f") + " --data " + text,
+      bin + "eval --checkpoint " + ck + " --data " + (d / "f"),
+      bin + "eval --checkpoint " + ck + " --data " + (d / "f.h5"),
+      bin + "eval --checkpoint " + ck + " --data " + (d / "f.bin"),
+      bin + "sample --checkpoint " + (d / "f"),
+      bin + "convert --from " + (d / "f") + " --kv-heads 1 --out " + (d / "c.h5"),
+      bin + "convert --from " + ck + " --kv-heads 1 --method fit --calib " + (d / "f") + " --out " + (d / "c.h5"),
+      bin + "export --checkpoint " + (d / "f") + " --format llama2c --out " + (d / "m.bin"),
+      bin + "uptrain --from " + (d / "f") + " --kv-heads 1 --data " + text + " --out " + (d / "up"),
+      bin + "train --config " + (d / "f") + " --data " + text + " --out " + (d / "t"),
+      bin + "bench --config " + (d / "f"),
+      bin + "train --resume --data " + text + " --out " + (d / "run"),
+      bin + "plot " + (d / "plot"),
+      bin + "sweep --preset micro --methods mean --data " + text + " --out " + (d / "sw")};
+  const std::vector<Run> runs = run_shell_batch(cmds, 2, 20);
+  for (size_t i = 0; i < cmds.size(); i++) {
+    BOOST_TEST(runs[i].code == 1, cmds[i] << ": exit " << runs[i].code << " (124: it hung)");
+    BOOST_TEST(is_one_error_line(runs[i]), cmds[i] << ": " << runs[i].err);
+    BOOST_TEST(runs[i].err.find("not a regular file") != std::string::npos, cmds[i] << ": " << runs[i].err);
+  }
+  BOOST_TEST(!fs::exists(d / "c.h5"));
+  BOOST_TEST(!fs::exists(d / "m.bin"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

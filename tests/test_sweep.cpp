@@ -372,4 +372,43 @@ BOOST_AUTO_TEST_CASE(a_second_sweep_on_one_directory_is_refused) {
   BOOST_TEST(in_out == std::set<std::string>{".lock"}, tt::per_element());
 }
 
+// A sweep's state files damaged by hand or by a crash: one line naming the file and what to do,
+// on every re-run (they gave raw JSON or basic_filebuf messages naming no file); a corpus too
+// short to train on is refused before the output directory is made.
+BOOST_AUTO_TEST_CASE(damaged_sweep_state_gives_one_line_naming_the_file) {
+  TempDir d;
+  const std::string text = test::fixture_path("tiny.txt");
+  std::ofstream(d / "short.txt") << std::string(100, 'a');
+  expect_error(run_cli("sweep --preset micro --methods mean --data " + (d / "short.txt") + " --out " + (d / "o")),
+               "short.txt: the val split of 10 tokens");
+  BOOST_TEST(!fs::exists(d / "o"));
+  const std::string args = "sweep --preset micro --methods mean --quiet --data " + text + " --out " + (d / "sw");
+  BOOST_TEST_REQUIRE(run_cli(args).code == 0);
+  const fs::path cell = d / "sw/cells/kv1_mean_a0.05_s2.json", other = d / "sw/cells/kv2_mean_a0.05_s2.json";
+  const std::string stamp = slurp(d / "sw/sweep.json"), good = slurp(cell);
+  auto damaged = [&](const fs::path& f, const std::string& part) {
+    Run r = run_cli(args);
+    expect_error(r, f.string());
+    BOOST_TEST(r.err.find(part) != std::string::npos, r.err);
+  };
+  std::ofstream(d / "sw/sweep.json") << "garbage";
+  damaged(d / "sw/sweep.json", "remove it");
+  std::ofstream(d / "sw/sweep.json") << std::string(100000, '[') << std::string(100000, ']');
+  damaged(d / "sw/sweep.json", "nested deeper");
+  fs::remove(d / "sw/sweep.json");
+  fs::create_directory(d / "sw/sweep.json");
+  damaged(d / "sw/sweep.json", "is a directory");
+  fs::remove(d / "sw/sweep.json");
+  std::ofstream(d / "sw/sweep.json") << stamp;
+  std::ofstream(cell) << good.substr(0, good.size() / 2);  // truncated
+  damaged(cell, "remove it");
+  std::ofstream(cell) << slurp(other);  // another cell's result: it lies about its cell
+  damaged(cell, "holds cell kv2_mean_a0.05_s2, not kv1_mean_a0.05_s2");
+  std::ofstream(cell) << R"({"kind": "convert"})";
+  damaged(cell, "not a cell result");
+  std::ofstream(cell) << good;
+  Run again = run_cli(args);
+  BOOST_TEST(again.code == 0, again.err);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

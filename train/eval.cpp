@@ -117,6 +117,7 @@ EvalBatches EvalData::batches(int64_t batch) const {
 namespace {
 
 bool is_hdf5(const std::string& path) {
+  if (!fs::is_regular_file(path)) return false;  // a FIFO would block the read below
   std::ifstream in(path, std::ios::binary);
   char sig[8] = {};
   in.read(sig, 8);

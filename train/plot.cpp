@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "data/io.h"
+
 namespace tapelm {
 
 namespace fs = std::filesystem;
@@ -40,6 +42,7 @@ void run_gnuplot(const std::string& script) {
 
 std::string plot_run(const std::string& run_dir) {
   const fs::path dir(run_dir);
+  require_regular_file((dir / "metrics.jsonl").string(), "metrics", ErrorKind::io);  // a FIFO would block the read
   std::ifstream in(dir / "metrics.jsonl");
   if (!in) throw Error(ErrorKind::io, (dir / "metrics.jsonl").string() + ": cannot read the metrics");
   const fs::path train_dat = dir / "loss_train.dat", val_dat = dir / "loss_val.dat";

@@ -179,6 +179,8 @@ H5File H5File::open_read(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0)
     throw Error(ErrorKind::checkpoint, path + ": " + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)));
   if (S_ISDIR(st.st_mode)) throw Error(ErrorKind::checkpoint, path + ": is a directory, not an HDF5 file");
+  // opening a FIFO blocks until a writer comes, and a device never ends: regular files only
+  if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::checkpoint, path + ": not a regular file (a FIFO, device or socket)");
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(ErrorKind::checkpoint, path + ": cannot read: " + std::strerror(errno));
   ::close(fd);

@@ -12,6 +12,8 @@
 #include <tuple>
 
 #include "data/dataset.h"
+#include "data/io.h"
+#include "data/sampler.h"
 #include "nn/accounting.h"
 #include "train/bench.h"
 #include "train/checkpoint/checkpoint.h"
@@ -54,9 +56,37 @@ void write_atomic(const fs::path& p, const std::string& text) {
 
 void write_json_atomic(const fs::path& p, const json& j) { write_atomic(p, j.dump(1) + "\n"); }
 
+/// A state file of the sweep (sweep.json, cells/*.json, decode/*.json): a regular file of at most
+/// a megabyte holding one JSON object; anything else is a data Error naming the file and saying
+/// how to recover (the file is the sweep's own, so a bad one was damaged: remove it and re-run).
 json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  return json::parse(in);
+  const std::string path = p.string(), fix = " (remove it and run the sweep again to redo what it held)";
+  require_regular_file(path, "sweep state file");
+  std::error_code ec;
+  if (fs::file_size(p, ec) > (1u << 20)) throw Error(ErrorKind::data, path + ": over a megabyte, not a sweep state file" + fix);
+  try {
+    json j = parse_config_json(read_file_bytes(path, "sweep state file"), path);
+    if (!j.is_object()) throw Error(ErrorKind::data, path + ": not a JSON object");
+    return j;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::data, std::string(e.what()) + fix);
+  }
+}
+
+/// A finished cell's result file: it must hold that cell's result.
+CellResult read_cell(const fs::path& p, const Cell& c) {
+  const json j = read_json(p);
+  CellResult r;
+  try {
+    r = CellResult::from_json(j);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::data, p.string() + ": not a cell result (" + cut_for_message(e.what(), 160) +
+                                     "); remove it and run the sweep again to redo the cell");
+  }
+  if (!(r.cell == c))
+    throw Error(ErrorKind::data, p.string() + ": holds cell " + cut_for_message(r.cell.id()) + ", not " + c.id() +
+                                     "; remove it and run the sweep again to redo the cell");
+  return r;
 }
 
 /// OUT/{runs,cells,decode}/ and OUT/sweep.json, locked for the whole sweep (OUT/.lock; each cell's
@@ -74,9 +104,9 @@ struct SweepDirs {
       if (!fs::is_directory(d)) throw Error(ErrorKind::io, d.string() + ": cannot create the sweep directory");
     }
     const fs::path stamp = out / "sweep.json";
-    if (fs::exists(stamp)) {
+    if (fs::exists(stamp) || fs::is_symlink(stamp)) {
       json old = read_json(stamp);
-      if (old["config"] != stamp_meta["config"])
+      if (!old.contains("config") || old["config"] != stamp_meta["config"])
         throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
                                  old.value("preset", std::string("?")) + "); use another --out");
     } else {
@@ -97,7 +127,13 @@ class DecodeTimer {
     auto known = cache_.find(kv);
     if (known != cache_.end()) return known->second;
     const fs::path f = dir_ / ("kv" + std::to_string(kv) + ".json");
-    if (fs::exists(f)) return cache_[kv] = decode_times_from_json(read_json(f));
+    if (fs::exists(f)) {
+      try {
+        return cache_[kv] = decode_times_from_json(read_json(f));
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(ErrorKind::data, f.string() + ": not a decode time file (" + cut_for_message(e.what(), 160) + ")");
+      }
+    }
     GPTConfig m = model_;
     m.n_kv_head = kv;
     DecodeTimes d;
@@ -180,6 +216,9 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   const TrainConfig& cfg = preset.pretrain;
   const std::string data_name = fs::path(data_path).filename().string();
   const SweepPlan plan(preset);  // first: an unknown method is refused before OUT is touched
+  // so is a corpus too short to train on
+  check_window_fits(corpus.train.size(), cfg.model.block_size, data_path + ": the train split");
+  check_window_fits(corpus.val.size(), cfg.model.block_size, data_path + ": the val split");
   const SweepDirs dirs(out_dir, {{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}});
 
   // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
@@ -202,8 +241,13 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
   std::map<std::string, double> converted_loss;
   for (const Cell& c : plan.cells)
-    if (c.kind == CellKind::convert && dirs.finished(c))
-      converted_loss[conversion_key(c)] = CellResult::from_json(read_json(dirs.cell_file(c))).loss_before.value();
+    if (c.kind == CellKind::convert && dirs.finished(c)) {
+      const CellResult r = read_cell(dirs.cell_file(c), c);
+      if (!r.loss_before)
+        throw Error(ErrorKind::data, dirs.cell_file(c).string() + ": a converted cell without loss_before; remove it and run "
+                                                                   "the sweep again to redo the cell");
+      converted_loss[conversion_key(c)] = *r.loss_before;
+    }
   size_t index = 0;
   for (const Cell& c : plan.cells) {
     index++;
@@ -251,7 +295,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   }
 
   std::vector<CellResult> results;
-  for (const Cell& c : plan.cells) results.push_back(CellResult::from_json(read_json(dirs.cell_file(c))));
+  for (const Cell& c : plan.cells) results.push_back(read_cell(dirs.cell_file(c), c));
   std::ostringstream csv;
   write_results_csv(csv, plan, results);
   write_atomic(dirs.out / "results.csv", csv.str());
