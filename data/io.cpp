@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "data/tempfile.h"
+
 namespace tapelm {
 
 namespace fs = std::filesystem;
@@ -19,11 +21,6 @@ struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string temp_path_for(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return path + "." + std::to_string(::getpid()) + "." + std::to_string(counter++) + ".tmp";
-}
 
 void write_whole(const std::string& path, const std::string& bytes, const std::string& final_path) {
   errno = 0;
@@ -61,25 +58,54 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::string> temps;
-  auto remove_temps = [&] {
+  for (const auto& [path, bytes] : files) {
+    remove_stale_temps(path);
+    if (fs::is_directory(path)) throw Error(ErrorKind::data, "cannot write " + path + ": is a directory");
+  }
+  // Temps and backups are removed if a signal ends the process (guards) or on any error (below).
+  std::vector<std::string> temps, backups(files.size());
+  std::vector<std::unique_ptr<TempFileGuard>> guards;
+  auto remove_all = [&] {
     std::error_code ec;
     for (const std::string& t : temps) fs::remove(t, ec);
+    for (const std::string& b : backups)
+      if (!b.empty()) fs::remove(b, ec);
   };
   try {
     for (const auto& [path, bytes] : files) {
       temps.push_back(temp_path_for(path));
+      guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
       write_whole(temps.back(), bytes, path);
+    }
+    // The files go together or not at all: each one replaced is kept as a hard link first, so a
+    // later rename that fails (a directory, an immutable file) puts the earlier ones back.
+    for (size_t i = 0; i < files.size(); i++) {
+      const std::string& path = files[i].first;
+      if (!fs::exists(path)) continue;
+      backups[i] = temp_path_for(path);
+      guards.push_back(std::make_unique<TempFileGuard>(backups[i]));
+      if (::link(path.c_str(), backups[i].c_str()) != 0) {
+        const int err = errno;
+        backups[i].clear();
+        throw Error(ErrorKind::data, "cannot write " + path + ": cannot keep the old file while replacing it: " + std::strerror(err));
+      }
     }
     for (size_t i = 0; i < files.size(); i++) {
       std::error_code ec;
       fs::rename(temps[i], files[i].first, ec);
-      if (ec) throw Error(ErrorKind::data, "cannot write " + files[i].first + ": " + ec.message());
+      if (!ec) continue;
+      for (size_t j = 0; j < i; j++) {  // undo: the old file back, or no file where there was none
+        std::error_code undo;
+        if (!backups[j].empty()) fs::rename(backups[j], files[j].first, undo);
+        else fs::remove(files[j].first, undo);
+      }
+      throw Error(ErrorKind::data, "cannot write " + files[i].first + ": " + ec.message());
     }
   } catch (...) {
-    remove_temps();
+    remove_all();
     throw;
   }
+  remove_all();  // the backups (the temps are renamed away)
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) { write_files_atomic({{path, bytes}}); }

@@ -330,4 +330,31 @@ BOOST_AUTO_TEST_CASE(bad_tokenizers_give_one_line_and_write_nothing) {
   BOOST_TEST(!fs::exists(d / "tokenizer.bin"));
 }
 
+// export writes the model and its tokenizer together or not at all: a directory where tokenizer.bin
+// goes left the new model.bin written, and an immutable old tokenizer.bin left the new model
+// beside the old tokenizer.
+BOOST_AUTO_TEST_CASE(export_commits_the_model_and_its_tokenizer_together) {
+  TempDir d;
+  const std::string ck = d / "ck.h5";  // with its sentencepiece tokenizer
+  BOOST_TEST_REQUIRE(run_cli("import --format llama2c --model " + bin("spm_tied", 0) + " --tokenizer-model " +
+                             fixture_path("spm_bpe512.model") + " --out " + ck).code == 0);
+  fs::create_directories(d / "x/tokenizer.bin");
+  expect_error(run_cli("export --checkpoint " + ck + " --format llama2c --out " + (d / "x/model.bin")),
+               "tokenizer.bin: is a directory");
+  BOOST_TEST(!fs::exists(d / "x/model.bin"));
+  fs::create_directories(d / "y");
+  write_bytes(d / "y/model.bin", "the old model");
+  write_bytes(d / "y/tokenizer.bin", "the old tokenizer");
+  if (std::system(("chattr +i " + (d / "y/tokenizer.bin") + " 2>/dev/null").c_str()) != 0) {
+    BOOST_TEST_MESSAGE("chattr +i is not available here: the immutable-tokenizer case is not run");
+    return;
+  }
+  const Run r = run_cli("export --checkpoint " + ck + " --format llama2c --out " + (d / "y/model.bin"));
+  std::system(("chattr -i " + (d / "y/tokenizer.bin")).c_str());
+  expect_error(r, "tokenizer.bin");
+  BOOST_TEST(bytes_of(d / "y/model.bin") == "the old model");
+  BOOST_TEST(bytes_of(d / "y/tokenizer.bin") == "the old tokenizer");
+  for (const auto& e : fs::directory_iterator(d / "y")) BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

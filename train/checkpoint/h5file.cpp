@@ -14,6 +14,8 @@
 #include <limits>
 #include <new>
 
+#include "data/tempfile.h"
+
 namespace tapelm {
 
 static_assert(std::is_same_v<hid_t, int64_t>, "HDF5 >= 1.10 is required (64-bit hid_t)");
@@ -645,7 +647,9 @@ void fsync_path(const std::string& path, int flags) {
 }  // namespace
 
 void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>& fill) {
+  remove_stale_temps(path);  // what a writer killed before its rename left
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const TempFileGuard guard(tmp);  // removed if a signal ends the process mid-write
   try {
     {
       H5File f = H5File::create(tmp);

@@ -1,0 +1,92 @@
+#include "data/tempfile.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The handler may only touch what is async-signal-safe: fixed buffers, flags, unlink, raise.
+constexpr int kSlots = 16;
+constexpr size_t kPathMax = 4096;
+char g_paths[kSlots][kPathMax];
+volatile sig_atomic_t g_used[kSlots];
+std::mutex g_mutex;  // guards slot assignment (not the handler's reads)
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void on_fatal_signal(int sig) {
+  for (int i = 0; i < kSlots; i++)
+    if (g_used[i]) ::unlink(g_paths[i]);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+/// Installs the handler for each signal whose disposition is the default (checked at every guard:
+/// a command may install its own handlers later, which then take precedence).
+void install_where_default() {
+  for (int sig : kSignals) {
+    struct sigaction old{};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa{};
+    sa.sa_handler = on_fatal_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+bool process_runs(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
+
+}  // namespace
+
+std::string temp_path_for(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+TempFileGuard::TempFileGuard(const std::string& path) {
+  if (path.size() >= kPathMax) return;  // not guarded; the next writer's sweep still removes it
+  std::lock_guard<std::mutex> lock(g_mutex);
+  install_where_default();
+  for (int i = 0; i < kSlots; i++)
+    if (!g_used[i]) {
+      std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
+      g_used[i] = 1;
+      slot_ = i;
+      return;
+    }
+}
+
+TempFileGuard::~TempFileGuard() {
+  if (slot_ < 0) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_used[slot_] = 0;
+}
+
+void remove_stale_temps(const std::string& path) {
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits == 0 || rest.empty()) continue;
+    const long pid = std::strtol(rest.substr(0, digits).c_str(), nullptr, 10);
+    if (pid <= 0 || pid == ::getpid() || process_runs(pid)) continue;
+    std::error_code rm;
+    fs::remove(e.path(), rm);
+  }
+}
+
+}  // namespace tapelm

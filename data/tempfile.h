@@ -1,0 +1,30 @@
+#pragma once
+// Temp files written beside their final path and renamed into place (`<name>.tmp.<pid>[.<k>]`):
+// removed if a signal ends the process while they exist, and by the next writer of the same path
+// when a process died without that chance (kill -9).
+#include <string>
+
+namespace tapelm {
+
+/// The temp path for writing `path`: `<path>.tmp.<pid>.<k>`, k counting within this process.
+std::string temp_path_for(const std::string& path);
+
+/// While alive, `path` is unlinked if SIGINT, SIGTERM or SIGHUP ends the process, before the
+/// signal takes its default effect. Signals a command handles itself (train's stop handler) are
+/// left alone: such a command finishes its write and cleans up on its own.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(const std::string& path);
+  ~TempFileGuard();
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+/// Removes `<path>.tmp.<pid>...` files beside `path` whose process no longer runs: what a writer
+/// killed before its rename left behind.
+void remove_stale_temps(const std::string& path);
+
+}  // namespace tapelm
