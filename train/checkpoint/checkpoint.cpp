@@ -293,7 +293,8 @@ TrainConfig read_train_config(const H5File& f) {
   if (!has_train_config(f))
     throw Error(ErrorKind::checkpoint, f.path() + ": no training state (" + kTrain + ") in this checkpoint");
   try {
-    return TrainConfig::from_json(nlohmann::json::parse(f.read_attr_string(kTrain, "config")));
+    // the config reader's limits (depth, duplicate keys), as for a config file
+    return TrainConfig::from_json(parse_config_json(f.read_attr_string(kTrain, "config"), f.path() + " " + kTrain + " config"));
   } catch (const std::exception& e) {
     throw Error(ErrorKind::checkpoint, f.path() + ": bad training config: " + e.what());
   }
