@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# compare.sh -- tapelm against the PyTorch reference (SPEC.md §5), alternating, several rounds.
+# compare.sh -- tapelm against the PyTorch reference (docs/formats.md §5), alternating, several rounds.
 #
-# For every configuration of SPEC.md §5 it runs, round after round,
+# For every configuration of docs/formats.md §5 it runs, round after round,
 #   tapelm        build/tapelm --threads N bench ... --json          at N threads and N threads + OMP_WAIT_POLICY=passive
 #   PyTorch       python3 ../shared/reference/bench.py ...           at 1 thread, N threads, N threads + OMP_WAIT_POLICY=passive
 # each under /usr/bin/time -f %M (peak RSS), then prints tables of the medians over rounds, the
@@ -22,7 +22,7 @@ usage() {
   cat <<'EOF'
 Usage: bench/compare.sh [options]
 
-Runs tapelm and the PyTorch reference (SPEC.md §5) alternately, several rounds, and prints/writes
+Runs tapelm and the PyTorch reference (docs/formats.md §5) alternately, several rounds, and prints/writes
 a table of medians, ratios against the targets, peak RSS, nano MFU and mid 2-thread scaling.
 
 Options:

@@ -444,7 +444,7 @@ def cmd_report(a):
                f"(tapelm at each of its settings, then PyTorch at 1 thread, at {nt} threads, and at {nt} "
                "threads with `OMP_WAIT_POLICY=passive`), each run under `/usr/bin/time -f %M` for its peak RSS. A run's figure is its own median over its timed iterations "
                "(tapelm `tokens_per_s`, PyTorch `tok_per_s_median`); the table shows the median of those "
-               "over rounds. PyTorch is held at the best of its settings (SPEC.md §5); tapelm at "
+               "over rounds. PyTorch is held at the best of its settings (docs/formats.md §5); tapelm at "
                + (meta.get("tapelm_best_desc") or "its best setting") + ". "
                "`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS` and `OMP_WAIT_POLICY` are cleared for every run "
                "(the programs set their own thread counts) and `OMP_WAIT_POLICY=passive` is set only "

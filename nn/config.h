@@ -1,5 +1,5 @@
 #pragma once
-// The model configuration of SPEC.md §1, from and to JSON. Each key is declared once, in
+// The model configuration of docs/formats.md §1, from and to JSON. Each key is declared once, in
 // TAPELM_GPT_FIELDS: the struct's members, the key set, from_json, to_json and the simple range
 // checks are all expanded from that one table (as PyTorch's TORCH_ARG declares an option once).
 #include <array>
@@ -96,8 +96,11 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   }
 }
 
-// type, key, default, check, max. n_kv_head = 0 and mlp_hidden = 0 stand for their derived
-// defaults (n_head and 4·n_embd), filled in by from_json; n_embd's max keeps 4·n_embd a count.
+// type, key, default, check, max. n_kv_head and mlp_hidden have derived defaults (n_head and
+// 4·n_embd; the 4 and 512 below are those of the default config), which from_json fills in when
+// the key is absent. mlp_hidden = 0 also stands for 4·n_embd; n_kv_head = 0 does not: it is
+// rejected by validate() ("must be positive"), as n_kv_head must be >= 1 and divide n_head.
+// n_embd's max keeps 4·n_embd a count.
 // vocab_size: 2^20, past the largest subword vocabularies (Llama 3: 128,256); token shards hold
 // uint16 ids up to 65,536 and llm.c's uint32 variant above.
 #define TAPELM_GPT_FIELDS(X)                                      \
@@ -122,7 +125,7 @@ struct GPTConfig {
   TAPELM_GPT_FIELDS(TAPELM_MEMBER)
 
   int64_t head_dim() const { return n_embd / n_head; }
-  /// Reads every key of SPEC.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to
+  /// Reads every key of docs/formats.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to
   /// 4·n_embd); an unknown key or a value of the wrong type is a config Error. Validates.
   static GPTConfig from_json(const nlohmann::json& j);
   static GPTConfig from_json_string(const std::string& s);

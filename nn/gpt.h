@@ -1,5 +1,5 @@
 #pragma once
-// The GPT of SPEC.md §1 with configurable key/value heads, and KV-cache decoding.
+// The GPT of docs/formats.md §1 with configurable key/value heads, and KV-cache decoding.
 #include <memory>
 #include <vector>
 
@@ -16,10 +16,10 @@ struct KVCache {
 
 class GPT : public Module {
  public:
-  /// Builds the model and draws its init (SPEC.md §1) from seed.
+  /// Builds the model and draws its init (docs/formats.md §1) from seed.
   explicit GPT(const GPTConfig& cfg, uint64_t seed = 1337);
   const GPTConfig& config() const { return cfg_; }
-  /// Re-draws every parameter as SPEC.md §1: normal(0, 0.02), residual projections
+  /// Re-draws every parameter as docs/formats.md §1: normal(0, 0.02), residual projections
   /// 0.02/√(2L), norm weights 1, biases 0.
   void init_weights(uint64_t seed);
 

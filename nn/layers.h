@@ -1,5 +1,5 @@
 #pragma once
-// The layers of SPEC.md §1. nn/ only combines ops: no tape, no raw pointers.
+// The layers of docs/formats.md §1. nn/ only combines ops: no tape, no raw pointers.
 #include <memory>
 
 #include "autograd/attention.h"

@@ -1,4 +1,4 @@
-// The checkpoint format (SPEC.md §2): full round trips, weights-only and h5py-written files, the
+// The checkpoint format (docs/formats.md §2): full round trips, weights-only and h5py-written files, the
 // optimizer hyper-parameters read back on resume, mismatches that load nothing, the files derived
 // from checkpoints (eval's gradients, convert's output), and the CLI's one-line errors.
 #include <algorithm>

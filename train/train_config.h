@@ -1,5 +1,5 @@
 #pragma once
-// The training configuration (SPEC.md §4): the model keys of §1 plus the optimisation keys,
+// The training configuration (docs/formats.md §4): the model keys of §1 plus the optimisation keys,
 // from one flat JSON object with `--set key=value` overrides; unknown keys are rejected.
 #include <string>
 #include <vector>

@@ -10,7 +10,7 @@ namespace tapelm {
 
 namespace {
 
-// Every group and attribute of the format (SPEC.md §2) is named here and nowhere else.
+// Every group and attribute of the format (docs/formats.md §2) is named here and nowhere else.
 const std::string kRoot = "/";
 const std::string kModel = "/model";
 const std::string kOptim = "/optim";

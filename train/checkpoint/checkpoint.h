@@ -1,5 +1,5 @@
 #pragma once
-// The checkpoint format (SPEC.md §2), in one place: this module and its .cpp are the only code
+// The checkpoint format (docs/formats.md §2), in one place: this module and its .cpp are the only code
 // that names the file's groups and attributes.
 //
 //   /            attrs format = "tapelm", format_version, config (model config JSON)
@@ -117,7 +117,7 @@ void write_imported(const std::string& path, const GPT& model, const Tokenizer* 
 /// The /imported tensors of a checkpoint by name (none for a checkpoint that was not imported).
 std::map<std::string, Tensor> read_imported(const H5File& f);
 /// Writes d loss / d param as /grad/<name> (zeros for parameters without a gradient) and the root
-/// attribute loss, atomically (SPEC.md §4, eval --grad-out).
+/// attribute loss, atomically (docs/formats.md §4, eval --grad-out).
 void write_gradients(const std::string& path, const GPT& model, double loss);
 
 }  // namespace tapelm
