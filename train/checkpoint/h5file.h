@@ -70,7 +70,7 @@ class H5File {
   double read_attr_double(const std::string& obj, const std::string& name) const;
   /// Reads a numeric attribute of any shape (h5py's array attributes), flattened, as float64.
   std::vector<double> read_attr_doubles(const std::string& obj, const std::string& name) const;
-  /// Writes a scalar fixed-length, null-padded UTF-8 string attribute (h5py reads it as str), replacing any old one.
+  /// Writes a scalar fixed-length, null-padded UTF-8 string attribute, replacing any old one.
   void write_attr(const std::string& obj, const std::string& name, const std::string& v);
   /// Writes a string literal as a string attribute.
   void write_attr(const std::string& obj, const std::string& name, const char* v) {
