@@ -299,4 +299,21 @@ BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
   BOOST_TEST(!fs::exists(d / "m.bin"));
 }
 
+// An output that is its own input is refused before anything is read: convert --out equal to
+// --from and import --out equal to --model silently overwrote their input.
+BOOST_AUTO_TEST_CASE(an_output_that_is_the_input_is_refused) {
+  TempDir d;
+  fs::copy_file(parity_fixture("gqa.h5"), d / "ck.h5");
+  const std::string before = slurp(d / "ck.h5");
+  expect_error(run_cli("convert --from " + (d / "ck.h5") + " --kv-heads 1 --out " + (d / "ck.h5")),
+               "--out " + (d / "ck.h5") + " is the --from file");
+  expect_error(run_cli("convert --from " + (d / "ck.h5") + " --kv-heads 1 --out " + (d / "./ck.h5")), "is the --from file");
+  std::ofstream(d / "m.bin") << "not a model";
+  expect_error(run_cli("import --format llama2c --model " + (d / "m.bin") + " --out " + (d / "m.bin")), "is the --model file");
+  expect_error(run_cli("export --checkpoint " + (d / "ck.h5") + " --format llama2c --out " + (d / "ck.h5")),
+               "is the --checkpoint file");
+  BOOST_TEST(slurp(d / "ck.h5") == before);
+  BOOST_TEST(slurp(d / "m.bin") == "not a model");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

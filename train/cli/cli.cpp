@@ -46,6 +46,14 @@ std::vector<std::string> split_list(const std::string& s, const std::string& fla
   return out;
 }
 
+/// A usage Error when `out` names the same file as the input `in`: writing it would replace the
+/// input it is made from (convert --out equal to --from silently overwrote its source).
+void refuse_same_file(const std::string& in, const std::string& in_flag, const std::string& out, const std::string& out_flag) {
+  std::error_code ec;
+  if (fs::equivalent(in, out, ec) || fs::absolute(in).lexically_normal() == fs::absolute(out).lexically_normal())
+    throw Error(ErrorKind::usage, out_flag + " " + out + " is the " + in_flag + " file: write the result elsewhere");
+}
+
 // More tokens than any sample is read for: sample warns, as it will run for hours.
 constexpr int64_t sample_warn_tokens = 1000000;
 
@@ -438,6 +446,7 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
 }
 
 int run_convert(const ConvertArgs& a) {
+  refuse_same_file(a.from, "--from", a.out, "--out");
   const Variant v{&method(a.method), parse_grouping(a.grouping)};
   LoadedModel l = load_model(a.from);
   GPT& src = *l.model;
@@ -568,6 +577,7 @@ void export_flags(CLI::App& c, ExportArgs& a) {
 }
 
 int run_export(const ExportArgs& a) {
+  refuse_same_file(a.checkpoint, "--checkpoint", a.out, "--out");
   std::string tok;
   const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
   std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),
@@ -590,6 +600,8 @@ void import_flags(CLI::App& c, ImportArgs& a) {
 }
 
 int run_import(const ImportArgs& a) {
+  refuse_same_file(a.model, "--model", a.out, "--out");
+  if (!a.tokenizer_model.empty()) refuse_same_file(a.tokenizer_model, "--tokenizer-model", a.out, "--out");
   const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
   std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
               a.tokenizer_model.empty() ? "" : (" with tokenizer " + a.tokenizer_model).c_str(), a.out.c_str());
