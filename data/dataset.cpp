@@ -54,6 +54,7 @@ Corpus load_sharded(const fs::path& dir) {
   }
   if (t.contains("vocab_size") && (!t["vocab_size"].is_number_integer() || t["vocab_size"].get<int64_t>() != c.tok.vocab_size()))
     throw bad("vocab_size " + t["vocab_size"].dump() + " disagrees with the " + std::to_string(c.tok.vocab_size()) + " ids of " + tok_path);
+  if (m.contains("header") && !m["header"].is_boolean()) throw bad("\"header\" must be true or false, got " + m["header"].dump());
   const bool header = m.value("header", true);
   for (auto [name, seq] : {std::pair{"train", &c.train}, std::pair{"val", &c.val}}) {
     if (!m.contains(name) || !m[name].is_object() || !m[name].contains("shards") || !m[name]["shards"].is_array())
@@ -65,7 +66,15 @@ Corpus load_sharded(const fs::path& dir) {
       const std::string p = (dir / s["file"].get<std::string>()).string();
       if (!fs::exists(p)) throw bad("names the shard " + p + ", which is missing");
       paths.push_back(p);
-      counts.push_back(s.contains("tokens") && s["tokens"].is_number_integer() ? s["tokens"].get<int64_t>() : -1);
+      int64_t count = -1;  // not given
+      if (s.contains("tokens")) {
+        const nlohmann::json& t = s["tokens"];
+        const bool ok = t.is_number_unsigned() ? t.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                                               : t.is_number_integer() && t.get<int64_t>() >= 0;
+        if (!ok) throw bad("the \"tokens\" of " + p + " must be a count, got " + t.dump().substr(0, 40));
+        count = t.get<int64_t>();
+      }
+      counts.push_back(count);
     }
     for (size_t i = 0; i < paths.size(); i++) {
       const TokenSeq one = TokenSeq::map_files({paths[i]}, !header);

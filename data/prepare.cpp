@@ -1,5 +1,9 @@
 #include "data/prepare.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +14,7 @@
 #include <set>
 
 #include "autograd/runtime.h"
+#include "data/dirlock.h"
 #include "data/io.h"
 #include "data/shards.h"
 
@@ -91,7 +96,7 @@ std::vector<std::string> training_sample(const std::vector<std::string>& files, 
       size_t nl = s.find('\n', from);
       if (nl == std::string::npos) nl = s.size();
       std::string_view line(s.data() + from, nl - from);
-      while (line.size() > 16384) {  // sentencepiece skips sentences longer than its max
+      while (line.size() > 16384) {  // sentencepiece skips sentences longer than its max (llama2.c bounds them too)
         size_t cut = line.rfind(' ', 16384);
         if (cut == std::string_view::npos || cut == 0) cut = 16384;
         while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) cut--;
@@ -123,11 +128,19 @@ std::vector<std::string> training_sample(const std::vector<std::string>& files, 
     const Doc& d = docs[di];
     const int64_t at = d.begin + (want - doc_off);
     std::string s = read_range(files[d.file], at, std::min(block, d.end - at));
-    const size_t first = at == d.begin ? 0 : s.find('\n');
-    const size_t last = s.rfind('\n');
-    if (first == std::string::npos || last == std::string::npos || last <= first) continue;
-    s = s.substr(first == 0 && at == d.begin ? 0 : first + 1, last - (first == 0 && at == d.begin ? 0 : first + 1));
-    check_utf8(s, files[d.file], at);
+    // Whole lines; a text without newlines (one long line) is cut at spaces instead, and one
+    // without either at character boundaries, so that any valid text gives a sample.
+    const bool to_end = at + static_cast<int64_t>(s.size()) == d.end;
+    const char cut = s.find('\n') != std::string::npos ? '\n' : ' ';
+    size_t begin = at == d.begin ? 0 : s.find(cut), end = to_end ? s.size() : s.rfind(cut);
+    if (begin == std::string::npos) begin = 0;  // no boundary at all
+    else if (at != d.begin) begin++;
+    if (end == std::string::npos || end <= begin) end = s.size();
+    while (begin < end && (static_cast<unsigned char>(s[begin]) & 0xC0) == 0x80) begin++;
+    while (end < s.size() && end > begin && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) end--;
+    if (end <= begin) continue;
+    s = s.substr(begin, end - begin);
+    check_utf8(s, files[d.file], at + static_cast<int64_t>(begin));
     add_text(s);
   }
   return out;
@@ -246,246 +259,317 @@ void remove_tree(const fs::path& p) {
   fs::remove_all(p, ec);
 }
 
+// ---- the stages of prepare_corpus ----------------------------------------------------------------
+
+void check_options(const PrepareOptions& o) {
+  if (o.texts.empty()) throw Error(ErrorKind::usage, "prepare needs at least one text file");
+  if (o.tokenizer != "char" && o.tokenizer != "bpe" && o.tokenizer != "unigram")
+    throw Error(ErrorKind::usage, "tokenizer \"" + cut_for_message(o.tokenizer) + "\" is not char, bpe or unigram");
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))
+    throw Error(ErrorKind::usage, "val fraction " + std::to_string(o.val_fraction) + " is not in [0, 1)");
+  if (o.sample_bytes <= 0) throw Error(ErrorKind::usage, "the tokenizer's sample must be positive");
+  if (o.tokenizer == "char" && !o.tokenizer_model.empty())
+    throw Error(ErrorKind::usage, "a tokenizer model is sentencepiece's: use it with the bpe or unigram tokenizer");
+  if (utf8_first_invalid(o.doc_sep) != std::string::npos)
+    throw Error(ErrorKind::usage, "the document separator is not valid UTF-8");
+}
+
+/// The input files (regular, not empty) and their documents.
+struct Inputs {
+  std::vector<int64_t> sizes;
+  std::vector<Doc> docs;
+  int64_t doc_bytes = 0;  // the documents' bytes, separators excluded
+};
+
+Inputs read_inputs(const PrepareOptions& o, PrepareResult& r) {
+  Inputs in;
+  for (const std::string& f : o.texts) {
+    require_regular_file(f, "data file");
+    std::error_code ec;
+    in.sizes.push_back(static_cast<int64_t>(fs::file_size(f, ec)));
+    if (in.sizes.back() == 0) throw Error(ErrorKind::data, "data file " + f + ": is empty");
+    r.text_bytes += in.sizes.back();
+  }
+  bool sep_found = false;
+  in.docs = find_documents(o.texts, in.sizes, o.doc_sep, &sep_found);
+  if (!o.doc_sep.empty() && !sep_found)
+    std::fprintf(stderr, "tapelm: warning: the document separator \"%s\" never occurs in the text: each file is one document\n",
+                 cut_for_message(o.doc_sep).c_str());
+  if (in.docs.empty()) throw Error(ErrorKind::data, "data file " + o.texts[0] + ": holds no text besides the separator");
+  for (const Doc& d : in.docs) in.doc_bytes += d.end - d.begin;
+  return in;
+}
+
+/// The char tokenizer of the documents: their distinct code points.
+Tokenizer char_tokenizer(const PrepareOptions& o, const std::vector<Doc>& docs) {
+  std::set<char32_t> seen;
+  for (const Doc& d : docs)
+    for (int64_t at = d.begin; at < d.end;) {
+      std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
+      size_t cut = s.size();
+      if (at + static_cast<int64_t>(cut) < d.end)
+        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;
+      s.resize(cut);
+      check_utf8(s, o.texts[d.file], at);
+      for (char32_t cp : utf8_decode(s)) seen.insert(cp);
+      at += static_cast<int64_t>(cut);
+    }
+  return Tokenizer::from_char(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
+}
+
+/// The tokenizer: the given sentencepiece model, the char tokenizer, or one trained on a sample.
+Tokenizer make_tokenizer(const PrepareOptions& o, const Inputs& in) {
+  if (!o.tokenizer_model.empty()) {
+    const std::string bytes = read_file_bytes(o.tokenizer_model, "tokenizer model");
+    try {
+      return Tokenizer::from_sentencepiece(bytes);
+    } catch (const Error& e) {
+      throw Error(ErrorKind::data, "tokenizer model " + o.tokenizer_model + ": " + e.what());
+    }
+  }
+  if (o.tokenizer == "char") return char_tokenizer(o, in.docs);
+  SentencePieceOptions so;
+  so.model_type = o.tokenizer;
+  so.vocab_size = o.vocab_size;
+  so.threads = get_num_threads();
+  if (o.vocab_size < 259)
+    throw Error(ErrorKind::usage, "vocab size " + std::to_string(o.vocab_size) +
+                                      " is below 259, the 256 byte pieces of byte fallback plus unk, bos and eos");
+  const std::vector<std::string> sample = training_sample(o.texts, in.docs, in.doc_bytes, o.sample_bytes);
+  if (o.progress)
+    std::printf("prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
+                o.vocab_size, sample.size());
+  try {
+    return Tokenizer::train_sentencepiece(sample, so);
+  } catch (const Error& e) {
+    std::string files;
+    for (const std::string& f : o.texts) files += (files.empty() ? "" : ", ") + f;
+    throw Error(ErrorKind::data, "data file " + cut_for_message(files, 200) + ": vocab size " + std::to_string(o.vocab_size) +
+                                     ": " + e.what());
+  }
+}
+
+/// A stretch of a file to encode; doc_start: the document begins here (BOS first).
+struct Segment {
+  size_t file;
+  int64_t begin, end;
+  bool doc_start;
+};
+struct Split {
+  std::vector<Segment> train, val;
+};
+
+/// Where one document splits into train and val: nanoGPT's int(n * 0.9) code points for the char
+/// tokenizer (a single file splits as it always has), else by bytes, moved to the next space so
+/// that both parts encode as the whole did.
+int64_t one_document_cut(const PrepareOptions& o, const Doc& d, const Tokenizer& tok) {
+  if (!(o.val_fraction > 0)) return d.end;
+  const std::string& path = o.texts[d.file];
+  if (!tok.is_char()) {
+    int64_t cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
+    const std::string s = read_range(path, cut, std::min<int64_t>(1 << 20, d.end - cut));
+    size_t i = 1;
+    while (i < s.size() && !(s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n')) i++;
+    return cut + static_cast<int64_t>(std::min(i, s.size()));
+  }
+  int64_t n = 0;  // code points = tokens
+  for (int64_t at = d.begin; at < d.end; at += 16 << 20)
+    for (char c : read_range(path, at, std::min<int64_t>(16 << 20, d.end - at))) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - o.val_fraction));
+  int64_t seen = 0;
+  for (int64_t at = d.begin; at < d.end; at += 16 << 20) {
+    const std::string s = read_range(path, at, std::min<int64_t>(16 << 20, d.end - at));
+    for (size_t i = 0; i < s.size(); i++)
+      if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && seen++ == n_train) return at + static_cast<int64_t>(i);
+  }
+  return d.end;
+}
+
+/// The split: the last val_fraction of the documents, or of one document's tokens.
+Split split_documents(const PrepareOptions& o, const std::vector<Doc>& docs, const Tokenizer& tok, PrepareResult& r) {
+  Split sp;
+  if (docs.size() == 1) {
+    const Doc& d = docs[0];
+    const int64_t cut = one_document_cut(o, d, tok);
+    sp.train.push_back({d.file, d.begin, cut, true});
+    if (cut < d.end) sp.val.push_back({d.file, cut, d.end, false});
+    r.train_docs = 1;
+    return sp;
+  }
+  auto n_val = static_cast<int64_t>(static_cast<double>(docs.size()) * o.val_fraction);
+  if (o.val_fraction > 0) n_val = std::clamp<int64_t>(n_val, 1, static_cast<int64_t>(docs.size()) - 1);
+  const size_t n_train = docs.size() - static_cast<size_t>(n_val);
+  for (size_t i = 0; i < docs.size(); i++) (i < n_train ? sp.train : sp.val).push_back({docs[i].file, docs[i].begin, docs[i].end, true});
+  r.train_docs = static_cast<int64_t>(n_train);
+  r.val_docs = n_val;
+  return sp;
+}
+
+/// Progress of the encoding pass: MB done of the documents' MB, rate and ETA, once a second.
+struct EncodeProgress {
+  bool on;
+  int64_t total, done = 0;
+  Clock::time_point t0 = Clock::now(), last = Clock::now();
+  void add(int64_t bytes) {
+    done += bytes;
+    if (!on || since(last) < 1.0) return;
+    last = Clock::now();
+    const double mb = done / 1e6, rate = mb / std::max(since(t0), 1e-9);
+    std::printf("prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, total / 1e6,
+                100.0 * done / std::max<int64_t>(total, 1), rate, (total / 1e6 - mb) / std::max(rate, 1e-9));
+    std::fflush(stdout);
+  }
+};
+
+/// Encodes one split's segments into dir/<name>_NNNNNN.bin: batches of pieces read in order,
+/// encoded on every thread. Returns the shards as meta.json lists them.
+nlohmann::json encode_split(const PrepareOptions& o, const Tokenizer& tok, const std::vector<Segment>& segs,
+                            const std::string& name, const fs::path& dir, EncodeProgress& progress, int64_t* tokens) {
+  const size_t batch = static_cast<size_t>(4 * std::max(1, get_num_threads()));
+  ShardWriter w(dir.string(), name, tok.vocab_size() > 65536, o.shard_tokens);
+  Chunker chunker(o.texts, tok, o.chunk_bytes);
+  std::vector<Piece> pieces;
+  std::vector<std::vector<int32_t>> ids;
+  size_t si = 0;
+  bool in_segment = false;
+  for (;;) {
+    pieces.clear();
+    while (pieces.size() < batch) {
+      if (!in_segment) {
+        if (si == segs.size()) break;
+        chunker.start(segs[si].file, segs[si].begin, segs[si].end, segs[si].doc_start);
+        si++;
+        in_segment = true;
+      }
+      Piece p;
+      if (chunker.next(p)) pieces.push_back(std::move(p));
+      else in_segment = false;
+    }
+    if (pieces.empty()) break;
+    ids.assign(pieces.size(), {});
+    parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
+      const Piece& p = pieces[i];
+      if (p.bos) ids[i].push_back(tok.bos_id());
+      try {
+        const std::vector<int32_t> e = encode_in_steps(tok, p.text, static_cast<size_t>(std::max<int64_t>(2, o.encode_bytes)));
+        ids[i].insert(ids[i].end(), e.begin(), e.end());
+      } catch (const Error& e) {
+        throw Error(ErrorKind::data, "data file " + o.texts[p.file] + " (the text from byte " + std::to_string(p.at) + "): " + e.what());
+      }
+    });
+    for (size_t i = 0; i < pieces.size(); i++) {
+      w.write(ids[i]);
+      progress.add(static_cast<int64_t>(pieces[i].text.size()) + (pieces[i].drop_space ? 1 : 0));
+    }
+  }
+  w.finish();
+  *tokens = w.total();
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& [file, n] : w.shards()) shards.push_back({{"file", file}, {"tokens", n}});
+  return shards;
+}
+
+/// meta.json of the corpus. File names that are not UTF-8 are kept with U+FFFD in their place:
+/// they only say where the text came from.
+std::string corpus_meta(const PrepareOptions& o, const PrepareResult& r, const nlohmann::json& train_shards,
+                        const nlohmann::json& val_shards, const std::string& tok_file) {
+  std::vector<std::string> files;
+  for (const std::string& f : o.texts) files.push_back(fs::path(f).filename().string());
+  const nlohmann::json meta = {
+      {"format", "tapelm-corpus"},
+      {"version", 1},
+      {"tokenizer", {{"kind", r.tok.kind_name()}, {"file", tok_file}, {"vocab_size", r.tok.vocab_size()},
+                     {"bos_id", r.tok.bos_id()}, {"eos_id", r.tok.eos_id()}, {"type", o.tokenizer}}},
+      {"header", true},
+      {"token_bytes", r.tok.vocab_size() > 65536 ? 4 : 2},
+      {"train", {{"shards", train_shards}, {"tokens", r.train_tokens}, {"documents", r.train_docs}}},
+      {"val", {{"shards", val_shards}, {"tokens", r.val_tokens}, {"documents", r.val_docs}}},
+      {"source", {{"files", files}, {"bytes", r.text_bytes}, {"doc_sep", o.doc_sep}, {"val_fraction", o.val_fraction}}}};
+  return meta.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+/// The files of a corpus in its directory: what a new corpus replaces.
+bool corpus_file(const std::string& n) {
+  const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
+  return shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model" ||
+         n == "meta.json" || n == ".prepare.tmp";
+}
+
+/// Puts the corpus built in `built` (a sibling of `out`) in place of out's in one step. Everything
+/// in out that is no corpus file (the lock, a user's notes) is carried over first, by hard link or,
+/// for a directory, by moving it. Then renameat2(RENAME_EXCHANGE) swaps the two directories: at
+/// every instant out holds the old corpus or the new one, whatever kills the process. The old one,
+/// now at `built`, is removed; what cannot be (an immutable file) stays there with a warning.
+void commit_corpus(const fs::path& out, const fs::path& built) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string n = e.path().filename().string();
+    if (corpus_file(n)) continue;
+    const fs::path to = built / n;
+    if (e.is_regular_file() ? ::link(e.path().c_str(), to.c_str()) != 0 : (fs::rename(e.path(), to, ec), bool(ec)))
+      throw Error(ErrorKind::data, "cannot write " + out.string() + ": cannot carry " + n + " over to the new corpus");
+  }
+  if (::renameat2(AT_FDCWD, built.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
+    throw Error(ErrorKind::data, "cannot write " + out.string() + ": cannot swap in the new corpus: " + std::strerror(errno));
+  fs::remove_all(built, ec);
+  if (ec)
+    std::fprintf(stderr, "tapelm: warning: the previous corpus could not be removed whole: %s holds what is left (%s)\n",
+                 built.c_str(), ec.message().c_str());
+}
+
+/// The sibling directory a corpus for `out` is built in: .<name>.prepare.<pid>; those of
+/// processes that no longer run (killed mid-build) are removed.
+fs::path build_dir_for(const fs::path& out) {
+  const std::string prefix = "." + out.filename().string() + ".prepare.";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path());
+  }
+  return out.parent_path() / (prefix + std::to_string(::getpid()));
+}
+
 }  // namespace
 
 PrepareResult prepare_corpus(const PrepareOptions& o) {
   const auto t0 = Clock::now();
+  check_options(o);
   PrepareResult r;
-  if (o.texts.empty()) throw Error(ErrorKind::usage, "prepare needs at least one --text file");
-  if (o.tokenizer != "char" && o.tokenizer != "bpe" && o.tokenizer != "unigram")
-    throw Error(ErrorKind::usage, "--tokenizer " + cut_for_message(o.tokenizer) + " is not char, bpe or unigram");
-  if (!(o.val_fraction >= 0 && o.val_fraction < 1))
-    throw Error(ErrorKind::usage, "--val-fraction " + std::to_string(o.val_fraction) + " is not in [0, 1)");
-  if (o.sample_bytes <= 0) throw Error(ErrorKind::usage, "--sample-bytes must be positive");
-  if (o.tokenizer == "char" && !o.tokenizer_model.empty())
-    throw Error(ErrorKind::usage, "--tokenizer-model is a sentencepiece model: use it with --tokenizer bpe or unigram");
-
-  // Inputs: regular, non-empty files.
-  std::vector<int64_t> sizes;
-  for (const std::string& f : o.texts) {
-    std::error_code ec;
-    const fs::file_status st = fs::status(f, ec);
-    if (!fs::exists(st)) throw Error(ErrorKind::data, "data file " + f + ": no such file");
-    if (!fs::is_regular_file(st)) throw Error(ErrorKind::data, "data file " + f + ": not a regular file");
-    sizes.push_back(static_cast<int64_t>(fs::file_size(f, ec)));
-    if (sizes.back() == 0) throw Error(ErrorKind::data, "data file " + f + ": is empty");
-    r.text_bytes += sizes.back();
-  }
-  bool sep_found = false;
-  std::vector<Doc> docs = find_documents(o.texts, sizes, o.doc_sep, &sep_found);
-  if (!o.doc_sep.empty() && !sep_found)
-    std::fprintf(stderr, "tapelm: warning: --doc-sep \"%s\" never occurs in the text: each file is one document\n",
-                 cut_for_message(o.doc_sep).c_str());
-  if (docs.empty()) throw Error(ErrorKind::data, "data file " + o.texts[0] + ": holds no text besides --doc-sep");
-  int64_t doc_bytes = 0;
-  for (const Doc& d : docs) doc_bytes += d.end - d.begin;
-
-  // The tokenizer.
-  if (!o.tokenizer_model.empty()) {
-    const std::string bytes = read_file_bytes(o.tokenizer_model, "tokenizer model");
-    try {
-      r.tok = Tokenizer::from_sentencepiece(bytes);
-    } catch (const Error& e) {
-      throw Error(ErrorKind::data, "tokenizer model " + o.tokenizer_model + ": " + e.what());
-    }
-  } else if (o.tokenizer == "char") {
-    std::set<char32_t> seen;
-    for (const Doc& d : docs)
-      for (int64_t at = d.begin; at < d.end;) {
-        std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
-        size_t cut = s.size();
-        if (at + static_cast<int64_t>(cut) < d.end)
-          while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;
-        s.resize(cut);
-        check_utf8(s, o.texts[d.file], at);
-        for (char32_t cp : utf8_decode(s)) seen.insert(cp);
-        at += static_cast<int64_t>(cut);
-      }
-    r.tok = Tokenizer::from_char(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
-  } else {
-    SentencePieceOptions so;
-    so.model_type = o.tokenizer;
-    so.vocab_size = o.vocab_size;
-    so.threads = get_num_threads();
-    if (o.vocab_size < 259)
-      throw Error(ErrorKind::usage, "--vocab-size " + std::to_string(o.vocab_size) +
-                                        " is below 259, the 256 byte pieces of byte fallback plus unk, bos and eos");
-    const std::vector<std::string> sample = training_sample(o.texts, docs, doc_bytes, o.sample_bytes);
-    if (o.progress)
-      std::printf("prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
-                   o.vocab_size, sample.size());
-    try {
-      r.tok = Tokenizer::train_sentencepiece(sample, so);
-    } catch (const Error& e) {
-      std::string files;
-      for (const std::string& f : o.texts) files += (files.empty() ? "" : ", ") + f;
-      throw Error(ErrorKind::data, "data file " + cut_for_message(files, 200) + ": --vocab-size " +
-                                       std::to_string(o.vocab_size) + ": " + e.what());
-    }
-  }
-  const bool wide = r.tok.vocab_size() > 65536;
-
-  // The split: the last val_fraction of the documents, or of one document's tokens (nanoGPT's
-  // int(n * 0.9) for the char tokenizer, so a single file splits as it always has).
-  struct Segment {
-    size_t file;
-    int64_t begin, end;
-    bool doc_start;
-  };
-  std::vector<Segment> train, val;
-  if (docs.size() == 1) {
-    const Doc& d = docs[0];
-    int64_t cut = d.end;
-    if (o.val_fraction > 0) {
-      if (r.tok.is_char()) {
-        int64_t n = 0;  // code points = tokens
-        for (int64_t at = d.begin; at < d.end; at += 16 << 20) {
-          const std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
-          for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-        }
-        const auto n_train = static_cast<int64_t>(static_cast<double>(n) * (1.0 - o.val_fraction));
-        int64_t seen = 0;
-        for (int64_t at = d.begin; at < d.end && cut == d.end; at += 16 << 20) {
-          const std::string s = read_range(o.texts[d.file], at, std::min<int64_t>(16 << 20, d.end - at));
-          for (size_t i = 0; i < s.size(); i++)
-            if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && seen++ == n_train) {
-              cut = at + static_cast<int64_t>(i);
-              break;
-            }
-        }
-      } else {  // by bytes, moved to the next space so that both parts encode as the whole did
-        cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
-        const std::string s = read_range(o.texts[d.file], cut, std::min<int64_t>(1 << 20, d.end - cut));
-        size_t i = 1;
-        while (i < s.size() && !(s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n')) i++;
-        cut += static_cast<int64_t>(std::min(i, s.size()));
-      }
-    }
-    train.push_back({d.file, d.begin, cut, true});
-    if (cut < d.end) val.push_back({d.file, cut, d.end, false});
-    r.train_docs = 1;
-  } else {
-    auto n_val = static_cast<int64_t>(static_cast<double>(docs.size()) * o.val_fraction);
-    if (o.val_fraction > 0) n_val = std::clamp<int64_t>(n_val, 1, static_cast<int64_t>(docs.size()) - 1);
-    const size_t n_train = docs.size() - static_cast<size_t>(n_val);
-    for (size_t i = 0; i < docs.size(); i++)
-      (i < n_train ? train : val).push_back({docs[i].file, docs[i].begin, docs[i].end, true});
-    r.train_docs = static_cast<int64_t>(n_train);
-    r.val_docs = n_val;
-  }
-
-  // Encode into DIR/.prepare.tmp: batches of pieces read in order, encoded on every thread.
-  const fs::path out(o.out_dir), tmp = out / ".prepare.tmp";
-  {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec || !fs::is_directory(out, ec))
-      throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot create: " +
-                                       (ec ? ec.message() : std::string("a file of that name exists")));
-    remove_tree(tmp);  // a killed run's leftovers
-    fs::create_directory(tmp, ec);
-    if (ec) throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot write: " + ec.message());
-  }
+  const Inputs in = read_inputs(o, r);
+  fs::path out = fs::absolute(o.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "dir/"
+  const bool existed = fs::exists(out);
+  if (existed && !fs::is_directory(out))
+    throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot create: a file of that name exists");
+  const DirLock lock(out.string(), ErrorKind::data);  // one writer: a second prepare fails here
+  const fs::path built = build_dir_for(out);
   try {
-    const auto t_enc = Clock::now();
-    auto t_report = t_enc;
-    int64_t bytes_done = 0;
-    const int threads = std::max(1, get_num_threads());
-    const size_t batch = static_cast<size_t>(4 * threads);
-    std::vector<Piece> pieces;
-    std::vector<std::vector<int32_t>> ids;
-    nlohmann::json train_shards, val_shards;
-    for (int split = 0; split < 2; split++) {
-      const std::vector<Segment>& segs = split == 0 ? train : val;
-      ShardWriter w(tmp.string(), split == 0 ? "train" : "val", wide, o.shard_tokens);
-      Chunker chunker(o.texts, r.tok, o.chunk_bytes);
-      size_t si = 0;
-      bool in_segment = false;
-      for (;;) {
-        pieces.clear();
-        while (pieces.size() < batch) {
-          if (!in_segment) {
-            if (si == segs.size()) break;
-            chunker.start(segs[si].file, segs[si].begin, segs[si].end, segs[si].doc_start);
-            si++;
-            in_segment = true;
-          }
-          Piece p;
-          if (chunker.next(p)) pieces.push_back(std::move(p));
-          else in_segment = false;
-        }
-        if (pieces.empty()) break;
-        ids.assign(pieces.size(), {});
-        parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t i) {
-          const Piece& p = pieces[i];
-          if (p.bos) ids[i].push_back(r.tok.bos_id());
-          try {
-            const std::vector<int32_t> e = encode_in_steps(r.tok, p.text, static_cast<size_t>(std::max<int64_t>(2, o.encode_bytes)));
-            ids[i].insert(ids[i].end(), e.begin(), e.end());
-          } catch (const Error& e) {
-            throw Error(ErrorKind::data, "data file " + o.texts[p.file] + " (the text from byte " + std::to_string(p.at) +
-                                             "): " + e.what());
-          }
-        });
-        for (size_t i = 0; i < pieces.size(); i++) {
-          w.write(ids[i]);
-          bytes_done += static_cast<int64_t>(pieces[i].text.size()) + (pieces[i].drop_space ? 1 : 0);
-        }
-        if (o.progress && since(t_report) >= 1.0) {
-          t_report = Clock::now();
-          const double mb = bytes_done / 1e6, rate = mb / std::max(since(t_enc), 1e-9);
-          std::printf("prepare: %.1f / %.1f MB (%.0f%%), %.1f MB/s, ETA %.0fs\n", mb, doc_bytes / 1e6,
-                       100.0 * bytes_done / std::max<int64_t>(doc_bytes, 1), rate, (doc_bytes / 1e6 - mb) / std::max(rate, 1e-9));
-          std::fflush(stdout);
-        }
-      }
-      w.finish();
-      (split == 0 ? r.train_tokens : r.val_tokens) = w.total();
-      nlohmann::json shards = nlohmann::json::array();
-      for (const auto& [name, n] : w.shards()) shards.push_back({{"file", name}, {"tokens", n}});
-      r.shards += static_cast<int64_t>(w.shards().size());
-      (split == 0 ? train_shards : val_shards) = shards;
-    }
-    r.encode_seconds = since(t_enc);
-
-    // meta.json and the tokenizer, then everything renamed into place, meta.json last.
-    const std::string tok_file = r.tok.is_char() ? "tokenizer.json" : "tokenizer.model";
-    std::vector<std::string> files_meta;
-    for (const std::string& f : o.texts) files_meta.push_back(fs::path(f).filename().string());
-    const nlohmann::json meta = {
-        {"format", "tapelm-corpus"},
-        {"version", 1},
-        {"tokenizer", {{"kind", r.tok.kind_name()}, {"file", tok_file}, {"vocab_size", r.tok.vocab_size()},
-                       {"bos_id", r.tok.bos_id()}, {"eos_id", r.tok.eos_id()}, {"type", o.tokenizer}}},
-        {"header", true},
-        {"token_bytes", wide ? 4 : 2},
-        {"train", {{"shards", train_shards}, {"tokens", r.train_tokens}, {"documents", r.train_docs}}},
-        {"val", {{"shards", val_shards}, {"tokens", r.val_tokens}, {"documents", r.val_docs}}},
-        {"source", {{"files", files_meta}, {"bytes", r.text_bytes}, {"doc_sep", o.doc_sep}, {"val_fraction", o.val_fraction}}}};
-    write_files_atomic({{(tmp / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
-                        {(tmp / "meta.json").string(), meta.dump(1) + "\n"}});
+    r.tok = make_tokenizer(o, in);
+    const Split sp = split_documents(o, in.docs, r.tok, r);
     std::error_code ec;
-    fs::remove(out / "meta.json", ec);  // from here until the new one lands the directory is not a corpus
-    for (const auto& e : fs::directory_iterator(out, ec)) {
-      const std::string n = e.path().filename().string();
-      const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
-      if (shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model")
-        fs::remove(e.path(), ec);
-    }
-    for (const auto& e : fs::directory_iterator(tmp)) {
-      const std::string n = e.path().filename().string();
-      if (n.ends_with(".bin") || n == tok_file) {
-        fs::rename(e.path(), out / n, ec);
-        if (ec) throw Error(ErrorKind::data, "cannot write " + (out / n).string() + ": " + ec.message());
-      }
-    }
-    fs::rename(tmp / "meta.json", out / "meta.json", ec);
-    if (ec) throw Error(ErrorKind::data, "cannot write " + (out / "meta.json").string() + ": " + ec.message());
+    fs::create_directory(built, ec);
+    if (ec) throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot write beside it: " + ec.message());
+    const auto t_enc = Clock::now();
+    EncodeProgress progress{o.progress, in.doc_bytes};
+    const nlohmann::json train = encode_split(o, r.tok, sp.train, "train", built, progress, &r.train_tokens);
+    const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
+    r.shards = static_cast<int64_t>(train.size() + val.size());
+    r.encode_seconds = since(t_enc);
+    const std::string tok_file = r.tok.is_char() ? "tokenizer.json" : "tokenizer.model";
+    write_files_atomic({{(built / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
+                        {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
+    commit_corpus(out, built);
   } catch (...) {
-    remove_tree(tmp);
+    remove_tree(built);
+    if (!existed) {  // leave nothing new behind: the directory this run made for its lock
+      std::error_code ec;
+      fs::remove(out / ".lock", ec);
+      fs::remove(out, ec);
+    }
     throw;
   }
-  remove_tree(tmp);
   r.seconds = since(t0);
   return r;
 }

@@ -249,7 +249,7 @@ BOOST_AUTO_TEST_CASE(prepare_bpe_train_sample_and_bad_corpora) {
   expect_error(run_cli("prepare --text " + tiny + " " + (d / "empty.txt") + " --out " + (d / "bad") + " --quiet"), "empty.txt");
   expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer bpe --vocab-size 100 --quiet"), "259");
   expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer bpe --vocab-size 30000 --quiet"),
-               "--vocab-size 30000");
+               "vocab size 30000");
   expect_error(run_cli("prepare --text " + tiny + " --out " + (d / "bad") + " --tokenizer-model " + tiny + " --quiet"),
                "not a sentencepiece model");
   BOOST_TEST((!fs::exists(d / "bad") || fs::is_empty(d / "bad")));

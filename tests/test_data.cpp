@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <set>
 
 #include "data/dataset.h"
+#include "nn/rng.h"
+#include "data/dirlock.h"
 #include "data/io.h"
 #include "data/prepare.h"
 #include "data/shards.h"
@@ -263,7 +266,7 @@ BOOST_AUTO_TEST_CASE(prepare_writes_shards_and_loads_like_the_text) {
   const std::string out = dir / ("prepared/shakespeare");
   const Corpus prepared = prepare(shakespeare_path(), out);
   BOOST_TEST((dir.listing().size() == 1u));
-  BOOST_TEST(files_in(out) == 4u);  // train_000000.bin, val_000000.bin, tokenizer.json, meta.json
+  BOOST_TEST(files_in(out) == 5u);  // train_000000.bin, val_000000.bin, tokenizer.json, meta.json, .lock
   BOOST_TEST(fs::file_size(out + "/train_000000.bin") == 1024u + 2 * 1003854u);
   BOOST_TEST(fs::file_size(out + "/val_000000.bin") == 1024u + 2 * 111540u);
   const Corpus from_dir = load_corpus(out);
@@ -277,7 +280,7 @@ BOOST_AUTO_TEST_CASE(prepare_writes_shards_and_loads_like_the_text) {
 
   // Preparing again over the same directory replaces the files and leaves no temp files.
   prepare(test::fixture_path("tiny.txt"), out);
-  BOOST_TEST(files_in(out) == 4u);
+  BOOST_TEST(files_in(out) == 5u);
   const Corpus tiny = load_corpus(out);
   BOOST_TEST(tiny.tok.vocab_size() == 31);
   BOOST_TEST(tiny.train.size() == 471u);
@@ -703,12 +706,12 @@ BOOST_AUTO_TEST_CASE(prepare_bad_inputs_give_one_line_and_leave_nothing) {
   o.out_dir = d / "out";
   o.tokenizer = "bpe";
   o.vocab_size = 20000;  // more than a few KB of text has pieces for
-  check_error([&] { run(o); }, {"good.txt", "--vocab-size 20000", "ocabulary size"});
+  check_error([&] { run(o); }, {"good.txt", "vocab size 20000", "ocabulary size"});
   o.tokenizer_model = d / "missing.model";
   check_error([&] { run(o); }, {"missing.model", "no such file"});
   o.tokenizer_model = d / "latin1.txt";
   check_error([&] { run(o); }, {"latin1.txt", "not a sentencepiece model"});
-  test::expect_throw([&] { o.tokenizer_model.clear(); o.vocab_size = 200; run(o); }, ErrorKind::usage, {"--vocab-size 200", "259"});
+  test::expect_throw([&] { o.tokenizer_model.clear(); o.vocab_size = 200; run(o); }, ErrorKind::usage, {"vocab size 200", "259"});
   BOOST_TEST(!fs::exists(d / "out/meta.json"));
   BOOST_TEST((!fs::exists(d / "out") || fs::is_empty(d / "out")));
 
@@ -756,6 +759,147 @@ BOOST_AUTO_TEST_CASE(shard_bad_inputs_name_the_file) {
   // meta.json naming a missing shard
   fs::remove(shard);
   check_error([&] { load_corpus(out); }, {"meta.json", shard, "missing"});
+}
+
+// The swap of a corpus is one rename: kill -9 at any moment of `prepare` leaves the directory
+// holding the old corpus or the new one, whole (before, a kill after the old meta.json was removed
+// lost the previous corpus 6 times out of 6, leaving thousands of mixed shards).
+BOOST_AUTO_TEST_CASE(a_killed_prepare_leaves_the_old_corpus_or_the_new_one) {
+  TempDir d;
+  const std::string all = read_file_bytes(test::fixture_path("../../corpora/tinyshakespeare.txt"), "text");
+  write_bytes(d / "a.txt", all.substr(0, 300000));
+  write_bytes(d / "b.txt", all.substr(0, 150000));
+  // many small shards: replacing a corpus is then long enough for a kill to land in it
+  const std::string bin = std::string(TAPELM_BINARY) + " prepare --quiet --shard-tokens 250 --out " + (d / "out") + " --text ";
+  BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "b.txt")).code == 0);
+  const int64_t b_tokens = load_corpus(d / "out").train.size();
+  const auto t0 = std::chrono::steady_clock::now();
+  BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "a.txt")).code == 0);
+  const double run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t a_tokens = load_corpus(d / "out").train.size();
+  BOOST_TEST_REQUIRE(a_tokens != b_tokens);
+  Rng rng(11);
+  std::set<int64_t> seen;
+  for (int k = 0; k < 16; k++) {
+    const double delay = (0.5 + 0.6 * rng.uniform()) * run_s;  // the second half of a run: encoding ends, the swap
+    const std::string text = d / (k % 2 ? "a.txt" : "b.txt");
+    test::run_shell("( " + bin + text + " & p=$!; sleep " + std::to_string(delay) + "; kill -9 $p; wait $p ) 2>/dev/null");
+    Corpus c;
+    BOOST_CHECK_NO_THROW(c = load_corpus(d / "out"));
+    const int64_t n = c.train.size();
+    BOOST_TEST((n == a_tokens || n == b_tokens), "kill " << k << " after " << delay << " s: " << n << " train tokens");
+    seen.insert(n);
+  }
+  // the next run removes what killed runs left beside the directory
+  BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "b.txt")).code == 0);
+  for (const auto& e : fs::directory_iterator(d.path))
+    BOOST_TEST(e.path().filename().string().find(".prepare.") == std::string::npos, e.path());
+  BOOST_TEST_MESSAGE("corpora seen after the kills: " << seen.size());
+}
+
+// An immutable file in the old corpus no longer stops the swap halfway: the new corpus is in place
+// whole, and what could not be removed of the old one is named in a warning (before, prepare exited
+// 1 with the old meta.json beside the new shards, or with meta.json and every shard deleted).
+BOOST_AUTO_TEST_CASE(an_immutable_old_corpus_file_cannot_mix_two_corpora) {
+  TempDir d;
+  const std::string all = read_file_bytes(test::fixture_path("../../corpora/tinyshakespeare.txt"), "text");
+  write_bytes(d / "small.txt", all.substr(0, 40000));
+  write_bytes(d / "h.txt", all.substr(0, 20000));
+  const std::string bin = std::string(TAPELM_BINARY) + " prepare --quiet --out " + (d / "c") + " --text ";
+  BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "small.txt")).code == 0);
+  for (const char* f : {"meta.json", "tokenizer.json"}) {
+    if (std::system(("chattr +i " + (d / (std::string("c/") + f)) + " 2>/dev/null").c_str()) != 0) {
+      BOOST_TEST_MESSAGE("chattr +i is not available here: the immutable-file cases are not run");
+      return;
+    }
+    const test::Run r = test::run_shell(bin + (d / "h.txt"));
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_TEST(r.err.find("the previous corpus could not be removed whole") != std::string::npos, r.err);
+    const Corpus c = load_corpus(d / "c");
+    BOOST_TEST(c.train.size() + c.val.size() == 20000);  // the new corpus, whole (char tokens of h.txt)
+    for (const auto& e : fs::directory_iterator(d.path))  // unlock what is left, so the next case starts clean
+      if (e.path().filename().string().find(".prepare.") != std::string::npos) {
+        std::system(("chattr -R -i " + e.path().string()).c_str());
+        fs::remove_all(e.path());
+      }
+    BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "small.txt")).code == 0);
+  }
+}
+
+// prepare takes the directory lock as train does: two on one --out put the loser's shards nowhere
+// (they landed, unlisted, in the winner's directory).
+BOOST_AUTO_TEST_CASE(prepare_locks_its_directory) {
+  TempDir d;
+  write_bytes(d / "t.txt", stories());
+  PrepareOptions o = small_bpe(d, {d / "t.txt"});
+  {
+    const DirLock held(d / "out");
+    test::expect_throw([&] { prepare_corpus(o); }, ErrorKind::data, {d / "out", "in use by another tapelm process"});
+    BOOST_TEST(files_in(d / "out") == 1u);  // .lock alone
+  }
+  prepare_corpus(o);
+  BOOST_TEST(fs::exists(d / "out/meta.json"));
+}
+
+// Inputs that are valid but were refused or reported badly: a separator or a file name that is no
+// UTF-8, invalid UTF-8 met only while encoding (it left an empty directory), and a text without
+// newlines smaller than its sample (no sentence to train sentencepiece on).
+BOOST_AUTO_TEST_CASE(prepare_odd_but_valid_inputs) {
+  TempDir d;
+  write_bytes(d / "t.txt", stories());
+  PrepareOptions o = small_bpe(d, {d / "t.txt"});
+  o.doc_sep = "\xff";
+  test::expect_throw([&] { prepare_corpus(o); }, ErrorKind::usage, {"separator is not valid UTF-8"});
+  BOOST_TEST(!fs::exists(d / "out"));
+  o.doc_sep.clear();
+  write_bytes(d / "n\xff.txt", stories());
+  o.texts = {d / "n\xff.txt"};
+  prepare_corpus(o);  // the name is only where the text came from
+  BOOST_TEST(read_file_bytes(d / "out/meta.json", "meta").find("n\xef\xbf\xbd.txt") != std::string::npos);
+  write_bytes(d / "late.txt", stories() + std::string(3000, 'x') + " \xff tail\n");
+  o.texts = {d / "late.txt"};
+  o.out_dir = d / "fresh";
+  check_error([&] { prepare_corpus(o); }, {"late.txt", "invalid UTF-8"});
+  BOOST_TEST(!fs::exists(d / "fresh"));
+  std::string words;  // 200 KB of words, no newline, sampled 50 KB at a time
+  const std::vector<std::string> lines = shakespeare_lines(1, 6000);
+  for (const std::string& l : lines) {
+    if (words.size() > 200000) break;
+    words += l + " ";
+  }
+  write_bytes(d / "line.txt", words);
+  PrepareOptions l;
+  l.texts = {d / "line.txt"};
+  l.out_dir = d / "line";
+  l.tokenizer = "bpe";
+  l.vocab_size = 400;
+  l.sample_bytes = 50000;
+  const PrepareResult r = prepare_corpus(l);
+  BOOST_TEST(r.tok.vocab_size() == 400);
+  BOOST_TEST(r.train_tokens > 0);
+}
+
+// meta.json's "header" and a shard's "tokens" are checked: a wrong type gave a raw JSON error naming
+// neither file nor key, and a count that is no count was ignored.
+BOOST_AUTO_TEST_CASE(meta_json_header_and_counts_are_checked) {
+  TempDir d;
+  write_bytes(d / "t.txt", stories());
+  prepare_corpus(small_bpe(d, {d / "t.txt"}));
+  const nlohmann::json good = nlohmann::json::parse(read_file_bytes(d / "out/meta.json", "meta"));
+  for (const char* header : {R"("yes")", "null", "1"}) {
+    nlohmann::json m = good;
+    m["header"] = nlohmann::json::parse(header);
+    write_bytes(d / "out/meta.json", m.dump());
+    check_error([&] { load_corpus(d / "out"); }, {"meta.json", "\"header\" must be true or false"});
+  }
+  for (const char* tokens : {"-5", "18446744073709551615", "1e30", R"("8000")", "null", "1.5"}) {
+    nlohmann::json m = good;
+    m["train"]["shards"][0]["tokens"] = nlohmann::json::parse(tokens);
+    write_bytes(d / "out/meta.json", m.dump());
+    check_error([&] { load_corpus(d / "out"); }, {"meta.json", "\"tokens\"", "must be a count"});
+  }
+  write_bytes(d / "out/meta.json", good.dump());
+  BOOST_CHECK_NO_THROW(load_corpus(d / "out"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

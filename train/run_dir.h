@@ -1,6 +1,6 @@
 #pragma once
 // A training run's directory: checkpoint.h5, metrics.jsonl, and nothing half-written left behind;
-// one writer at a time (DirLock).
+// one writer at a time (DirLock, data/dirlock.h).
 #include <cstdint>
 #include <fstream>
 #include <optional>
@@ -8,25 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/dirlock.h"
+
 namespace tapelm {
-
-/// An exclusive lock on a directory for the life of the object: flock on dir/.lock, which holds
-/// the holder's pid. The kernel drops the lock when the process ends however it ends (kill -9
-/// included), so no lock is ever stale; the file stays, as removing it would race a new holder.
-/// A lock is per open file, so a second DirLock on one directory fails in the same process too.
-class DirLock {
- public:
-  /// Creates dir if needed and locks it; another holder -> train Error naming dir and its pid.
-  explicit DirLock(const std::string& dir);
-  ~DirLock();
-  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  DirLock(const DirLock&) = delete;
-  DirLock& operator=(const DirLock&) = delete;
-  DirLock& operator=(DirLock&&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 class RunDir {
  public:
