@@ -4,8 +4,9 @@
 //   DIR/train_000000.bin ...   DIR/val_000000.bin ...   (llm.c shards, see data/shards.h)
 //   DIR/tokenizer.json (char) or DIR/tokenizer.model (sentencepiece)
 //   DIR/meta.json              tokenizer kind, vocab size, every shard with its token count, documents
-// Everything is built in DIR/.prepare.tmp and renamed into place, meta.json last: a directory
-// with a meta.json is whole, and a re-run after a crash starts clean.
+// Everything is built in a sibling directory and swapped in for DIR in one rename (renameat2,
+// RENAME_EXCHANGE): DIR holds the old corpus or the new one at every instant, and a re-run after
+// a crash removes the dead run's sibling. DIR is locked (DirLock) for the whole run.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ struct PrepareResult {
 };
 
 /// Prepares a corpus (see above). Bad input -> a one-line data Error naming the file, and the
-/// output directory keeps what it held before.
+/// output directory keeps what it held before (a directory this run made is removed again).
 PrepareResult prepare_corpus(const PrepareOptions& o);
 
 }  // namespace tapelm
