@@ -6,11 +6,13 @@
 #   nn         -> autograd, but not its kernels or the tape's recording API (nn only combines ops)
 #   optim      -> autograd
 #   data       -> autograd (never nn, optim or train)
-#   train      -> nn, optim, data, autograd's public headers (never kernels or BLAS)
+#   train      -> nn, optim, data, autograd's public headers (never kernels; BLAS only in convert/linalg.cpp)
 #   train/cli  -> anything but kernels; nothing includes the CLI
 #   tests, bench -> anything but the CLI
 # OpenMP pragmas, cblas.h and oneDNN's headers live in autograd/kernels/ only; hdf5.h in the checkpoint module's
-# HDF5 layer (and the tests of that layer); mpi.h in train/dist.cpp.
+# HDF5 layer (and the tests of that layer); mpi.h in train/dist.cpp. The one exception is the conversion's
+# double-precision linear algebra, train/convert/linalg.cpp: it may include cblas.h and LAPACKE's headers
+# (its dgemm, Cholesky and SVD are no tensor ops), and no other file outside the kernels and bench/ may.
 #
 # Usage: scripts/check_layers.sh [ROOT]   (default: the repository). --self-test checks the checker.
 set -euo pipefail
@@ -20,6 +22,7 @@ KERNELS='^autograd/kernels/'
 RECORD='^autograd/record\.h$'
 HDF5_OWNERS='^(train/checkpoint/h5file\.cpp|tests/test_h5\.cpp)$'
 MPI_OWNERS='^train/dist\.cpp$'
+LINALG='^train/convert/linalg\.cpp$'
 
 check() {
   local root=$1 bad=0
@@ -44,7 +47,12 @@ check() {
       elif [[ $line =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\<([^>]+)\> ]]; then
         target=${BASH_REMATCH[1]}
         case $target in
-          cblas.h|openblas/*|omp.h|oneapi/*) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
+          cblas.h) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ || $rel =~ $LINALG ]] ||
+                     why="<$target> outside autograd/kernels/ and train/convert/linalg.cpp" ;;
+          lapacke.h|lapacke_*.h|lapack.h)
+            [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ || $rel =~ $LINALG ]] ||
+              why="<$target> outside autograd/kernels/ and train/convert/linalg.cpp" ;;
+          openblas/*|omp.h|oneapi/*) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
           hdf5.h|H5*.h) [[ $rel =~ $HDF5_OWNERS ]] || why="<$target> outside the HDF5 layer" ;;
           mpi.h) [[ $rel =~ $MPI_OWNERS ]] || why="<$target> outside train/dist.cpp" ;;
         esac
@@ -85,23 +93,27 @@ self_test() {
   local t
   t=$(mktemp -d)
   trap 'rm -rf "$t"' RETURN
-  mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/tests"
+  mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/train/convert" "$t/tests"
   printf '#include "autograd/tensor.h"\n' > "$t/nn/ok.h"
   printf '#pragma omp parallel for\n#include <cblas.h>\n' > "$t/autograd/kernels/k.cpp"
+  printf '#include <cblas.h>\n#include <lapacke.h>\n' > "$t/train/convert/linalg.cpp"
   check "$t" > /dev/null || { echo "check_layers self-test: a clean tree was refused"; return 1; }
-  local edge
+  local edge refused=0
   for edge in 'autograd/a.h:#include "nn/gpt.h"' 'nn/b.h:#include "autograd/kernels/blas.h"' \
               'nn/c.h:#include "autograd/record.h"' 'data/d.h:#include "nn/rng.h"' \
               'data/e.h:#include "train/trainer.h"' 'train/f.cpp:#include "autograd/kernels/kernels.h"' \
               'tests/g.cpp:#include "train/cli/cli.h"' 'train/h.cpp:#pragma omp parallel for' \
-              'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"'; do
+              'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"' \
+              'train/convert/l.cpp:#include <lapacke.h>' 'train/m.cpp:#include <cblas.h>' \
+              'train/convert/linalg.h:#include <lapacke.h>' 'nn/n.cpp:#include <lapack.h>'; do
     local f=${edge%%:*} line=${edge#*:}
     mkdir -p "$t/$(dirname "$f")"
     printf '%s\n' "$line" > "$t/$f"
     if check "$t" > /dev/null; then echo "check_layers self-test: missed $f: $line"; return 1; fi
     rm "$t/$f"
+    refused=$((refused + 1))
   done
-  echo "check_layers self-test: ok (a clean tree passes, 11 forbidden edges are refused)"
+  echo "check_layers self-test: ok (a clean tree passes, $refused forbidden edges are refused)"
 }
 
 if [[ ${1:-} == --self-test ]]; then
