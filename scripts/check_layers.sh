@@ -6,14 +6,16 @@
 #   nn         -> autograd, but not its kernels or the tape's recording API (nn only combines ops)
 #   optim      -> autograd
 #   data       -> autograd (never nn, optim or train)
-#   train      -> nn, optim, data, autograd's public headers (never kernels or BLAS)
+#   train      -> nn, optim, data, autograd's public headers (never kernels; BLAS only in convert/linalg.cpp)
 #   train/convert -> as train, but of train/ only the checkpoint module, train_config, trainer.h (its
 #                 public API), eval, run_dir, stop and itself: never the CLI, the sweep or interop
 #   train/interop -> as train, but of train/ only the checkpoint module, train_config and itself
 #   train/cli  -> anything but kernels; nothing includes the CLI
 #   tests, bench -> anything but the CLI
 # OpenMP pragmas, cblas.h and oneDNN's headers live in autograd/kernels/ only; hdf5.h in the checkpoint module's
-# HDF5 layer (and the tests of that layer); mpi.h in train/dist.cpp.
+# HDF5 layer (and the tests of that layer); mpi.h in train/dist.cpp. The one exception is the conversion's
+# double-precision linear algebra, train/convert/linalg.cpp: it may include cblas.h and LAPACKE's headers
+# (its dgemm, Cholesky and SVD are no tensor ops), and no other file outside the kernels and bench/ may.
 #
 # Usage: scripts/check_layers.sh [ROOT]   (default: the repository). --self-test checks the checker.
 set -euo pipefail
@@ -23,6 +25,7 @@ KERNELS='^autograd/kernels/'
 RECORD='^autograd/record\.h$'
 HDF5_OWNERS='^(train/checkpoint/h5file\.cpp|tests/test_h5\.cpp)$'
 MPI_OWNERS='^train/dist\.cpp$'
+LINALG='^train/convert/linalg\.cpp$'
 # What the conversion and interop rooms may include from the rest of train/.
 CONVERT_MAY='^train/(checkpoint/[^/]+|train_config\.h|trainer\.h|eval\.h|run_dir\.h|stop\.h|convert/[^/]+)$'
 INTEROP_MAY='^train/(checkpoint/[^/]+|train_config\.h|interop/[^/]+)$'
@@ -52,7 +55,12 @@ check() {
       elif [[ $line =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\<([^>]+)\> ]]; then
         target=${BASH_REMATCH[1]}
         case $target in
-          cblas.h|openblas/*|omp.h|oneapi/*) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
+          cblas.h) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ || $rel =~ $LINALG ]] ||
+                     why="<$target> outside autograd/kernels/ and train/convert/linalg.cpp" ;;
+          lapacke.h|lapacke_*.h|lapack.h)
+            [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ || $rel =~ $LINALG ]] ||
+              why="<$target> outside autograd/kernels/ and train/convert/linalg.cpp" ;;
+          openblas/*|omp.h|oneapi/*) [[ $rel =~ ^autograd/kernels/ || $rel =~ ^bench/ ]] || why="<$target> outside autograd/kernels/" ;;
           hdf5.h|H5*.h) [[ $rel =~ $HDF5_OWNERS ]] || why="<$target> outside the HDF5 layer" ;;
           mpi.h) [[ $rel =~ $MPI_OWNERS ]] || why="<$target> outside train/dist.cpp" ;;
         esac
@@ -98,14 +106,15 @@ self_test() {
   local t
   t=$(mktemp -d)
   trap 'rm -rf "$t"' RETURN
-  mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/tests"
+  mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/train/convert" "$t/tests"
   printf '#include "autograd/tensor.h"\n' > "$t/nn/ok.h"
   printf '#pragma omp parallel for\n#include <cblas.h>\n' > "$t/autograd/kernels/k.cpp"
   mkdir -p "$t/train/convert" "$t/train/interop"
+  printf '#include <cblas.h>\n#include <lapacke.h>\n' > "$t/train/convert/linalg.cpp"
   printf '#include "train/checkpoint/checkpoint.h"\n#include "train/trainer.h"\n#include "train/convert/methods.h"\n' > "$t/train/convert/ok.cpp"
   printf '#include "train/checkpoint/checkpoint.h"\n#include "nn/gpt.h"\n' > "$t/train/interop/ok.cpp"
   check "$t" > /dev/null || { echo "check_layers self-test: a clean tree was refused"; return 1; }
-  local edge
+  local edge refused=0
   for edge in 'autograd/a.h:#include "nn/gpt.h"' 'nn/b.h:#include "autograd/kernels/blas.h"' \
               'nn/c.h:#include "autograd/record.h"' 'data/d.h:#include "nn/rng.h"' \
               'data/e.h:#include "train/trainer.h"' 'train/f.cpp:#include "autograd/kernels/kernels.h"' \
@@ -113,14 +122,17 @@ self_test() {
               'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"' \
               'train/convert/l.cpp:#include "train/sweep/plan.h"' 'train/convert/m.cpp:#include "train/interop/llama2c.h"' \
               'train/interop/n.cpp:#include "train/trainer.h"' 'train/interop/o.cpp:#include "train/convert/convert.h"' \
-              'train/convert/p.cpp:#include "train/cli/cli.h"'; do
+              'train/convert/p.cpp:#include "train/cli/cli.h"' \
+              'train/convert/q.cpp:#include <lapacke.h>' 'train/r.cpp:#include <cblas.h>' \
+              'train/convert/linalg.h:#include <lapacke.h>' 'nn/n.cpp:#include <lapack.h>'; do
     local f=${edge%%:*} line=${edge#*:}
     mkdir -p "$t/$(dirname "$f")"
     printf '%s\n' "$line" > "$t/$f"
     if check "$t" > /dev/null; then echo "check_layers self-test: missed $f: $line"; return 1; fi
     rm "$t/$f"
+    refused=$((refused + 1))
   done
-  echo "check_layers self-test: ok (a clean tree passes, 16 forbidden edges are refused)"
+  echo "check_layers self-test: ok (a clean tree passes, $refused forbidden edges are refused)"
 }
 
 if [[ ${1:-} == --self-test ]]; then

@@ -3,6 +3,8 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config
       libopenblas-openmp-dev   # BLAS: the OpenMP build shares one thread pool with our kernels
+      liblapacke-dev           # LAPACKE's C interface (lapacke.h) for the conversion's SPD solve and SVD; its
+                               # LAPACK calls resolve to OpenBLAS's own copy, linked first
       libdnnl-dev              # oneDNN: a faster sgemm on most of tapelm's shapes (PyTorch's CPU backend)
       libhdf5-dev              # checkpoints and parity fixtures
       libboost-test-dev        # unit tests

@@ -1,11 +1,35 @@
 #include "train/convert/linalg.h"
 
-#include <cmath>
+#include <cblas.h>
+#include <lapacke.h>
+
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "autograd/error.h"
 
 namespace tapelm::la {
+
+namespace {
+
+/// A size as the 32-bit integer BLAS and LAPACK take; larger is a caller's bug, not a silent wrap.
+int blas_int(int64_t n, const char* what) {
+  if (n < 0 || n > std::numeric_limits<int>::max())
+    throw Error(ErrorKind::internal, std::string(what) + ": size " + std::to_string(n) + " out of BLAS range");
+  return static_cast<int>(n);
+}
+
+/// c = a · b, or a · bᵀ with tb; c is already sized and zero-size products stay zero (BLAS
+/// refuses a leading dimension of 0).
+void gemm(const Mat& a, const Mat& b, bool tb, Mat& c, const char* what) {
+  if (c.a.empty() || a.cols == 0) return;
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans, blas_int(c.rows, what),
+              blas_int(c.cols, what), blas_int(a.cols, what), 1.0, a.a.data(), blas_int(a.cols, what), b.a.data(),
+              blas_int(b.cols, what), 0.0, c.a.data(), blas_int(c.cols, what));
+}
+
+}  // namespace
 
 Mat Mat::identity(int64_t n) {
   Mat m(n, n);
@@ -23,25 +47,27 @@ Mat transpose(const Mat& m) {
 Mat matmul(const Mat& a, const Mat& b) {
   if (a.cols != b.rows) throw Error(ErrorKind::internal, "la::matmul: inner sizes differ");
   Mat c(a.rows, b.cols);
-  for (int64_t i = 0; i < a.rows; i++)
-    for (int64_t k = 0; k < a.cols; k++) {
-      const double v = a(i, k);
-      if (v == 0) continue;
-      for (int64_t j = 0; j < b.cols; j++) c(i, j) += v * b(k, j);
-    }
+  gemm(a, b, false, c, "la::matmul");
   return c;
 }
 
 Mat matmul_nt(const Mat& a, const Mat& b) {
   if (a.cols != b.cols) throw Error(ErrorKind::internal, "la::matmul_nt: inner sizes differ");
   Mat c(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; i++)
-    for (int64_t j = 0; j < b.rows; j++) {
-      double s = 0;
-      for (int64_t k = 0; k < a.cols; k++) s += a(i, k) * b(j, k);
-      c(i, j) = s;
-    }
+  gemm(a, b, true, c, "la::matmul_nt");
   return c;
+}
+
+Mat gram(const Mat& x) {
+  const int64_t n = x.cols;
+  Mat g(n, n);
+  if (n == 0 || x.rows == 0) return g;
+  // dsyrk does half of gemm's work: it fills only the upper triangle, mirrored below.
+  cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, blas_int(n, "la::gram"), blas_int(x.rows, "la::gram"), 1.0,
+              x.a.data(), blas_int(n, "la::gram"), 0.0, g.a.data(), blas_int(n, "la::gram"));
+  for (int64_t i = 1; i < n; i++)
+    for (int64_t j = 0; j < i; j++) g(i, j) = g(j, i);
+  return g;
 }
 
 Mat add(const Mat& a, const Mat& b) {
@@ -71,113 +97,45 @@ double sq_norm(const Mat& a) {
 Mat solve_spd(const Mat& A, const Mat& B) {
   const int64_t n = A.rows;
   if (A.cols != n || B.rows != n) throw Error(ErrorKind::internal, "la::solve_spd: shapes");
-  // A = L Lᵀ, then L y = b and Lᵀ x = y for every column b of B.
-  Mat L(n, n);
-  for (int64_t j = 0; j < n; j++) {
-    double d = A(j, j);
-    for (int64_t k = 0; k < j; k++) d -= L(j, k) * L(j, k);
-    if (!(d > 0))
-      throw Error(ErrorKind::internal, "la::solve_spd: matrix not positive definite at pivot " + std::to_string(j));
-    L(j, j) = std::sqrt(d);
-    for (int64_t i = j + 1; i < n; i++) {
-      double s = A(i, j);
-      for (int64_t k = 0; k < j; k++) s -= L(i, k) * L(j, k);
-      L(i, j) = s / L(j, j);
-    }
-  }
-  Mat X = B;
-  for (int64_t c = 0; c < B.cols; c++) {
-    for (int64_t i = 0; i < n; i++) {
-      double s = X(i, c);
-      for (int64_t k = 0; k < i; k++) s -= L(i, k) * X(k, c);
-      X(i, c) = s / L(i, i);
-    }
-    for (int64_t i = n - 1; i >= 0; i--) {
-      double s = X(i, c);
-      for (int64_t k = i + 1; k < n; k++) s -= L(k, i) * X(k, c);
-      X(i, c) = s / L(i, i);
-    }
-  }
+  if (n == 0 || B.cols == 0) return B;
+  // dposv factors A = L Lᵀ from A's lower triangle (in place, hence the copy) and overwrites B with X.
+  Mat L = A, X = B;
+  const lapack_int info =
+      LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', blas_int(n, "la::solve_spd"), blas_int(B.cols, "la::solve_spd"),
+                    L.a.data(), blas_int(n, "la::solve_spd"), X.a.data(), blas_int(B.cols, "la::solve_spd"));
+  if (info > 0)
+    throw Error(ErrorKind::internal, "la::solve_spd: matrix not positive definite at pivot " + std::to_string(info - 1));
+  if (info < 0)  // LAPACKE checks A (argument 5) and B (7) for NaN before LAPACK sees them
+    throw Error(ErrorKind::internal, "la::solve_spd: LAPACKE_dposv refused argument " + std::to_string(-info) +
+                                         (info == -5 || info == -7 ? " (NaN in A or B)" : ""));
   return X;
 }
 
 SVD svd(const Mat& A) {
   const int64_t n = A.rows;
   if (A.cols != n) throw Error(ErrorKind::internal, "la::svd: square matrices only");
-  // One-sided Jacobi: rotate pairs of columns of W = A V until they are orthogonal; then the
-  // column norms are the singular values and the normalised columns are U.
-  Mat W = A, V = Mat::identity(n);
-  const double eps = 1e-15;
-  for (int sweep = 0; sweep < 60; sweep++) {
-    bool rotated = false;
-    for (int64_t p = 0; p < n - 1; p++)
-      for (int64_t q = p + 1; q < n; q++) {
-        double alpha = 0, beta = 0, gamma = 0;
-        for (int64_t i = 0; i < n; i++) {
-          alpha += W(i, p) * W(i, p);
-          beta += W(i, q) * W(i, q);
-          gamma += W(i, p) * W(i, q);
-        }
-        if (std::fabs(gamma) <= eps * std::sqrt(alpha * beta) || gamma == 0) continue;
-        rotated = true;
-        // The rotation angle that zeroes the off-diagonal of the 2×2 Gram matrix [[α, γ], [γ, β]].
-        const double zeta = (beta - alpha) / (2 * gamma);
-        const double t = (zeta >= 0 ? 1.0 : -1.0) / (std::fabs(zeta) + std::sqrt(1 + zeta * zeta));
-        const double c = 1 / std::sqrt(1 + t * t), s = c * t;
-        for (int64_t i = 0; i < n; i++) {
-          const double wp = W(i, p), wq = W(i, q);
-          W(i, p) = c * wp - s * wq;
-          W(i, q) = s * wp + c * wq;
-          const double vp = V(i, p), vq = V(i, q);
-          V(i, p) = c * vp - s * vq;
-          V(i, q) = s * vp + c * vq;
-        }
-      }
-    if (!rotated) break;
-  }
   SVD r;
-  r.V = V;
+  if (n == 0) return r;
+  const int ni = blas_int(n, "la::svd");
+  // A's row-major buffer is Aᵀ in LAPACK's column-major order, and Aᵀ = V diag(s) Uᵀ: LAPACK's
+  // "U" comes back as V (column-major, i.e. Vᵀ read row-major) and its "Vᵀ" as U read row-major.
+  // That spares LAPACKE's row-major path three n × n transposes.
+  Mat work = A, vt(n, n);
   r.U = Mat(n, n);
   r.s.assign(static_cast<size_t>(n), 0);
-  double smax = 0;
-  for (int64_t j = 0; j < n; j++) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += W(i, j) * W(i, j);
-    r.s[j] = std::sqrt(s);
-    smax = std::max(smax, r.s[j]);
+  lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'A', ni, ni, work.a.data(), ni, r.s.data(), vt.a.data(), ni,
+                                   r.U.a.data(), ni);
+  if (info > 0) {
+    // Divide and conquer did not converge (rare); the QR iteration of dgesvd is slower but sturdier.
+    work = A;
+    std::vector<double> superb(static_cast<size_t>(std::max<int64_t>(n - 1, 1)));
+    info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'A', 'A', ni, ni, work.a.data(), ni, r.s.data(), vt.a.data(), ni,
+                          r.U.a.data(), ni, superb.data());
   }
-  // Columns with (numerically) zero singular value get an orthonormal completion (Gram-Schmidt
-  // over the standard basis), so U is orthogonal whatever the rank.
-  std::vector<bool> done(static_cast<size_t>(n), false);
-  for (int64_t j = 0; j < n; j++)
-    if (r.s[j] > 1e-13 * smax && r.s[j] > 0) {
-      for (int64_t i = 0; i < n; i++) r.U(i, j) = W(i, j) / r.s[j];
-      done[j] = true;
-    }
-  int64_t e = 0;
-  for (int64_t j = 0; j < n; j++) {
-    if (done[j]) continue;
-    for (; e < n; e++) {
-      std::vector<double> u(static_cast<size_t>(n), 0);
-      u[e] = 1;
-      for (int pass = 0; pass < 2; pass++)
-        for (int64_t k = 0; k < n; k++) {
-          if (!done[k]) continue;
-          double d = 0;
-          for (int64_t i = 0; i < n; i++) d += r.U(i, k) * u[i];
-          for (int64_t i = 0; i < n; i++) u[i] -= d * r.U(i, k);
-        }
-      double nn = 0;
-      for (double v : u) nn += v * v;
-      if (nn > 1e-6) {
-        for (int64_t i = 0; i < n; i++) r.U(i, j) = u[i] / std::sqrt(nn);
-        done[j] = true;
-        e++;
-        break;
-      }
-    }
-    r.s[j] = 0;
-  }
+  if (info != 0)
+    throw Error(ErrorKind::internal, "la::svd: LAPACK failed (info " + std::to_string(info) + ")" +
+                                         (info < 0 ? ", NaN in the matrix?" : ", no convergence"));
+  r.V = transpose(vt);
   return r;
 }
 
