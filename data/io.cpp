@@ -22,13 +22,12 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-void write_whole(const std::string& path, const std::string& bytes, const std::string& final_path) {
+void write_whole(const std::string& path, const StreamWriter& write, const std::string& final_path) {
   errno = 0;
   std::FILE* raw = std::fopen(path.c_str(), "wb");
   if (!raw) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
   File f(raw);
-  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-    throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
+  write(f.get());
   if (std::fflush(f.get()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
   if (std::fclose(f.release()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
 }
@@ -58,7 +57,17 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
 }
 
 void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
-  for (const auto& [path, bytes] : files) {
+  std::vector<std::pair<std::string, StreamWriter>> writers;
+  for (const auto& [path, bytes] : files)
+    writers.emplace_back(path, [&bytes = bytes, &path = path](std::FILE* f) {
+      if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size())
+        throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+    });
+  write_files_atomic_streamed(writers);
+}
+
+void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files) {
+  for (const auto& [path, writer] : files) {
     remove_stale_temps(path);
     if (fs::is_directory(path)) throw Error(ErrorKind::data, "cannot write " + path + ": is a directory");
   }
@@ -72,10 +81,10 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
       if (!b.empty()) fs::remove(b, ec);
   };
   try {
-    for (const auto& [path, bytes] : files) {
+    for (const auto& [path, writer] : files) {
       temps.push_back(temp_path_for(path));
       guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
-      write_whole(temps.back(), bytes, path);
+      write_whole(temps.back(), writer, path);
     }
     // The files go together or not at all: each one replaced is kept as a hard link first, so a
     // later rename that fails (a directory, an immutable file) puts the earlier ones back.

@@ -21,7 +21,8 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   const double L = static_cast<double>(c.n_layer), b = c.bias ? 1 : 0;
   const double norm = c.norm == NormKind::LayerNorm && c.bias ? 2 * d : d;
   const bool swiglu = c.mlp == MlpKind::SwiGLU;
-  const double attn_p = d * q + 2 * d * kv + q * d + b * (q + 2 * kv + d);
+  const double qkv_b = c.bias || c.qkv_bias ? 1 : 0;
+  const double attn_p = d * q + 2 * d * kv + q * d + qkv_b * (q + 2 * kv) + b * d;
   const double mlp_p = swiglu ? 3 * d * hid + b * (2 * hid + d) : 2 * d * hid + b * (hid + d);
   ModelCost m{};
   m.params = saturate(V * d + (c.pos == PosKind::Learned ? static_cast<double>(c.block_size) * d : 0) +

@@ -15,7 +15,7 @@ namespace tapelm {
 
 enum class NormKind { LayerNorm, RMSNorm };
 enum class PosKind { Learned, Rope };
-enum class MlpKind { Gelu, SwiGLU };
+enum class MlpKind { Gelu, GeluTanh, SwiGLU };
 
 /// The JSON spelling of each value of a config enum; parsed once, when a config is read.
 template <class E> struct EnumNames;
@@ -28,8 +28,8 @@ template <> struct EnumNames<PosKind> {
       {{PosKind::Learned, "learned"}, {PosKind::Rope, "rope"}}};
 };
 template <> struct EnumNames<MlpKind> {
-  static constexpr std::array<std::pair<MlpKind, const char*>, 2> values{
-      {{MlpKind::Gelu, "gelu"}, {MlpKind::SwiGLU, "swiglu"}}};
+  static constexpr std::array<std::pair<MlpKind, const char*>, 3> values{
+      {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}}};
 };
 
 /// The JSON spelling of a config enum value.
@@ -117,6 +117,7 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(double, rope_theta, 10000.0, positive, none)                  \
   X(MlpKind, mlp, MlpKind::Gelu, any, none)                       \
   X(bool, bias, false, any, none)                                 \
+  X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
   X(double, dropout, 0.0, unit_interval, none)
 

@@ -22,7 +22,7 @@ Var Dropout::forward(const Var& x) const {
   return dropout(x, p_, rng_->next_u64());
 }
 
-MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU) {
+MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp == MlpKind::GeluTanh) {
   if (swiglu_) {
     gate = register_module("gate", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
     up = register_module("up", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
@@ -35,15 +35,16 @@ MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU) {
 
 Var MLP::forward(const Var& x) const {
   if (swiglu_) return down->forward(mul(silu(gate->forward(x)), up->forward(x)));
-  return proj->forward(gelu(fc->forward(x)));
+  return proj->forward(gelu(fc->forward(x), tanh_));
 }
 
 Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
     : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rope_(c.pos == PosKind::Rope), theta_(c.rope_theta),
       p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
-  wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, c.bias));
-  wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, c.bias));
-  wv = register_module("wv", std::make_shared<Linear>(c.n_embd, KV_ * hd_, c.bias));
+  const bool qkv_bias = c.bias || c.qkv_bias;
+  wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, qkv_bias));
+  wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, qkv_bias));
+  wv = register_module("wv", std::make_shared<Linear>(c.n_embd, KV_ * hd_, qkv_bias));
   wo = register_module("wo", std::make_shared<Linear>(H_ * hd_, c.n_embd, c.bias));
 }
 

@@ -47,7 +47,7 @@ class Dropout : public Module {
   std::shared_ptr<Rng> rng_;
 };
 
-/// fc -> exact GELU -> proj, or down(silu(gate x) * up x).
+/// fc -> GELU (exact, or its tanh approximation for mlp gelu_tanh) -> proj, or down(silu(gate x) * up x).
 class MLP : public Module {
  public:
   explicit MLP(const GPTConfig& c);
@@ -55,7 +55,7 @@ class MLP : public Module {
   std::shared_ptr<Linear> fc, proj, gate, up, down;
 
  private:
-  bool swiglu_;
+  bool swiglu_, tanh_;
 };
 
 /// One attention layer's K and V for every position decoded so far: [B, max_len, KV*hd] each.

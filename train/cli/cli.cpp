@@ -20,6 +20,7 @@
 #include "train/convert/convert.h"
 #include "train/eval.h"
 #include "train/interop/llama2c.h"
+#include "train/interop/hf.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
 #include "train/convert/uptrain.h"
@@ -564,20 +565,33 @@ int run_prepare(const PrepareArgs& a) {
 }
 
 struct ExportArgs {
-  std::string checkpoint, format = "llama2c", out;
+  std::string checkpoint, format = "llama2c", out, dtype = "f32";
   int version = 0;
+  CLI::Option *version_opt = nullptr, *dtype_opt = nullptr;
 };
 
 void export_flags(CLI::App& c, ExportArgs& a) {
   c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
-  c.add_option("--format", a.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
-  c.add_option("--version", a.version, "llama2.c file version: 0 (what run.c reads, default) or 1")
-      ->check(CLI::IsMember({0, 1}));
-  c.add_option("--out", a.out, "model file (model.bin)")->required();
+  c.add_option("--format", a.format, "llama2c or hf (a Hugging Face transformers model directory)")
+      ->required()
+      ->check(CLI::IsMember({"llama2c", "hf"}));
+  a.version_opt = c.add_option("--version", a.version, "llama2c: file version 0 (what run.c reads, default) or 1")
+                      ->check(CLI::IsMember({0, 1}));
+  a.dtype_opt = c.add_option("--dtype", a.dtype, "hf: the weights' type, f32 (default), bf16 or f16")
+                    ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  c.add_option("--out", a.out, "llama2c: the model file (model.bin); hf: the model directory")->required();
 }
 
 int run_export(const ExportArgs& a) {
   refuse_same_file(a.checkpoint, "--checkpoint", a.out, "--out");
+  if (a.format == "hf") {
+    if (a.version_opt->count()) throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format hf has none");
+    const hf::ExportResult r = hf::export_model(a.checkpoint, a.out, a.dtype);
+    std::printf("exported %s to %s (%s, %s, %zu files)%s\n", a.checkpoint.c_str(), a.out.c_str(), r.architecture.c_str(),
+                a.dtype.c_str(), r.files.size(), r.note.empty() ? "" : ("; " + r.note).c_str());
+    return 0;
+  }
+  if (a.dtype_opt->count()) throw Error(ErrorKind::usage, "--dtype is for --format hf; llama2.c files are float32");
   std::string tok;
   const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
   std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),
@@ -590,17 +604,33 @@ struct ImportArgs {
 };
 
 void import_flags(CLI::App& c, ImportArgs& a) {
-  c.add_option("--format", a.format, "llama2c")->required()->check(CLI::IsMember({"llama2c"}));
-  c.add_option("--model", a.model, "llama2.c model file, version 0 or 1")->required();
-  CLI::Option* model = c.add_option("--tokenizer-model", a.tokenizer_model, "sentencepiece model (.model) to store with the weights");
+  c.add_option("--format", a.format, "llama2c or hf (a Hugging Face transformers model directory)")
+      ->required()
+      ->check(CLI::IsMember({"llama2c", "hf"}));
+  c.add_option("--model", a.model, "llama2c: the model file, version 0 or 1; hf: the model directory")->required();
+  CLI::Option* model = c.add_option("--tokenizer-model", a.tokenizer_model,
+                                    "llama2c: sentencepiece model (.model) to store with the weights");
   c.add_option("--tokenizer-bin", a.tokenizer_bin,
-               "run.c's tokenizer.bin for the model: checked to hold the --tokenizer-model's pieces and scores")
+               "llama2c: run.c's tokenizer.bin for the model, checked to hold the --tokenizer-model's pieces and scores")
       ->needs(model);
   c.add_option("--out", a.out, "output checkpoint (HDF5, weights only)")->required();
 }
 
 int run_import(const ImportArgs& a) {
   refuse_same_file(a.model, "--model", a.out, "--out");
+  if (a.format == "hf") {
+    if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
+      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: an HF directory's tokenizer is read from it");
+    if (std::filesystem::exists(a.out) && std::filesystem::is_directory(a.out))
+      throw Error(ErrorKind::usage, "--out " + a.out + " is a directory; the checkpoint is one HDF5 file");
+    const hf::ImportResult r = hf::import_model(a.model, a.out);
+    const GPTConfig& c = r.hf.config;
+    std::printf("imported %s (%s: %ld layers, d %ld, %ld heads, %ld kv heads, vocab %ld; %s in %zu file%s)%s to %s\n",
+                a.model.c_str(), r.hf.architecture.c_str(), (long)c.n_layer, (long)c.n_embd, (long)c.n_head, (long)c.n_kv_head,
+                (long)c.vocab_size, r.dtypes.c_str(), r.weight_files.size(), r.weight_files.size() == 1 ? "" : "s",
+                r.tokenizer_file.empty() ? ", no tokenizer" : (" with tokenizer " + r.tokenizer_file).c_str(), a.out.c_str());
+    return 0;
+  }
   if (!a.tokenizer_model.empty()) refuse_same_file(a.tokenizer_model, "--tokenizer-model", a.out, "--out");
   const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
   std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
@@ -652,8 +682,8 @@ std::vector<Command> add_commands(CLI::App& app, const int& threads) {
           command(app, "inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint", inspect_flags, run_inspect),
           command(app, "prepare", "tokenize text files into llm.c token shards, meta.json and the tokenizer", prepare_flags,
                   run_prepare),
-          command(app, "export", "write a checkpoint's model in another program's format (llama2.c)", export_flags, run_export),
-          command(app, "import", "read another program's model file (llama2.c) into a checkpoint", import_flags, run_import),
+          command(app, "export", "write a checkpoint's model in another program's format (llama2.c, Hugging Face)", export_flags, run_export),
+          command(app, "import", "read another program's model (llama2.c, Hugging Face) into a checkpoint", import_flags, run_import),
           command(app, "bench", "speed of a training step or of KV-cache decoding", bench_flags, run_bench),
           command(app, "demo", "a tiny forward/backward with a gradient check", demo_flags, run_demo)};
 }

@@ -1,0 +1,402 @@
+// Hugging Face model directories in and out. The fixtures (tests/fixtures/hf/make_hf_fixtures.py)
+// are small Llama, Mistral, Qwen2 and GPT-2 models in HF's layout, in F32, BF16 and F16, one
+// sharded, with the logits and greedy continuation of other projects' own model code on the same
+// weights: llama2.c's model.py for the Llama layout, nanoGPT's model.py for GPT-2's.
+#include <sys/stat.h>
+
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <tuple>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "data/io.h"
+#include "nn/generate.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/interop/float16.h"
+#include "train/interop/hf.h"
+#include "train/interop/safetensors.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+namespace st = tapelm::safetensors;
+
+namespace {
+
+struct Fixture {
+  std::string name, dtype;  // dtype: how the export should write it
+};
+const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_gqa_bf16_spm", "bf16"},
+                                   {"mistral_mqa_f16_sharded", "f16"}, {"qwen2_gqa_bias", "f32"},
+                                   {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"}};
+
+std::string hfx(const std::string& name) { return fixture_path("hf/" + name); }
+
+void write_bytes(const std::string& path, const std::string& b) { std::ofstream(path, std::ios::binary) << b; }
+
+// Every tensor of a model directory (single file or shards) by name, as stored bytes.
+std::map<std::string, std::string> stored_tensors(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    const st::File f = st::File::open(e.path().string());
+    for (const st::TensorInfo& t : f.tensors()) out[t.name] = std::string(f.bytes(t));
+  }
+  return out;
+}
+
+// A safetensors file from a header text and a data size.
+std::string st_file(const std::string& header, size_t data_bytes) {
+  std::string b(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(b.data(), &n, 8);
+  return b + header + std::string(data_bytes, '\0');
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(hf)
+
+BOOST_AUTO_TEST_CASE(import_reproduces_reference_logits) {
+  for (const Fixture& fx : kModels) {
+    BOOST_TEST_CONTEXT(fx.name) {
+      TempDir d;
+      tapelm::hf::import_model(hfx(fx.name), d / "ck.h5");
+      LoadedModel l = load_model(d / "ck.h5");
+      H5File f = H5File::open_read(hfx(fx.name + ".expected.h5"));
+      Shape s;
+      Index x(f.read_ints("/tokens", &s), {});
+      x.shape = s;
+      l.model->eval();
+      NoGrad ng;
+      const Tensor logits = l.model->forward(x).val(), want = f.read_tensor("/logits");
+      BOOST_TEST_REQUIRE(logits.shape() == want.shape());
+      double worst = 0;
+      for (int64_t i = 0; i < want.numel(); i++) worst = std::max(worst, double(std::fabs(logits[i] - want[i])));
+      BOOST_TEST(worst < 1e-4, "logits max |diff| " << worst);
+      BOOST_TEST_MESSAGE(fx.name << ": logits max |tapelm - reference| " << worst << " over " << want.numel() << " logits");
+
+      const std::vector<int32_t> prompt = f.read_ints("/greedy_prompt"), greedy = f.read_ints("/greedy");
+      SampleOptions o;
+      o.greedy = true;
+      const auto got = generate(*l.model, {prompt}, static_cast<int64_t>(greedy.size() - prompt.size()), o, 1);
+      BOOST_TEST(got.at(0) == greedy, tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(import_reads_the_config_as_the_reference_ran_it) {
+  const auto c = [](const std::string& n) { return tapelm::hf::read_config(hfx(n + "/config.json")); };
+  const auto llama = c("llama_gqa_bf16_spm");
+  BOOST_TEST(llama.architecture == "LlamaForCausalLM");
+  BOOST_TEST(llama.config.n_kv_head == 2);
+  BOOST_TEST(llama.config.rope_theta == 500000.0);
+  BOOST_TEST(llama.config.norm_eps == 1e-6);
+  BOOST_TEST(llama.config.tie_embeddings);
+  BOOST_TEST(!llama.config.bias);
+  const auto qwen = c("qwen2_gqa_bias");
+  BOOST_TEST(qwen.config.qkv_bias);
+  BOOST_TEST(!qwen.config.bias);
+  BOOST_TEST(!qwen.config.tie_embeddings);
+  const auto g = c("gpt2_hub_layout");
+  BOOST_TEST((g.config.mlp == MlpKind::GeluTanh));  // gelu_new
+  BOOST_TEST((c("gpt2_prefixed_untied_bf16").config.mlp == MlpKind::Gelu));
+  BOOST_TEST(g.config.mlp_hidden == 4 * g.config.n_embd);  // n_inner null
+  BOOST_TEST(g.config.bias);
+  BOOST_TEST(g.config.dropout == 0.0);  // the config's resid_pdrop is training's, not the model's function
+}
+
+BOOST_AUTO_TEST_CASE(export_then_import_gives_the_same_tensors_and_config) {
+  for (const Fixture& fx : kModels) {
+    BOOST_TEST_CONTEXT(fx.name) {
+      TempDir d;
+      tapelm::hf::import_model(hfx(fx.name), d / "ck.h5");
+      const auto r = tapelm::hf::export_model(d / "ck.h5", d / "out", fx.dtype);
+      // the same bytes for every tensor the original holds (GPT-2's mask buffers are no weights;
+      // tapelm writes GPT-2's names with the "transformer." prefix GPT2LMHeadModel saves)
+      const auto was = stored_tensors(hfx(fx.name)), now = stored_tensors(d / "out");
+      size_t compared = 0;
+      for (const auto& [name, bytes] : was) {
+        if (name.find(".attn.bias") != std::string::npos) continue;
+        std::string n = name;
+        if (r.architecture == "GPT2LMHeadModel" && n.rfind("transformer.", 0) != 0 && n != "lm_head.weight") n = "transformer." + n;
+        auto it = now.find(n);
+        BOOST_TEST_REQUIRE((it != now.end()), n);
+        BOOST_TEST((it->second == bytes), n);
+        compared++;
+      }
+      BOOST_TEST(compared == now.size());
+      const auto a = tapelm::hf::read_config(hfx(fx.name + "/config.json")), b = tapelm::hf::read_config(d / "out/config.json");
+      BOOST_TEST((a.config == b.config));
+      // Mistral without a sliding window is Llama's function, written as Llama
+      BOOST_TEST(b.architecture == (a.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : a.architecture));
+      BOOST_TEST(fs::exists(d / "out/generation_config.json"));
+      BOOST_TEST(fs::exists(d / "out/tokenizer.model") == (fx.name == "llama_gqa_bf16_spm"));
+      if (fx.name == "llama_gqa_bf16_spm")
+        BOOST_TEST(slurp(d / "out/tokenizer.model") == slurp(hfx(fx.name + "/tokenizer.model")));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(export_shards_as_save_pretrained_and_imports_back) {
+  TempDir d;
+  tapelm::hf::import_model(hfx("qwen2_gqa_bias"), d / "ck.h5");
+  // 20 kB per shard: the 2-layer model's 190 kB of float32 weights in about 10 files
+  const auto r = tapelm::hf::export_model(d / "ck.h5", d / "out", "f32", 20000);
+  const nlohmann::json idx = nlohmann::json::parse(slurp(d / "out/model.safetensors.index.json"));
+  BOOST_TEST(idx["weight_map"].size() == stored_tensors(hfx("qwen2_gqa_bias")).size());
+  size_t shards = 0;
+  uint64_t data = 0;
+  for (const auto& e : fs::directory_iterator(d.path / "out"))
+    if (e.path().extension() == ".safetensors") {
+      shards++;
+      const st::File f = st::File::open(e.path().string());
+      uint64_t here = 0;
+      for (const auto& t : f.tensors()) here += t.end - t.begin;
+      // a shard holds more than the limit only when one tensor alone does
+      BOOST_TEST((here <= 20000 || f.tensors().size() == 1), e.path());
+      data += here;
+    }
+  BOOST_TEST(shards > 5);
+  BOOST_TEST(idx["metadata"]["total_size"].get<uint64_t>() == data);
+  BOOST_TEST(!fs::exists(d / "out/model.safetensors"));
+  tapelm::hf::import_model(d / "out", d / "back.h5");
+  const LoadedModel a = load_model(d / "ck.h5"), b = load_model(d / "back.h5");
+  const NamedParams pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  BOOST_TEST_REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); i++) {
+    BOOST_TEST(pa[i].first == pb[i].first);
+    BOOST_TEST(pa[i].second.val().to_vector() == pb[i].second.val().to_vector(), pa[i].first);
+  }
+  // exporting again unsharded removes the shards and index a loader would otherwise prefer
+  tapelm::hf::export_model(d / "ck.h5", d / "out", "f32");
+  BOOST_TEST(fs::exists(d / "out/model.safetensors"));
+  BOOST_TEST(!fs::exists(d / "out/model.safetensors.index.json"));
+  for (const auto& e : fs::directory_iterator(d.path / "out")) BOOST_TEST(e.path().filename().string().rfind("model-", 0) != 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_tapelm_gpt_exports_as_gpt2_with_zero_biases) {
+  // tapelm's default model (layernorm, exact GELU, learned positions, no biases, tied) is GPT-2's
+  // function with every bias zero: exported so, it imports back to the same logits.
+  TempDir d;
+  GPTConfig c;
+  c.vocab_size = 50;
+  c.block_size = 16;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_kv_head = 2;
+  c.n_embd = 16;
+  c.mlp_hidden = 64;
+  GPT m(c, 7);
+  save_model(d / "ck.h5", m);
+  const auto r = tapelm::hf::export_model(d / "ck.h5", d / "out", "f32");
+  BOOST_TEST(r.architecture == "GPT2LMHeadModel");
+  BOOST_TEST(r.note.find("biases written as zeros") != std::string::npos);
+  const nlohmann::json cfg = nlohmann::json::parse(slurp(d / "out/config.json"));
+  BOOST_TEST(cfg["activation_function"] == "gelu");
+  tapelm::hf::import_model(d / "out", d / "back.h5");
+  const LoadedModel b = load_model(d / "back.h5");
+  BOOST_TEST(b.model->config().bias);
+  Index x({1, 5, 9, 2, 30, 49}, {1, 6});
+  m.eval();
+  b.model->eval();
+  NoGrad ng;
+  BOOST_TEST(m.forward(x).val().to_vector() == b.model->forward(x).val().to_vector(), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(export_refuses_what_no_hf_architecture_computes) {
+  GPTConfig c;
+  c.n_kv_head = 2;  // learned positions with 2 KV heads for 4 query heads
+  BOOST_CHECK_EXCEPTION(tapelm::hf::architecture_for(c, "ck.h5"), Error, [](const Error& e) {
+    return std::string(e.what()).find("ck.h5: 2 key/value heads for 4 query heads") == 0;
+  });
+  c.n_kv_head = 4;
+  c.pos = PosKind::Rope;  // rope with layernorm
+  BOOST_CHECK_EXCEPTION(tapelm::hf::architecture_for(c, "ck.h5"), Error,
+                        [](const Error& e) { return std::string(e.what()).find("match no HF architecture") != std::string::npos; });
+  c.norm = NormKind::RMSNorm;
+  c.mlp = MlpKind::SwiGLU;
+  BOOST_TEST(tapelm::hf::architecture_for(c, "") == "LlamaForCausalLM");
+  c.qkv_bias = true;
+  BOOST_TEST(tapelm::hf::architecture_for(c, "") == "Qwen2ForCausalLM");
+  TempDir d;
+  write_bytes(d / "file", "x");
+  tapelm::hf::import_model(hfx("llama_mha_f32"), d / "ck.h5");
+  expect_error(run_cli("export --checkpoint " + (d / "ck.h5") + " --format hf --out " + (d / "file")), "exists and is not a directory");
+  expect_error(run_cli("export --checkpoint " + (d / "ck.h5") + " --format hf --version 1 --out " + (d / "o")), "--version");
+  expect_error(run_cli("export --checkpoint " + (d / "ck.h5") + " --format llama2c --dtype bf16 --out " + (d / "o.bin")), "--dtype");
+  BOOST_TEST(!fs::exists(d / "o"));
+}
+
+BOOST_AUTO_TEST_CASE(hostile_safetensors_headers_are_refused_naming_the_fault) {
+  TempDir d;
+  auto refused = [&](const std::string& what, const std::string& bytes, const std::string& part) {
+    BOOST_TEST_CONTEXT(what) {
+      write_bytes(d / "m.safetensors", bytes);
+      BOOST_CHECK_EXCEPTION(st::File::open(d / "m.safetensors"), Error, [&](const Error& e) {
+        const std::string m = e.what();
+        BOOST_TEST_MESSAGE(what << ": " << m);
+        return e.kind() == ErrorKind::data && m.find("m.safetensors") != std::string::npos && m.find(part) != std::string::npos &&
+               m.find('\n') == std::string::npos;
+      });
+    }
+  };
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  BOOST_TEST(st::File::open((write_bytes(d / "ok.safetensors", st_file(ok, 8)), d / "ok.safetensors")).tensors().size() == 1);
+  refused("empty", "", "truncated");
+  refused("header past the end", st_file(ok, 8).substr(0, 20), "runs past the file's end");
+  std::string huge(8, '\0');
+  const uint64_t n = 200'000'000;
+  std::memcpy(huge.data(), &n, 8);
+  refused("header over 100 MB", huge, "exceeds the format's limit");
+  refused("not JSON", st_file("{\"a\":", 0), "not valid JSON");
+  refused("not an object", st_file("[1,2]", 0), "not a JSON object");
+  refused("duplicate", st_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
+          "tensor 'a' appears twice");
+  refused("unknown dtype", st_file(R"({"a":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype 'F17'");
+  refused("no shape", st_file(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", 8), "has no shape");
+  refused("negative dim", st_file(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative integer");
+  refused("overflow", st_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8),
+          "more elements than fit in 64 bits");
+  refused("bytes disagree", st_file(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 3 x 4 bytes");
+  refused("reversed offsets", st_file(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8), "end before they begin");
+  refused("overlap",
+          st_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+          "overlaps");
+  refused("gap",
+          st_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", 12),
+          "a gap before it");
+  refused("past the end", st_file(ok, 4), "(truncated)");
+  refused("trailing bytes", st_file(ok, 12), "(trailing bytes)");
+  refused("metadata value", st_file(R"({"__metadata__":{"format":1}})", 0), "__metadata__ value 'format' is not a string");
+  refused("deep", st_file(R"({"a":{"dtype":"F32","shape":[[[2]]],"data_offsets":[0,8]}})", 8), "nests deeper");
+  refused("offsets not a pair", st_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8), "data_offsets must be [begin, end]");
+  ::mkfifo((d / "fifo.safetensors").c_str(), 0600);
+  BOOST_CHECK_EXCEPTION(st::File::open(d / "fifo.safetensors"), Error,
+                        [](const Error& e) { return std::string(e.what()).find("not a regular file") != std::string::npos; });
+  // an integer tensor is a valid file, but no weight
+  write_bytes(d / "int.safetensors", st_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8));
+  const st::File f = st::File::open(d / "int.safetensors");
+  float v;
+  BOOST_CHECK_EXCEPTION(f.read_f32(f.tensors()[0], &v), Error,
+                        [](const Error& e) { return std::string(e.what()).find("tensor 'a' has dtype I64") != std::string::npos; });
+}
+
+BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
+  TempDir d;
+  const std::string src = hfx("llama_mha_f32");
+  auto copy_model = [&](const std::string& name) {
+    fs::copy(src, d / name, fs::copy_options::recursive);
+    return d / name;
+  };
+  auto import_of = [&](const std::string& dir) { return run_cli("import --format hf --model " + dir + " --out " + (d / "out.h5")); };
+  auto edit_config = [&](const std::string& dir, const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j = nlohmann::json::parse(slurp(dir + "/config.json"));
+    f(j);
+    write_bytes(dir + "/config.json", j.dump());
+  };
+  // config fields that change the function are refused, naming the field and its value
+  const std::vector<std::tuple<std::string, std::function<void(nlohmann::json&)>, std::string>> fields{
+      {"rope_scaling", [](auto& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; }, "rope_scaling"},
+      {"rope_parameters", [](auto& j) { j["rope_parameters"] = {{"rope_type", "yarn"}}; }, "rope_parameters.rope_type \"yarn\""},
+      {"head_dim", [](auto& j) { j["head_dim"] = 16; }, "head_dim 16 is not hidden_size / num_attention_heads (32 / 4)"},
+      {"partial_rotary", [](auto& j) { j["partial_rotary_factor"] = 0.5; }, "partial_rotary_factor 0.5"},
+      {"act", [](auto& j) { j["hidden_act"] = "gelu"; }, "hidden_act \"gelu\""},
+      {"bias", [](auto& j) { j["attention_bias"] = true; }, "attention_bias true with mlp_bias false"},
+      {"arch", [](auto& j) { j["architectures"] = {"FalconForCausalLM"}; }, "architecture \"FalconForCausalLM\""},
+      {"type", [](auto& j) { j["num_attention_heads"] = "4"; }, "num_attention_heads"},
+      {"kv", [](auto& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads 3 does not divide num_attention_heads 4"},
+      {"window", [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; j["sliding_window"] = 16; },
+       "sliding_window 16 is shorter than the context"},
+      {"quantized", [](auto& j) { j["quantization_config"] = {{"bits", 4}}; }, "quantization_config"},
+      {"missing", [](auto& j) { j.erase("hidden_size"); }, "has no hidden_size"},
+  };
+  for (const auto& [name, edit, part] : fields) {
+    BOOST_TEST_CONTEXT(name) {
+      const std::string dir = copy_model("cfg_" + name);
+      edit_config(dir, edit);
+      expect_error(import_of(dir), part);
+    }
+  }
+  // GPT-2's
+  const std::string g = d / "gpt2_act";
+  fs::copy(hfx("gpt2_hub_layout"), g, fs::copy_options::recursive);
+  edit_config(g, [](auto& j) { j["activation_function"] = "relu"; });
+  expect_error(import_of(g), "activation_function \"relu\"");
+  edit_config(g, [](auto& j) { j["activation_function"] = "gelu_new"; j["scale_attn_by_inverse_layer_idx"] = true; });
+  expect_error(import_of(g), "scale_attn_by_inverse_layer_idx");
+
+  // tensors: one missing, one extra, a wrong shape
+  const std::string m = copy_model("missing");
+  const st::File f = st::File::open(src + "/model.safetensors");
+  auto rewrite = [&](const std::string& dir, const std::function<void(std::vector<st::OutTensor>&, std::deque<std::vector<float>>&)>& edit) {
+    std::deque<std::vector<float>> keep;
+    std::vector<st::OutTensor> ts;
+    for (const auto& t : f.tensors()) {
+      keep.emplace_back(t.numel());
+      f.read_f32(t, keep.back().data());
+      ts.push_back({t.name, t.shape, keep.back().data()});
+    }
+    edit(ts, keep);
+    write_files_atomic_streamed({{dir + "/model.safetensors", [&](std::FILE* out) { st::write(out, ts, "F32", {}, "test"); }}});
+  };
+  rewrite(m, [](auto& ts, auto&) { ts.erase(ts.begin() + 3); });
+  expect_error(import_of(m), "no tensor 'model.layers.0.self_attn.k_proj.weight'");
+  const std::string x = copy_model("extra");
+  rewrite(x, [](auto& ts, auto& keep) {
+    keep.emplace_back(4, 0.f);
+    ts.push_back({"model.layers.9.mlp.up_proj.weight", {2, 2}, keep.back().data()});
+  });
+  expect_error(import_of(x), "tensor 'model.layers.9.mlp.up_proj.weight' has no place in LlamaForCausalLM");
+  const std::string s = copy_model("shape");
+  rewrite(s, [](auto& ts, auto&) { ts[1].shape = {16, 2}; });
+  expect_error(import_of(s), "has shape [16, 2], config.json makes it [32]");
+
+  // shards: one named in the index but absent, an index naming a path outside the directory
+  const std::string sh = d / "shards";
+  fs::copy(hfx("mistral_mqa_f16_sharded"), sh, fs::copy_options::recursive);
+  fs::remove(sh + "/model-00002-of-00003.safetensors");
+  expect_error(import_of(sh), "model-00002-of-00003.safetensors: no such file");
+  std::string idx = slurp(sh + "/model.safetensors.index.json");
+  idx.replace(idx.find("model-00002-of-00003"), 20, "../../etc/passwd0000");
+  write_bytes(sh + "/model.safetensors.index.json", idx);
+  expect_error(import_of(sh), "not a file name in");
+  expect_error(import_of(d / "nowhere"), "not a directory");
+  BOOST_TEST(!fs::exists(d / "out.h5"));
+}
+
+BOOST_AUTO_TEST_CASE(half_precision_conversions_round_as_ieee_does) {
+  // widening then narrowing is the identity on every f16 and bf16 value but NaN payloads
+  for (uint32_t h = 0; h < 65536; h++) {
+    const uint16_t v = static_cast<uint16_t>(h);
+    const bool nan16 = (v & 0x7c00) == 0x7c00 && (v & 0x3ff), nanbf = (v & 0x7f80) == 0x7f80 && (v & 0x7f);
+    if (!nan16 && f32_to_f16(f16_to_f32(v)) != v) BOOST_FAIL("f16 " << h);
+    if (!nanbf && f32_to_bf16(bf16_to_f32(v)) != v) BOOST_FAIL("bf16 " << h);
+    if (nan16) BOOST_TEST(std::isnan(f16_to_f32(v)));
+  }
+  // derivations: f16 has 10 mantissa bits, so 1 + 2^-11 is halfway between 1 (0x3c00, even) and
+  // 1 + 2^-10 (0x3c01): ties go to even; 1 + 3·2^-11 is halfway between 0x3c01 and 0x3c02 (even)
+  BOOST_TEST(f32_to_f16(1.0f + std::ldexp(1.f, -11)) == 0x3c00);
+  BOOST_TEST(f32_to_f16(1.0f + 3 * std::ldexp(1.f, -11)) == 0x3c02);
+  BOOST_TEST(f32_to_f16(65504.f) == 0x7bff);  // the largest half
+  BOOST_TEST(f32_to_f16(65519.f) == 0x7bff);  // below the midpoint 65520 to the next (infinite) step
+  BOOST_TEST(f32_to_f16(65520.f) == 0x7c00);  // the midpoint rounds to even: infinity
+  BOOST_TEST(f32_to_f16(std::ldexp(1.f, -24)) == 0x0001);  // the smallest subnormal
+  BOOST_TEST(f32_to_f16(std::ldexp(1.f, -25)) == 0x0000);  // half of it: a tie, to even (zero)
+  BOOST_TEST(f32_to_f16(std::ldexp(3.f, -26)) == 0x0001);  // three quarters of it: up
+  BOOST_TEST(f32_to_f16(-0.f) == 0x8000);
+  // bf16 keeps float32's upper 16 bits: 1 + 2^-8 is halfway between 0x3f80 (even) and 0x3f81
+  BOOST_TEST(f32_to_bf16(1.0f + std::ldexp(1.f, -8)) == 0x3f80);
+  BOOST_TEST(f32_to_bf16(1.0f + 3 * std::ldexp(1.f, -8)) == 0x3f82);
+  BOOST_TEST(f32_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up past the largest bf16
+  BOOST_TEST(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

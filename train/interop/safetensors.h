@@ -1,0 +1,89 @@
+#pragma once
+// Hugging Face's safetensors files, read as hostile input and written as the reference library
+// writes them (docs/formats.md §8).
+//
+// A file is: a little-endian uint64 N, N bytes of JSON — {"name": {"dtype": "F32", "shape":
+// [..], "data_offsets": [begin, end]}, ..., optional "__metadata__": {string: string}} — then the
+// data. Offsets count from the data's start; the tensors tile the data exactly (sorted, no gap,
+// no overlap, the last ending at the file's end), each holding product(shape) · dtype size bytes,
+// row-major, little-endian.
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tapelm::safetensors {
+
+/// The largest header read: the reference library's own limit.
+inline constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+/// One tensor of a file, as its header describes it.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;  // "F32", "BF16", ... as the file spells it
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // byte range within the data
+  int64_t numel() const;
+};
+
+/// A safetensors file, memory-mapped read-only. Opening checks everything the format promises
+/// (above) and throws a data Error naming the file and the tensor or field at fault: a header
+/// past the file or over 100 MB, JSON that is not an object of tensor entries, a duplicate name,
+/// an unknown dtype, a shape whose element count overflows or disagrees with its byte range,
+/// offsets that overlap, leave a gap or run past the end.
+class File {
+ public:
+  static File open(const std::string& path);
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+
+  const std::string& path() const { return path_; }
+  /// Every tensor, in the order of its data.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  /// The tensor called name, or null.
+  const TensorInfo* find(const std::string& name) const;
+  /// The header's __metadata__ (string values only; others are refused on open).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// The tensor's bytes as stored.
+  std::string_view bytes(const TensorInfo& t) const;
+  /// Its values widened to float32 into out[numel]; F32, F16, BF16 and F64 (narrowed, values
+  /// beyond float range refused) are read, any other dtype is a data Error naming the tensor.
+  void read_f32(const TensorInfo& t, float* out) const;
+
+ private:
+  File() = default;
+  std::string path_;
+  const unsigned char* map_ = nullptr;
+  uint64_t size_ = 0, data_start_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// Bytes per element of a dtype the format defines, or 0 for an unknown name.
+int dtype_size(const std::string& dtype);
+
+/// A tensor to write: its values as float32, stored as dtype "F32", "F16" or "BF16".
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;  // product(shape) values
+};
+
+/// The JSON header of a file holding `tensors` in this order as `dtype`, with __metadata__ (the
+/// reference writer's layout: entries in data order, padded with spaces to a multiple of 8).
+std::string header_bytes(const std::vector<OutTensor>& tensors, const std::string& dtype,
+                         const std::map<std::string, std::string>& metadata);
+/// The size of the file header_bytes + the data make.
+uint64_t file_size(const std::vector<OutTensor>& tensors, const std::string& dtype,
+                   const std::map<std::string, std::string>& metadata);
+/// Writes the whole file (header, then each tensor converted to dtype) to f; `what` names it in errors.
+void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::string& dtype,
+           const std::map<std::string, std::string>& metadata, const std::string& what);
+
+}  // namespace tapelm::safetensors
