@@ -10,6 +10,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "train/checkpoint/checkpoint.h"
+#include "train/interop/hf.h"
 #include "train/plot.h"
 #include "train/run_dir.h"
 #include "train/sweep/plan.h"
@@ -409,6 +411,49 @@ BOOST_AUTO_TEST_CASE(damaged_sweep_state_gives_one_line_naming_the_file) {
   std::ofstream(cell) << good;
   Run again = run_cli(args);
   BOOST_TEST(again.code == 0, again.err);
+}
+
+// sweep --from: the study on a given MHA model (an imported HF one here). Its MHA row is that model
+// as given (no pretraining, its val loss the model's own), every conversion starts from it, and the
+// from-scratch rows are off unless --scratch asks for them.
+BOOST_AUTO_TEST_CASE(a_sweep_starts_from_a_given_model) {
+  TempDir d;
+  const std::string text = test::fixture_path("tiny.txt");
+  tapelm::hf::import_model(test::fixture_path("hf/llama_mha_f32"), d / "mha.h5");
+  std::ofstream(d / "train.json") << R"({"batch_size": 4, "max_iters": 20, "learning_rate": 0.001, "eval_interval": 10, "eval_iters": 1})";
+  const std::string from = " --from " + (d / "mha.h5") + " --config " + (d / "train.json") + " --data " + text;
+  Run r = run_cli("sweep --preset micro --methods mean,fit --quiet" + from + " --out " + (d / "sw"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  std::map<std::string, std::vector<std::string>> rows;  // id -> fields
+  std::istringstream csv(slurp(d / "sw/results.csv"));
+  for (std::string line; std::getline(csv, line);) {
+    std::vector<std::string> f;
+    std::stringstream ls(line);
+    for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+    rows[f[0]] = f;
+  }
+  BOOST_TEST(rows.count("pretrain_mha") == 1u);
+  BOOST_TEST(rows["pretrain_mha"][6] == "0");  // steps: the model is not trained
+  for (const auto& [id, f] : rows) BOOST_TEST(id.rfind("scratch", 0) != 0, id);
+  // the MHA row is the given model: `eval` of the source on the same val split gives its loss
+  Run e = run_cli("eval --checkpoint " + (d / "mha.h5") + " --data " + text + " --json");
+  BOOST_TEST_REQUIRE(e.code == 0, e.err);
+  const double row_loss = std::stod(rows["pretrain_mha"][8]), eval_loss = nlohmann::json::parse(e.out)["loss"].get<double>();
+  BOOST_TEST(row_loss == eval_loss, tt::tolerance(1e-9));
+  // converting MHA to MHA changes nothing: its loss before uptraining is the source's
+  BOOST_TEST(std::stod(rows["kv4_mean_a0_s1"][10]) == row_loss);
+  const std::string md = slurp(d / "sw/report.md");
+  BOOST_TEST(md.find("`mha.h5` as given") != std::string::npos);
+  BOOST_TEST(md.find("no models from scratch") != std::string::npos);
+  BOOST_TEST(md.find(" from scratch (") == std::string::npos);
+  // a GQA model, a weights-only model without --config, a corpus tokenized otherwise: one line each
+  tapelm::hf::import_model(test::fixture_path("hf/llama_gqa_bf16_spm"), d / "gqa.h5");
+  expect_error(run_cli("sweep --preset micro --from " + (d / "gqa.h5") + " --config " + (d / "train.json") + " --data " + text +
+                       " --out " + (d / "o")),
+               "2 key/value heads for 4 query heads");
+  expect_error(run_cli("sweep --preset micro --from " + (d / "mha.h5") + " --data " + text + " --out " + (d / "o")), "--config");
+  expect_error(run_cli("sweep --preset micro --config " + (d / "train.json") + " --data " + text + " --out " + (d / "o")), "--from");
+  BOOST_TEST(!fs::exists(d / "o"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -226,8 +226,8 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 struct SweepArgs {
-  std::string preset = "tiny", data, out, methods, groupings;
-  bool quiet = false;
+  std::string preset = "tiny", data, out, methods, groupings, from, config;
+  bool quiet = false, scratch = false;
 };
 
 void sweep_flags(CLI::App& c, SweepArgs& a) {
@@ -237,6 +237,11 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
   c.add_option("--out", a.out, "report directory (re-running resumes)")->required();
   c.add_option("--methods", a.methods, "conversion methods, comma-separated (default: all; must include mean)");
   c.add_option("--groupings", a.groupings, "groupings, comma-separated: contiguous,similar (default: contiguous)");
+  CLI::Option* from = c.add_option("--from", a.from,
+                                   "start from this MHA checkpoint (e.g. an imported model) instead of pretraining one; "
+                                   "--data must be tokenized by its tokenizer");
+  c.add_option("--config", a.config, "with --from: training config JSON (its max_iters is the P that α multiplies)")->needs(from);
+  c.add_flag("--scratch", a.scratch, "with --from: also train each GQA/MQA model from scratch (off by default)")->needs(from);
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
@@ -244,6 +249,20 @@ int run_sweep(const SweepArgs& a) {
   SweepPreset p = sweep_preset(a.preset);
   if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
   if (!a.groupings.empty()) p.groupings = split_list(a.groupings, "--groupings");
+  if (!a.from.empty()) {
+    H5File f = H5File::open_read(a.from);
+    const GPTConfig model = read_model_config(f);
+    if (has_train_config(f)) {
+      if (!a.config.empty()) throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which the study uses");
+      p.pretrain = read_train_config(f);
+    } else {
+      if (a.config.empty())
+        throw Error(ErrorKind::usage, a.from + ": weights only, without a training config: give the study's with --config F.json");
+      p.pretrain = config_for_weights_only(model, read_config_file(a.config), a.config, a.from);
+    }
+    p.from = a.from;
+    p.scratch = a.scratch;
+  }
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }

@@ -116,7 +116,10 @@ SweepPlan::SweepPlan(const SweepPreset& p)
   if (std::find(p.groupings.begin(), p.groupings.end(), "contiguous") == p.groupings.end())
     throw Error(ErrorKind::usage, "the sweep's groupings must include contiguous");
   const int64_t H = n_head, P = pretrain_steps;
-  cells.push_back({CellKind::pretrain, H, {}, 0, 1, P});
+  if (!p.from.empty() && p.pretrain.model.n_kv_head != H)
+    throw Error(ErrorKind::usage, p.from + ": " + std::to_string(p.pretrain.model.n_kv_head) + " key/value heads for " +
+                                      std::to_string(H) + " query heads; the study starts from an MHA model (as many key/value heads as query heads)");
+  cells.push_back({CellKind::pretrain, H, {}, 0, 1, p.from.empty() ? P : 0});
   for (int64_t kv : kv_heads) {
     // Converting MHA to MHA changes nothing whatever the method: only uptraining is measured.
     const std::vector<Variant> methods = kv == H ? std::vector<Variant>{Variant{}} : variants;
@@ -129,8 +132,9 @@ SweepPlan::SweepPlan(const SweepPreset& p)
           cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
       }
   }
-  for (int64_t kv : kv_heads)
-    if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
+  if (p.scratch)
+    for (int64_t kv : kv_heads)
+      if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
 }
 
 const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed) const {
@@ -159,6 +163,7 @@ UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {
   o.calib_tokens = preset.calib_tokens;
   o.fraction = c.alpha;
   o.seed = static_cast<uint64_t>(c.seed);
+  if (!preset.from.empty()) o.original = preset.pretrain;  // the imported model holds weights only
   return o;
 }
 

@@ -24,6 +24,11 @@ struct SweepPreset {
   int64_t calib_tokens = 16384;       // calibration tokens (aligned, fit, similar) from the train split
   int decode_iters = 3;               // timed generations per KV and batch
   std::vector<int64_t> decode_batches{1, 32};
+  bool scratch = true;                // train each GQA/MQA model from scratch too (same compute)
+  /// A checkpoint to start from (sweep --from): the MHA row is this model, not one the study
+  /// trains, and pretrain holds its model with the training keys of the user's config (its
+  /// max_iters is the P that α multiplies). Empty: the study pretrains its own MHA model.
+  std::string from;
 };
 
 /// tiny (≈10 min on 2 cores), small (≈60 min), paper (hours); micro is for tests.

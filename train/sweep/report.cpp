@@ -105,8 +105,11 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
   md << "# GQA/MQA uptraining trade-off — preset `" << p.name << "`\n\n";
   md << "Measured " << ctx.date << " on `" << ctx.data_name << "` (" << ctx.train_tokens << " train / "
      << ctx.val_tokens << " val tokens). MHA model: " << cfg.model.n_layer << " layers, " << plan.n_head << " heads, d "
-     << cfg.model.n_embd << ", T " << cfg.model.block_size << ", pretrained " << P << " steps of batch "
-     << cfg.batch_size << ". Uptraining: α × " << P
+     << cfg.model.n_embd << ", T " << cfg.model.block_size;
+  if (p.from.empty()) md << ", pretrained " << P << " steps of batch " << cfg.batch_size;
+  else md << ", `" << std::filesystem::path(p.from).filename().string() << "` as given (P = " << P
+          << " steps of batch " << cfg.batch_size << " from the training config" << (p.scratch ? "" : "; no models from scratch") << ")";
+  md << ". Uptraining: α × " << P
      << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
         "val split in non-overlapping windows. Decode: greedy KV-cache generation from a 1-token prompt to T = "
      << cfg.model.block_size << ", median of " << p.decode_iters << " runs; ms per sample = time to generate one sequence "
@@ -133,7 +136,7 @@ void write_table1(std::ostream& md, const Table& t) {
   for (int64_t kv : plan.kv_heads)
     row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.mean_losses(kv, ha));
   for (int64_t kv : plan.kv_heads)
-    if (kv < H)
+    if (kv < H && p.scratch)
       row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
           stat({t.of(plan.scratch(kv)).val_loss}));
 }
@@ -216,11 +219,13 @@ void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
       md << "- " << name << ": the best conversion method beats mean pooling at α = " << a << ": " << yes(best_loss < m)
          << " (" << best << " " << fmt("%.4f", best_loss) << " vs mean " << fmt("%.4f", m) << ")\n";
     }
-  const auto [best, best_loss] = best_variant(t, kv, ha, true);
-  const double scratch = t.of(plan.scratch(kv)).val_loss;
-  md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
-     << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
-     << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
+  if (p.scratch) {
+    const auto [best, best_loss] = best_variant(t, kv, ha, true);
+    const double scratch = t.of(plan.scratch(kv)).val_loss;
+    md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
+       << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
+       << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
+  }
   const double a0 = t.mean_losses(kv, 0).mean, a1 = t.mean_losses(kv, ha).mean, a2 = t.mean_losses(kv, p.fractions.back()).mean;
   md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
      << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()

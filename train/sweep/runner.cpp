@@ -188,6 +188,31 @@ CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, c
   return r;
 }
 
+/// The MHA row of a study that starts from a given model: the checkpoint copied as the row's own
+/// (the conversions read it from there, as they read a pretrained one), then the whole val split.
+CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  const fs::path ck = run_dir / "checkpoint.h5", tmp = run_dir / "checkpoint.h5.copy";
+  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
+  fs::rename(tmp, ck);
+  std::unique_ptr<GPT> m = load_model(ck.string()).model;
+  return {.val_loss = evaluate_split(*m, corpus.val)};
+}
+
+/// A given model and the corpus must agree: the corpus tokenized by the model's tokenizer (when the
+/// checkpoint holds one), its ids within the model's vocabulary.
+void check_source(const std::string& from, const Corpus& corpus, const std::string& data_path, int64_t vocab_size) {
+  if (corpus.tok.vocab_size() > vocab_size)
+    throw Error(ErrorKind::data, data_path + ": its tokenizer has " + std::to_string(corpus.tok.vocab_size()) + " ids, more than the " +
+                                     std::to_string(vocab_size) + " of " + from + "'s vocabulary (prepare it with the model's tokenizer)");
+  const H5File f = H5File::open_read(from);
+  if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
+    throw Error(ErrorKind::data, data_path + ": tokenized otherwise than by " + from +
+                                     "'s tokenizer (prepare it with --tokenizer-model and the model's tokenizer file)");
+}
+
 /// Converting the pretrained checkpoint and uptraining it; known_loss_before skips re-evaluating the conversion.
 CellRun uptrain_cell(const Cell& c, const SweepPlan& plan, const std::string& pretrained, const Corpus& corpus,
                      const fs::path& run_dir, const std::string& label, std::optional<double> known_loss_before,
@@ -211,15 +236,19 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   const auto t0 = Clock::now();
   Corpus corpus = load_corpus(data_path);
   SweepPreset preset = p;
-  preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
+  if (p.from.empty()) preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
   preset.pretrain.validate();
   const TrainConfig& cfg = preset.pretrain;
   const std::string data_name = fs::path(data_path).filename().string();
   const SweepPlan plan(preset);  // first: an unknown method is refused before OUT is touched
+  if (!p.from.empty()) check_source(p.from, corpus, data_path, p.pretrain.model.vocab_size);
   // so is a corpus too short to train on
   check_window_fits(corpus.train.size(), cfg.model.block_size, data_path + ": the train split");
   check_window_fits(corpus.val.size(), cfg.model.block_size, data_path + ": the val split");
-  const SweepDirs dirs(out_dir, {{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}});
+  json stamp{{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}};
+  if (!p.from.empty()) stamp["config"]["from"] = fs::path(p.from).filename().string();
+  if (!p.scratch) stamp["config"]["scratch"] = false;
+  const SweepDirs dirs(out_dir, stamp);
 
   // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
   const double eval_cost = 40;
@@ -261,6 +290,8 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       run = uptrain_cell(c, plan, pre_ck, corpus, run_dir, label,
                          known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
       if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
+    } else if (c.kind == CellKind::pretrain && !p.from.empty()) {
+      run = source_cell(p.from, corpus, run_dir);
     } else {
       run = train_cell(c, plan, corpus, run_dir, label, quiet, stop);
     }
