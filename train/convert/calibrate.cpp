@@ -19,26 +19,30 @@ Calibration calibrate(GPT& model, const std::vector<Index>& batches) {
   for (const Index& idx : batches) {
     const std::vector<Tensor> xs = model.attention_inputs(idx);
     const int64_t N = idx.numel();
-    for (int64_t l = 0; l < L; l++) {
-      const Tensor x = xs[l].reshape({N, d});
-      // Xᵀ X of this batch in float (at most a few thousand terms per entry), summed in double.
-      const Tensor xtx = matmul(Var(x), Var(x), true, false).val();
-      Mat& g = c.gram[l];
-      for (int64_t i = 0; i < d; i++)
-        for (int64_t j = 0; j < d; j++) g(i, j) += xtx[i * d + j];
-      for (int64_t t = 0; t < N; t++)
-        for (int64_t i = 0; i < d; i++) g(i, d) += x[t * d + i];
-      g(d, d) += static_cast<double>(N);
-    }
+    for (int64_t l = 0; l < L; l++) accumulate_gram(c.gram[l], xs[l].reshape({N, d}));
     c.tokens += N;
   }
   model.train(was_training);
   if (c.tokens == 0) throw Error(ErrorKind::data, "calibration: no tokens");
-  for (Mat& g : c.gram) {
-    for (int64_t i = 0; i < d; i++) g(d, i) = g(i, d);
-    g = la::scale(g, 1.0 / static_cast<double>(c.tokens));
-  }
+  for (Mat& g : c.gram) finish_gram(g, c.tokens);
   return c;
+}
+
+void accumulate_gram(Mat& g, const Tensor& x) {
+  const int64_t N = x.shape()[0], d = x.shape()[1];
+  // Xᵀ X of this batch in float (at most a few thousand terms per entry), summed in double.
+  const Tensor xtx = matmul(Var(x), Var(x), true, false).val();
+  for (int64_t i = 0; i < d; i++)
+    for (int64_t j = 0; j < d; j++) g(i, j) += xtx[i * d + j];
+  for (int64_t t = 0; t < N; t++)
+    for (int64_t i = 0; i < d; i++) g(i, d) += x[t * d + i];
+  g(d, d) += static_cast<double>(N);
+}
+
+void finish_gram(Mat& g, int64_t tokens) {
+  const int64_t d = g.rows - 1;
+  for (int64_t i = 0; i < d; i++) g(d, i) = g(i, d);
+  g = la::scale(g, 1.0 / static_cast<double>(tokens));
 }
 
 std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t tokens, uint64_t seed,

@@ -25,6 +25,12 @@ struct Calibration {
 /// Runs the model (eval mode, no tape) on the batches of ids and accumulates the layers' Σ.
 Calibration calibrate(GPT& model, const std::vector<Index>& batches);
 
+/// Adds Σ_t x̃_t x̃_tᵀ of the rows of x [N, d] (x̃ = [x; 1]) to g, all but its last row (which
+/// finish_gram mirrors from the last column), as calibrate does per batch and layer; finish_gram then averages.
+void accumulate_gram(la::Mat& g, const Tensor& x);
+/// Mirrors g's last column into its last row and divides by the token count.
+void finish_gram(la::Mat& g, int64_t tokens);
+
 /// `tokens` tokens of `ids` as windows of T at seeded random starts, batches of up to 32 windows.
 /// Data shorter than one window or than `tokens` -> a data Error naming `what`.
 std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t tokens, uint64_t seed,
