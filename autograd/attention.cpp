@@ -51,18 +51,18 @@ Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, Tensor& c
   if (q.ndim() != 3 || q.dim(2) % H != 0)
     fail("attention_cached", "q " + shape_str(q.shape()) + " does not hold " + std::to_string(H) + " heads");
   const int64_t B = q.dim(0), t = q.dim(1), hd = q.dim(2) / H, row = KV * hd;
-  if (cache_k.ndim() != 3 || cache_k.shape() != cache_v.shape() || cache_k.dim(0) != B || cache_k.dim(2) != row ||
-      k_new.shape() != Shape{B, t, row} || v_new.shape() != k_new.shape())
+  if (cache_k.ndim() != 4 || cache_k.shape() != cache_v.shape() || cache_k.dim(0) != B || cache_k.dim(1) != KV ||
+      cache_k.dim(3) != hd || k_new.shape() != Shape{B, t, row} || v_new.shape() != k_new.shape())
     fail("attention_cached", "q " + shape_str(q.shape()) + ", new k " + shape_str(k_new.shape()) + ", cache " +
                                  shape_str(cache_k.shape()));
-  const int64_t max_len = cache_k.dim(1);
+  const int64_t max_len = cache_k.dim(2);
   if (pos < 0 || pos + t > max_len)
     fail("attention_cached", "positions " + std::to_string(pos) + ".." + std::to_string(pos + t - 1) +
                                  " do not fit a cache of " + std::to_string(max_len));
-  kern::kv_cache_write(cache_k.data(), cache_v.data(), k_new.val().data(), v_new.val().data(), B, t, row, max_len,
+  kern::kv_cache_write(cache_k.data(), cache_v.data(), k_new.val().data(), v_new.val().data(), B, t, KV, hd, max_len,
                        pos);
   Tensor y = Tensor::empty(q.shape());
-  const kern::AttnShape s{B, t, pos + t, H, KV, hd, max_len * row, pos, true};
+  const kern::AttnShape s{B, t, pos + t, H, KV, hd, max_len * row, pos, true, max_len * hd, hd};
   kern::attention_fwd(y.data(), nullptr, q.val().data(), cache_k.data(), cache_v.data(), s, nullptr, 0.f, 0);
   return Var(y);
 }

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "autograd/cpu.h"
 #include "autograd/kernels/blas.h"
+#include "autograd/kernels/elementwise.h"
 #include "autograd/tensor.h"
 
 namespace tapelm {
@@ -34,6 +36,26 @@ double sgemm_peak_flops() {
   const double peak = 2.0 * n * n * n / best;
   peak_at[threads] = peak;
   return peak;
+}
+
+double memory_bandwidth() {
+  static std::mutex mu;
+  static std::map<int, double> at;  // by thread count
+  std::lock_guard<std::mutex> lock(mu);
+  const int threads = get_num_threads();
+  if (auto it = at.find(threads); it != at.end()) return it->second;
+  using Clock = std::chrono::steady_clock;
+  const int64_t n = int64_t(64) << 18;  // 64 MiB of floats per array
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  double best = 1e30;
+  for (int r = 0; r < 6; r++) {
+    const auto t0 = Clock::now();
+    kern::triad(a.data(), b.data(), c.data(), 0.5f + 0.001f * static_cast<float>(r), n);
+    if (r >= 1) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  const double bw = 12.0 * static_cast<double>(n) / best;
+  at[threads] = bw;
+  return bw;
 }
 
 namespace {

@@ -18,6 +18,12 @@ double sgemm_peak_flops();
 /// second denominator of MFU: a crippled BLAS makes sgemm_peak_flops() low, never this.
 double cpu_peak_flops();
 
+/// The machine's memory bandwidth (bytes/s) at the current thread count, as STREAM's triad measures
+/// it: a[i] = b[i] + s·c[i] over three 64 MiB float arrays (far past the last-level cache), 12 bytes
+/// per element, best of 5 passes after one to touch the pages; measured once per thread count.
+/// The denominator of a decoding step's "% of the bandwidth limit".
+double memory_bandwidth();
+
 /// The library behind sgemm: "oneDNN (matrix-vector products: OpenBLAS)" or "OpenBLAS".
 std::string gemm_backend_name();
 

@@ -83,9 +83,9 @@ KVCache GPT::make_cache(int64_t batch, int64_t max_len) const {
   KVCache c;
   c.batch = batch;
   c.max_len = max_len;
-  const int64_t row = cfg_.n_kv_head * cfg_.head_dim();
+  const int64_t KV = cfg_.n_kv_head, hd = cfg_.head_dim();
   for (int64_t l = 0; l < cfg_.n_layer; l++)
-    c.layers.push_back({Tensor::zeros({batch, max_len, row}), Tensor::zeros({batch, max_len, row})});
+    c.layers.push_back({Tensor::zeros({batch, KV, max_len, hd}), Tensor::zeros({batch, KV, max_len, hd})});
   return c;
 }
 

@@ -58,7 +58,8 @@ class MLP : public Module {
   bool swiglu_, tanh_;
 };
 
-/// One attention layer's K and V for every position decoded so far: [B, max_len, KV*hd] each.
+/// One attention layer's K and V for every position decoded so far: [B, KV, max_len, hd] each, every
+/// KV head's positions contiguous so that a decoding step streams them (autograd/kernels/attention.h).
 struct LayerCache {
   Tensor k, v;
 };

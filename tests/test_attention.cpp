@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "autograd/attention.h"
+#include "autograd/runtime.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -100,6 +101,55 @@ BOOST_AUTO_TEST_CASE(rope_values_and_gradient) {
   for (int64_t pos0 : {0, 5})
     check_grad("rope pos0=" + std::to_string(pos0), [pos0](const std::vector<Var>& v) { return rope(v[0], 3, pos0, 10000.0); },
                {randn({2, 3, 12}, 11)});
+}
+
+// A decoding step (one new query row per sequence) over a long KV cache: split into 256-key chunks
+// spread over the threads and combined in order. Checked against softmax(q kᵀ/√hd) v computed
+// naively in double on the same cache, and for bit-identical results on 1, 2 and 3 threads.
+BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
+  const int64_t B = 2, H = 8, hd = 16, max_len = 800;
+  const int before = get_num_threads();
+  for (int64_t KV : {8, 2, 1})
+    for (int64_t pos : {0, 254, 255, 256, 700}) {  // the new token's position: pos + 1 keys visible
+      BOOST_TEST_CONTEXT("KV " << KV << ", " << pos + 1 << " keys") {
+        const int64_t row = KV * hd;
+        Tensor ck = randn({B, KV, max_len, hd}, 20 + KV), cv = randn({B, KV, max_len, hd}, 30 + KV);
+        const Tensor q = randn({B, 1, H * hd}, 40 + pos), kn = randn({B, 1, row}, 50 + pos), vn = randn({B, 1, row}, 60 + pos);
+        std::vector<std::vector<float>> outs;
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          Tensor k1 = ck.clone(), v1 = cv.clone();
+          outs.push_back(attention_cached(Var(q), Var(kn), Var(vn), k1, v1, H, KV, pos).val().to_vector());
+        }
+        BOOST_TEST(outs[0] == outs[1], tt::per_element());
+        BOOST_TEST(outs[0] == outs[2], tt::per_element());
+        // the cache with the new row written at pos, as attention_cached writes it
+        double worst = 0;
+        for (int64_t b = 0; b < B; b++)
+          for (int64_t h = 0; h < H; h++) {
+            const int64_t g = h / (H / KV);
+            // the cache is [B, KV, max_len, hd]
+            auto key = [&](int64_t j, int64_t d) { return j == pos ? kn[(b * row) + g * hd + d] : ck[((b * KV + g) * max_len + j) * hd + d]; };
+            auto val = [&](int64_t j, int64_t d) { return j == pos ? vn[(b * row) + g * hd + d] : cv[((b * KV + g) * max_len + j) * hd + d]; };
+            std::vector<double> sc(pos + 1);
+            double mx = -1e300, sum = 0;
+            for (int64_t j = 0; j <= pos; j++) {
+              double dot = 0;
+              for (int64_t d = 0; d < hd; d++) dot += double(q[b * H * hd + h * hd + d]) * key(j, d);
+              sc[j] = dot / std::sqrt(double(hd));
+              mx = std::max(mx, sc[j]);
+            }
+            for (double& x : sc) sum += (x = std::exp(x - mx));
+            for (int64_t d = 0; d < hd; d++) {
+              double y = 0;
+              for (int64_t j = 0; j <= pos; j++) y += sc[j] / sum * val(j, d);
+              worst = std::max(worst, std::fabs(y - outs[0][b * H * hd + h * hd + d]));
+            }
+          }
+        BOOST_TEST(worst < 2e-5, "max |decode - double reference| " << worst);
+      }
+    }
+  set_num_threads(before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "autograd/error.h"
+#include "nn/accounting.h"
 #include "nn/generate.h"
 #include "optim/optim.h"
 
@@ -75,6 +77,58 @@ BenchResult bench_decode(const GPTConfig& cfg, int64_t B, int64_t len, int iters
   res.min_s = *std::min_element(res.times.begin(), res.times.end()) / steps;
   res.tokens_per_iter = B * (len - 1);
   res.tokens_per_s = static_cast<double>(B) / res.median_s;
+  return res;
+}
+
+DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters, int warmup, uint64_t seed) {
+  if (sh.context == 0) sh.context = cfg.block_size;
+  if (sh.batch < 1 || sh.prompt < 1 || sh.context <= sh.prompt || sh.context > cfg.block_size)
+    throw Error(ErrorKind::usage, "decode shape: batch " + std::to_string(sh.batch) + ", prompt " + std::to_string(sh.prompt) +
+                                      ", context " + std::to_string(sh.context) + " (need batch >= 1, 1 <= prompt < context <= block_size " +
+                                      std::to_string(cfg.block_size) + ")");
+  if (iters < 1 || warmup < 0) throw Error(ErrorKind::usage, "decode bench: iters must be positive and warmup >= 0");
+  GPT model(cfg, seed);
+  model.eval();
+  NoGrad ng;
+  Rng r(seed + 1);
+  Index prompt;
+  prompt.shape = {sh.batch, sh.prompt};
+  for (int64_t i = 0; i < sh.batch * sh.prompt; i++) prompt.data.push_back(static_cast<int32_t>(r.below(cfg.vocab_size)));
+  const int64_t steps = sh.context - sh.prompt;
+  DecodeResult res;
+  res.shape = sh;
+  using Clock = std::chrono::steady_clock;
+  for (int it = 0; it < warmup + iters; it++) {
+    KVCache cache = model.make_cache(sh.batch, sh.context);
+    const auto t0 = Clock::now();
+    Tensor logits = model.decode_step(prompt, cache);
+    const auto t1 = Clock::now();
+    Index next;
+    next.shape = {sh.batch, 1};
+    next.data.resize(static_cast<size_t>(sh.batch));
+    for (int64_t s = 0; s < steps; s++) {
+      const int64_t V = logits.shape()[1];
+      for (int64_t b = 0; b < sh.batch; b++) {
+        const float* row = logits.data() + b * V;
+        next.data[b] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+      }
+      logits = model.decode_step(next, cache);
+    }
+    const auto t2 = Clock::now();
+    if (it < warmup) continue;
+    res.prefill_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+    res.step_s.push_back(std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(steps));
+  }
+  res.prefill_median_s = median(res.prefill_s);
+  res.step_median_s = median(res.step_s);
+  res.step_min_s = *std::min_element(res.step_s.begin(), res.step_s.end());
+  res.step_max_s = *std::max_element(res.step_s.begin(), res.step_s.end());
+  res.tokens_per_s = static_cast<double>(sh.batch) / res.step_median_s;
+  const ModelCost cost = model_cost(cfg);
+  // the step at position p reads p + 1 cached positions; averaged over p = prompt .. context - 1
+  const double mean_positions = 0.5 * static_cast<double>(sh.prompt + 1 + sh.context);
+  res.bytes_per_step = 4.0 * static_cast<double>(cost.params) +
+                       static_cast<double>(sh.batch) * mean_positions * static_cast<double>(cost.kv_cache_bytes_per_token);
   return res;
 }
 

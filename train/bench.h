@@ -20,4 +20,25 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warm
 /// Greedy generation from a 1-token prompt to decode_len tokens with the KV cache, batch sequences.
 BenchResult bench_decode(const GPTConfig& cfg, int64_t batch, int64_t decode_len, int iters, int warmup, uint64_t seed);
 
+/// Decoding at a serving shape: `batch` sequences, a prompt of `prompt` random tokens prefilled in
+/// one batched forward, then greedy steps of one token per sequence until the cache holds
+/// `context` positions (context - prompt steps).
+struct DecodeShape {
+  int64_t batch = 1, prompt = 1, context = 0;  // context 0: block_size
+};
+struct DecodeResult {
+  DecodeShape shape;
+  std::vector<double> prefill_s;  // per iteration
+  std::vector<double> step_s;     // per iteration: the mean time of its decoding steps
+  double prefill_median_s = 0, step_median_s = 0, step_min_s = 0, step_max_s = 0;
+  double tokens_per_s = 0;        // batch / step_median_s
+  /// Bytes a decoding step must read at least, averaged over the steps: every weight once (fp32;
+  /// the embedding table counted once, as the tied head reads it whole) and the KV cache of every
+  /// sequence up to the step's position.
+  double bytes_per_step = 0;
+};
+/// Times iters generations after warmup untimed ones; shape errors (prompt < 1, context past
+/// block_size or not above prompt) are usage Errors.
+DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape shape, int iters, int warmup, uint64_t seed);
+
 }  // namespace tapelm

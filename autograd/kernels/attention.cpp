@@ -29,11 +29,90 @@ void dropout_rows(float* dst, const float* src, const AttnShape& s, int64_t b, i
 inline int64_t key_limit(const AttnShape& s, int64_t i) {
   return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
 }
+
+// Keys per work item of a decoding step. Fixed, whatever the thread count, so that the result is
+// bit-identical on any number of threads (the chunks are combined in order).
+constexpr int64_t kDecodeChunk = 256;
+
+// One query row per sequence (a decoding step): split-K attention ("flash decoding"). The keys
+// 0 .. q_pos0 are cut into chunks of kDecodeChunk; each (sequence, KV head, chunk) is a work item
+// that reads its K and V rows once for all H/KV query heads of the group — scores, their max m,
+// exp-sum l and the unnormalised output o = Σ_j e_j v_j — and the chunks are then combined in
+// order: y = Σ_c e^(m_c − M) o_c / Σ_c e^(m_c − M) l_c with M = max_c m_c. The work items spread
+// over the threads, so MQA at batch 1 (one KV head) decodes long contexts on every core.
+void attention_decode(float* y, const float* q, const float* k, const float* v, const AttnShape& s) {
+  const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride(), hd = s.hd;
+  const int64_t len = key_limit(s, 0), nc = std::max<int64_t>(1, (len + kDecodeChunk - 1) / kDecodeChunk);
+  const int64_t items = s.B * s.KV * nc;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> m(items * rep), l(items * rep), o(items * rep * hd);
+  const bool par = items > 1 && s.B * s.KV * len * rep * hd > (1 << 15);
+  SerialBlas serial;
+#pragma omp parallel if (par)
+  {
+    std::vector<float> sc(rep * kDecodeChunk);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < items; t++) {
+      const int64_t c = t % nc, bg = t / nc, b = bg / s.KV, g = bg % s.KV;
+      const int64_t j0 = c * kDecodeChunk, n = std::max<int64_t>(0, std::min(len, j0 + kDecodeChunk) - j0);
+      const float* qg = q + b * C + g * rep * hd;  // the group's query heads are adjacent
+      const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
+      const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
+      float* ot = o.data() + t * rep * hd;
+      std::fill(ot, ot + rep * hd, 0.f);
+      // scores of the group's query heads against the chunk's keys, [rep, n]: one small product
+      // (single-threaded inside the item, so the result does not depend on the thread count)
+      if (n > 0) sgemm(false, true, rep, n, hd, scale, qg, hd, kg + j0 * RS, RS, 0.f, sc.data(), kDecodeChunk);
+      for (int64_t r = 0; r < rep; r++) {
+        float* row = sc.data() + r * kDecodeChunk;
+        float mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++) mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j < n; j++) {
+          row[j] = n > 0 ? exp_approx(row[j] - mx) : 0.f;
+          sum += row[j];
+        }
+        m[t * rep + r] = mx;
+        l[t * rep + r] = sum;
+      }
+      // o = e · V_chunk, [rep, hd]
+      if (n > 0) sgemm(false, false, rep, hd, n, 1.f, sc.data(), kDecodeChunk, vg + j0 * RS, RS, 0.f, ot, hd);
+    }
+#pragma omp for schedule(static)
+    for (int64_t bg = 0; bg < s.B * s.KV; bg++) {
+      const int64_t b = bg / s.KV, g = bg % s.KV;
+      for (int64_t r = 0; r < rep; r++) {
+        float* yr = y + b * C + (g * rep + r) * hd;
+        float M = -INFINITY;
+        for (int64_t c = 0; c < nc; c++) M = std::max(M, m[(bg * nc + c) * rep + r]);
+        if (M == -INFINITY) {  // no visible key
+          std::fill(yr, yr + hd, 0.f);
+          continue;
+        }
+        float den = 0;
+        std::fill(yr, yr + hd, 0.f);
+        for (int64_t c = 0; c < nc; c++) {
+          const int64_t t = bg * nc + c;
+          const float w = std::exp(m[t * rep + r] - M);
+          den += w * l[t * rep + r];
+          const float* ot = o.data() + (t * rep + r) * hd;
+          for (int64_t d = 0; d < hd; d++) yr[d] += w * ot[d];
+        }
+        const float inv = 1.0f / den;
+        for (int64_t d = 0; d < hd; d++) yr[d] *= inv;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
                    const int32_t* key_keep, float p_drop, uint64_t seed) {
-  const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
+  if (s.Tq == 1 && !probs && !key_keep && p_drop == 0 && s.causal) {
+    attention_decode(y, q, k, v, s);
+    return;
+  }
+  const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
   const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
@@ -46,8 +125,8 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
       for (int64_t g = 0; g < s.KV; g++) {
-        const float* kg = k + b * s.kv_batch_stride + g * s.hd;
-        const float* vg = v + b * s.kv_batch_stride + g * s.hd;
+        const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
+        const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
         const int32_t* keep = key_keep ? key_keep + b * s.Tk : nullptr;
         // The group's query heads, one after another, against the same K and V.
         for (int64_t r = 0; r < rep; r++) {
@@ -61,7 +140,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
           for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
             const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
             float* Pb = P + i0 * s.Tk;
-            if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, CK, 0.f, Pb, s.Tk);
+            if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, RS, 0.f, Pb, s.Tk);
             for (int64_t i = i0; i < i0 + nb; i++) {
               float* row = P + i * s.Tk;
               const int64_t lim = key_limit(s, i);
@@ -89,7 +168,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
               Pv = pd.data() + i0 * s.Tk;
             }
             if (kl > 0) {
-              sgemm(false, false, nb, s.hd, kl, 1.f, Pv, s.Tk, vg, CK, 0.f, yh + i0 * C, C);
+              sgemm(false, false, nb, s.hd, kl, 1.f, Pv, s.Tk, vg, RS, 0.f, yh + i0 * C, C);
             } else {
               for (int64_t i = i0; i < i0 + nb; i++) std::fill(yh + i * C, yh + i * C + s.hd, 0.f);
             }
@@ -101,7 +180,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
 
 void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
                    const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed) {
-  const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.KV * s.hd;
+  const int64_t rep = s.H / s.KV, C = s.H * s.hd, CK = s.row_stride(), HS = s.head_stride();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
   const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
@@ -112,10 +191,10 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
       for (int64_t g = 0; g < s.KV; g++) {
-        const float* kg = k + b * s.kv_batch_stride + g * s.hd;
-        const float* vg = v + b * s.kv_batch_stride + g * s.hd;
-        float* dkg = dk ? dk + b * s.kv_batch_stride + g * s.hd : nullptr;
-        float* dvg = dv ? dv + b * s.kv_batch_stride + g * s.hd : nullptr;
+        const float* kg = k + b * s.kv_batch_stride + g * HS;
+        const float* vg = v + b * s.kv_batch_stride + g * HS;
+        float* dkg = dk ? dk + b * s.kv_batch_stride + g * HS : nullptr;
+        float* dvg = dv ? dv + b * s.kv_batch_stride + g * HS : nullptr;
         for (int64_t r = 0; r < rep; r++) {
           const int64_t h = g * rep + r;
           const float* P = probs + ((b * s.H + h) * s.Tq) * s.Tk;
@@ -197,11 +276,15 @@ void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, in
 }
 
 void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
-                    int64_t row, int64_t max_len, int64_t pos) {
-  for (int64_t b = 0; b < B; b++) {
-    std::memcpy(cache_k + (b * max_len + pos) * row, k_new + b * t * row, sizeof(float) * t * row);
-    std::memcpy(cache_v + (b * max_len + pos) * row, v_new + b * t * row, sizeof(float) * t * row);
-  }
+                    int64_t KV, int64_t hd, int64_t max_len, int64_t pos) {
+  const int64_t row = KV * hd;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t g = 0; g < KV; g++)
+      for (int64_t i = 0; i < t; i++) {
+        const int64_t at = ((b * KV + g) * max_len + pos + i) * hd, from = (b * t + i) * row + g * hd;
+        std::memcpy(cache_k + at, k_new + from, sizeof(float) * hd);
+        std::memcpy(cache_v + at, v_new + from, sizeof(float) * hd);
+      }
 }
 
 }  // namespace tapelm::kern

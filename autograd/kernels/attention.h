@@ -15,6 +15,13 @@ struct AttnShape {
   int64_t kv_batch_stride;  // floats between batches of k and v
   int64_t q_pos0;           // absolute position of query row 0 (causal limit: key j <= q_pos0 + i)
   bool causal = true;
+  // Where KV head g's key j is: k + b·kv_batch_stride + g·kv_head_stride + j·kv_row_stride. The
+  // defaults (-1) are the activations' layout [B, Tk, KV·hd]: head stride hd, row stride KV·hd.
+  // The KV cache is [B, KV, max_len, hd] (head stride max_len·hd, row stride hd): each head's
+  // keys are contiguous, so a decoding step streams them.
+  int64_t kv_head_stride = -1, kv_row_stride = -1;
+  int64_t head_stride() const { return kv_head_stride >= 0 ? kv_head_stride : hd; }
+  int64_t row_stride() const { return kv_row_stride >= 0 ? kv_row_stride : KV * hd; }
 };
 
 /// y = softmax(q·kᵀ/√hd + masks) · v, with dropout p_drop on the probabilities (mask from seed).
@@ -31,9 +38,9 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
                    const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed);
 
 /// Writes the new keys and values into the caches at positions pos .. pos+t-1.
-///   cache_k, cache_v: [B, max_len, row]   k_new, v_new: [B, t, row]
+///   cache_k, cache_v: [B, KV, max_len, hd]   k_new, v_new: [B, t, KV·hd]
 void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
-                    int64_t row, int64_t max_len, int64_t pos);
+                    int64_t KV, int64_t hd, int64_t max_len, int64_t pos);
 
 /// cos/sin tables of angle p * theta^(-2i/hd), computed in double.
 ///   cos_t, sin_t: [n_pos, hd/2]

@@ -190,6 +190,11 @@ constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 constexpr float kSqrt2OverPi = 0.79788456080286536f;
 }  // namespace
 
+void triad(float* a, const float* b, const float* c, float s, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
+}
+
 void gelu_fwd(float* y, const float* x, int64_t n, bool tanh_approx) {
   if (tanh_approx) {
 #pragma omp parallel for simd schedule(static) if (parallel: n >= kParallelMin)

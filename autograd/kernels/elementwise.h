@@ -44,6 +44,8 @@ void add_into(float* dst, const float* src, int64_t n);
 /// GELU: exact (erf) or the tanh approximation.
 ///   y, x: [n]
 void gelu_fwd(float* y, const float* x, int64_t n, bool tanh_approx);
+/// STREAM's triad a = b + s·c on all threads, in static chunks (the memory-bandwidth probe).
+void triad(float* a, const float* b, const float* c, float s, int64_t n);
 ///   dx, dy, x: [n]   (x: the forward's input)
 void gelu_bwd(float* dx, const float* dy, const float* x, int64_t n, bool tanh_approx);
 /// SiLU: x * sigmoid(x).

@@ -283,7 +283,7 @@ int run_plot(const PlotArgs& a) {
 struct BenchArgs {
   std::string config, mode = "train";
   std::vector<std::string> sets;
-  int64_t batch = 0, decode_len = 0;
+  int64_t batch = 0, decode_len = 0, prompt = 1;
   int iters = 10, warmup = 3;
   uint64_t seed = 1337;
   bool json = false;
@@ -294,21 +294,92 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_option("--set", a.sets, "override a config key: key=value (repeatable)");
   c.add_option("--mode", a.mode, "train or decode")->check(CLI::IsMember({"train", "decode"}));
   c.add_option("--batch", a.batch, "batch (default: batch_size for train, 1 for decode)");
-  c.add_option("--decode-len", a.decode_len, "decode: tokens per sequence (default: block_size)");
+  c.add_option("--decode-len,--context", a.decode_len, "decode: positions each sequence reaches, prompt included (default: block_size)");
+  c.add_option("--prompt", a.prompt, "decode: prompt tokens per sequence, prefilled in one forward (default 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c.add_option("--iters", a.iters, "timed iterations");
   c.add_option("--warmup", a.warmup, "untimed iterations first");
   c.add_option("--seed", a.seed, "seed for weights and tokens")->check(seed_range);
   c.add_flag("--json", a.json, "print one JSON line");
 }
 
+// Decoding at a serving shape, against the memory-bandwidth limit: every step must read the
+// weights and the batch's KV cache at least once.
+int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) {
+  const DecodeResult r = bench_decode_shape(cfg.model, {batch, a.prompt, a.decode_len}, a.iters, a.warmup, a.seed);
+  const ComputeInfo ci = compute_info();
+  const double bw = memory_bandwidth(), limit_s = r.bytes_per_step / bw;
+  const ModelCost cost = model_cost(cfg.model);
+  // the other roof: the step's FLOPs (weights and attention at the mean context) at the sgemm peak
+  const double mean_ctx = 0.5 * static_cast<double>(r.shape.prompt + 1 + r.shape.context);
+  const double flops = static_cast<double>(batch) * model_cost(cfg.model, static_cast<int64_t>(mean_ctx)).forward_flops_per_token;
+  const double compute_s = flops / ci.sgemm_peak;
+  nlohmann::json out{{"mode", "decode"},
+                     {"batch", batch},
+                     {"prompt", r.shape.prompt},
+                     {"context", r.shape.context},
+                     {"prefill_ms", r.prefill_median_s * 1e3},
+                     {"step_ms", r.step_median_s * 1e3},
+                     {"step_ms_min", r.step_min_s * 1e3},
+                     {"step_ms_max", r.step_max_s * 1e3},
+                     {"us_per_token", r.step_median_s * 1e6 / static_cast<double>(batch)},
+                     {"ms_per_sample", r.step_median_s * 1e3 * static_cast<double>(r.shape.context - r.shape.prompt) / static_cast<double>(batch)},
+                     {"tokens_per_s", r.tokens_per_s},
+                     {"bytes_per_step", r.bytes_per_step},
+                     {"memory_bandwidth_bytes_per_s", bw},
+                     {"bandwidth_limit_pct", 100.0 * limit_s / r.step_median_s},
+                     {"flops_per_step", flops},
+                     {"roofline_pct", 100.0 * std::max(limit_s, compute_s) / r.step_median_s},
+                     {"iters", a.iters},
+                     {"warmup", a.warmup},
+                     {"threads", get_num_threads()},
+                     {"params", cost.params},
+                     {"kv_cache_bytes_per_token", cost.kv_cache_bytes_per_token},
+                     {"L", cfg.model.n_layer},
+                     {"H", cfg.model.n_head},
+                     {"KV", cfg.model.n_kv_head},
+                     {"d", cfg.model.n_embd},
+                     {"T", cfg.model.block_size},
+                     {"step_times", r.step_s},
+                     {"prefill_times", r.prefill_s},
+                     {"blas_core", ci.blas_core},
+                     {"gemm", ci.gemm},
+                     {"cpu", ci.cpu}};
+  if (a.json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("%s | memory bandwidth %.1f GB/s (triad)\n", compute_summary(ci).c_str(), bw / 1e9);
+  std::printf("decode: batch %ld, prompt %ld, context %ld (%ld steps): prefill %.2f ms; %.3f ms per step (%.1f us per token, "
+              "%.0f tokens/s; min %.3f, max %.3f over %d iterations after %d warm-up, %d threads)\n",
+              (long)batch, (long)r.shape.prompt, (long)r.shape.context, (long)(r.shape.context - r.shape.prompt),
+              r.prefill_median_s * 1e3, r.step_median_s * 1e3, r.step_median_s * 1e6 / static_cast<double>(batch), r.tokens_per_s,
+              r.step_min_s * 1e3, r.step_max_s * 1e3, a.iters, a.warmup, get_num_threads());
+  std::printf("bandwidth: %.1f MB per step at least (weights %.1f MB + KV cache), %.3f ms at %.1f GB/s: %.0f%% of the bandwidth limit\n",
+              r.bytes_per_step / 1e6, 4.0 * static_cast<double>(cost.params) / 1e6, limit_s * 1e3, bw / 1e9,
+              100.0 * limit_s / r.step_median_s);
+  std::printf("compute: %.2f GFLOP per step, %.3f ms at the sgemm peak; roofline (the larger limit): %.0f%%\n", flops / 1e9,
+              compute_s * 1e3, 100.0 * std::max(limit_s, compute_s) / r.step_median_s);
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_config_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
   TrainConfig cfg = TrainConfig::from_json(j);
-  check_training_memory(cfg);
   if (a.iters <= 0 || a.warmup < 0) throw Error(ErrorKind::usage, "bench: --iters must be positive and --warmup >= 0");
   const bool train_mode = a.mode == "train";
   const int64_t batch = a.batch > 0 ? a.batch : train_mode ? cfg.batch_size : 1;
+  if (!train_mode) {
+    // decoding holds the weights, the batch's KV cache and one prefill's activations, not training state
+    const ModelCost cost = model_cost(cfg.model);
+    const int64_t context = a.decode_len > 0 ? a.decode_len : cfg.model.block_size;
+    check_memory(4.0 * static_cast<double>(cost.params) + static_cast<double>(batch) * static_cast<double>(context) *
+                                                                static_cast<double>(cost.kv_cache_bytes_per_token),
+                 available_memory_bytes(), "decoding " + std::to_string(batch) + " sequences of " + std::to_string(context) + " positions");
+    return run_bench_decode(a, cfg, batch);
+  }
+  check_training_memory(cfg);
   const BenchResult r = train_mode ? bench_train(cfg.model, batch, a.iters, a.warmup, a.seed)
                                    : bench_decode(cfg.model, batch, a.decode_len, a.iters, a.warmup, a.seed);
   const ModelCost cost = model_cost(cfg.model);
@@ -502,7 +573,7 @@ void inspect_flags(CLI::App& c, InspectArgs& a) {
   c.add_flag("--system", a.system, "the CPU, OpenBLAS core, GEMM backend and both FLOP/s peaks instead");
 }
 
-/// `inspect --system`: the CPU, BLAS core, GEMM backend and both peaks.
+/// `inspect --system`: the CPU, BLAS core, GEMM backend, both peaks and the memory bandwidth.
 int run_inspect_system() {
   const ComputeInfo c = compute_info();
   std::printf("cpu %s\n", c.cpu.c_str());
@@ -513,6 +584,7 @@ int run_inspect_system() {
   std::printf("sgemm peak %.1f GFLOP/s (measured, 1536^3)\n", c.sgemm_peak / 1e9);
   std::printf("cpu peak %.1f GFLOP/s = %d cores x %d FMA units x %d lanes x 2 x %.2f GHz (clock measured; %s)\n",
               c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9, c.peak_basis.c_str());
+  std::printf("memory bandwidth %.1f GB/s (measured: STREAM triad over 3 x 256 MB)\n", memory_bandwidth() / 1e9);
   return 0;
 }
 
