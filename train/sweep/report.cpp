@@ -111,9 +111,11 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
           << " steps of batch " << cfg.batch_size << " from the training config" << (p.scratch ? "" : "; no models from scratch") << ")";
   md << ". Uptraining: α × " << P
      << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
-        "val split in non-overlapping windows. Decode: greedy KV-cache generation from a 1-token prompt to T = "
-     << cfg.model.block_size << ", median of " << p.decode_iters << " runs; ms per sample = time to generate one sequence "
-     << "(batch time / batch). ± is the sample standard deviation over seeds.\n\n";
+        "val split in non-overlapping windows. Decode, at a serving shape: a prompt of "
+     << std::max<int64_t>(1, cfg.model.block_size / 2) << " tokens prefilled, then greedy KV-cache generation to T = "
+     << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
+     << " runs each, more until neighbouring KV counts' ranges separate, within a minute per batch size); the median; ms "
+        "per sample = (prefill + generation time) / batch. ± is the sample standard deviation over seeds.\n\n";
 }
 
 /// Table 1: quality and decoding time per kv-head count (mean pooling), and from scratch.
@@ -232,6 +234,31 @@ void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
      << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
 }
 
+/// Whether each KV count decodes faster than the one above it: yes when every neighbouring pair's
+/// ranges of per-sample times are apart with the smaller KV faster; no when a pair's are apart the
+/// other way; otherwise not resolved (ranges overlap: the spread does not order them). Times from
+/// before ranges were kept (runs 0) compare medians and say so.
+std::string decode_falls(const Table& t, int64_t b) {
+  const std::vector<int64_t>& kvs = t.plan.kv_heads;
+  std::string detail, verdict = "**yes**";
+  bool medians_only = false;
+  for (size_t i = 0; i < kvs.size(); i++) {
+    const DecodeTime& d = t.costs(kvs[i]).decode.at(b);
+    detail += (i ? ", " : "") + t.plan.kv_name(kvs[i]) + " " + fmt("%.2f", d.ms_per_sample) +
+              (d.runs > 0 ? " [" + fmt("%.2f", d.sample_min) + "–" + fmt("%.2f", d.sample_max) + "]" : "");
+    if (i == 0) continue;
+    const DecodeTime& a = t.costs(kvs[i - 1]).decode.at(b);
+    if (a.runs == 0 || d.runs == 0) {
+      medians_only = true;
+      if (d.ms_per_sample > a.ms_per_sample && verdict != "**no**") verdict = "**no**";
+      continue;
+    }
+    if (d.sample_min > a.sample_max) verdict = "**no**";
+    else if (!(d.sample_max < a.sample_min) && verdict == "**yes**") verdict = "not resolved (ranges overlap)";
+  }
+  return verdict + " (ms per sample, median [range]: " + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
+}
+
 /// The paper's findings checked on these numbers: per kv-head count, GQA against MQA, decoding time.
 void write_findings(std::ostream& md, const Table& t) {
   const SweepPlan& plan = t.plan;
@@ -251,10 +278,8 @@ void write_findings(std::ostream& md, const Table& t) {
        << yes(gq <= mq && gq >= mha - 0.01) << " (MHA " << fmt("%.4f", mha) << ", " << plan.kv_name(g) << " "
        << fmt("%.4f", gq) << ", MQA " << fmt("%.4f", mq) << ")\n";
   }
-  bool monotone = true;
-  for (size_t i = 1; i < kvs.size(); i++)
-    monotone = monotone && t.ms_per_sample(kvs[i], b_hi) <= t.ms_per_sample(kvs[i - 1], b_hi) * 1.02;
-  md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): " << yes(monotone) << "\n";
+  md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): "
+     << decode_falls(t, b_hi) << "\n";
 }
 
 }  // namespace

@@ -12,10 +12,13 @@
 
 namespace tapelm {
 
-/// Greedy KV-cache decoding of whole sequences at one batch size.
+/// Greedy KV-cache decoding at one batch size: the median over runs, and the spread of the
+/// per-sample times (0 and runs 0 in files written before the spread was kept).
 struct DecodeTime {
   double ms_per_token_step = 0;  // the whole batch, one position
-  double ms_per_sample = 0;      // one sequence of T tokens: batch time / batch
+  double ms_per_sample = 0;      // one sequence (prefill and generation): batch time / batch
+  double sample_min = 0, sample_max = 0;
+  int runs = 0;
 };
 
 /// Decoding times by batch size, as decode/kv<KV>.json and the cell files store them

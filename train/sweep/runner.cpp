@@ -118,10 +118,14 @@ struct SweepDirs {
 };
 
 /// Decoding times of a model shape per KV, measured once and kept in OUT/decode/kv<KV>.json
-/// (every cell with that KV has the same shape, so the same speed).
+/// (every cell with that KV has the same shape, so the same speed). Measured at the serving
+/// shape — a prompt of T/2 tokens prefilled, then T/2 greedy steps — for every KV of the study at
+/// once, interleaved run by run (so that a slow spell of the machine hits them alike), and
+/// repeated until every neighbouring pair's ranges separate, or the rounds or the time run out.
 class DecodeTimer {
  public:
-  DecodeTimer(const SweepPreset& p, const GPTConfig& model, fs::path dir) : p_(p), model_(model), dir_(std::move(dir)) {}
+  DecodeTimer(const SweepPreset& p, const GPTConfig& model, fs::path dir, std::vector<int64_t> kvs)
+      : p_(p), model_(model), dir_(std::move(dir)), kvs_(std::move(kvs)) {}
 
   const DecodeTimes& times(int64_t kv) {
     auto known = cache_.find(kv);
@@ -134,22 +138,57 @@ class DecodeTimer {
         throw Error(ErrorKind::data, f.string() + ": not a decode time file (" + cut_for_message(e.what(), 160) + ")");
       }
     }
-    GPTConfig m = model_;
-    m.n_kv_head = kv;
-    DecodeTimes d;
-    const double Tm1 = static_cast<double>(m.block_size - 1);
-    for (int64_t b : p_.decode_batches) {
-      BenchResult r = bench_decode(m, b, m.block_size, p_.decode_iters, 1, 1);
-      d[b] = {r.median_s * 1e3, r.median_s * 1e3 * Tm1 / static_cast<double>(b)};
-    }
-    write_json_atomic(f, decode_times_to_json(d));
-    return cache_[kv] = d;
+    measure_all();
+    return cache_.at(kv);
   }
 
  private:
+  void measure_all() {
+    std::map<int64_t, DecodeTimes> d;
+    const int64_t T = model_.block_size, P = std::max<int64_t>(1, T / 2);
+    const int min_rounds = std::max(3, p_.decode_iters), max_rounds = 5 * min_rounds;
+    for (int64_t b : p_.decode_batches) {
+      std::map<int64_t, std::vector<double>> sample_ms, step_ms;
+      const auto t0 = Clock::now();
+      for (int round = 0; round < max_rounds; round++) {
+        for (int64_t kv : kvs_) {
+          GPTConfig m = model_;
+          m.n_kv_head = kv;
+          const DecodeResult r = bench_decode_shape(m, {b, P, T}, 1, round == 0 ? 1 : 0, 1);
+          step_ms[kv].push_back(r.step_median_s * 1e3);
+          sample_ms[kv].push_back((r.prefill_median_s + r.step_median_s * static_cast<double>(T - P)) * 1e3 / static_cast<double>(b));
+        }
+        if (round + 1 < min_rounds) continue;
+        bool separated = true;
+        for (size_t i = 1; i < kvs_.size(); i++) {
+          const auto& a = sample_ms[kvs_[i - 1]];
+          const auto& c = sample_ms[kvs_[i]];
+          const bool apart = *std::max_element(c.begin(), c.end()) < *std::min_element(a.begin(), a.end()) ||
+                             *std::min_element(c.begin(), c.end()) > *std::max_element(a.begin(), a.end());
+          separated = separated && apart;
+        }
+        if (separated || seconds_since(t0) > 60) break;
+      }
+      for (int64_t kv : kvs_) {
+        std::vector<double>& s = sample_ms[kv];
+        std::vector<double>& st = step_ms[kv];
+        std::sort(s.begin(), s.end());
+        std::sort(st.begin(), st.end());
+        const size_t n = s.size();
+        auto med = [n](const std::vector<double>& v) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); };
+        d[kv][b] = {med(st), med(s), s.front(), s.back(), static_cast<int>(n)};
+      }
+    }
+    for (int64_t kv : kvs_) {
+      write_json_atomic(dir_ / ("kv" + std::to_string(kv) + ".json"), decode_times_to_json(d[kv]));
+      cache_[kv] = d[kv];
+    }
+  }
+
   const SweepPreset& p_;
   GPTConfig model_;
   fs::path dir_;
+  std::vector<int64_t> kvs_;
   std::map<int64_t, DecodeTimes> cache_;
 };
 
@@ -266,7 +305,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                 done > 0 ? " (resuming: finished cells are skipped)" : "");
   }
 
-  DecodeTimer decode(p, cfg.model, dirs.decode);
+  DecodeTimer decode(p, cfg.model, dirs.decode, plan.kv_heads);
   const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
   std::map<std::string, double> converted_loss;
   for (const Cell& c : plan.cells)
