@@ -97,9 +97,82 @@ bool set_gemm_backend(GemmBackend b) {
   return true;
 }
 
+namespace {
+
+// Products x·Wᵀ with a few rows (2 ≤ M ≤ 16: decoding a batch of sequences one token at a time).
+// OpenBLAS and oneDNN pack W for every call and reach a seventh of their peak there; this reads
+// each pair of W's rows once for all of x's rows, holding 8 rows × 2 W rows of vector
+// accumulators, and spreads the W row pairs over the threads. The sum order is fixed (lanes,
+// then a fixed tree), so the result does not depend on the thread count.
+#ifdef __AVX512F__
+constexpr int kLanes = 16;
+#else
+constexpr int kLanes = 8;
+#endif
+constexpr int64_t kSmallM = 16;
+
+template <int MB>
+void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0, float* out1) {
+  float acc0[MB][kLanes] = {}, acc1[MB][kLanes] = {};
+  const int64_t Kv = K / kLanes * kLanes;
+  for (int64_t k = 0; k < Kv; k += kLanes) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MB; m++) {
+      const float* a = A + m * lda + k;
+#pragma omp simd
+      for (int v = 0; v < kLanes; v++) {
+        acc0[m][v] += a[v] * B0[k + v];
+        acc1[m][v] += a[v] * B1[k + v];
+      }
+    }
+  }
+  for (int m = 0; m < MB; m++) {
+    float s0 = 0, s1 = 0;
+    for (int v = 0; v < kLanes; v++) s0 += acc0[m][v], s1 += acc1[m][v];
+    for (int64_t k = Kv; k < K; k++) s0 += A[m * lda + k] * B0[k], s1 += A[m * lda + k] * B1[k];
+    out0[m] = s0;
+    out1[m] = s1;
+  }
+}
+
+void small_m_rows(int64_t M, int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0,
+                  float* out1) {
+  int64_t m = 0;
+  for (; m + 8 <= M; m += 8) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
+  for (; m + 4 <= M; m += 4) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
+  for (; m < M; m++) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
+}
+
+void sgemm_small_m(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                   float beta, float* C, int64_t ldc) {
+  const int64_t pairs = (N + 1) / 2;
+  auto pair = [&](int64_t p) {
+    const int64_t n0 = 2 * p, n1 = std::min(n0 + 1, N - 1);
+    float r0[kSmallM], r1[kSmallM];
+    small_m_rows(M, K, A, lda, B + n0 * ldb, B + n1 * ldb, r0, r1);
+    for (int64_t m = 0; m < M; m++) {
+      float* c = C + m * ldc;
+      c[n0] = alpha * r0[m] + (beta == 0.f ? 0.f : beta * c[n0]);
+      if (n1 != n0) c[n1] = alpha * r1[m] + (beta == 0.f ? 0.f : beta * c[n1]);
+    }
+  };
+  if (!omp_in_parallel() && N * K >= (1 << 16)) {
+#pragma omp parallel for schedule(static)
+    for (int64_t p = 0; p < pairs; p++) pair(p);
+  } else {
+    for (int64_t p = 0; p < pairs; p++) pair(p);
+  }
+}
+
+}  // namespace
+
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (!ta && tb && M >= 2 && M <= kSmallM && K >= 64 && N >= 64) {
+    sgemm_small_m(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   // A product with one row or one column is a matrix-vector product: OpenBLAS's sgemm small
   // kernels are several times slower than its sgemv there (one-token decoding is all of these).
   if (M == 1 && K > 0) {  // Cᵀ = op(B)ᵀ · op(A)ᵀ
