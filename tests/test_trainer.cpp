@@ -294,6 +294,9 @@ BOOST_AUTO_TEST_CASE(uptrain_locks_its_run_directory) {
     o.fraction = alpha;
     expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "up", o); }, ErrorKind::train,
                  {d / "up", this_pid()});
+    // the lock comes first, before the source is read and converted: with a source that does not
+    // exist the error is still the lock's (it was the missing file's, after loading, for α > 0)
+    expect_throw([&] { uptrain(d / "missing.h5", shakespeare(), d / "up", o); }, ErrorKind::train, {d / "up", this_pid()});
   }
   BOOST_TEST(!fs::exists(d / "up/checkpoint.h5"));
 }

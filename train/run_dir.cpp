@@ -39,9 +39,10 @@ std::string RunDir::checkpoint() const { return (fs::path(dir_) / "checkpoint.h5
 
 std::string RunDir::metrics() const { return (fs::path(dir_) / "metrics.jsonl").string(); }
 
-void RunDir::prepare() {
-  if (!lock_) lock_.emplace(dir_);  // creates the directory
+void RunDir::prepare(bool lock) {
   std::error_code ec;
+  if (lock && !lock_) lock_.emplace(dir_);  // creates the directory
+  else if (!lock) fs::create_directories(dir_, ec);
   const std::string probe = (fs::path(dir_) / ".write_test").string();
   std::ofstream t(probe);
   if (!t) throw Error(ErrorKind::train, dir_ + ": run directory is not writable");

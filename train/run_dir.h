@@ -19,7 +19,9 @@ class RunDir {
   /// Creates the directory and locks it for the life of this object (a second writer fails here,
   /// before touching anything in it), checks that it is writable (failing now, not after the
   /// first interval) and removes the temp files of a checkpoint write a killed job left behind.
-  void prepare();
+  /// lock = false: the caller already holds the directory's lock (a DirLock is not re-entrant
+  /// within a process), so only the rest is done.
+  void prepare(bool lock = true);
   /// The directory as given.
   const std::string& path() const { return dir_; }
   /// dir/checkpoint.h5.

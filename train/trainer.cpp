@@ -181,7 +181,7 @@ void Trainer::set_up() {
   // before the run directory is made or locked: a failed resume leaves nothing behind
   if (opt_.resume && !fs::exists(dir_.checkpoint()))
     throw Error(ErrorKind::train, dir_.path() + ": resuming, but there is no checkpoint.h5 to resume from");
-  if (lead_) dir_.prepare();
+  if (lead_) dir_.prepare(!opt_.dir_locked);
 
   if (opt_.init_from) {
     auto src = opt_.init_from->named_parameters();

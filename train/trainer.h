@@ -39,6 +39,7 @@ struct TrainOptions {
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
   StopToken stop;                         // requested: save at the last completed step and return
+  bool dir_locked = false;                // the caller holds out_dir's lock already (uptrain takes it before converting)
 };
 
 class GradReducer;

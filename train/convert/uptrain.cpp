@@ -50,6 +50,10 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
   if (o.resume && !fs::exists(RunDir(out_dir).checkpoint()))  // before converting, and before anything is made
     throw Error(ErrorKind::train, out_dir + ": resuming, but there is no checkpoint.h5 to resume from");
+  // The run directory is locked before anything is read or converted: a second uptrain on the same
+  // --out fails here, not after minutes of calibration and conversion.
+  RunDir dir(out_dir);
+  dir.prepare();
   LoadedModel loaded = load_model(from);
   GPT& src = *loaded.model;
   const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
@@ -76,6 +80,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.stop = o.stop;
   to.init_from = converted.get();
   to.final_eval = false;  // evaluated below, outside the timed training
+  to.dir_locked = true;   // dir holds the lock
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
                                  {"kv_heads_from", src.config().n_kv_head},
                                  {"kv_heads", o.kv_heads},
@@ -87,8 +92,6 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {
     // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
-    RunDir dir(out_dir);
-    dir.prepare();  // locked like a training run's
     auto opt = r.config.make_optimizer(converted->named_parameters());
     TrainState st;
     st.extra_json = to.extra_json;
