@@ -442,4 +442,57 @@ BOOST_AUTO_TEST_CASE(sigusr1_stops_every_rank_cleanly) {
   BOOST_TEST(f.read_attr_int("/train", "step") == step + 3);
 }
 
+// A stop that reaches one rank only, in the middle of a step of 8 micro-batches: every rank
+// agrees on it at the next micro-batch (one allreduce), abandons the step together, rank 0 saves
+// the last completed step, and all exit 0; the run resumes from that checkpoint.
+BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_mid_step_stops_every_rank) {
+  TempDir d;
+  nlohmann::json j = small_config(100000000, 0.0);
+  j["grad_accum"] = 8;
+  j["checkpoint_interval"] = 5;
+  j["log_interval"] = 1000;
+  j["eval_interval"] = 1000000;
+  const std::string cfg = write_config(d, "accum.json", j);
+  Job job(mpirun(2, false) + binary() + " train --config " + cfg + " --data " + tiny_text() + " --out " + (d / "run"), d / "log");
+  BOOST_REQUIRE_MESSAGE(wait_for_file(d / "run/checkpoint.h5", 60), slurp(d / "log"));
+  const pid_t rank1 = find_rank(d / "run", 1);
+  BOOST_REQUIRE(rank1 > 0);
+  ::kill(rank1, SIGTERM);
+  const int code = job.wait(60);
+  BOOST_TEST(code == 0, slurp(d / "log"));
+  BOOST_TEST(slurp(d / "log").find("stopped by signal at step") != std::string::npos, slurp(d / "log"));
+  int64_t step = 0;
+  {
+    H5File f = H5File::open_read(d / "run/checkpoint.h5");
+    step = f.read_attr_int("/train", "step");
+  }
+  BOOST_TEST(step > 0);
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    BOOST_TEST(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
+  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") + " --resume --set max_iters=" + std::to_string(step + 1));
+  BOOST_TEST(r.code == 0, r.err);
+}
+
+// Weights that turn non-finite between checkpoints (a learning rate of 1e39 is infinite in
+// float): rank 0 refuses to save them, every rank stops with it, one error line, exit 1, and the
+// checkpoint already in the directory is the one that stays.
+BOOST_AUTO_TEST_CASE(non_finite_weights_are_not_saved_on_two_ranks) {
+  TempDir d;
+  nlohmann::json j = small_config(2, 0.0);
+  j["checkpoint_interval"] = 1;
+  const std::string cfg = write_config(d, "c.json", j);
+  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run")).code == 0);
+  const std::string before = slurp(d / "run/checkpoint.h5");
+  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") +
+                    " --resume --set max_iters=4 --set learning_rate=1e39 --set min_lr=0 --set warmup_iters=0");
+  BOOST_TEST(r.code == 1, r.err);
+  BOOST_TEST(tapelm_error_lines(r.err) == 1, r.err);
+  BOOST_TEST((r.err.find("Inf") != std::string::npos || r.err.find("NaN") != std::string::npos), r.err);
+  BOOST_TEST(r.err.find("parameter") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("not writing") != std::string::npos, r.err);
+  BOOST_TEST((slurp(d / "run/checkpoint.h5") == before), "the step-2 checkpoint was replaced");
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    BOOST_TEST(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
