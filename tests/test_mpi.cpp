@@ -166,6 +166,18 @@ pid_t find_rank(const std::string& marker, int rank) {
   return -1;
 }
 
+// Waits for a job that was sent a stop signal: it must end within 60 s with exit 0, saying it
+// stopped; returns the step its checkpoint (d/run/checkpoint.h5) holds, which must be past 0.
+int64_t stopped_at(Job& job, const TempDir& d) {
+  const int code = job.wait(60);
+  BOOST_TEST(code == 0, slurp(d / "log"));
+  BOOST_TEST(slurp(d / "log").find("stopped by signal at step") != std::string::npos, slurp(d / "log"));
+  H5File f = H5File::open_read(d / "run/checkpoint.h5");
+  const int64_t step = f.read_attr_int("/train", "step");
+  BOOST_TEST(step > 0);
+  return step;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(mpi)
@@ -426,15 +438,7 @@ BOOST_AUTO_TEST_CASE(sigusr1_stops_every_rank_cleanly) {
   Job job(mpirun(2, false) + binary() + " train --config " + cfg + " --data " + tiny_text() + " --out " + (d / "run"), d / "log");
   BOOST_REQUIRE_MESSAGE(wait_for_file(d / "run/checkpoint.h5", 60), slurp(d / "log"));
   ::kill(job.pid, SIGUSR1);
-  const int code = job.wait(60);
-  BOOST_TEST(code == 0, slurp(d / "log"));
-  BOOST_TEST(slurp(d / "log").find("stopped by signal at step") != std::string::npos, slurp(d / "log"));
-  int64_t step = 0;
-  {
-    H5File f = H5File::open_read(d / "run/checkpoint.h5");
-    step = f.read_attr_int("/train", "step");
-  }
-  BOOST_TEST(step > 0);
+  const int64_t step = stopped_at(job, d);
   Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") + " --resume --set max_iters=" +
                     std::to_string(step + 3));
   BOOST_TEST(r.code == 0, r.err);
@@ -458,15 +462,7 @@ BOOST_AUTO_TEST_CASE(a_stop_on_one_rank_mid_step_stops_every_rank) {
   const pid_t rank1 = find_rank(d / "run", 1);
   BOOST_REQUIRE(rank1 > 0);
   ::kill(rank1, SIGTERM);
-  const int code = job.wait(60);
-  BOOST_TEST(code == 0, slurp(d / "log"));
-  BOOST_TEST(slurp(d / "log").find("stopped by signal at step") != std::string::npos, slurp(d / "log"));
-  int64_t step = 0;
-  {
-    H5File f = H5File::open_read(d / "run/checkpoint.h5");
-    step = f.read_attr_int("/train", "step");
-  }
-  BOOST_TEST(step > 0);
+  const int64_t step = stopped_at(job, d);
   for (const auto& e : fs::directory_iterator(d / "run"))
     BOOST_TEST(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
   Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg, d / "run") + " --resume --set max_iters=" + std::to_string(step + 1));
