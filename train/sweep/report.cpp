@@ -304,9 +304,14 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat";
   {
     std::ofstream f(td);
-    for (int64_t kv : kvs)
+    // columns: decode ms/sample at the smallest and largest batch, mean pooling's loss, the KV
+    // name, the best conversion's loss and its name (MHA: mean pooling's own row)
+    for (int64_t kv : kvs) {
+      const auto [best, best_loss] =
+          kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
       f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
-        << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << "\n";
+        << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " " << best << "\n";
+    }
     std::ofstream a(ad);
     for (double al : p.fractions) {
       a << al;
@@ -327,11 +332,13 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   std::ostringstream gp;
   gp << "set terminal pngcairo size 900,560 font 'sans,11'\nset grid\n";
   gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
-  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << ")'\nset xlabel 'decode time per sample (ms)'\n"
-     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key top right\n";
+  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion)'\n"
+     << "set xlabel 'decode time per sample (ms)'\n"
+     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key bottom left\n";
   gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
      << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
-     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle\n";
+     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
+     << "title 'best conversion, batch " << p.decode_batches.back() << "', '' using 2:5:6 with labels offset 0,-1 font ',9' notitle\n";
   gp << "unset logscale x\nset output " << gp_quote((out / "fig_alpha.png").string()) << "\n";
   gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\n";
   gp << "plot ";
