@@ -54,7 +54,7 @@ double hand_loss(const Cell& c) {
 }
 
 /// Every cell of the micro plan with hand_loss and, per KV, hand-picked costs and decoding times.
-/// (Decoding at batch 4: median and range of ms per sample over 5 runs; MQA's as given.)
+/// (Decoding at batch 4: median and interquartile range of ms per sample over 5 runs; MQA's as given.)
 std::vector<CellResult> hand_results(const SweepPlan& plan, DecodeTime mqa_b4 = {1.25, 5.0, 4.8, 5.2, 5}) {
   const std::map<int64_t, int64_t> params = {{4, 3872}, {2, 3616}, {1, 3488}}, cache = {{4, 128}, {2, 64}, {1, 32}};
   const std::map<int64_t, DecodeTimes> decode = {{4, {{1, {1.5, 24.0}}, {4, {2.5, 10.0, 9.5, 10.5, 5}}}},
@@ -298,7 +298,7 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
            "- After uptraining, GQA-2 sits between MQA and MHA in quality (Table 1): **yes** (MHA 2.9100, GQA-2 3.1100, "
            "MQA 3.3100)",
            "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): **yes** (ms per sample, median "
-           "[range]: MHA 10.00 [9.50–10.50], GQA-2 6.50 [6.20–6.80], MQA 5.00 [4.80–5.20])"})
+           "[interquartile range]: MHA 10.00 [9.50–10.50], GQA-2 6.50 [6.20–6.80], MQA 5.00 [4.80–5.20])"})
     BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
   const std::string finding = "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): ";
   auto decode_line = [&](const DecodeTime& mqa) {
@@ -308,12 +308,12 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
     const size_t at = s.find(finding);
     return at == std::string::npos ? std::string() : s.substr(at + finding.size(), s.find('\n', at) - at - finding.size());
   };
-  // MQA's whole range above GQA-2's: slower, resolved
+  // MQA's interquartile range above GQA-2's: slower, resolved
   BOOST_TEST(decode_line({1.25, 7.5, 7.2, 7.8, 5}).starts_with("**no** ("));
-  // faster by its median but the ranges overlap: the spread does not order them
-  BOOST_TEST(decode_line({1.25, 6.4, 5.9, 6.9, 5}).starts_with("not resolved (ranges overlap) ("));
+  // faster by its median but the interquartile ranges overlap: the spread does not order them
+  BOOST_TEST(decode_line({1.25, 6.4, 5.9, 6.9, 5}).starts_with("not resolved (interquartile ranges overlap) ("));
   // slower by its median, ranges overlapping: not resolved either, never a bare no
-  BOOST_TEST(decode_line({1.25, 6.7, 6.3, 7.0, 5}).starts_with("not resolved (ranges overlap) ("));
+  BOOST_TEST(decode_line({1.25, 6.7, 6.3, 7.0, 5}).starts_with("not resolved (interquartile ranges overlap) ("));
   // a cell file from before ranges were kept: medians compared, and said so
   BOOST_TEST(decode_line({1.25, 6.7}).ends_with("; medians only, no ranges recorded)"));
   BOOST_TEST(decode_line({1.25, 6.7}).starts_with("**no** ("));

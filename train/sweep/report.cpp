@@ -114,7 +114,7 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
         "val split in non-overlapping windows. Decode, at a serving shape: a prompt of "
      << std::max<int64_t>(1, cfg.model.block_size / 2) << " tokens prefilled, then greedy KV-cache generation to T = "
      << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
-     << " runs each, more until neighbouring KV counts' ranges separate, within a minute per batch size); the median; ms "
+     << " runs each, more until neighbouring KV counts' interquartile ranges separate, within a minute per batch size); the median; ms "
         "per sample = (prefill + generation time) / batch. ± is the sample standard deviation over seeds.\n\n";
 }
 
@@ -236,7 +236,8 @@ void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
 
 /// Whether each KV count decodes faster than the one above it: yes when every neighbouring pair's
 /// ranges of per-sample times are apart with the smaller KV faster; no when a pair's are apart the
-/// other way; otherwise not resolved (ranges overlap: the spread does not order them). Times from
+/// other way; otherwise not resolved (the spread does not order them). The ranges are interquartile
+/// (a run the machine slowed down once does not decide it). Times from
 /// before ranges were kept (runs 0) compare medians and say so.
 std::string decode_falls(const Table& t, int64_t b) {
   const std::vector<int64_t>& kvs = t.plan.kv_heads;
@@ -245,7 +246,7 @@ std::string decode_falls(const Table& t, int64_t b) {
   for (size_t i = 0; i < kvs.size(); i++) {
     const DecodeTime& d = t.costs(kvs[i]).decode.at(b);
     detail += (i ? ", " : "") + t.plan.kv_name(kvs[i]) + " " + fmt("%.2f", d.ms_per_sample) +
-              (d.runs > 0 ? " [" + fmt("%.2f", d.sample_min) + "–" + fmt("%.2f", d.sample_max) + "]" : "");
+              (d.runs > 0 ? " [" + fmt("%.2f", d.sample_q1) + "–" + fmt("%.2f", d.sample_q3) + "]" : "");
     if (i == 0) continue;
     const DecodeTime& a = t.costs(kvs[i - 1]).decode.at(b);
     if (a.runs == 0 || d.runs == 0) {
@@ -253,10 +254,10 @@ std::string decode_falls(const Table& t, int64_t b) {
       if (d.ms_per_sample > a.ms_per_sample && verdict != "**no**") verdict = "**no**";
       continue;
     }
-    if (d.sample_min > a.sample_max) verdict = "**no**";
-    else if (!(d.sample_max < a.sample_min) && verdict == "**yes**") verdict = "not resolved (ranges overlap)";
+    if (d.sample_q1 > a.sample_q3) verdict = "**no**";
+    else if (!(d.sample_q3 < a.sample_q1) && verdict == "**yes**") verdict = "not resolved (interquartile ranges overlap)";
   }
-  return verdict + " (ms per sample, median [range]: " + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
+  return verdict + " (ms per sample, median [interquartile range]: " + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
 }
 
 /// The paper's findings checked on these numbers: per kv-head count, GQA against MQA, decoding time.

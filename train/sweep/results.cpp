@@ -5,7 +5,7 @@ namespace tapelm {
 namespace {
 
 const std::string step_key = "decode_ms_per_token_step_b", sample_key = "decode_ms_per_sample_b",
-                  min_key = "decode_ms_per_sample_min_b", max_key = "decode_ms_per_sample_max_b", runs_key = "decode_runs_b";
+                  q1_key = "decode_ms_per_sample_q1_b", q3_key = "decode_ms_per_sample_q3_b", runs_key = "decode_runs_b";
 
 }  // namespace
 
@@ -15,8 +15,8 @@ nlohmann::json decode_times_to_json(const DecodeTimes& d) {
     j[step_key + std::to_string(b)] = t.ms_per_token_step;
     j[sample_key + std::to_string(b)] = t.ms_per_sample;
     if (t.runs > 0) {
-      j[min_key + std::to_string(b)] = t.sample_min;
-      j[max_key + std::to_string(b)] = t.sample_max;
+      j[q1_key + std::to_string(b)] = t.sample_q1;
+      j[q3_key + std::to_string(b)] = t.sample_q3;
       j[runs_key + std::to_string(b)] = t.runs;
     }
   }
@@ -28,8 +28,8 @@ DecodeTimes decode_times_from_json(const nlohmann::json& j) {
   for (const auto& [k, v] : j.items()) {
     if (k.starts_with(step_key)) d[std::stoll(k.substr(step_key.size()))].ms_per_token_step = v.get<double>();
     else if (k.starts_with(sample_key)) d[std::stoll(k.substr(sample_key.size()))].ms_per_sample = v.get<double>();
-    else if (k.starts_with(min_key)) d[std::stoll(k.substr(min_key.size()))].sample_min = v.get<double>();
-    else if (k.starts_with(max_key)) d[std::stoll(k.substr(max_key.size()))].sample_max = v.get<double>();
+    else if (k.starts_with(q1_key)) d[std::stoll(k.substr(q1_key.size()))].sample_q1 = v.get<double>();
+    else if (k.starts_with(q3_key)) d[std::stoll(k.substr(q3_key.size()))].sample_q3 = v.get<double>();
     else if (k.starts_with(runs_key)) d[std::stoll(k.substr(runs_key.size()))].runs = v.get<int>();
   }
   return d;

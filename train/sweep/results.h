@@ -12,12 +12,12 @@
 
 namespace tapelm {
 
-/// Greedy KV-cache decoding at one batch size: the median over runs, and the spread of the
-/// per-sample times (0 and runs 0 in files written before the spread was kept).
+/// Greedy KV-cache decoding at one batch size: the median over runs, and the interquartile range
+/// of the per-sample times (0 and runs 0 in files written before the spread was kept).
 struct DecodeTime {
   double ms_per_token_step = 0;  // the whole batch, one position
   double ms_per_sample = 0;      // one sequence (prefill and generation): batch time / batch
-  double sample_min = 0, sample_max = 0;
+  double sample_q1 = 0, sample_q3 = 0;  // first and third quartiles of ms_per_sample's runs
   int runs = 0;
 };
 

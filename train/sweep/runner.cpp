@@ -117,11 +117,24 @@ struct SweepDirs {
   bool finished(const Cell& c) const { return fs::exists(cell_file(c)); }
 };
 
+/// The first and third quartiles of v (linear interpolation between order statistics).
+std::pair<double, double> quartiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(pos);
+    const double f = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+  };
+  return {at(0.25), at(0.75)};
+}
+
 /// Decoding times of a model shape per KV, measured once and kept in OUT/decode/kv<KV>.json
 /// (every cell with that KV has the same shape, so the same speed). Measured at the serving
 /// shape — a prompt of T/2 tokens prefilled, then T/2 greedy steps — for every KV of the study at
 /// once, interleaved run by run (so that a slow spell of the machine hits them alike), and
-/// repeated until every neighbouring pair's ranges separate, or the rounds or the time run out.
+/// repeated until every neighbouring pair's interquartile ranges separate, or the rounds or the
+/// time run out.
 class DecodeTimer {
  public:
   DecodeTimer(const SweepPreset& p, const GPTConfig& model, fs::path dir, std::vector<int64_t> kvs)
@@ -161,11 +174,9 @@ class DecodeTimer {
         if (round + 1 < min_rounds) continue;
         bool separated = true;
         for (size_t i = 1; i < kvs_.size(); i++) {
-          const auto& a = sample_ms[kvs_[i - 1]];
-          const auto& c = sample_ms[kvs_[i]];
-          const bool apart = *std::max_element(c.begin(), c.end()) < *std::min_element(a.begin(), a.end()) ||
-                             *std::min_element(c.begin(), c.end()) > *std::max_element(a.begin(), a.end());
-          separated = separated && apart;
+          const auto [a1, a3] = quartiles(sample_ms[kvs_[i - 1]]);
+          const auto [c1, c3] = quartiles(sample_ms[kvs_[i]]);
+          separated = separated && (c3 < a1 || c1 > a3);
         }
         if (separated || seconds_since(t0) > 60) break;
       }
@@ -176,7 +187,8 @@ class DecodeTimer {
         std::sort(st.begin(), st.end());
         const size_t n = s.size();
         auto med = [n](const std::vector<double>& v) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); };
-        d[kv][b] = {med(st), med(s), s.front(), s.back(), static_cast<int>(n)};
+        const auto [q1, q3] = quartiles(s);
+        d[kv][b] = {med(st), med(s), q1, q3, static_cast<int>(n)};
       }
     }
     for (int64_t kv : kvs_) {
