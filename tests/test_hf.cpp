@@ -372,6 +372,19 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
   BOOST_TEST(!fs::exists(d / "out.h5"));
 }
 
+// A byte-level BPE tokenizer (tokenizer.json) is not read yet: the import says so instead of
+// dropping it silently, and stores no tokenizer.
+BOOST_AUTO_TEST_CASE(an_unread_tokenizer_is_named) {
+  TempDir d;
+  fs::copy(hfx("llama_mha_f32"), d / "m", fs::copy_options::recursive);
+  write_bytes(d / "m/tokenizer.json", R"({"model": {"type": "BPE"}})");
+  Run r = run_cli("import --format hf --model " + (d / "m") + " --out " + (d / "ck.h5"));
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("no tokenizer") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("note: tokenizer.json not read") != std::string::npos, r.out);
+  BOOST_TEST(!load_model(d / "ck.h5").tok.has_value());
+}
+
 BOOST_AUTO_TEST_CASE(half_precision_conversions_round_as_ieee_does) {
   // widening then narrowing is the identity on every f16 and bf16 value but NaN payloads
   for (uint32_t h = 0; h < 65536; h++) {

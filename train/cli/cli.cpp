@@ -720,6 +720,7 @@ int run_import(const ImportArgs& a) {
                 a.model.c_str(), r.hf.architecture.c_str(), (long)c.n_layer, (long)c.n_embd, (long)c.n_head, (long)c.n_kv_head,
                 (long)c.vocab_size, r.dtypes.c_str(), r.weight_files.size(), r.weight_files.size() == 1 ? "" : "s",
                 r.tokenizer_file.empty() ? ", no tokenizer" : (" with tokenizer " + r.tokenizer_file).c_str(), a.out.c_str());
+    if (!r.tokenizer_note.empty()) std::printf("note: %s\n", r.tokenizer_note.c_str());
     return 0;
   }
   if (!a.tokenizer_model.empty()) refuse_same_file(a.tokenizer_model, "--tokenizer-model", a.out, "--out");

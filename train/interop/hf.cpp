@@ -507,6 +507,12 @@ ImportResult import_model(const std::string& dir, const std::string& out) {
   for (const std::string& d : dtypes) r.dtypes += (r.dtypes.empty() ? "" : ", ") + d;
 
   const std::optional<Tokenizer> tok = read_tokenizer(dir, r.tokenizer_file);
+  if (!tok)
+    for (const char* f : {"tokenizer.json", "vocab.json"})
+      if (fs::exists(fs::path(dir) / f)) {
+        r.tokenizer_note = std::string(f) + " not read: tapelm reads sentencepiece tokenizer.model files, not byte-level BPE yet";
+        break;
+      }
   if (tok && tok->vocab_size() > cfg.vocab_size)
     throw Error(ErrorKind::data, r.tokenizer_file + ": " + std::to_string(tok->vocab_size()) + " tokens, more than the model's vocab_size " +
                                      std::to_string(cfg.vocab_size));
