@@ -5,7 +5,7 @@
 
 #include "autograd/error.h"
 #include "nn/accounting.h"
-#include "nn/generate.h"
+#include "nn/gpt.h"
 #include "optim/optim.h"
 
 namespace tapelm {
@@ -57,26 +57,6 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, 
   res.min_s = *std::min_element(res.times.begin(), res.times.end());
   res.tokens_per_iter = B * T;
   res.tokens_per_s = static_cast<double>(res.tokens_per_iter) / res.median_s;
-  return res;
-}
-
-BenchResult bench_decode(const GPTConfig& cfg, int64_t B, int64_t len, int iters, int warmup, uint64_t seed) {
-  GPT model(cfg, seed);
-  model.eval();
-  if (len < 2 || len > cfg.block_size) len = cfg.block_size;
-  Rng r(seed + 1);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t b = 0; b < B; b++) prompts.push_back({static_cast<int32_t>(r.below(cfg.vocab_size))});
-  SampleOptions so;
-  so.greedy = true;
-  auto run = [&] { generate(model, prompts, len - 1, so, seed); };
-  BenchResult res;
-  res.times = timeit(run, iters, warmup);
-  const double steps = static_cast<double>(len - 1);
-  res.median_s = median(res.times) / steps;
-  res.min_s = *std::min_element(res.times.begin(), res.times.end()) / steps;
-  res.tokens_per_iter = B * (len - 1);
-  res.tokens_per_s = static_cast<double>(B) / res.median_s;
   return res;
 }
 

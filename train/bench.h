@@ -17,9 +17,6 @@ struct BenchResult {
 
 /// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch.
 BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed);
-/// Greedy generation from a 1-token prompt to decode_len tokens with the KV cache, batch sequences.
-BenchResult bench_decode(const GPTConfig& cfg, int64_t batch, int64_t decode_len, int iters, int warmup, uint64_t seed);
-
 /// Decoding at a serving shape: `batch` sequences, a prompt of `prompt` random tokens prefilled in
 /// one batched forward, then greedy steps of one token per sequence until the cache holds
 /// `context` positions (context - prompt steps).

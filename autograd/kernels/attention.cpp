@@ -45,12 +45,19 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
   const int64_t len = key_limit(s, 0), nc = std::max<int64_t>(1, (len + kDecodeChunk - 1) / kDecodeChunk);
   const int64_t items = s.B * s.KV * nc;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> m(items * rep), l(items * rep), o(items * rep * hd);
+  // Reused across calls (every layer of every decoding step comes here): no allocation per step.
+  // The calling thread's buffers, shared with the team through these pointers.
+  static thread_local std::vector<float> m_buf, l_buf, o_buf;
+  m_buf.resize(items * rep);
+  l_buf.resize(items * rep);
+  o_buf.resize(items * rep * hd);
+  float *m = m_buf.data(), *l = l_buf.data(), *o = o_buf.data();
   const bool par = items > 1 && s.B * s.KV * len * rep * hd > (1 << 15);
   SerialBlas serial;
 #pragma omp parallel if (par)
   {
-    std::vector<float> sc(rep * kDecodeChunk);
+    static thread_local std::vector<float> sc;
+    sc.resize(rep * kDecodeChunk);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < items; t++) {
       const int64_t c = t % nc, bg = t / nc, b = bg / s.KV, g = bg % s.KV;
@@ -58,7 +65,7 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
       const float* qg = q + b * C + g * rep * hd;  // the group's query heads are adjacent
       const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
       const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
-      float* ot = o.data() + t * rep * hd;
+      float* ot = o + t * rep * hd;
       std::fill(ot, ot + rep * hd, 0.f);
       // scores of the group's query heads against the chunk's keys, [rep, n]: one small product
       // (single-threaded inside the item, so the result does not depend on the thread count)
@@ -94,7 +101,7 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
           const int64_t t = bg * nc + c;
           const float w = std::exp(m[t * rep + r] - M);
           den += w * l[t * rep + r];
-          const float* ot = o.data() + (t * rep + r) * hd;
+          const float* ot = o + (t * rep + r) * hd;
           for (int64_t d = 0; d < hd; d++) yr[d] += w * ot[d];
         }
         const float inv = 1.0f / den;

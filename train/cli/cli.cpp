@@ -380,8 +380,7 @@ int run_bench(const BenchArgs& a) {
     return run_bench_decode(a, cfg, batch);
   }
   check_training_memory(cfg);
-  const BenchResult r = train_mode ? bench_train(cfg.model, batch, a.iters, a.warmup, a.seed)
-                                   : bench_decode(cfg.model, batch, a.decode_len, a.iters, a.warmup, a.seed);
+  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed);
   const ModelCost cost = model_cost(cfg.model);
   nlohmann::json out{{"mode", a.mode},
                      {"tokens_per_s", r.tokens_per_s},

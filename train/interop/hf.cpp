@@ -569,7 +569,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   }
   const std::map<std::string, std::string> meta{{"format", "pt"}};
   std::vector<std::pair<std::string, StreamWriter>> files;
-  auto text_file = [&](const std::string& name, std::string bytes) {
+  auto text_file = [&](const std::string& name, std::string bytes) {  // a small file's bytes, held in memory
     const std::string p = (fs::path(dir) / name).string();
     files.emplace_back(p, [p, bytes = std::move(bytes)](std::FILE* f) {
       if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) throw Error(ErrorKind::data, "cannot write " + p);
@@ -605,9 +605,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
     files.emplace_back(p, [p, &shard = shards[i], &st_dtype, &meta](std::FILE* f) { safetensors::write(f, shard, st_dtype, meta, p); });
   }
   if (l.tok && l.tok->kind_name() == "sentencepiece") {
-    files.emplace_back((fs::path(dir) / "tokenizer.model").string(), [bytes = l.tok->serialized(), p = dir](std::FILE* f) {
-      if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) throw Error(ErrorKind::data, "cannot write " + p + "/tokenizer.model");
-    });
+    text_file("tokenizer.model", l.tok->serialized());
     nlohmann::ordered_json tc;
     tc["tokenizer_class"] = "LlamaTokenizer";
     tc["bos_token"] = l.tok->piece(l.tok->bos_id());
