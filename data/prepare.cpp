@@ -269,7 +269,7 @@ void check_options(const PrepareOptions& o) {
     throw Error(ErrorKind::usage, "val fraction " + std::to_string(o.val_fraction) + " is not in [0, 1)");
   if (o.sample_bytes <= 0) throw Error(ErrorKind::usage, "the tokenizer's sample must be positive");
   if (o.tokenizer == "char" && !o.tokenizer_model.empty())
-    throw Error(ErrorKind::usage, "a tokenizer model is sentencepiece's: use it with the bpe or unigram tokenizer");
+    throw Error(ErrorKind::usage, "a tokenizer model is a subword tokenizer: use it with the bpe or unigram tokenizer");
   if (utf8_first_invalid(o.doc_sep) != std::string::npos)
     throw Error(ErrorKind::usage, "the document separator is not valid UTF-8");
 }
@@ -317,16 +317,10 @@ Tokenizer char_tokenizer(const PrepareOptions& o, const std::vector<Doc>& docs) 
   return Tokenizer::from_char(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
 }
 
-/// The tokenizer: the given sentencepiece model, the char tokenizer, or one trained on a sample.
+/// The tokenizer: the given file (sentencepiece model, tokenizer.json, vocab.json), the char
+/// tokenizer, or a sentencepiece model trained on a sample.
 Tokenizer make_tokenizer(const PrepareOptions& o, const Inputs& in) {
-  if (!o.tokenizer_model.empty()) {
-    const std::string bytes = read_file_bytes(o.tokenizer_model, "tokenizer model");
-    try {
-      return Tokenizer::from_sentencepiece(bytes);
-    } catch (const Error& e) {
-      throw Error(ErrorKind::data, "tokenizer model " + o.tokenizer_model + ": " + e.what());
-    }
-  }
+  if (!o.tokenizer_model.empty()) return Tokenizer::from_file(o.tokenizer_model);
   if (o.tokenizer == "char") return char_tokenizer(o, in.docs);
   SentencePieceOptions so;
   so.model_type = o.tokenizer;
@@ -492,6 +486,7 @@ std::string corpus_meta(const PrepareOptions& o, const PrepareResult& r, const n
 bool corpus_file(const std::string& n) {
   const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
   return shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model" ||
+         n == "tokenizer.byte_bpe.json" ||
          n == "meta.json" || n == ".prepare.tmp";
 }
 
@@ -557,7 +552,9 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
     const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
     r.shards = static_cast<int64_t>(train.size() + val.size());
     r.encode_seconds = since(t_enc);
-    const std::string tok_file = r.tok.is_char() ? "tokenizer.json" : "tokenizer.model";
+    const std::string tok_file = r.tok.is_char()  ? "tokenizer.json"
+                                 : r.tok.byte_bpe() ? "tokenizer.byte_bpe.json"
+                                                    : "tokenizer.model";
     write_files_atomic({{(built / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
                         {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
     commit_corpus(out, built);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "data/bytebpe.h"
 #include "data/tokenizer.h"
 
 // Exported by libsentencepiece (its logging.h is not installed): the trainer's progress lines
@@ -111,18 +112,28 @@ Tokenizer Tokenizer::train_sentencepiece(const std::vector<std::string>& sentenc
   return from_sentencepiece(bytes);
 }
 
+Tokenizer Tokenizer::from_byte_bpe(std::shared_ptr<const ByteBpe> b) {
+  Tokenizer t;
+  t.bb_ = std::move(b);
+  return t;
+}
+
 Tokenizer Tokenizer::deserialize(const std::string& kind, const std::string& bytes) {
   if (kind == "char") return from_char(CharTokenizer::from_json(bytes));
   if (kind == "sentencepiece") return from_sentencepiece(bytes);
-  throw Error(ErrorKind::data, "unknown tokenizer kind \"" + kind.substr(0, 40) + "\" (expected char or sentencepiece)");
+  if (kind == "byte_bpe") return from_byte_bpe(ByteBpe::deserialize(bytes));
+  throw Error(ErrorKind::data, "unknown tokenizer kind \"" + kind.substr(0, 40) + "\" (expected char, sentencepiece or byte_bpe)");
 }
 
-std::string Tokenizer::kind_name() const { return ch_ ? "char" : sp_ ? "sentencepiece" : "none"; }
+std::string Tokenizer::kind_name() const { return ch_ ? "char" : sp_ ? "sentencepiece" : bb_ ? "byte_bpe" : "none"; }
 
-std::string Tokenizer::serialized() const { return ch_ ? ch_->to_json() : sp_ ? sp_->bytes : std::string(); }
+std::string Tokenizer::serialized() const {
+  return ch_ ? ch_->to_json() : sp_ ? sp_->bytes : bb_ ? bb_->serialized() : std::string();
+}
 
 std::vector<int32_t> Tokenizer::encode(const std::string& utf8) const {
   if (ch_) return ch_->encode(utf8);
+  if (bb_) return bb_->encode(utf8);
   if (!sp_) throw Error(ErrorKind::data, "encode with an empty tokenizer");
   utf8_check(utf8);  // sentencepiece would map invalid bytes to unk silently
   std::vector<int> ids;
@@ -133,12 +144,18 @@ std::vector<int32_t> Tokenizer::encode(const std::string& utf8) const {
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   if (ch_) return ch_->decode(ids);
-  if (!sp_) throw Error(ErrorKind::data, "decode with an empty tokenizer");
+  if (!sp_ && !bb_) throw Error(ErrorKind::data, "decode with an empty tokenizer");
   const int32_t V = vocab_size();
   for (size_t i = 0; i < ids.size(); i++)
     if (ids[i] < 0 || ids[i] >= V)
       throw Error(ErrorKind::data, "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                                        " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (bb_) {
+    std::string bytes;
+    for (int32_t id : ids)
+      if (id != bb_->bos_id() && id != bb_->eos_id()) bytes += bb_->token_bytes(id);
+    return utf8_repair(bytes);
+  }
   std::string out;
   const auto st = sp_->sp.Decode(std::vector<int>(ids.begin(), ids.end()), &out);
   if (!st.ok()) throw Error(ErrorKind::data, "sentencepiece cannot decode: " + one_line(st.ToString()));
@@ -148,6 +165,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 std::string Tokenizer::decode_next(int32_t prev, int32_t id) const {
   if (ch_) return piece(id);
   const std::string p = piece(id);  // range check
+  if (bb_) return id == bb_->bos_id() || id == bb_->eos_id() ? std::string() : bb_->token_bytes(id);
   const auto& sp = sp_->sp;
   if (sp.IsControl(id) || sp.IsUnused(id)) return "";
   if (sp.IsByte(id)) return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));  // <0xAB>
@@ -165,9 +183,11 @@ std::string Tokenizer::decode_next(int32_t prev, int32_t id) const {
   return out;
 }
 
-int32_t Tokenizer::vocab_size() const { return ch_ ? ch_->vocab_size() : sp_ ? sp_->sp.GetPieceSize() : 0; }
-int32_t Tokenizer::bos_id() const { return sp_ ? sp_->sp.bos_id() : -1; }
-int32_t Tokenizer::eos_id() const { return sp_ ? sp_->sp.eos_id() : -1; }
+int32_t Tokenizer::vocab_size() const {
+  return ch_ ? ch_->vocab_size() : sp_ ? sp_->sp.GetPieceSize() : bb_ ? bb_->vocab_size() : 0;
+}
+int32_t Tokenizer::bos_id() const { return sp_ ? sp_->sp.bos_id() : bb_ ? bb_->bos_id() : -1; }
+int32_t Tokenizer::eos_id() const { return sp_ ? sp_->sp.eos_id() : bb_ ? bb_->eos_id() : -1; }
 
 std::string Tokenizer::piece(int32_t id) const {
   if (id < 0 || id >= vocab_size())
@@ -178,6 +198,7 @@ std::string Tokenizer::piece(int32_t id) const {
     utf8_append(s, ch_->symbols()[id]);
     return s;
   }
+  if (bb_) return bb_->piece(id);
   return sp_->sp.IdToPiece(id);
 }
 
@@ -191,7 +212,10 @@ bool Tokenizer::is_byte(int32_t id) const { return sp_ && id >= 0 && id < vocab_
 bool Tokenizer::adds_dummy_prefix() const { return sp_ && sp_->dummy_prefix; }
 
 bool Tokenizer::operator==(const Tokenizer& o) const {
-  return kind_name() == o.kind_name() && (ch_ ? *ch_ == *o.ch_ : !sp_ || sp_->bytes == o.sp_->bytes);
+  if (kind_name() != o.kind_name()) return false;
+  if (ch_) return *ch_ == *o.ch_;
+  if (bb_) return bb_->serialized() == o.bb_->serialized();
+  return !sp_ || sp_->bytes == o.sp_->bytes;
 }
 
 }  // namespace tapelm

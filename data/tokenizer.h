@@ -59,6 +59,7 @@ class CharTokenizer {
 namespace tapelm {
 
 struct SentencePieceModel;  // a loaded sentencepiece model (data/subword.cpp)
+class ByteBpe;              // byte-level BPE from a Hugging Face tokenizer.json (data/bytebpe.h)
 
 /// What a sentencepiece model is trained with: llama2.c's options for small models (byte fallback,
 /// digits split, identity normalization, whitespace-only pieces, character coverage 1.0, ids
@@ -70,8 +71,8 @@ struct SentencePieceOptions {
 };
 
 /// Any tokenizer tapelm trains with, behind one interface: the char tokenizer (ids are a
-/// corpus's sorted code points, no BOS/EOS) or a sentencepiece model (BPE or unigram, as
-/// llama2.c uses). A cheap handle: copies share the model, which is immutable, so one
+/// corpus's sorted code points, no BOS/EOS), a sentencepiece model (BPE or unigram, as
+/// llama2.c and Llama 1/2 use) or byte-level BPE (GPT-2, Llama 3, Qwen2). A cheap handle: copies share the model, which is immutable, so one
 /// Tokenizer may encode from many threads at once.
 class Tokenizer {
  public:
@@ -84,27 +85,41 @@ class Tokenizer {
   /// Trains a sentencepiece model on the given sentences (lines); a vocabulary the sample cannot
   /// support, or below 259 -> data Error (one line, sentencepiece's reason).
   static Tokenizer train_sentencepiece(const std::vector<std::string>& sentences, const SentencePieceOptions& o);
-  /// Inverse of kind_name() and serialized(): "char" with the JSON, "sentencepiece" with the model bytes.
+  /// Byte-level BPE.
+  static Tokenizer from_byte_bpe(std::shared_ptr<const ByteBpe> b);
+  /// A tokenizer file as Hugging Face and sentencepiece ship them: a sentencepiece `.model`, a
+  /// `tokenizer.json` (byte-level BPE), or GPT-2's `vocab.json` with `merges.txt` beside it. A
+  /// tokenizer.json takes its BOS/EOS from `tokenizer_config.json` beside it (bos_token,
+  /// eos_token), else from `config.json` (bos_token_id, eos_token_id), else `<|endoftext|>`; with
+  /// no BOS its EOS starts each document (as GPT-2 and Qwen2 pretrain). Bad file -> data Error.
+  static Tokenizer from_file(const std::string& path);
+  /// Inverse of kind_name() and serialized(): "char" with the JSON, "sentencepiece" with the model
+  /// bytes, "byte_bpe" with ByteBpe::serialized().
   static Tokenizer deserialize(const std::string& kind, const std::string& bytes);
 
-  /// "char" or "sentencepiece".
+  /// "char", "sentencepiece" or "byte_bpe".
   std::string kind_name() const;
   /// True for the char tokenizer.
   bool is_char() const { return static_cast<bool>(ch_); }
-  /// The char tokenizer, or null for sentencepiece.
+  /// The char tokenizer, or null for the others.
   const CharTokenizer* char_tokenizer() const { return ch_.get(); }
+  /// The byte-level BPE tokenizer, or null for the others.
+  const ByteBpe* byte_bpe() const { return bb_.get(); }
   /// What to store to rebuild it: the char tokenizer's JSON, or the sentencepiece model's bytes.
   std::string serialized() const;
 
   /// Ids of UTF-8 text (no BOS or EOS added). Char: an unknown character -> data Error;
-  /// sentencepiece: never fails on valid UTF-8 (byte fallback), invalid UTF-8 -> data Error.
+  /// sentencepiece and byte-level BPE: never fail on valid UTF-8, invalid UTF-8 -> data Error.
   std::vector<int32_t> encode(const std::string& utf8) const;
   /// The text of ids; an id outside [0, vocab_size) -> data Error. Sentencepiece drops BOS/EOS and
-  /// the dummy-prefix space of the first piece, as its own decoder does.
+  /// the dummy-prefix space of the first piece, as its own decoder does; byte-level BPE drops BOS
+  /// and EOS, keeps other added tokens' text, and replaces invalid UTF-8 with U+FFFD.
   std::string decode(const std::vector<int32_t>& ids) const;
   /// The text id adds after prev when streaming, as llama2.c prints: BOS, EOS and unused ids
   /// give nothing, a byte piece its byte, U+2581 a space, and after BOS (or prev < 0) the dummy
-  /// prefix's space is dropped. Concatenated over a document it equals decode().
+  /// prefix's space is dropped. Byte-level BPE gives the token's bytes, which may end inside a
+  /// UTF-8 character that the next token completes. Concatenated over a document it equals
+  /// decode() (for byte-level BPE, when the whole is valid UTF-8).
   std::string decode_next(int32_t prev, int32_t id) const;
   /// Number of ids.
   int32_t vocab_size() const;
@@ -128,6 +143,7 @@ class Tokenizer {
  private:
   std::shared_ptr<const CharTokenizer> ch_;
   std::shared_ptr<const SentencePieceModel> sp_;
+  std::shared_ptr<const ByteBpe> bb_;
 };
 
 }  // namespace tapelm

@@ -13,6 +13,8 @@ PKGS=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin  # data-parallel training: mpirun -np N tapelm train
       libsentencepiece-dev     # subword tokenizers: prepare trains and encodes BPE/unigram models
       sentencepiece            # spm_train/spm_encode: the tests' fixture script and prepare's benchmark
+      libpcre2-dev             # byte-level BPE: the pre-tokenizer's Unicode regexes (\p{L}, lookahead), JIT-compiled
+      libutf8proc-dev          # byte-level BPE: NFC normalization (Qwen2's tokenizer.json)
       libbenchmark-dev         # GEMM micro-benchmark
       gnuplot-nox)             # loss curves and trade-off plots
 missing=()

@@ -372,17 +372,17 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
   BOOST_TEST(!fs::exists(d / "out.h5"));
 }
 
-// A byte-level BPE tokenizer (tokenizer.json) is not read yet: the import says so instead of
-// dropping it silently, and stores no tokenizer.
-BOOST_AUTO_TEST_CASE(an_unread_tokenizer_is_named) {
+// The directory's tokenizer.json is read (byte-level BPE) or the import is refused naming the
+// field: a model never loses its tokenizer silently. (tests/test_bytebpe.cpp imports a real one.)
+BOOST_AUTO_TEST_CASE(a_tokenizer_json_that_is_not_byte_level_bpe_is_refused) {
   TempDir d;
   fs::copy(hfx("llama_mha_f32"), d / "m", fs::copy_options::recursive);
-  write_bytes(d / "m/tokenizer.json", R"({"model": {"type": "BPE"}})");
-  Run r = run_cli("import --format hf --model " + (d / "m") + " --out " + (d / "ck.h5"));
-  BOOST_TEST(r.code == 0, r.err);
-  BOOST_TEST(r.out.find("no tokenizer") != std::string::npos, r.out);
-  BOOST_TEST(r.out.find("note: tokenizer.json not read") != std::string::npos, r.out);
-  BOOST_TEST(!load_model(d / "ck.h5").tok.has_value());
+  write_bytes(d / "m/tokenizer.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
+  expect_error(run_cli("import --format hf --model " + (d / "m") + " --out " + (d / "ck.h5")), "model.type");
+  BOOST_TEST(!fs::exists(d / "ck.h5"));
+  write_bytes(d / "m/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "pre_tokenizer": {"type": "Metaspace"}})");
+  expect_error(run_cli("import --format hf --model " + (d / "m") + " --out " + (d / "ck.h5")), "not a byte-level vocabulary");
+  BOOST_TEST(!fs::exists(d / "ck.h5"));
 }
 
 BOOST_AUTO_TEST_CASE(half_precision_conversions_round_as_ieee_does) {

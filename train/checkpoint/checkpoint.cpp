@@ -26,8 +26,9 @@ void write_bytes(H5File& f, const std::string& obj, const std::string& s) {
   f.write_bytes(obj, std::vector<uint8_t>(s.begin(), s.end()));
 }
 
-// /tokenizer: attr kind ("char" or "sentencepiece"); char keeps its JSON in attr json (as files
-// before the kind attribute did), sentencepiece its model's bytes in the dataset /tokenizer/model.
+// /tokenizer: attr kind ("char", "sentencepiece" or "byte_bpe"); char keeps its JSON in attr json
+// (as files before the kind attribute did), the others their serialized bytes in the dataset
+// /tokenizer/model (sentencepiece's model proto; byte-level BPE's JSON with its tokenizer.json).
 void write_tokenizer(H5File& f, const Tokenizer& tok) {
   f.create_group(kTokenizer);
   f.write_attr(kTokenizer, "kind", tok.kind_name());
@@ -313,7 +314,7 @@ Tokenizer read_tokenizer(const H5File& f) {
         throw Error(ErrorKind::checkpoint, "no json attribute in " + kTokenizer);
       return Tokenizer::deserialize(kind, f.read_attr_string(kTokenizer, "json"));
     }
-    if (kind == "sentencepiece") {
+    if (kind == "sentencepiece" || kind == "byte_bpe") {
       if (!f.exists(kTokenizer + "/model")) throw Error(ErrorKind::checkpoint, "no dataset " + kTokenizer + "/model");
       return Tokenizer::deserialize(kind, read_bytes(f, kTokenizer + "/model"));
     }

@@ -504,11 +504,13 @@ int run_sample(const SampleArgs& a) {
   so.top_k = a.top_k;
   so.vocab_limit = l.tok->vocab_size();  // the model's ids past the tokenizer's cannot be printed
   so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
-  std::fputs(l.tok->decode(prompt).c_str(), stdout);
+  // fwrite, not fputs: a byte-level token may be a NUL byte, or part of a character the next completes
+  const auto put = [](const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); };
+  put(l.tok->decode(prompt));
   std::fflush(stdout);
   int32_t prev = prompt.back();
   generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
-    std::fputs(l.tok->decode_next(prev, next[0]).c_str(), stdout);
+    put(l.tok->decode_next(prev, next[0]));
     prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
   });
@@ -630,7 +632,9 @@ void prepare_flags(CLI::App& c, PrepareArgs& a) {
       ->each([&a](const std::string&) { a.tokenizer_given = true; });
   c.add_option("--vocab-size", po.vocab_size, "bpe/unigram: pieces in the trained model (default 4096)")
       ->check(CLI::Range(1, 1048576));
-  c.add_option("--tokenizer-model", po.tokenizer_model, "use this sentencepiece .model instead of training one");
+  c.add_option("--tokenizer-model", po.tokenizer_model,
+               "use this tokenizer instead of training one: a sentencepiece .model, a Hugging Face tokenizer.json "
+               "(byte-level BPE), or GPT-2's vocab.json with merges.txt beside it");
   c.add_option("--sample-bytes", po.sample_bytes, "bpe/unigram: train on at most this much text (default 100 MB)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   c.add_option("--doc-sep", po.doc_sep, "document separator, e.g. <|endoftext|> (default: one document per file)");
@@ -719,7 +723,6 @@ int run_import(const ImportArgs& a) {
                 a.model.c_str(), r.hf.architecture.c_str(), (long)c.n_layer, (long)c.n_embd, (long)c.n_head, (long)c.n_kv_head,
                 (long)c.vocab_size, r.dtypes.c_str(), r.weight_files.size(), r.weight_files.size() == 1 ? "" : "s",
                 r.tokenizer_file.empty() ? ", no tokenizer" : (" with tokenizer " + r.tokenizer_file).c_str(), a.out.c_str());
-    if (!r.tokenizer_note.empty()) std::printf("note: %s\n", r.tokenizer_note.c_str());
     return 0;
   }
   if (!a.tokenizer_model.empty()) refuse_same_file(a.tokenizer_model, "--tokenizer-model", a.out, "--out");

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "autograd/error.h"
+#include "data/bytebpe.h"
 #include "data/io.h"
 #include "data/tokenizer.h"
 #include "nn/accounting.h"
@@ -414,6 +415,13 @@ std::optional<Tokenizer> read_tokenizer(const std::string& dir, std::string& fil
     file = spm.string();
     return Tokenizer::from_sentencepiece(read_file_bytes(file, "sentencepiece model"));
   }
+  for (const char* name : {"tokenizer.json", "vocab.json"}) {  // byte-level BPE
+    const fs::path p = fs::path(dir) / name;
+    if (fs::exists(p)) {
+      file = p.string();
+      return Tokenizer::from_file(file);
+    }
+  }
   file.clear();
   return std::nullopt;
 }
@@ -507,12 +515,6 @@ ImportResult import_model(const std::string& dir, const std::string& out) {
   for (const std::string& d : dtypes) r.dtypes += (r.dtypes.empty() ? "" : ", ") + d;
 
   const std::optional<Tokenizer> tok = read_tokenizer(dir, r.tokenizer_file);
-  if (!tok)
-    for (const char* f : {"tokenizer.json", "vocab.json"})
-      if (fs::exists(fs::path(dir) / f)) {
-        r.tokenizer_note = std::string(f) + " not read: tapelm reads sentencepiece tokenizer.model files, not byte-level BPE yet";
-        break;
-      }
   if (tok && tok->vocab_size() > cfg.vocab_size)
     throw Error(ErrorKind::data, r.tokenizer_file + ": " + std::to_string(tok->vocab_size()) + " tokens, more than the model's vocab_size " +
                                      std::to_string(cfg.vocab_size));
@@ -614,6 +616,15 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
     tc["add_bos_token"] = true;
     tc["add_eos_token"] = false;
     tc["legacy"] = true;
+    tc["model_max_length"] = cfg.block_size;
+    text_file("tokenizer_config.json", tc.dump(2) + "\n");
+  } else if (l.tok && l.tok->byte_bpe()) {
+    text_file("tokenizer.json", l.tok->byte_bpe()->tokenizer_json() + "\n");
+    nlohmann::ordered_json tc;
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast";
+    if (l.tok->bos_id() >= 0) tc["bos_token"] = l.tok->piece(l.tok->bos_id());
+    if (l.tok->eos_id() >= 0) tc["eos_token"] = l.tok->piece(l.tok->eos_id());
+    tc["add_bos_token"] = false;
     tc["model_max_length"] = cfg.block_size;
     text_file("tokenizer_config.json", tc.dump(2) + "\n");
   } else if (l.tok) {

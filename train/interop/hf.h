@@ -50,7 +50,6 @@ struct ImportResult {
   std::vector<std::string> weight_files;  // the safetensors files, in order
   std::string dtypes;                     // the stored dtypes, e.g. "BF16" or "F32, BF16"
   std::string tokenizer_file;             // the tokenizer file stored with the weights, or "" for none
-  std::string tokenizer_note;             // a tokenizer the directory holds that was not read, and why, or ""
 };
 /// Reads the model directory `dir` (config.json, model.safetensors or the shards its
 /// model.safetensors.index.json names, and tokenizer.model when present) and writes a

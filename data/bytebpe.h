@@ -1,0 +1,67 @@
+#pragma once
+// Byte-level BPE as Hugging Face's tokenizers library runs it from a tokenizer.json (GPT-2,
+// Llama 3, Qwen2, SmolLM): an optional NFC normalizer, added tokens split out first, a
+// pre-tokenizer of regex splits (PCRE2 with UTF and UCP, the pattern as the file gives it), digit
+// splits and the byte-level step (GPT-2's pattern, bytes shown as printable characters), then
+// merges by rank, and the byte-level decoder. What a file asks for that this code cannot run
+// exactly is refused, naming the field, instead of tokenizing differently.
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace tapelm {
+
+struct ByteBpeModel;  // the parsed tokenizer (data/bytebpe.cpp)
+
+class ByteBpe {
+ public:
+  /// Parses a tokenizer.json. `what` names the file in errors. bos/eos: the begin- and
+  /// end-of-document tokens as strings ("" for none), each a vocabulary or added token.
+  /// Anything malformed or not byte-level BPE -> data Error naming the file and the field.
+  static std::shared_ptr<const ByteBpe> from_json(const std::string& tokenizer_json, const std::string& what,
+                                                  const std::string& bos, const std::string& eos);
+  /// from_json on a parsed document.
+  static std::shared_ptr<const ByteBpe> from_parsed(nlohmann::json tokenizer, const std::string& what, const std::string& bos,
+                                                    const std::string& eos);
+  /// Rebuilds one from serialized().
+  static std::shared_ptr<const ByteBpe> deserialize(const std::string& bytes);
+  /// The tokenizer.json of GPT-2's vocab.json + merges.txt, as Hugging Face converts them:
+  /// byte-level pre-tokenizer with GPT-2's pattern, no normalizer, <|endoftext|> (when in the
+  /// vocabulary) an added special token.
+  static std::string gpt2_tokenizer_json(const std::string& vocab_json, const std::string& merges_txt,
+                                         const std::string& vocab_what, const std::string& merges_what);
+
+  /// Ids of valid UTF-8 text (no BOS/EOS added); invalid UTF-8 -> data Error. Added tokens in the
+  /// text become their ids, as in Hugging Face's encode.
+  std::vector<int32_t> encode(const std::string& utf8) const;
+  /// The bytes one id stands for (added tokens: their text), before any UTF-8 repair.
+  std::string token_bytes(int32_t id) const;
+  /// Number of ids (vocabulary and added tokens; dense).
+  int32_t vocab_size() const;
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+  /// The token as the vocabulary spells it ("Ġthe"), or the added token's text.
+  const std::string& piece(int32_t id) const;
+  /// True for added tokens marked special.
+  bool is_special(int32_t id) const;
+  /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
+  const std::string& serialized() const;
+  /// The tokenizer.json itself, for export.
+  std::string tokenizer_json() const;
+
+  ~ByteBpe();
+  ByteBpe(const ByteBpe&) = delete;
+  ByteBpe& operator=(const ByteBpe&) = delete;
+
+ private:
+  ByteBpe();
+  std::unique_ptr<ByteBpeModel> m_;
+};
+
+/// s with each invalid UTF-8 sequence replaced by U+FFFD, one per maximal invalid subpart (as
+/// Rust's from_utf8_lossy and Python's errors="replace" do).
+std::string utf8_repair(const std::string& s);
+
+}  // namespace tapelm
