@@ -747,11 +747,11 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   if (fs::file_size(path, ec) > (1ull << 30)) throw Error(ErrorKind::data, "tokenizer file " + path + ": larger than 1 GiB");
   const std::string bytes = read_file_bytes(path, "tokenizer file");
   const size_t first = bytes.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos || bytes[first] != '{') {
+  if (first == std::string::npos || (bytes[first] != '{' && bytes[first] != '[')) {
     try {
       return from_sentencepiece(bytes);
     } catch (const Error& e) {
-      throw Error(ErrorKind::data, "tokenizer file " + path + ": neither JSON (tokenizer.json, vocab.json) nor " + e.what());
+      throw Error(ErrorKind::data, "tokenizer file " + path + ": is not JSON (a tokenizer.json or vocab.json) and " + e.what());
     }
   }
   const fs::path dir = fs::path(path).parent_path();
