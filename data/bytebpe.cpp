@@ -71,6 +71,7 @@ struct Step {
   StepKind kind;
   std::shared_ptr<Regex> re;      // split; bytelevel with use_regex (GPT-2's pattern)
   bool add_prefix_space = false;  // bytelevel
+  std::string source;             // what the file said, for naming the pre-tokenizer (llama_cpp_pre)
 };
 
 struct Added {
@@ -90,6 +91,7 @@ struct ByteBpeModel {
   std::vector<uint8_t> special;
   std::unordered_map<std::string, int32_t> vocab;  // spelling -> id (ignore_merges' whole-word look-up)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left << 32 | right) -> (rank, merged id)
+  std::vector<std::pair<int32_t, int32_t>> merge_list;                // (left, right) by rank
   std::array<int32_t, 256> byte_id{};
   std::array<std::string, 256> byte_spelling;  // the byte's character in UTF-8
   std::vector<Added> added;
@@ -161,8 +163,9 @@ void parse_pre_tokenizer(const Parser& p, const json& t, const std::string& fiel
     for (size_t i = 0; i < list.size(); i++)
       parse_pre_tokenizer(p, list[i], field + ".pretokenizers[" + std::to_string(i) + "]", m);
   } else if (type == "ByteLevel") {
-    Step s{StepKind::bytelevel, nullptr, p.flag(t, "add_prefix_space", field, true)};
-    if (p.flag(t, "use_regex", field, true)) s.re = compile(gpt2_pattern, false, "GPT-2's pattern");
+    Step s{StepKind::bytelevel, nullptr, p.flag(t, "add_prefix_space", field, true), "ByteLevel"};
+    if (p.flag(t, "use_regex", field, true)) s.re = compile(gpt2_pattern, false, "GPT-2's pattern"), s.source += " use_regex";
+    if (s.add_prefix_space) s.source += " add_prefix_space";
     m.steps.push_back(std::move(s));
   } else if (type == "Split") {
     const json& pat = p.member(t, "pattern", field);
@@ -181,10 +184,12 @@ void parse_pre_tokenizer(const Parser& p, const json& t, const std::string& fiel
       p.fail(field + ".behavior", "is " + p.cut(behavior) + ": only \"Isolated\" is supported");
     if (p.flag(t, "invert", field, false)) p.fail(field + ".invert", "is true: only false is supported");
     if (pattern.empty()) p.fail(field + ".pattern", "is empty");
-    m.steps.push_back({StepKind::split, compile(pattern, literal, p.what + ": " + field + ".pattern"), false});
+    m.steps.push_back({StepKind::split, compile(pattern, literal, p.what + ": " + field + ".pattern"), false,
+                       std::string(literal ? "Split String " : "Split Regex ") + pattern});
   } else if (type == "Digits") {
     const bool each = p.flag(t, "individual_digits", field, false);
-    m.steps.push_back({StepKind::split, compile(each ? R"(\p{N})" : R"(\p{N}+)", false, "the digits pattern"), false});
+    m.steps.push_back({StepKind::split, compile(each ? R"(\p{N})" : R"(\p{N}+)", false, "the digits pattern"), false,
+                       each ? "Digits individual" : "Digits"});
   } else {
     p.fail(field + ".type", "is \"" + type + "\": byte-level BPE needs Split, Digits and ByteLevel pre-tokenizers");
   }
@@ -257,7 +262,8 @@ void parse_model(const Parser& p, const json& mo, ByteBpeModel& m) {
     if (ia == m.vocab.end() || ib == m.vocab.end() || iab == m.vocab.end())
       p.fail(field, "(" + p.cut(e) + ") names a token not in model.vocab");
     const uint64_t key = uint64_t(uint32_t(ia->second)) << 32 | uint32_t(ib->second);
-    m.merges[key] = {static_cast<int32_t>(r), iab->second};  // a repeated pair: the later rank, as Hugging Face's map keeps
+    m.merges[key] = {static_cast<int32_t>(r), iab->second};
+    m.merge_list.emplace_back(ia->second, ib->second);  // a repeated pair: the later rank, as Hugging Face's map keeps
   }
 }
 
@@ -675,7 +681,39 @@ int32_t ByteBpe::bos_id() const { return m_->bos; }
 int32_t ByteBpe::eos_id() const { return m_->eos; }
 const std::string& ByteBpe::piece(int32_t id) const { return m_->pieces.at(static_cast<size_t>(id)); }
 bool ByteBpe::is_special(int32_t id) const { return m_->special.at(static_cast<size_t>(id)) != 0; }
+bool ByteBpe::is_added(int32_t id) const {
+  return std::any_of(m_->added.begin(), m_->added.end(), [id](const Added& a) { return a.id == id; });
+}
 const std::string& ByteBpe::serialized() const { return m_->serialized; }
+std::vector<std::string> ByteBpe::merges() const {
+  std::vector<std::string> out;
+  out.reserve(m_->merge_list.size());
+  for (const auto& [a, b] : m_->merge_list) out.push_back(m_->pieces[a] + " " + m_->pieces[b]);
+  return out;
+}
+
+bool ByteBpe::ignores_merges() const { return m_->ignore_merges; }
+bool ByteBpe::normalizes_nfc() const { return m_->nfc; }
+
+std::string ByteBpe::pre_tokenizer() const {
+  std::string out;
+  for (const Step& s : m_->steps) out += (out.empty() ? "" : " | ") + s.source;
+  return out;
+}
+
+std::string ByteBpe::llama_cpp_pre() const {
+  // llama.cpp names a pre-tokenizer instead of reading its regex: the patterns of the models it
+  // knows (llama-vocab.cpp), as their tokenizer.json files spell them.
+  static const std::string llama3 = R"(Split Regex (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ | ByteLevel)";
+  static const std::string qwen2 = R"(Split Regex (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ | ByteLevel)";
+  const std::string pre = pre_tokenizer();
+  if (pre == "ByteLevel use_regex") return "gpt-2";
+  if (pre == llama3) return "llama-bpe";
+  if (pre == qwen2) return "qwen2";
+  if (pre == "Digits individual | ByteLevel use_regex") return "smollm";
+  return "";
+}
+
 std::string ByteBpe::tokenizer_json() const { return json::parse(m_->serialized)["tokenizer"].dump(); }
 
 std::string utf8_repair(const std::string& s) {

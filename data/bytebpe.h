@@ -46,6 +46,19 @@ class ByteBpe {
   const std::string& piece(int32_t id) const;
   /// True for added tokens marked special.
   bool is_special(int32_t id) const;
+  /// True for ids from tokenizer.json's added_tokens (special or not).
+  bool is_added(int32_t id) const;
+  /// The merges by rank, "left right" as tokenizer.json spells them.
+  std::vector<std::string> merges() const;
+  /// The model's ignore_merges flag (Llama 3).
+  bool ignores_merges() const;
+  /// True when the file asks for NFC.
+  bool normalizes_nfc() const;
+  /// The pre-tokenizer steps as the file gives them, e.g. "Digits individual | ByteLevel use_regex".
+  std::string pre_tokenizer() const;
+  /// llama.cpp's name for this pre-tokenizer ("gpt-2", "llama-bpe", "qwen2", "smollm"), or "" when
+  /// it has none: llama.cpp names a pre-tokenizer instead of reading its regex.
+  std::string llama_cpp_pre() const;
   /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
   const std::string& serialized() const;
   /// The tokenizer.json itself, for export.

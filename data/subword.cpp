@@ -209,6 +209,23 @@ float Tokenizer::score(int32_t id) const {
 
 bool Tokenizer::is_byte(int32_t id) const { return sp_ && id >= 0 && id < vocab_size() && sp_->sp.IsByte(id); }
 
+Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const {
+  piece(id);  // range check
+  if (bb_) {
+    bool added = false;
+    for (int32_t i : {bb_->bos_id(), bb_->eos_id()}) added = added || i == id;
+    if (bb_->is_special(id) || added) return PieceKind::control;
+    return bb_->is_added(id) ? PieceKind::user_defined : PieceKind::normal;
+  }
+  if (!sp_) return PieceKind::normal;
+  const auto& sp = sp_->sp;
+  if (sp.IsControl(id)) return PieceKind::control;
+  if (sp.IsUnknown(id)) return PieceKind::unknown;
+  if (sp.IsUnused(id)) return PieceKind::unused;
+  if (sp.IsByte(id)) return PieceKind::byte;
+  return PieceKind::normal;
+}
+
 bool Tokenizer::adds_dummy_prefix() const { return sp_ && sp_->dummy_prefix; }
 
 bool Tokenizer::operator==(const Tokenizer& o) const {

@@ -133,6 +133,11 @@ class Tokenizer {
   float score(int32_t id) const;
   /// True for sentencepiece's byte-fallback pieces <0x00> ... <0xFF>.
   bool is_byte(int32_t id) const;
+  /// What a piece is, as sentencepiece (and llama.cpp's token types) classify them: control
+  /// (BOS, EOS; byte-level BPE's special added tokens), unknown, unused, byte, user_defined
+  /// (byte-level BPE's other added tokens) or normal.
+  enum class PieceKind { normal, unknown, control, user_defined, unused, byte };
+  PieceKind piece_kind(int32_t id) const;
   /// True when encoding prefixes text with a space (sentencepiece's add_dummy_prefix): text
   /// encoded in pieces then must start each later piece at a space, dropping it (see prepare).
   bool adds_dummy_prefix() const;

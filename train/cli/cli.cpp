@@ -20,6 +20,7 @@
 #include "train/convert/convert.h"
 #include "train/eval.h"
 #include "train/interop/llama2c.h"
+#include "train/interop/gguf.h"
 #include "train/interop/hf.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
@@ -666,26 +667,35 @@ struct ExportArgs {
 
 void export_flags(CLI::App& c, ExportArgs& a) {
   c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
-  c.add_option("--format", a.format, "llama2c or hf (a Hugging Face transformers model directory)")
+  c.add_option("--format", a.format, "llama2c, hf (a Hugging Face transformers model directory) or gguf (llama.cpp)")
       ->required()
-      ->check(CLI::IsMember({"llama2c", "hf"}));
+      ->check(CLI::IsMember({"llama2c", "hf", "gguf"}));
   a.version_opt = c.add_option("--version", a.version, "llama2c: file version 0 (what run.c reads, default) or 1")
                       ->check(CLI::IsMember({0, 1}));
-  a.dtype_opt = c.add_option("--dtype", a.dtype, "hf: the weights' type, f32 (default), bf16 or f16")
-                    ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  c.add_option("--out", a.out, "llama2c: the model file (model.bin); hf: the model directory")->required();
+  a.dtype_opt = c.add_option("--dtype", a.dtype, "hf: the weights' type, f32 (default), bf16 or f16; gguf: also q8_0")
+                    ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
+  c.add_option("--out", a.out, "llama2c: the model file (model.bin); hf: the model directory; gguf: the .gguf file")->required();
 }
 
 int run_export(const ExportArgs& a) {
   refuse_same_file(a.checkpoint, "--checkpoint", a.out, "--out");
   if (a.format == "hf") {
     if (a.version_opt->count()) throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format hf has none");
+    if (a.dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0 is for --format gguf");
     const hf::ExportResult r = hf::export_model(a.checkpoint, a.out, a.dtype);
     std::printf("exported %s to %s (%s, %s, %zu files)%s\n", a.checkpoint.c_str(), a.out.c_str(), r.architecture.c_str(),
                 a.dtype.c_str(), r.files.size(), r.note.empty() ? "" : ("; " + r.note).c_str());
     return 0;
   }
-  if (a.dtype_opt->count()) throw Error(ErrorKind::usage, "--dtype is for --format hf; llama2.c files are float32");
+  if (a.format == "gguf") {
+    if (a.version_opt->count()) throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format gguf writes GGUF 3");
+    const gguf::ExportResult r = gguf::export_model(a.checkpoint, a.out, a.dtype);
+    std::printf("exported %s to %s (GGUF, %s with the %s tokenizer, %s, %ld tensors, %.1f MB)\n", a.checkpoint.c_str(), a.out.c_str(),
+                r.architecture.c_str(), r.tokenizer.c_str(), a.dtype.c_str(), (long)r.tensors, r.bytes / 1e6);
+    return 0;
+  }
+  if (a.dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0 is for --format gguf");
+  if (a.dtype_opt->count()) throw Error(ErrorKind::usage, "--dtype is for --format hf and gguf; llama2.c files are float32");
   std::string tok;
   const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
   std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),

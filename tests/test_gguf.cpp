@@ -1,0 +1,185 @@
+// GGUF export checked by llama.cpp itself. tests/fixtures/gguf/make_gguf_fixtures.sh trained five
+// small models (llama GQA with sentencepiece; llama MQA, Qwen2 with q/k/v biases, GPT-2 MHA and
+// GPT-2 GQA with byte-level BPE vocabularies), exported them to GGUF in several dtypes and ran each file in
+// llama.cpp (npm's node-llama-cpp, llama_cpp_oracle.mjs): llama_cpp.json holds each file's hash,
+// llama.cpp's tokens of a prompt, its logits after every prompt token and its greedy text. Here the
+// export is rebuilt from the same checkpoint (it must be the very file llama.cpp ran, byte for
+// byte), and tapelm's tokens, logits and greedy text are held against llama.cpp's.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "data/io.h"
+#include "nn/generate.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/interop/gguf.h"
+#include "test_util.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+namespace tt = boost::test_tools;
+namespace gg = ::tapelm::gguf;
+
+namespace {
+
+std::string gx(const std::string& name) { return fixture_path("gguf/" + name); }
+
+std::string fnv1a64(const std::string& bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Little-endian float32 values from base64 (how the fixture stores llama.cpp's logits).
+std::vector<float> floats_of_base64(const std::string& s) {
+  static const std::string abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : s) {
+    if (c == '=') break;
+    acc = acc << 6 | static_cast<uint32_t>(abc.find(c));
+    bits += 6;
+    if (bits >= 8) bytes += static_cast<char>((acc >> (bits -= 8)) & 0xFF);
+  }
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+// "llama_spm_q8_0.gguf" -> {"llama_spm", "q8_0"}
+std::pair<std::string, std::string> split_name(const std::string& file) {
+  const std::string stem = file.substr(0, file.size() - 5);
+  for (const char* d : {"_q8_0", "_bf16", "_f16", "_f32"}) {
+    const std::string suffix = d;
+    if (stem.size() > suffix.size() && stem.compare(stem.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return {stem.substr(0, stem.size() - suffix.size()), suffix.substr(1)};
+  }
+  return {stem, ""};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(gguf)
+
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) {
+  const json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
+  const std::string prompt = oracle["prompt"];
+  BOOST_TEST_REQUIRE(oracle["models"].size() == 9u);
+  for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
+    const auto [name, dtype] = split_name(it.key());
+    const json& want = it.value();
+    BOOST_TEST_CONTEXT(it.key()) {
+      TempDir d;
+      gg::export_model(gx(name + ".h5"), d / "m.gguf", dtype);
+      const std::string bytes = read_file_bytes(d / "m.gguf", "export");
+      // the file llama.cpp ran, byte for byte: what it computed is about this export
+      BOOST_TEST(bytes.size() == want["bytes"].get<size_t>());
+      BOOST_TEST(fnv1a64(bytes) == want["fnv1a64"].get<std::string>());
+
+      LoadedModel l = load_model(gx(name + ".h5"));
+      std::vector<int32_t> tokens;
+      if (l.tok->bos_id() >= 0) tokens.push_back(l.tok->bos_id());
+      for (int32_t id : l.tok->encode(prompt)) tokens.push_back(id);
+      BOOST_TEST(tokens == want["tokens"].get<std::vector<int32_t>>(), tt::per_element());
+
+      // logits of the weights as the file stores them (f16, bf16, q8_0 rounded as written), and
+      // of the weights unrounded: the rounding must bring tapelm closer to llama.cpp, or the file
+      // would not hold what tapelm meant to write
+      l.model->eval();
+      NoGrad ng;
+      const int64_t T = static_cast<int64_t>(tokens.size()), V = l.model->config().vocab_size;
+      const json& wl = want["logits"];
+      BOOST_TEST_REQUIRE(wl.size() == static_cast<size_t>(T));
+      auto max_diff = [&](const Tensor& logits, double* scale) {
+        double worst = 0;
+        for (int64_t t = 0; t < T; t++) {
+          const std::vector<float> row = floats_of_base64(wl[t].get<std::string>());
+          BOOST_TEST_REQUIRE(row.size() == static_cast<size_t>(V));
+          for (int64_t v = 0; v < V; v++) {
+            worst = std::max(worst, double(std::fabs(logits[t * V + v] - row[v])));
+            if (scale) *scale = std::max(*scale, double(std::fabs(row[v])));
+          }
+        }
+        return worst;
+      };
+      const double unrounded = max_diff(l.model->forward(Index(tokens, {1, T})).val(), nullptr);
+      gg::round_like_export(*l.model, dtype);
+      double scale = 0;
+      const double worst = max_diff(l.model->forward(Index(tokens, {1, T})).val(), &scale);
+      // f32 files ran with an f32 KV cache and no flash attention: llama and qwen2 differ by
+      // summation order alone, gpt2 also by ggml's GELU, looked up in an f16 table. llama.cpp
+      // multiplies f16, bf16 and q8_0 weights by activations rounded to the same type (ggml's
+      // vec_dot types) and keeps K and V in f16, which tapelm does not: those differ by that
+      // rounding (f16: 11 bits of mantissa, bf16: 8, q8_0: 7 bits per 32-value block).
+      const bool gpt2 = name.rfind("gpt2", 0) == 0;
+      const double tol = dtype == "f32" ? (gpt2 ? 5e-4 : 2e-5) : dtype == "f16" ? 1e-3 : dtype == "bf16" ? 1e-2 : 3e-2;
+      BOOST_TEST(worst <= tol * std::max(1.0, scale), "logits max |tapelm - llama.cpp| " << worst << " (largest logit " << scale << ")");
+      if (dtype != "f32") BOOST_TEST(worst < unrounded, "rounded " << worst << ", unrounded " << unrounded);
+      BOOST_TEST_MESSAGE(it.key() << ": logits max |tapelm - llama.cpp| " << worst << " (unrounded weights " << unrounded
+                                  << "), largest " << scale);
+
+      SampleOptions o;
+      o.greedy = true;
+      const std::vector<int32_t> greedy = want["greedy"].get<std::vector<int32_t>>();
+      const auto got = generate(*l.model, {tokens}, static_cast<int64_t>(greedy.size()), o, 1);
+      const std::vector<int32_t> ours(got.at(0).begin() + T, got.at(0).end());
+      BOOST_TEST(ours == greedy, tt::per_element());
+      BOOST_TEST(l.tok->decode(ours) == want["text"].get<std::string>());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(q8_0_blocks_are_ggmls) {
+  // One block: max |x| = 2.54 gives d = 0.02 (f16 0x251F, 0.0200043...), and x / d rounds half
+  // away from zero as C's roundf: 0.01 / 0.02 = 0.5 -> 1, -0.03 / 0.02 = -1.5 -> -2.
+  std::vector<float> x(32, 0.f);
+  x[0] = 2.54f, x[1] = -2.54f, x[2] = 0.01f, x[3] = -0.03f, x[4] = 1.0f;
+  const std::vector<uint8_t> q = gg::quantize_q8_0(x.data(), 32);
+  BOOST_TEST_REQUIRE(q.size() == 34u);
+  BOOST_TEST((q[0] | q[1] << 8) == 0x251F);
+  BOOST_TEST(static_cast<int8_t>(q[2]) == 127);
+  BOOST_TEST(static_cast<int8_t>(q[3]) == -127);
+  BOOST_TEST(static_cast<int8_t>(q[4]) == 1);
+  BOOST_TEST(static_cast<int8_t>(q[5]) == -2);
+  BOOST_TEST(static_cast<int8_t>(q[6]) == 50);  // 1.0 / 0.02 = 50
+  const std::vector<float> back = gg::dequantize_q8_0(q.data(), 32);
+  BOOST_TEST(std::fabs(back[0] - 2.54f) < 1e-3);
+  BOOST_TEST(back[7] == 0.f);
+  // all zeros: d = 0 and every value 0, no division by zero
+  const std::vector<float> z(64, 0.f);
+  const std::vector<uint8_t> qz = gg::quantize_q8_0(z.data(), 64);
+  BOOST_TEST(std::all_of(qz.begin(), qz.end(), [](uint8_t b) { return b == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(what_llama_cpp_cannot_run_is_refused_naming_why) {
+  TempDir d;
+  // a char tokenizer, the exact GELU, another layout, a bad dtype: one line each, nothing written
+  std::string text;
+  for (int i = 0; i < 40; i++) text += "abc abd abe\n";
+  write_file_atomic(d / "t.txt", text);
+  const std::string common = R"("n_layer": 1, "n_embd": 8, "n_head": 2, "mlp_hidden": 16, "block_size": 4, "batch_size": 1,
+    "max_iters": 1, "eval_iters": 1, "eval_interval": 1)";
+  auto train = [&](const std::string& name, const std::string& keys) {
+    write_file_atomic(d / (name + ".json"), "{" + common + ", " + keys + "}");
+    Run r = run_cli("train --config " + (d / (name + ".json")) + " --data " + (d / "t.txt") + " --out " + (d / name) + " --quiet");
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    return d / (name + "/checkpoint.h5");
+  };
+  const std::string llama_char = train("lc", R"("norm": "rmsnorm", "mlp": "swiglu", "pos": "rope")");
+  expect_error(run_cli("export --format gguf --checkpoint " + llama_char + " --out " + (d / "x.gguf")), "char tokenizer has no llama.cpp form");
+  const std::string gelu = train("ge", R"("norm": "layernorm", "mlp": "gelu", "pos": "learned")");
+  expect_error(run_cli("export --format gguf --checkpoint " + gelu + " --out " + (d / "x.gguf")), "gelu_tanh");
+  const std::string mixed = train("mx", R"("norm": "rmsnorm", "mlp": "gelu", "pos": "rope")");
+  expect_error(run_cli("export --format gguf --checkpoint " + mixed + " --out " + (d / "x.gguf")), "no llama.cpp architecture");
+  expect_error(run_cli("export --format gguf --dtype q4_0 --checkpoint " + mixed + " --out " + (d / "x.gguf")), "q4_0");
+  expect_error(run_cli("export --format hf --dtype q8_0 --checkpoint " + mixed + " --out " + (d / "x")), "q8_0 is for --format gguf");
+  BOOST_TEST(!fs::exists(d / "x.gguf"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,49 @@
+#pragma once
+// GGUF (llama.cpp's model file, version 3), written for the architectures llama.cpp runs with the
+// function tapelm's GPT computes (docs/formats.md §3.10):
+//
+//   llama   rmsnorm + swiglu + rope; q/k rows permuted from tapelm's rotate_half pairs
+//           (j, j + hd/2) to llama.cpp's interleaved ones (2j, 2j + 1), as its converter does
+//   qwen2   the same with biases on q, k and v only; llama.cpp rotates qwen2 as rotate_half: no
+//           permutation
+//   gpt2    layernorm + the tanh GELU + learned positions, biases everywhere, q|k|v fused
+//
+// with the tokenizer as metadata: sentencepiece as llama.cpp's "llama" vocabulary (pieces,
+// scores, token types), byte-level BPE as its "gpt2" vocabulary (tokens, merges, and the
+// pre-tokenizer named as llama.cpp knows it: gpt-2, llama-bpe, qwen2, smollm).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tapelm {
+class GPT;
+}
+
+namespace tapelm::gguf {
+
+/// What export_model wrote.
+struct ExportResult {
+  std::string architecture;  // "llama", "qwen2", "gpt2"
+  std::string tokenizer;     // "llama" (sentencepiece) or "gpt2" (byte-level BPE)
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+};
+
+/// Writes the checkpoint's model and tokenizer as one GGUF file, atomically. dtype: "f32", "f16",
+/// "bf16" or "q8_0" for the matrices (norm weights and biases stay f32, as llama.cpp's converter
+/// keeps them; a q8_0 matrix whose rows are not a multiple of 32 is written f16). A model llama.cpp
+/// cannot run as it is (another combination of norm, MLP and positions; the exact GELU; a
+/// tokenizer it has no form for) is refused naming why, and nothing is written.
+ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype);
+
+/// Rounds every matrix of the model as export_model stores it in dtype (norm weights and biases
+/// untouched): what llama.cpp's weights hold, for comparing its logits with tapelm's.
+void round_like_export(GPT& model, const std::string& dtype);
+
+/// q8_0 as ggml stores it: blocks of 32 values, each an f16 scale d = max|x| / 127 and 32 int8
+/// round(x / d) (34 bytes). n must be a multiple of 32.
+std::vector<uint8_t> quantize_q8_0(const float* x, int64_t n);
+/// The values a q8_0 block sequence stands for.
+std::vector<float> dequantize_q8_0(const uint8_t* q, int64_t n);
+
+}  // namespace tapelm::gguf
