@@ -135,6 +135,126 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) {
   }
 }
 
+// Import reads back what export wrote, tokenizer included: export -> import -> export gives the
+// same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
+// as llama.cpp did.
+BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
+  const json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
+  for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
+    const auto [name, dtype] = split_name(it.key());
+    BOOST_TEST_CONTEXT(it.key()) {
+      TempDir d;
+      fs::create_directories(d / "a");
+      fs::create_directories(d / "b");
+      gg::export_model(gx(name + ".h5"), d / "a.gguf", dtype);
+      Run r = run_cli("import --format gguf --model " + (d / "a.gguf") + " --out " + (d / ("b/" + name + ".h5")));
+      BOOST_TEST_REQUIRE(r.code == 0, r.err);
+      BOOST_TEST((r.out.find("dequantized") != std::string::npos) == (dtype == "q8_0"), r.out);
+      gg::export_model(d / ("b/" + name + ".h5"), d / "b.gguf", dtype);  // same stem: same general.name
+      BOOST_TEST((read_file_bytes(d / "a.gguf", "a") == read_file_bytes(d / "b.gguf", "b")));
+      LoadedModel l = load_model(d / ("b/" + name + ".h5"));
+      BOOST_TEST_REQUIRE(l.tok.has_value());
+      std::vector<int32_t> tokens;
+      if (l.tok->bos_id() >= 0) tokens.push_back(l.tok->bos_id());
+      for (int32_t id : l.tok->encode(oracle["prompt"].get<std::string>())) tokens.push_back(id);
+      BOOST_TEST(tokens == it.value()["tokens"].get<std::vector<int32_t>>(), tt::per_element());
+    }
+  }
+}
+
+namespace {
+
+// A GGUF file built field by field, for the reader's refusals.
+struct Builder {
+  std::string kvs, infos, data;
+  uint64_t n_kv = 0, n_t = 0;
+  static void u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
+  static void u64(std::string& b, uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); }
+  static void str(std::string& b, const std::string& s) { u64(b, s.size()), b += s; }
+  Builder& kv_str(const std::string& k, const std::string& v) { return str(kvs, k), u32(kvs, 8), str(kvs, v), n_kv++, *this; }
+  Builder& kv_u32(const std::string& k, uint32_t v) { return str(kvs, k), u32(kvs, 4), u32(kvs, v), n_kv++, *this; }
+  Builder& kv_f32(const std::string& k, float v) {
+    str(kvs, k), u32(kvs, 6), kvs.append(reinterpret_cast<const char*>(&v), 4), n_kv++;
+    return *this;
+  }
+  Builder& kv_raw(const std::string& k, uint32_t type, const std::string& bytes) { return str(kvs, k), u32(kvs, type), kvs += bytes, n_kv++, *this; }
+  Builder& tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type, uint64_t offset) {
+    str(infos, name), u32(infos, static_cast<uint32_t>(ne.size()));
+    for (uint64_t e : ne) u64(infos, e);
+    u32(infos, type), u64(infos, offset), n_t++;
+    return *this;
+  }
+  // A llama model's hyperparameters (1 layer, d 32, 4 heads), no tensors.
+  Builder& llama() {
+    return kv_str("general.architecture", "llama").kv_u32("llama.block_count", 1).kv_u32("llama.embedding_length", 32)
+        .kv_u32("llama.attention.head_count", 4).kv_u32("llama.feed_forward_length", 64).kv_u32("llama.context_length", 16)
+        .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  }
+  std::string bytes(uint32_t version = 3) const {
+    std::string b = "GGUF";
+    u32(b, version), u64(b, n_t), u64(b, n_kv);
+    b += kvs + infos;
+    b.resize((b.size() + 31) / 32 * 32, '\0');
+    return b + data;
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
+  TempDir d;
+  gg::export_model(gx("llama_spm.h5"), d / "good.gguf", "f32");
+  const std::string good = read_file_bytes(d / "good.gguf", "good");
+  auto patch = [&](size_t at, uint64_t v, int width) {
+    std::string b = good;
+    std::memcpy(&b[at], &v, width);
+    return b;
+  };
+  std::string u64s;
+  Builder::u64(u64s, 1);
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {good.substr(0, 2), "GGUF's magic"},
+      {"GGUX" + good.substr(4), "GGUF's magic"},
+      {patch(4, 1, 4), "version 1"},
+      {patch(8, uint64_t(1) << 60, 8), "tensors, more than the file can hold"},
+      {patch(16, uint64_t(1) << 60, 8), "metadata entries, more than the file can hold"},
+      {patch(24, uint64_t(1) << 62, 8), "runs past the end of the file"},
+      {good.substr(0, 200), "more than the file can hold"},
+      {good.substr(0, 2000), "more than the rest of the file can hold"},
+      {good.substr(0, good.size() - 64), "runs past the end of the file"},
+      {Builder().kv_str("general.architecture", "llama").kv_str("general.architecture", "llama").bytes(), "appears twice"},
+      {Builder().kv_raw("x", 13, "").bytes(), "value type 13"},
+      {Builder().kv_raw("x", 9, std::string("\x09\0\0\0", 4) + u64s).bytes(), "array of arrays"},
+      {Builder().kv_raw("x", 9, std::string("\x04\0\0\0", 4) + std::string("\xff\xff\xff\xff\xff\xff\xff\x0f", 8)).bytes(),
+       "more than the rest of the file"},
+      {Builder().kv_raw("x", 7, "\x05").bytes(), "bool of value 5"},
+      {Builder().tensor("t", {1u << 30, 1u << 30, 1u << 30}, 0, 0).bytes(), "overflows"},
+      {Builder().tensor("t", {32}, 2, 0).bytes(), "ggml type 2"},
+      {Builder().tensor("t", {7}, 8, 0).bytes(), "not a multiple of 32"},
+      {[] { Builder b; b.tensor("t", {4}, 0, 4); b.data = std::string(64, '\0'); return b.bytes(); }(), "not a multiple of the alignment"},
+      {[] { Builder b; b.tensor("t", {4}, 0, 1u << 20); b.data = std::string(64, '\0'); return b.bytes(); }(), "runs past the end of the file"},
+      {[] { Builder b; b.tensor("t", {8}, 0, 0).tensor("u", {8}, 0, 0); b.data = std::string(64, '\0'); return b.bytes(); }(), "overlaps"},
+      {[] { Builder b; b.tensor("t", {8}, 0, 0).tensor("t", {8}, 0, 32); b.data = std::string(64, '\0'); return b.bytes(); }(), "tensor t appears twice"},
+      {Builder().kv_u32("general.alignment", 24).bytes(), "power of two"},
+      {Builder().kv_str("general.architecture", "falcon").bytes(), "general.architecture \"falcon\""},
+      {Builder().bytes(), "general.architecture is missing"},
+      {Builder().llama().kv_str("llama.rope.scaling.type", "linear").bytes(), "rope scaling"},
+      {Builder().llama().kv_u32("llama.expert_count", 8).bytes(), "mixture of experts"},
+      {Builder().llama().bytes(), "token_embd.weight is missing"},
+      {[] { Builder b; b.llama().tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
+       "blk.0.attn_norm.weight is missing"},
+      {[] { Builder b; b.llama().kv_u32("llama.attention.head_count_kv", 3).tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
+       "do not divide"},
+  };
+  for (size_t i = 0; i < bad.size(); i++) {
+    BOOST_TEST_CONTEXT("case " << i << ": " << bad[i].second) {
+      write_file_atomic(d / "bad.gguf", bad[i].first);
+      expect_error(run_cli("import --format gguf --model " + (d / "bad.gguf") + " --out " + (d / "out.h5")), bad[i].second);
+      BOOST_TEST(!fs::exists(d / "out.h5"));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(q8_0_blocks_are_ggmls) {
   // One block: max |x| = 2.54 gives d = 0.02 (f16 0x251F, 0.0200043...), and x / d rounds half
   // away from zero as C's roundf: 0.01 / 0.02 = 0.5 -> 1, -0.03 / 0.02 = -1.5 -> -2.

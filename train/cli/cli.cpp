@@ -708,10 +708,10 @@ struct ImportArgs {
 };
 
 void import_flags(CLI::App& c, ImportArgs& a) {
-  c.add_option("--format", a.format, "llama2c or hf (a Hugging Face transformers model directory)")
+  c.add_option("--format", a.format, "llama2c, hf (a Hugging Face transformers model directory) or gguf (llama.cpp)")
       ->required()
-      ->check(CLI::IsMember({"llama2c", "hf"}));
-  c.add_option("--model", a.model, "llama2c: the model file, version 0 or 1; hf: the model directory")->required();
+      ->check(CLI::IsMember({"llama2c", "hf", "gguf"}));
+  c.add_option("--model", a.model, "llama2c: the model file, version 0 or 1; hf: the model directory; gguf: the .gguf file")->required();
   CLI::Option* model = c.add_option("--tokenizer-model", a.tokenizer_model,
                                     "llama2c: sentencepiece model (.model) to store with the weights");
   c.add_option("--tokenizer-bin", a.tokenizer_bin,
@@ -722,6 +722,17 @@ void import_flags(CLI::App& c, ImportArgs& a) {
 
 int run_import(const ImportArgs& a) {
   refuse_same_file(a.model, "--model", a.out, "--out");
+  if (a.format == "gguf") {
+    if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
+      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: a GGUF file's tokenizer is read from it");
+    if (std::filesystem::exists(a.out) && std::filesystem::is_directory(a.out))
+      throw Error(ErrorKind::usage, "--out " + a.out + " is a directory; the checkpoint is one HDF5 file");
+    const gguf::ImportResult r = gguf::import_model(a.model, a.out);
+    std::printf("imported %s (GGUF, %s, %s%s) with %s to %s\n", a.model.c_str(), r.architecture.c_str(), r.types.c_str(),
+                r.dequantized ? ", Q8_0 dequantized to float32" : "",
+                r.tokenizer.empty() ? "no tokenizer" : ("its " + r.tokenizer + " tokenizer").c_str(), a.out.c_str());
+    return 0;
+  }
   if (a.format == "hf") {
     if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
       throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: an HF directory's tokenizer is read from it");

@@ -6,6 +6,13 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "autograd/error.h"
 #include "data/bytebpe.h"
@@ -376,6 +383,569 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out,
                                   if (std::fwrite(head.data(), 1, head.size(), f) != head.size()) throw Error(ErrorKind::data, "cannot write " + out);
                                   for (const Out& t : ts) write_values(f, t, out);
                                 }}});
+  return r;
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+namespace {
+
+// A metadata value: scalars as a number (and a string), arrays of strings or of numbers.
+struct Value {
+  uint32_t type = 0, elem = 0;
+  double num = 0;
+  bool is_int = false;
+  int64_t i = 0;
+  std::string str;
+  std::vector<std::string> strs;
+  std::vector<double> nums;
+};
+
+struct TensorIn {
+  std::string name;
+  std::vector<uint64_t> ne;
+  uint32_t type;
+  uint64_t offset, bytes, count;
+};
+
+class Mapped {
+ public:
+  explicit Mapped(const std::string& path) {
+    require_regular_file(path, "GGUF file");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(ErrorKind::data, "GGUF file " + path + ": cannot open: " + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      ::close(fd);
+      throw Error(ErrorKind::data, "GGUF file " + path + ": cannot stat");
+    }
+    n = static_cast<uint64_t>(st.st_size);
+    if (n > 0) {
+      void* a = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
+      if (a == MAP_FAILED) {
+        ::close(fd);
+        throw Error(ErrorKind::data, "GGUF file " + path + ": cannot map: " + std::strerror(errno));
+      }
+      p = static_cast<const uint8_t*>(a);
+    }
+    ::close(fd);
+  }
+  ~Mapped() {
+    if (p) ::munmap(const_cast<uint8_t*>(p), n);
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  const uint8_t* p = nullptr;
+  uint64_t n = 0;
+};
+
+struct Reader {
+  const uint8_t* p;
+  uint64_t n, pos = 0;
+  std::string path;
+  [[noreturn]] void fail(const std::string& why) const { throw Error(ErrorKind::data, "GGUF file " + path + ": " + why); }
+  void need(uint64_t k, const std::string& what) const {
+    if (k > n - pos)
+      fail(what + " at byte " + std::to_string(pos) + " runs past the end of the file (" + std::to_string(n) + " bytes)");
+  }
+  template <class T> T get(const std::string& what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, p + pos, sizeof v);
+    pos += sizeof v;
+    return v;
+  }
+  std::string str(const std::string& what) {
+    const uint64_t len = get<uint64_t>(what + "'s length");
+    need(len, what + " of " + std::to_string(len) + " bytes");
+    std::string s(reinterpret_cast<const char*>(p + pos), len);
+    pos += len;
+    return s;
+  }
+};
+
+// Bytes one element of a value type takes at least (strings: their length field).
+uint64_t min_size(uint32_t t) {
+  static const uint64_t sizes[] = {1, 1, 2, 2, 4, 4, 4, 1, 8, 0, 8, 8, 8};
+  return t < 13 && t != 9 ? sizes[t] : 0;
+}
+
+double scalar(Reader& r, uint32_t t, const std::string& what, bool& is_int, int64_t& iv) {
+  is_int = t != 6 && t != 12 && t != 7;
+  switch (t) {
+    case 0: return double(iv = r.get<uint8_t>(what));
+    case 1: return double(iv = r.get<int8_t>(what));
+    case 2: return double(iv = r.get<uint16_t>(what));
+    case 3: return double(iv = r.get<int16_t>(what));
+    case 4: return double(iv = r.get<uint32_t>(what));
+    case 5: return double(iv = r.get<int32_t>(what));
+    case 6: return r.get<float>(what);
+    case 7: {
+      const uint8_t b = r.get<uint8_t>(what);
+      if (b > 1) r.fail(what + " is a bool of value " + std::to_string(b));
+      return b;
+    }
+    case 10: {
+      const uint64_t u = r.get<uint64_t>(what);
+      if (u > uint64_t(INT64_MAX)) r.fail(what + " is " + std::to_string(u) + ", beyond any count tapelm reads");
+      return double(iv = static_cast<int64_t>(u));
+    }
+    case 11: return double(iv = r.get<int64_t>(what));
+    case 12: return r.get<double>(what);
+  }
+  r.fail(what + " has value type " + std::to_string(t) + ", which GGUF does not define");
+}
+
+Value read_value(Reader& r, uint32_t t, const std::string& key) {
+  Value v;
+  v.type = t;
+  if (t == 8) {
+    v.str = r.str("the value of " + key);
+  } else if (t == 9) {
+    v.elem = r.get<uint32_t>("the element type of " + key);
+    const uint64_t count = r.get<uint64_t>("the length of " + key);
+    if (v.elem == 9) r.fail(key + " is an array of arrays, which tapelm does not read");
+    const uint64_t m = min_size(v.elem);
+    if (m == 0) r.fail(key + " is an array of value type " + std::to_string(v.elem) + ", which GGUF does not define");
+    if (count > (r.n - r.pos) / m)
+      r.fail(key + " claims " + std::to_string(count) + " elements, more than the rest of the file can hold");
+    for (uint64_t k = 0; k < count; k++) {
+      if (v.elem == 8) {
+        v.strs.push_back(r.str(key + "[" + std::to_string(k) + "]"));
+      } else {
+        bool is_int;
+        int64_t iv = 0;
+        v.nums.push_back(scalar(r, v.elem, key + "[" + std::to_string(k) + "]", is_int, iv));
+      }
+    }
+  } else {
+    v.num = scalar(r, t, key, v.is_int, v.i);
+  }
+  return v;
+}
+
+uint64_t tensor_bytes(uint32_t type, uint64_t count) {
+  return type == T_F32 ? 4 * count : type == T_Q8_0 ? count / 32 * 34 : 2 * count;
+}
+
+struct Gguf {
+  std::string path;
+  std::map<std::string, Value> kv;
+  std::map<std::string, TensorIn> tensors;
+  const uint8_t* data = nullptr;
+
+  [[noreturn]] void fail(const std::string& why) const { throw Error(ErrorKind::data, "GGUF file " + path + ": " + why); }
+  const Value* find(const std::string& key) const {
+    auto it = kv.find(key);
+    return it == kv.end() ? nullptr : &it->second;
+  }
+  std::string string(const std::string& key, bool required = true) const {
+    const Value* v = find(key);
+    if (!v) {
+      if (required) fail("key " + key + " is missing");
+      return "";
+    }
+    if (v->type != 8) fail("key " + key + " is not a string");
+    return v->str;
+  }
+  // A non-negative integer no larger than max, or dflt when absent (-1: required).
+  int64_t count(const std::string& key, int64_t dflt = -1, int64_t max = int64_t(1) << 40) const {
+    const Value* v = find(key);
+    if (!v) {
+      if (dflt < 0) fail("key " + key + " is missing");
+      return dflt;
+    }
+    if (v->type == 9) fail("key " + key + " is an array (per-layer values), which tapelm does not read");
+    if (!v->is_int || v->i < 0 || v->i > max) fail("key " + key + " is " + (v->is_int ? std::to_string(v->i) : std::to_string(v->num)) + ", not a count up to " + std::to_string(max));
+    return v->i;
+  }
+  double real(const std::string& key, double dflt, bool required) const {
+    const Value* v = find(key);
+    if (!v) {
+      if (required) fail("key " + key + " is missing");
+      return dflt;
+    }
+    if (v->type == 8 || v->type == 9 || v->type == 7 || !std::isfinite(v->num)) fail("key " + key + " is not a finite number");
+    return v->num;
+  }
+};
+
+Gguf parse(const Mapped& m, const std::string& path) {
+  Reader r{m.p, m.n, 0, path};
+  Gguf g;
+  g.path = path;
+  if (m.n < 4 || r.get<uint32_t>("the magic") != kMagic) r.fail("does not start with GGUF's magic \"GGUF\"");
+  const uint32_t version = r.get<uint32_t>("the version");
+  if (version != 2 && version != 3) r.fail("version " + std::to_string(version) + ": tapelm reads GGUF 2 and 3");
+  const uint64_t n_tensors = r.get<uint64_t>("the tensor count"), n_kv = r.get<uint64_t>("the metadata count");
+  if (n_kv > (r.n - r.pos) / 13) r.fail("claims " + std::to_string(n_kv) + " metadata entries, more than the file can hold");
+  for (uint64_t k = 0; k < n_kv; k++) {
+    const std::string key = r.str("metadata key " + std::to_string(k));
+    const uint32_t t = r.get<uint32_t>("the value type of " + key);
+    Value v = read_value(r, t, key);
+    if (!g.kv.emplace(key, std::move(v)).second) r.fail("key " + key + " appears twice");
+  }
+  if (n_tensors > (r.n - r.pos) / 24) r.fail("claims " + std::to_string(n_tensors) + " tensors, more than the file can hold");
+  std::vector<TensorIn> order;
+  for (uint64_t k = 0; k < n_tensors; k++) {
+    TensorIn t;
+    t.name = r.str("tensor name " + std::to_string(k));
+    const uint32_t nd = r.get<uint32_t>("the dimension count of " + t.name);
+    if (nd < 1 || nd > 4) r.fail("tensor " + t.name + " has " + std::to_string(nd) + " dimensions (1 to 4 are read)");
+    t.count = 1;
+    for (uint32_t d = 0; d < nd; d++) {
+      const uint64_t e = r.get<uint64_t>("a dimension of " + t.name);
+      if (e == 0 || e > (uint64_t(1) << 40) || t.count > (uint64_t(1) << 40) / e)
+        r.fail("tensor " + t.name + " has dimension " + std::to_string(e) + ": its element count is zero or overflows");
+      t.ne.push_back(e);
+      t.count *= e;
+    }
+    t.type = r.get<uint32_t>("the type of " + t.name);
+    if (t.type != T_F32 && t.type != T_F16 && t.type != T_BF16 && t.type != T_Q8_0)
+      r.fail("tensor " + t.name + " has ggml type " + std::to_string(t.type) + ": tapelm reads F32 (0), F16 (1), Q8_0 (8) and BF16 (30)");
+    if (t.type == T_Q8_0 && t.ne[0] % 32) r.fail("tensor " + t.name + " is Q8_0 with rows of " + std::to_string(t.ne[0]) + ", not a multiple of 32");
+    t.offset = r.get<uint64_t>("the offset of " + t.name);
+    t.bytes = tensor_bytes(t.type, t.count);
+    order.push_back(t);
+  }
+  uint64_t align = kAlign;
+  if (const Value* a = g.find("general.alignment")) {
+    if (!a->is_int || a->i <= 0 || a->i > 65536 || (a->i & (a->i - 1))) r.fail("general.alignment is not a power of two up to 65536");
+    align = static_cast<uint64_t>(a->i);
+  }
+  const uint64_t data_start = (r.pos + align - 1) / align * align;
+  if (data_start > m.n) r.fail("the tensor data would start at byte " + std::to_string(data_start) + ", past the end of the file");
+  const uint64_t data_bytes = m.n - data_start;
+  std::sort(order.begin(), order.end(), [](const TensorIn& a, const TensorIn& b) { return a.offset < b.offset; });
+  uint64_t end = 0;
+  for (const TensorIn& t : order) {
+    if (t.offset % align) r.fail("tensor " + t.name + " starts at data offset " + std::to_string(t.offset) + ", not a multiple of the alignment " + std::to_string(align));
+    if (t.offset > data_bytes || t.bytes > data_bytes - t.offset)
+      r.fail("tensor " + t.name + " (" + std::to_string(t.bytes) + " bytes at data offset " + std::to_string(t.offset) + ") runs past the end of the file");
+    if (t.offset < end) r.fail("tensor " + t.name + " overlaps the tensor before it");
+    end = t.offset + t.bytes;
+    if (!g.tensors.emplace(t.name, t).second) r.fail("tensor " + t.name + " appears twice");
+  }
+  g.data = m.p + data_start;
+  return g;
+}
+
+std::vector<float> values_of(const Gguf& g, const TensorIn& t) {
+  const uint8_t* b = g.data + t.offset;
+  std::vector<float> v(t.count);
+  if (t.type == T_F32) {
+    std::memcpy(v.data(), b, t.count * 4);
+  } else if (t.type == T_Q8_0) {
+    v = dequantize_q8_0(b, static_cast<int64_t>(t.count));
+  } else {
+    for (uint64_t i = 0; i < t.count; i++) {
+      uint16_t h;
+      std::memcpy(&h, b + 2 * i, 2);
+      v[i] = t.type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+  }
+  for (uint64_t i = 0; i < t.count; i++)
+    if (!std::isfinite(v[i])) g.fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
+  return v;
+}
+
+// The inverse of interleave_rope_rows.
+std::vector<float> split_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols) {
+  std::vector<float> out(w.size());
+  for (int64_t h = 0; h < heads; h++)
+    for (int64_t j = 0; j < hd / 2; j++)
+      for (int64_t s = 0; s < 2; s++) {
+        const int64_t to = h * hd + s * (hd / 2) + j, from = h * hd + 2 * j + s;
+        std::memcpy(&out[to * cols], &w[from * cols], static_cast<size_t>(cols) * sizeof(float));
+      }
+  return out;
+}
+
+// ---- tokenizers from metadata ----
+
+void pb_varint(std::string& b, uint64_t v) {
+  while (v >= 0x80) b += static_cast<char>((v & 0x7F) | 0x80), v >>= 7;
+  b += static_cast<char>(v);
+}
+void pb_tag(std::string& b, int field, int wire) { pb_varint(b, static_cast<uint64_t>(field) << 3 | wire); }
+void pb_bytes(std::string& b, int field, const std::string& s) { pb_tag(b, field, 2), pb_varint(b, s.size()), b += s; }
+void pb_int(std::string& b, int field, int64_t v) { pb_tag(b, field, 0), pb_varint(b, static_cast<uint64_t>(v)); }
+void pb_float(std::string& b, int field, float f) {
+  pb_tag(b, field, 5);
+  b.append(reinterpret_cast<const char*>(&f), 4);
+}
+
+const std::vector<std::string>& str_array(const Gguf& g, const std::string& key) {
+  const Value* v = g.find(key);
+  if (!v || v->type != 9 || v->elem != 8) g.fail("key " + key + " is missing or not an array of strings");
+  return v->strs;
+}
+const std::vector<double>& num_array(const Gguf& g, const std::string& key, size_t n) {
+  const Value* v = g.find(key);
+  if (!v || v->type != 9 || v->elem == 8 || v->elem == 9 || v->nums.size() != n)
+    g.fail("key " + key + " is missing or not an array of " + std::to_string(n) + " numbers");
+  return v->nums;
+}
+bool flag_of(const Gguf& g, const std::string& key, bool dflt) {
+  const Value* v = g.find(key);
+  if (!v) return dflt;
+  if (v->type != 7) g.fail("key " + key + " is not a bool");
+  return v->num != 0;
+}
+
+// llama.cpp's "llama" vocabulary as a sentencepiece model: sentencepiece's ModelProto in
+// protobuf's wire format (pieces: field 1 {piece 1, score 2, type 3}; trainer_spec 2 {model_type 3
+// (BPE = 2), vocab_size 4, byte_fallback 35, unk/bos/eos/pad ids 40-43}; normalizer_spec 3 {name 1,
+// add_dummy_prefix 3, remove_extra_whitespaces 4, escape_whitespaces 5}).
+Tokenizer spm_tokenizer(const Gguf& g) {
+  const std::vector<std::string>& tokens = str_array(g, "tokenizer.ggml.tokens");
+  const std::vector<double>& scores = num_array(g, "tokenizer.ggml.scores", tokens.size());
+  const std::vector<double>& types = num_array(g, "tokenizer.ggml.token_type", tokens.size());
+  std::string proto;
+  bool byte_fallback = false;
+  int64_t unk = -1;
+  for (size_t i = 0; i < tokens.size(); i++) {
+    const int type = static_cast<int>(types[i]);
+    if (types[i] != type || type < 1 || type > 6) g.fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] is not a token type 1-6");
+    byte_fallback = byte_fallback || type == 6;
+    if (type == 2 && unk < 0) unk = static_cast<int64_t>(i);
+    std::string p;
+    pb_bytes(p, 1, tokens[i]);
+    pb_float(p, 2, static_cast<float>(scores[i]));
+    pb_int(p, 3, type);
+    pb_bytes(proto, 1, p);
+  }
+  const int64_t V = static_cast<int64_t>(tokens.size());
+  std::string trainer;
+  pb_int(trainer, 3, 2);
+  pb_int(trainer, 4, V);
+  pb_int(trainer, 35, byte_fallback);
+  pb_int(trainer, 40, g.count("tokenizer.ggml.unknown_token_id", unk < 0 ? 0 : unk, V - 1));
+  pb_int(trainer, 41, g.find("tokenizer.ggml.bos_token_id") ? g.count("tokenizer.ggml.bos_token_id", -1, V - 1) : -1);
+  pb_int(trainer, 42, g.find("tokenizer.ggml.eos_token_id") ? g.count("tokenizer.ggml.eos_token_id", -1, V - 1) : -1);
+  pb_int(trainer, 43, -1);
+  pb_bytes(proto, 2, trainer);
+  std::string norm;
+  pb_bytes(norm, 1, "identity");
+  pb_int(norm, 3, flag_of(g, "tokenizer.ggml.add_space_prefix", true));
+  pb_int(norm, 4, 0);
+  pb_int(norm, 5, 1);
+  pb_bytes(proto, 3, norm);
+  try {
+    return Tokenizer::from_sentencepiece(proto);
+  } catch (const Error& e) {
+    g.fail(std::string("its llama vocabulary is not a valid sentencepiece model: ") + e.what());
+  }
+}
+
+// The pre-tokenizers llama.cpp names, as their tokenizer.json files give them.
+nlohmann::json pre_tokenizer_for(const Gguf& g, const std::string& pre, bool& ignore_merges, bool& nfc) {
+  using json = nlohmann::json;
+  auto bl = [](bool regex) { return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", regex}}; };
+  auto split = [](const std::string& pattern) {
+    return json{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
+  };
+  const std::string head = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|)";
+  const std::string tail = R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  ignore_merges = false, nfc = false;
+  if (pre == "gpt-2" || pre == "default") return bl(true);
+  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+    ignore_merges = true;
+    return {{"type", "Sequence"}, {"pretokenizers", {split(head + R"(\p{N}{1,3})" + tail), bl(false)}}};
+  }
+  if (pre == "qwen2") {
+    nfc = true;
+    return {{"type", "Sequence"}, {"pretokenizers", {split(head + R"(\p{N})" + tail), bl(false)}}};
+  }
+  if (pre == "smollm")
+    return {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl(true)}}};
+  g.fail("tokenizer.ggml.pre \"" + cut_for_message(pre) + "\": tapelm knows gpt-2, llama-bpe, qwen2 and smollm");
+}
+
+// llama.cpp's "gpt2" vocabulary as a byte-level BPE tokenizer.json.
+Tokenizer bpe_tokenizer(const Gguf& g) {
+  using json = nlohmann::json;
+  const std::vector<std::string>& tokens = str_array(g, "tokenizer.ggml.tokens");
+  const std::vector<std::string>& merges = str_array(g, "tokenizer.ggml.merges");
+  const Value* tv = g.find("tokenizer.ggml.token_type");
+  const std::vector<double> types = tv ? num_array(g, "tokenizer.ggml.token_type", tokens.size()) : std::vector<double>(tokens.size(), 1);
+  const int64_t V = static_cast<int64_t>(tokens.size());
+  const int64_t bos = g.find("tokenizer.ggml.bos_token_id") ? g.count("tokenizer.ggml.bos_token_id", -1, V - 1) : -1;
+  const int64_t eos = g.find("tokenizer.ggml.eos_token_id") ? g.count("tokenizer.ggml.eos_token_id", -1, V - 1) : -1;
+  json vocab = json::object(), added = json::array();
+  for (int64_t i = 0; i < V; i++) {
+    if (vocab.contains(tokens[i])) g.fail("tokenizer.ggml.tokens[" + std::to_string(i) + "] repeats an earlier token");
+    vocab[tokens[i]] = i;
+    const double t = types[i];
+    if ((t == 3 || t == 4) && i != bos && i != eos)
+      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", t == 3}});
+    else if ((i == bos || i == eos) && (t == 3 || t == 4))
+      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", true}});
+  }
+  bool ignore_merges, nfc;
+  const json pre = pre_tokenizer_for(g, g.string("tokenizer.ggml.pre", false).empty() ? "default" : g.string("tokenizer.ggml.pre"), ignore_merges, nfc);
+  const json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  json t = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+            {"normalizer", nfc ? json{{"type", "NFC"}} : json(nullptr)}, {"pre_tokenizer", pre}, {"post_processor", bl}, {"decoder", bl},
+            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
+                       {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", ignore_merges},
+                       {"vocab", vocab}, {"merges", merges}}}};
+  return Tokenizer::from_byte_bpe(ByteBpe::from_parsed(std::move(t), "GGUF file " + g.path + ": its gpt2 vocabulary",
+                                                       bos >= 0 ? tokens[bos] : "", eos >= 0 ? tokens[eos] : ""));
+}
+
+}  // namespace
+
+ImportResult import_model(const std::string& path, const std::string& out) {
+  const Mapped m(path);
+  const Gguf g = parse(m, path);
+  ImportResult r;
+  const std::string a = g.string("general.architecture");
+  if (a != "llama" && a != "qwen2" && a != "gpt2")
+    g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama, qwen2 and gpt2");
+  r.architecture = a;
+  for (const char* k : {".expert_count", ".attention.sliding_window", ".rope.scaling.factor", ".attention.key_length"}) {
+    const Value* v = g.find(a + k);
+    if (!v) continue;
+    const std::string key = a + k;
+    if (key.ends_with("expert_count") && v->is_int && v->i == 0) continue;
+    if (key.ends_with("scaling.factor") && !v->is_int && (v->num == 1.0 || v->num == 0.0)) continue;
+    if (key.ends_with("key_length") && v->is_int && g.find(a + ".embedding_length") && g.find(a + ".attention.head_count") &&
+        v->i * g.count(a + ".attention.head_count") == g.count(a + ".embedding_length"))
+      continue;
+    g.fail("key " + key + " is set: tapelm's model has no " +
+           (key.ends_with("expert_count") ? std::string("mixture of experts") : key.ends_with("sliding_window") ? "sliding window" :
+            key.ends_with("key_length") ? "head size other than embedding / heads" : "rope scaling"));
+  }
+  if (g.find(a + ".rope.scaling.type") && g.string(a + ".rope.scaling.type") != "none")
+    g.fail("key " + a + ".rope.scaling.type is \"" + cut_for_message(g.string(a + ".rope.scaling.type")) + "\": tapelm has no rope scaling");
+  if (g.tensors.count("rope_freqs.weight")) g.fail("tensor rope_freqs.weight (rope frequency factors): tapelm has no rope scaling");
+
+  GPTConfig c;
+  c.n_layer = g.count(a + ".block_count", -1, 1 << 16);
+  c.n_embd = g.count(a + ".embedding_length", -1, 1 << 20);
+  c.n_head = g.count(a + ".attention.head_count", -1, 1 << 12);
+  c.n_kv_head = g.count(a + ".attention.head_count_kv", c.n_head, 1 << 12);
+  c.mlp_hidden = g.count(a + ".feed_forward_length", -1, 1 << 22);
+  c.block_size = g.count(a + ".context_length", -1, 1 << 24);
+  auto te = g.tensors.find("token_embd.weight");
+  if (te == g.tensors.end()) g.fail("tensor token_embd.weight is missing");
+  if (te->second.ne.size() != 2) g.fail("tensor token_embd.weight is not a matrix");
+  c.vocab_size = static_cast<int64_t>(te->second.ne[1]);
+  c.tie_embeddings = !g.tensors.count("output.weight");
+  if (a == "gpt2") {
+    c.norm = NormKind::LayerNorm, c.mlp = MlpKind::GeluTanh, c.pos = PosKind::Learned, c.bias = true;
+    c.norm_eps = g.real(a + ".attention.layer_norm_epsilon", 0, true);
+  } else {
+    c.norm = NormKind::RMSNorm, c.mlp = MlpKind::SwiGLU, c.pos = PosKind::Rope;
+    c.norm_eps = g.real(a + ".attention.layer_norm_rms_epsilon", 0, true);
+    c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
+    c.qkv_bias = g.tensors.count("blk.0.attn_q.bias") > 0;
+    c.bias = g.tensors.count("blk.0.attn_output.bias") > 0;
+    if (c.bias) c.qkv_bias = false;
+  }
+  if (c.n_head == 0 || c.n_embd % c.n_head || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
+    g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide embedding " + std::to_string(c.n_embd));
+  if (a != "gpt2" && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
+    g.fail("key " + a + ".rope.dimension_count is " + std::to_string(g.count(a + ".rope.dimension_count")) + ": tapelm rotates the whole head (" +
+           std::to_string(c.head_dim()) + ")");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    g.fail(std::string("its hyperparameters are not a model tapelm builds: ") + e.what());
+  }
+  GPT model(c);
+
+  // Every tensor the model needs, from the file, in llama.cpp's layout; none left over.
+  std::set<std::string> used;
+  std::set<std::string> types;
+  auto take = [&](const std::string& name, std::vector<uint64_t> ne) -> std::vector<float> {
+    auto it = g.tensors.find(name);
+    if (it == g.tensors.end()) g.fail("tensor " + name + " is missing");
+    if (it->second.ne != ne) {
+      std::string want, got;
+      for (uint64_t d : ne) want += (want.empty() ? "" : ", ") + std::to_string(d);
+      for (uint64_t d : it->second.ne) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      g.fail("tensor " + name + " has shape [" + got + "], the model needs [" + want + "]");
+    }
+    used.insert(name);
+    static const std::map<uint32_t, std::string> tn{{T_F32, "F32"}, {T_F16, "F16"}, {T_BF16, "BF16"}, {T_Q8_0, "Q8_0"}};
+    types.insert(tn.at(it->second.type));
+    return values_of(g, it->second);
+  };
+  auto set = [](const Tensor& t, const std::vector<float>& v) { std::memcpy(const_cast<float*>(t.data()), v.data(), v.size() * sizeof(float)); };
+  auto mat = [&](const std::string& name, const Tensor& t, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
+    std::vector<float> v = take(name, {static_cast<uint64_t>(t.shape()[1]), static_cast<uint64_t>(t.shape()[0])});
+    set(t, f ? f(std::move(v)) : v);
+  };
+  auto vec = [&](const std::string& name, const Tensor& t, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
+    std::vector<float> v = take(name, {static_cast<uint64_t>(t.numel())});
+    set(t, f ? f(std::move(v)) : v);
+  };
+  auto linear = [&](const std::string& name, const Linear& l, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
+    mat(name + ".weight", l.weight.val(), f);
+    if (l.bias.defined()) vec(name + ".bias", l.bias.val(), f);
+  };
+  auto norm = [&](const std::string& name, const Norm& n) {
+    vec(name + ".weight", n.weight.val());
+    if (n.bias.defined()) vec(name + ".bias", n.bias.val());
+  };
+  const int64_t hd = c.head_dim(), d = c.n_embd, kvd = c.n_kv_head * hd;
+  mat("token_embd.weight", model.wte->weight.val());
+  if (a == "gpt2") mat("position_embd.weight", model.wpe->weight.val());
+  for (int64_t i = 0; i < c.n_layer; i++) {
+    const Block& b = *model.blocks[i];
+    const std::string p = "blk." + std::to_string(i) + ".";
+    norm(p + "attn_norm", *b.ln1);
+    if (a == "gpt2") {
+      const std::vector<float> w = take(p + "attn_qkv.weight", {static_cast<uint64_t>(d), static_cast<uint64_t>(d + 2 * kvd)});
+      const std::vector<float> bb = take(p + "attn_qkv.bias", {static_cast<uint64_t>(d + 2 * kvd)});
+      set(b.attn->wq->weight.val(), std::vector<float>(w.begin(), w.begin() + d * d));
+      set(b.attn->wk->weight.val(), std::vector<float>(w.begin() + d * d, w.begin() + (d + kvd) * d));
+      set(b.attn->wv->weight.val(), std::vector<float>(w.begin() + (d + kvd) * d, w.end()));
+      set(b.attn->wq->bias.val(), std::vector<float>(bb.begin(), bb.begin() + d));
+      set(b.attn->wk->bias.val(), std::vector<float>(bb.begin() + d, bb.begin() + d + kvd));
+      set(b.attn->wv->bias.val(), std::vector<float>(bb.begin() + d + kvd, bb.end()));
+      linear(p + "attn_output", *b.attn->wo);
+      norm(p + "ffn_norm", *b.ln2);
+      linear(p + "ffn_up", *b.mlp->fc);
+      linear(p + "ffn_down", *b.mlp->proj);
+      continue;
+    }
+    std::function<std::vector<float>(std::vector<float>)> pq, pk;
+    if (a == "llama") {
+      const int64_t H = c.n_head, KV = c.n_kv_head;
+      pq = [H, hd](std::vector<float> w) { return split_rope_rows(w, H, hd, static_cast<int64_t>(w.size()) / (H * hd)); };
+      pk = [KV, hd](std::vector<float> w) { return split_rope_rows(w, KV, hd, static_cast<int64_t>(w.size()) / (KV * hd)); };
+    }
+    linear(p + "attn_q", *b.attn->wq, pq);
+    linear(p + "attn_k", *b.attn->wk, pk);
+    linear(p + "attn_v", *b.attn->wv);
+    linear(p + "attn_output", *b.attn->wo);
+    norm(p + "ffn_norm", *b.ln2);
+    linear(p + "ffn_gate", *b.mlp->gate);
+    linear(p + "ffn_up", *b.mlp->up);
+    linear(p + "ffn_down", *b.mlp->down);
+  }
+  norm("output_norm", *model.ln_f);
+  if (!c.tie_embeddings) mat("output.weight", model.lm_head.val());
+  for (const auto& [name, t] : g.tensors)
+    if (!used.count(name)) g.fail("tensor " + cut_for_message(name) + " has no place in " + a + " as its metadata describes it");
+  for (const std::string& t : types) r.types += (r.types.empty() ? "" : ", ") + t;
+  r.dequantized = types.count("Q8_0") > 0;
+
+  std::optional<Tokenizer> tok;
+  const std::string tm = g.string("tokenizer.ggml.model", false);
+  if (tm == "llama") tok = spm_tokenizer(g);
+  else if (tm == "gpt2") tok = bpe_tokenizer(g);
+  else if (!tm.empty()) g.fail("tokenizer.ggml.model \"" + cut_for_message(tm) + "\": tapelm reads llama (sentencepiece) and gpt2 (byte-level BPE)");
+  if (tok && tok->vocab_size() > c.vocab_size)
+    g.fail("its vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, more than token_embd's " + std::to_string(c.vocab_size));
+  r.tokenizer = tm;
+  nlohmann::json from{{"format", "gguf"}, {"architecture", a}, {"types", r.types}};
+  write_imported(out, model, tok ? &*tok : nullptr, from.dump(), {});
   return r;
 }
 

@@ -36,6 +36,22 @@ struct ExportResult {
 /// tokenizer it has no form for) is refused naming why, and nothing is written.
 ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype);
 
+/// What import_model read.
+struct ImportResult {
+  std::string architecture;  // "llama", "qwen2", "gpt2"
+  std::string tokenizer;     // "llama", "gpt2", or "" when the file has none
+  std::string types;         // the stored tensor types, e.g. "F32, Q8_0"
+  bool dequantized = false;  // q8_0 tensors were widened to float32
+};
+/// Reads a GGUF file (llama, qwen2 or gpt2 architecture; F32, F16, BF16 and Q8_0 tensors,
+/// widened to float32) and writes a weights-only checkpoint with its tokenizer: llama.cpp's
+/// "llama" vocabulary as a sentencepiece model, its "gpt2" vocabulary as byte-level BPE with the
+/// pre-tokenizer its name stands for. The file is read as hostile: counts, lengths and offsets
+/// past the file, dimensions whose product overflows, misaligned or overlapping tensor data,
+/// unknown value or tensor types, duplicate keys or tensors, missing or extra tensors, rope
+/// scaling: a data Error naming the file and the key or tensor, and nothing is written.
+ImportResult import_model(const std::string& path, const std::string& out);
+
 /// Rounds every matrix of the model as export_model stores it in dtype (norm weights and biases
 /// untouched): what llama.cpp's weights hold, for comparing its logits with tapelm's.
 void round_like_export(GPT& model, const std::string& dtype);
