@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Decoding speed per KV count in llama.cpp beside tapelm, at the shape of bench/decode.sh: 6
+# layers, 8 heads, d 512, RoPE, rmsnorm, swiglu, vocabulary 512 (the tests' sentencepiece model),
+# KV heads 8, 4, 2, 1; contexts 512, 1024, 4096; batch 1; 128 timed steps after prefilling the
+# rest of the context. Weights are random (one training step from the init), converted to fewer KV
+# heads by mean pooling, exported to GGUF (f32, and q8_0 as people run llama.cpp) — speed does not
+# depend on their values. llama.cpp is the prebuilt CPU library npm's @node-llama-cpp/linux-x64
+# ships, called directly by bench/llama_cpp_decode.cpp (compiled here against the llama.h of the
+# llama.cpp source node-llama-cpp bundles; node-llama-cpp's own evaluation loop adds milliseconds
+# per token), with llama.cpp's default context settings (f16 KV cache, flash attention auto).
+# tapelm runs `bench --mode decode` at the same shapes. Both use 2 threads and run alternately,
+# row by row. Prints JSON lines.
+#
+#   mkdir /tmp/nlc && (cd /tmp/nlc && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install \
+#       node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
+#   bash bench/llama_cpp_decode.sh /tmp/nlc/node_modules [REPS (3)] > bench/LLAMA_CPP_DECODE.jsonl
+set -euo pipefail
+cd "$(dirname "$0")/.."
+modules=$1
+reps=${2:-3}
+T=build/tapelm
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
+git clone -q --depth 1 "$modules/node-llama-cpp/llama/gitRelease.bundle" "$work/llama.cpp" 2> /dev/null
+g++ -O2 -std=c++17 -I"$work/llama.cpp/include" -I"$work/llama.cpp/ggml/include" bench/llama_cpp_decode.cpp -o "$work/lcd" \
+  "$libs"/libllama.v*.so "$libs"/libggml.v*.so "$libs/libggml-base.so" -Wl,-rpath,"$libs"
+head -c 200000 corpora/tinyshakespeare.txt > "$work/t.txt"
+$T prepare --text "$work/t.txt" --out "$work/c" --tokenizer-model tests/fixtures/spm_bpe512.model --quiet > /dev/null
+keys='"n_layer": 6, "n_head": 8, "n_kv_head": 8, "n_embd": 512, "mlp_hidden": 1408, "block_size": 4096, "norm": "rmsnorm",
+  "mlp": "swiglu", "pos": "rope", "batch_size": 1, "max_iters": 1, "eval_iters": 1, "eval_interval": 1'
+echo "{$keys}" > "$work/cfg.json"
+$T train --config "$work/cfg.json" --data "$work/c" --out "$work/run" --quiet > /dev/null
+for kv in 8 4 2 1; do
+  $T convert --from "$work/run/checkpoint.h5" --kv-heads $kv --method mean --out "$work/kv$kv.h5" > /dev/null
+  for dt in f32 q8_0; do
+    $T export --checkpoint "$work/kv$kv.h5" --format gguf --dtype $dt --out "$work/kv${kv}_$dt.gguf" > /dev/null
+  done
+done
+for C in 512 1024 4096; do
+  for kv in 8 4 2 1; do
+    $T bench --mode decode --json --config "$work/cfg.json" --set n_kv_head=$kv --prompt $((C - 128)) --context $C \
+      --iters "$reps" --warmup 1 2>/dev/null |
+      python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'impl': 'tapelm', 'dtype': 'f32', 'KV': $kv, 'context': d['context'], 'step_ms': d['step_ms'], 'step_ms_min': d['step_ms_min'], 'step_ms_max': d['step_ms_max'], 'prefill_ms': d['prefill_ms'], 'threads': d['threads']}))"
+    for dt in f32 q8_0; do
+      "$work/lcd" "$libs" "$work/kv${kv}_$dt.gguf" $C 128 "$reps" 2 |
+        python3 -c "import json,sys; d=json.load(sys.stdin); d['KV']=$kv; d['dtype']='$dt'; print(json.dumps(d))"
+    done
+  done
+done
