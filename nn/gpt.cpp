@@ -101,4 +101,17 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   return linear(ln_f->forward(last), lm_head).val();
 }
 
+std::unique_ptr<GPT> with_zero_biases(const GPT& m) {
+  GPTConfig with = m.config();
+  with.bias = true;
+  auto out = std::make_unique<GPT>(with);
+  const NamedParams src = m.named_parameters();
+  for (auto& [name, p] : out->named_parameters()) {
+    auto it = std::find_if(src.begin(), src.end(), [&](const auto& q) { return q.first == name; });
+    if (it != src.end()) std::memcpy(p.val().data(), it->second.val().data(), static_cast<size_t>(p.val().numel()) * sizeof(float));
+    else std::fill(p.val().data(), p.val().data() + p.val().numel(), 0.f);
+  }
+  return out;
+}
+
 }  // namespace tapelm

@@ -107,6 +107,8 @@ std::vector<float> interleave_rope_rows(const std::vector<float>& w, int64_t hea
   return out;
 }
 
+std::vector<float> split_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols);
+
 TensorType matrix_type(const std::string& dtype, int64_t row) {
   if (dtype == "f32") return T_F32;
   if (dtype == "f16") return T_F16;
@@ -191,59 +193,52 @@ void write_values(std::FILE* f, const Out& t, const std::string& path) {
   if (std::fwrite(b.data(), 1, b.size(), f) != b.size()) throw Error(ErrorKind::data, "cannot write " + path);
 }
 
-// The tensors of the model as llama.cpp names and lays them out.
-std::vector<Out> tensors_of(const GPT& m, const std::string& arch, const std::string& dtype) {
+// Where each parameter goes in llama.cpp's layout: a tensor name, the parameters stacked in it
+// (rows of q, k, v for gpt2's attn_qkv), and the RoPE row order to convert for llama's q and k.
+enum class Rope { none, q, k };
+struct Slot {
+  std::string name;
+  std::vector<Tensor> parts;
+  bool matrix;
+  Rope rope = Rope::none;
+  uint64_t rows() const {
+    uint64_t r = 0;
+    for (const Tensor& t : parts) r += static_cast<uint64_t>(matrix ? t.shape()[0] : t.numel());
+    return r;
+  }
+  uint64_t cols() const { return matrix ? static_cast<uint64_t>(parts[0].shape()[1]) : 1; }
+  std::vector<uint64_t> ne() const { return matrix ? std::vector<uint64_t>{cols(), rows()} : std::vector<uint64_t>{rows()}; }
+};
+
+std::vector<Slot> layout(const GPT& m, const std::string& arch) {
   const GPTConfig& c = m.config();
-  std::vector<Out> out;
-  auto vec = [&](const std::string& name, const Tensor& t) {
-    out.push_back({name, {static_cast<uint64_t>(t.numel())}, T_F32, [t] { return concat({t}); }});
-  };
-  auto mat = [&](const std::string& name, std::vector<Tensor> parts, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
-    int64_t rows = 0;
-    for (const Tensor& t : parts) rows += t.shape()[0];
-    const int64_t cols = parts[0].shape()[1];
-    out.push_back({name, {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)}, matrix_type(dtype, cols),
-                   [parts, f] { return f ? f(concat(parts)) : concat(parts); }});
+  std::vector<Slot> s;
+  auto linear = [&](const std::string& name, const Linear& l, Rope rope = Rope::none) {
+    s.push_back({name + ".weight", {l.weight.val()}, true, rope});
+    if (l.bias.defined()) s.push_back({name + ".bias", {l.bias.val()}, false, rope});
   };
   auto norm = [&](const std::string& name, const Norm& n) {
-    vec(name + ".weight", n.weight.val());
-    if (n.bias.defined()) vec(name + ".bias", n.bias.val());
+    s.push_back({name + ".weight", {n.weight.val()}, false});
+    if (n.bias.defined()) s.push_back({name + ".bias", {n.bias.val()}, false});
   };
-  auto linear = [&](const std::string& name, const Linear& l, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
-    mat(name + ".weight", {l.weight.val()}, f);
-    if (l.bias.defined()) {
-      const Tensor b = l.bias.val();
-      out.push_back({name + ".bias", {static_cast<uint64_t>(b.numel())}, T_F32, [b, f] {
-                       return f ? f(concat({b})) : concat({b});  // a bias is a one-column matrix to the permutation
-                     }});
-    }
-  };
-  const int64_t hd = c.head_dim();
-  mat("token_embd.weight", {m.wte->weight.val()});
-  if (arch == "gpt2") mat("position_embd.weight", {m.wpe->weight.val()});
+  s.push_back({"token_embd.weight", {m.wte->weight.val()}, true});
+  if (arch == "gpt2") s.push_back({"position_embd.weight", {m.wpe->weight.val()}, true});
   for (int64_t i = 0; i < c.n_layer; i++) {
     const Block& b = *m.blocks[i];
     const std::string p = "blk." + std::to_string(i) + ".";
     norm(p + "attn_norm", *b.ln1);
     if (arch == "gpt2") {
-      mat(p + "attn_qkv.weight", {b.attn->wq->weight.val(), b.attn->wk->weight.val(), b.attn->wv->weight.val()});
-      const Tensor bq = b.attn->wq->bias.val(), bk = b.attn->wk->bias.val(), bv = b.attn->wv->bias.val();
-      out.push_back({p + "attn_qkv.bias", {static_cast<uint64_t>(bq.numel() + bk.numel() + bv.numel())}, T_F32,
-                     [bq, bk, bv] { return concat({bq, bk, bv}); }});
+      s.push_back({p + "attn_qkv.weight", {b.attn->wq->weight.val(), b.attn->wk->weight.val(), b.attn->wv->weight.val()}, true});
+      s.push_back({p + "attn_qkv.bias", {b.attn->wq->bias.val(), b.attn->wk->bias.val(), b.attn->wv->bias.val()}, false});
       linear(p + "attn_output", *b.attn->wo);
       norm(p + "ffn_norm", *b.ln2);
       linear(p + "ffn_up", *b.mlp->fc);
       linear(p + "ffn_down", *b.mlp->proj);
       continue;
     }
-    std::function<std::vector<float>(std::vector<float>)> pq, pk;
-    if (arch == "llama") {
-      const int64_t H = c.n_head, KV = c.n_kv_head;
-      pq = [H, hd](std::vector<float> w) { return interleave_rope_rows(w, H, hd, static_cast<int64_t>(w.size()) / (H * hd)); };
-      pk = [KV, hd](std::vector<float> w) { return interleave_rope_rows(w, KV, hd, static_cast<int64_t>(w.size()) / (KV * hd)); };
-    }
-    linear(p + "attn_q", *b.attn->wq, pq);
-    linear(p + "attn_k", *b.attn->wk, pk);
+    const bool llama = arch == "llama";
+    linear(p + "attn_q", *b.attn->wq, llama ? Rope::q : Rope::none);
+    linear(p + "attn_k", *b.attn->wk, llama ? Rope::k : Rope::none);
     linear(p + "attn_v", *b.attn->wv);
     linear(p + "attn_output", *b.attn->wo);
     norm(p + "ffn_norm", *b.ln2);
@@ -252,7 +247,26 @@ std::vector<Out> tensors_of(const GPT& m, const std::string& arch, const std::st
     linear(p + "ffn_down", *b.mlp->down);
   }
   norm("output_norm", *m.ln_f);
-  if (!c.tie_embeddings) mat("output.weight", {m.lm_head.val()});
+  if (!c.tie_embeddings) s.push_back({"output.weight", {m.lm_head.val()}, true});
+  return s;
+}
+
+// The rows of a slot reordered between tapelm's RoPE pairs and llama.cpp's (to_file: export).
+std::vector<float> reorder(std::vector<float> v, const Slot& s, const GPTConfig& c, bool to_file) {
+  if (s.rope == Rope::none) return v;
+  const int64_t heads = s.rope == Rope::q ? c.n_head : c.n_kv_head, hd = c.head_dim();
+  const int64_t cols = static_cast<int64_t>(v.size()) / (heads * hd);
+  return to_file ? interleave_rope_rows(v, heads, hd, cols) : split_rope_rows(v, heads, hd, cols);
+}
+
+// The tensors of the model as llama.cpp names and lays them out.
+std::vector<Out> tensors_of(const GPT& m, const std::string& arch, const std::string& dtype) {
+  std::vector<Out> out;
+  const GPTConfig c = m.config();
+  for (Slot& s : layout(m, arch)) {
+    const TensorType type = s.matrix ? matrix_type(dtype, static_cast<int64_t>(s.cols())) : T_F32;
+    out.push_back({s.name, s.ne(), type, [s, c] { return reorder(concat(s.parts), s, c, true); }});
+  }
   return out;
 }
 
@@ -323,16 +337,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out,
   std::unique_ptr<GPT> model = std::move(l.model);
   if (r.architecture == "gpt2" && !c.bias) {
     // llama.cpp's gpt2 needs every bias: a model without them is the same function with zeros.
-    GPTConfig with = c;
-    with.bias = true;
-    auto m = std::make_unique<GPT>(with);
-    const NamedParams src = model->named_parameters();
-    for (auto& [name, p] : m->named_parameters()) {
-      auto it = std::find_if(src.begin(), src.end(), [&](const auto& q) { return q.first == name; });
-      if (it != src.end()) std::memcpy(p.val().data(), it->second.val().data(), static_cast<size_t>(p.val().numel()) * 4);
-      else std::fill(p.val().data(), p.val().data() + p.val().numel(), 0.f);
-    }
-    model = std::move(m);
+    model = with_zero_biases(*model);
   }
 
   Meta m;
@@ -875,62 +880,14 @@ ImportResult import_model(const std::string& path, const std::string& out) {
     types.insert(tn.at(it->second.type));
     return values_of(g, it->second);
   };
-  auto set = [](const Tensor& t, const std::vector<float>& v) { std::memcpy(const_cast<float*>(t.data()), v.data(), v.size() * sizeof(float)); };
-  auto mat = [&](const std::string& name, const Tensor& t, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
-    std::vector<float> v = take(name, {static_cast<uint64_t>(t.shape()[1]), static_cast<uint64_t>(t.shape()[0])});
-    set(t, f ? f(std::move(v)) : v);
-  };
-  auto vec = [&](const std::string& name, const Tensor& t, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
-    std::vector<float> v = take(name, {static_cast<uint64_t>(t.numel())});
-    set(t, f ? f(std::move(v)) : v);
-  };
-  auto linear = [&](const std::string& name, const Linear& l, std::function<std::vector<float>(std::vector<float>)> f = nullptr) {
-    mat(name + ".weight", l.weight.val(), f);
-    if (l.bias.defined()) vec(name + ".bias", l.bias.val(), f);
-  };
-  auto norm = [&](const std::string& name, const Norm& n) {
-    vec(name + ".weight", n.weight.val());
-    if (n.bias.defined()) vec(name + ".bias", n.bias.val());
-  };
-  const int64_t hd = c.head_dim(), d = c.n_embd, kvd = c.n_kv_head * hd;
-  mat("token_embd.weight", model.wte->weight.val());
-  if (a == "gpt2") mat("position_embd.weight", model.wpe->weight.val());
-  for (int64_t i = 0; i < c.n_layer; i++) {
-    const Block& b = *model.blocks[i];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    norm(p + "attn_norm", *b.ln1);
-    if (a == "gpt2") {
-      const std::vector<float> w = take(p + "attn_qkv.weight", {static_cast<uint64_t>(d), static_cast<uint64_t>(d + 2 * kvd)});
-      const std::vector<float> bb = take(p + "attn_qkv.bias", {static_cast<uint64_t>(d + 2 * kvd)});
-      set(b.attn->wq->weight.val(), std::vector<float>(w.begin(), w.begin() + d * d));
-      set(b.attn->wk->weight.val(), std::vector<float>(w.begin() + d * d, w.begin() + (d + kvd) * d));
-      set(b.attn->wv->weight.val(), std::vector<float>(w.begin() + (d + kvd) * d, w.end()));
-      set(b.attn->wq->bias.val(), std::vector<float>(bb.begin(), bb.begin() + d));
-      set(b.attn->wk->bias.val(), std::vector<float>(bb.begin() + d, bb.begin() + d + kvd));
-      set(b.attn->wv->bias.val(), std::vector<float>(bb.begin() + d + kvd, bb.end()));
-      linear(p + "attn_output", *b.attn->wo);
-      norm(p + "ffn_norm", *b.ln2);
-      linear(p + "ffn_up", *b.mlp->fc);
-      linear(p + "ffn_down", *b.mlp->proj);
-      continue;
+  for (const Slot& slot : layout(model, a)) {
+    const std::vector<float> v = reorder(take(slot.name, slot.ne()), slot, c, false);
+    const float* from = v.data();
+    for (const Tensor& t : slot.parts) {
+      std::memcpy(const_cast<float*>(t.data()), from, static_cast<size_t>(t.numel()) * sizeof(float));
+      from += t.numel();
     }
-    std::function<std::vector<float>(std::vector<float>)> pq, pk;
-    if (a == "llama") {
-      const int64_t H = c.n_head, KV = c.n_kv_head;
-      pq = [H, hd](std::vector<float> w) { return split_rope_rows(w, H, hd, static_cast<int64_t>(w.size()) / (H * hd)); };
-      pk = [KV, hd](std::vector<float> w) { return split_rope_rows(w, KV, hd, static_cast<int64_t>(w.size()) / (KV * hd)); };
-    }
-    linear(p + "attn_q", *b.attn->wq, pq);
-    linear(p + "attn_k", *b.attn->wk, pk);
-    linear(p + "attn_v", *b.attn->wv);
-    linear(p + "attn_output", *b.attn->wo);
-    norm(p + "ffn_norm", *b.ln2);
-    linear(p + "ffn_gate", *b.mlp->gate);
-    linear(p + "ffn_up", *b.mlp->up);
-    linear(p + "ffn_down", *b.mlp->down);
   }
-  norm("output_norm", *model.ln_f);
-  if (!c.tie_embeddings) mat("output.weight", model.lm_head.val());
   for (const auto& [name, t] : g.tensors)
     if (!used.count(name)) g.fail("tensor " + cut_for_message(name) + " has no place in " + a + " as its metadata describes it");
   for (const std::string& t : types) r.types += (r.types.empty() ? "" : ", ") + t;

@@ -538,16 +538,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
   std::unique_ptr<GPT> model = std::move(l.model);
   if (r.architecture == "GPT2LMHeadModel" && !cfg.bias) {
     // GPT-2's layers all carry biases: a model without them is the same function with zeros.
-    GPTConfig with = cfg;
-    with.bias = true;
-    auto m = std::make_unique<GPT>(with);
-    const NamedParams src = model->named_parameters();
-    for (auto& [name, p] : m->named_parameters()) {
-      auto it = std::find_if(src.begin(), src.end(), [&](const auto& q) { return q.first == name; });
-      if (it != src.end()) std::memcpy(p.val().data(), it->second.val().data(), static_cast<size_t>(p.val().numel()) * 4);
-      else std::fill(p.val().data(), p.val().data() + p.val().numel(), 0.f);
-    }
-    model = std::move(m);
+    model = with_zero_biases(*model);
     r.note = "biases written as zeros (GPT-2's layout has them everywhere)";
   }
 
