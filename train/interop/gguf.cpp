@@ -95,19 +95,20 @@ std::vector<float> concat(const std::vector<Tensor>& parts) {
 }
 
 // llama.cpp's llama rotates pairs (2j, 2j + 1); tapelm (and HF) rotate (j, j + hd/2): within each
-// head, row j goes to 2j and row j + hd/2 to 2j + 1 (llama.cpp's convert_hf_to_gguf permute).
-std::vector<float> interleave_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols) {
+// head, row j goes to 2j and row j + hd/2 to 2j + 1 (llama.cpp's convert_hf_to_gguf permute), and
+// back when reading (to_file false).
+std::vector<float> permute_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols, bool to_file) {
   std::vector<float> out(w.size());
   for (int64_t h = 0; h < heads; h++)
     for (int64_t j = 0; j < hd / 2; j++)
       for (int64_t s = 0; s < 2; s++) {
-        const int64_t from = h * hd + s * (hd / 2) + j, to = h * hd + 2 * j + s;
+        const int64_t ours = h * hd + s * (hd / 2) + j, theirs = h * hd + 2 * j + s;
+        const int64_t from = to_file ? ours : theirs, to = to_file ? theirs : ours;
         std::memcpy(&out[to * cols], &w[from * cols], static_cast<size_t>(cols) * sizeof(float));
       }
   return out;
 }
 
-std::vector<float> split_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols);
 
 TensorType matrix_type(const std::string& dtype, int64_t row) {
   if (dtype == "f32") return T_F32;
@@ -256,7 +257,7 @@ std::vector<float> reorder(std::vector<float> v, const Slot& s, const GPTConfig&
   if (s.rope == Rope::none) return v;
   const int64_t heads = s.rope == Rope::q ? c.n_head : c.n_kv_head, hd = c.head_dim();
   const int64_t cols = static_cast<int64_t>(v.size()) / (heads * hd);
-  return to_file ? interleave_rope_rows(v, heads, hd, cols) : split_rope_rows(v, heads, hd, cols);
+  return permute_rope_rows(v, heads, hd, cols, to_file);
 }
 
 // The tensors of the model as llama.cpp names and lays them out.
@@ -652,18 +653,6 @@ std::vector<float> values_of(const Gguf& g, const TensorIn& t) {
   for (uint64_t i = 0; i < t.count; i++)
     if (!std::isfinite(v[i])) g.fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
   return v;
-}
-
-// The inverse of interleave_rope_rows.
-std::vector<float> split_rope_rows(const std::vector<float>& w, int64_t heads, int64_t hd, int64_t cols) {
-  std::vector<float> out(w.size());
-  for (int64_t h = 0; h < heads; h++)
-    for (int64_t j = 0; j < hd / 2; j++)
-      for (int64_t s = 0; s < 2; s++) {
-        const int64_t to = h * hd + s * (hd / 2) + j, from = h * hd + 2 * j + s;
-        std::memcpy(&out[to * cols], &w[from * cols], static_cast<size_t>(cols) * sizeof(float));
-      }
-  return out;
 }
 
 // ---- tokenizers from metadata ----
