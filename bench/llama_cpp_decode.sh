@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Decoding speed per KV count in llama.cpp beside tapelm, at the shape of bench/decode.sh: 6
-# layers, 8 heads, d 512, RoPE, rmsnorm, swiglu, vocabulary 512 (the tests' sentencepiece model),
+# Decoding speed per KV count in llama.cpp beside tapelm, at bench/decode.sh's shape but for the
+# SwiGLU width (1408, Llama's 8/3·d): 6 layers, 8 heads, d 512, RoPE, rmsnorm, vocabulary 512 (the tests' sentencepiece model),
 # KV heads 8, 4, 2, 1; contexts 512, 1024, 4096; batch 1; 128 timed steps after prefilling the
 # rest of the context. Weights are random (one training step from the init), converted to fewer KV
 # heads by mean pooling, exported to GGUF (f32, and q8_0 as people run llama.cpp) — speed does not
