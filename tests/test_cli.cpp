@@ -268,10 +268,12 @@ BOOST_AUTO_TEST_CASE(prepare_bpe_train_sample_and_bad_corpora) {
 BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
   TempDir d;
   const std::string text = fixture_path("tiny.txt"), ck = parity_fixture("mha.h5");
-  for (const char* f : {"f", "f.h5", "f.bin", "run/checkpoint.h5", "plot/metrics.jsonl", "sw/sweep.json"}) {
+  for (const char* f : {"f", "f.h5", "f.bin", "run/checkpoint.h5", "plot/metrics.jsonl", "sw/sweep.json", "tok/tokenizer_config.json"}) {
     fs::create_directories(fs::path(d / f).parent_path());
     BOOST_TEST_REQUIRE(::mkfifo((d / f).c_str(), 0600) == 0, f);
   }
+  // a tokenizer.json whose tokenizer_config.json beside it is a FIFO
+  fs::copy_file(fixture_path("gguf/qwen2mini/tokenizer.json"), d / "tok/tokenizer.json");
   const std::string bin = std::string(TAPELM_BINARY) + " ";
   const std::vector<std::string> cmds = {
       bin + "inspect " + (d / "f"),
@@ -288,7 +290,10 @@ BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
       bin + "bench --config " + (d / "f"),
       bin + "train --resume --data " + text + " --out " + (d / "run"),
       bin + "plot " + (d / "plot"),
-      bin + "sweep --preset micro --methods mean --data " + text + " --out " + (d / "sw")};
+      bin + "sweep --preset micro --methods mean --data " + text + " --out " + (d / "sw"),
+      bin + "import --format gguf --model " + (d / "f") + " --out " + (d / "g.h5"),
+      bin + "prepare --text " + text + " --tokenizer-model " + (d / "f") + " --out " + (d / "p1"),
+      bin + "prepare --text " + text + " --tokenizer-model " + (d / "tok/tokenizer.json") + " --out " + (d / "p2")};
   const std::vector<Run> runs = run_shell_batch(cmds, 2, 20);
   for (size_t i = 0; i < cmds.size(); i++) {
     BOOST_TEST(runs[i].code == 1, cmds[i] << ": exit " << runs[i].code << " (124: it hung)");
@@ -297,6 +302,9 @@ BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
   }
   BOOST_TEST(!fs::exists(d / "c.h5"));
   BOOST_TEST(!fs::exists(d / "m.bin"));
+  BOOST_TEST(!fs::exists(d / "g.h5"));
+  BOOST_TEST((!fs::exists(d / "p1") || fs::is_empty(d / "p1")));
+  BOOST_TEST((!fs::exists(d / "p2") || fs::is_empty(d / "p2")));
 }
 
 // An output that is its own input is refused before anything is read: convert --out equal to
