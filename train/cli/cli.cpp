@@ -722,11 +722,14 @@ void import_flags(CLI::App& c, ImportArgs& a) {
 
 int run_import(const ImportArgs& a) {
   refuse_same_file(a.model, "--model", a.out, "--out");
-  if (a.format == "gguf") {
+  if (a.format != "llama2c") {  // hf and gguf carry their tokenizer with them
     if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
-      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: a GGUF file's tokenizer is read from it");
+      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: " +
+                                        std::string(a.format == "hf" ? "an HF directory's" : "a GGUF file's") + " tokenizer is read from it");
     if (std::filesystem::exists(a.out) && std::filesystem::is_directory(a.out))
       throw Error(ErrorKind::usage, "--out " + a.out + " is a directory; the checkpoint is one HDF5 file");
+  }
+  if (a.format == "gguf") {
     const gguf::ImportResult r = gguf::import_model(a.model, a.out);
     std::printf("imported %s (GGUF, %s, %s%s) with %s to %s\n", a.model.c_str(), r.architecture.c_str(), r.types.c_str(),
                 r.dequantized ? ", Q8_0 dequantized to float32" : "",
@@ -734,10 +737,6 @@ int run_import(const ImportArgs& a) {
     return 0;
   }
   if (a.format == "hf") {
-    if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
-      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: an HF directory's tokenizer is read from it");
-    if (std::filesystem::exists(a.out) && std::filesystem::is_directory(a.out))
-      throw Error(ErrorKind::usage, "--out " + a.out + " is a directory; the checkpoint is one HDF5 file");
     const hf::ImportResult r = hf::import_model(a.model, a.out);
     const GPTConfig& c = r.hf.config;
     std::printf("imported %s (%s: %ld layers, d %ld, %ld heads, %ld kv heads, vocab %ld; %s in %zu file%s)%s to %s\n",
