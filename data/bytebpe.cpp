@@ -71,7 +71,7 @@ struct Step {
   StepKind kind;
   std::shared_ptr<Regex> re;      // split; bytelevel with use_regex (GPT-2's pattern)
   bool add_prefix_space = false;  // bytelevel
-  std::string source;             // what the file said, for naming the pre-tokenizer (llama_cpp_pre)
+  std::string source;             // what the file said, for describing the pre-tokenizer
 };
 
 struct Added {
@@ -88,7 +88,7 @@ struct ByteBpeModel {
   std::string serialized;
   std::vector<std::string> pieces;  // id -> the vocabulary's spelling
   std::vector<std::string> bytes;   // id -> what it decodes to
-  std::vector<uint8_t> special;
+  std::vector<uint8_t> added_kind;  // id -> 0 vocabulary token, 1 added token, 2 added special token
   std::unordered_map<std::string, int32_t> vocab;  // spelling -> id (ignore_merges' whole-word look-up)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left << 32 | right) -> (rank, merged id)
   std::vector<std::pair<int32_t, int32_t>> merge_list;                // (left, right) by rank
@@ -262,8 +262,8 @@ void parse_model(const Parser& p, const json& mo, ByteBpeModel& m) {
     if (ia == m.vocab.end() || ib == m.vocab.end() || iab == m.vocab.end())
       p.fail(field, "(" + p.cut(e) + ") names a token not in model.vocab");
     const uint64_t key = uint64_t(uint32_t(ia->second)) << 32 | uint32_t(ib->second);
-    m.merges[key] = {static_cast<int32_t>(r), iab->second};
-    m.merge_list.emplace_back(ia->second, ib->second);  // a repeated pair: the later rank, as Hugging Face's map keeps
+    m.merges[key] = {static_cast<int32_t>(r), iab->second};  // a repeated pair: the later rank, as Hugging Face's map keeps
+    m.merge_list.emplace_back(ia->second, ib->second);
   }
 }
 
@@ -287,8 +287,8 @@ void parse_added(const Parser& p, const json& list, ByteBpeModel& m) {
     if (!m.pieces[id].empty() && m.pieces[id] != content)
       p.fail(field + ".id", "is " + std::to_string(id) + ", already the id of " + json(m.pieces[id]).dump());
     m.pieces[id] = content;
-    if (m.special.size() < m.pieces.size()) m.special.resize(m.pieces.size(), 0);
-    m.special[id] = p.flag(a, "special", field, false);
+    if (m.added_kind.size() < m.pieces.size()) m.added_kind.resize(m.pieces.size(), 0);
+    m.added_kind[id] = p.flag(a, "special", field, false) ? 2 : 1;
     for (const Added& o : m.added)
       if (o.content == content) p.fail(field + ".content", "repeats " + json(content).dump());
     m.added.push_back({content, id});
@@ -325,12 +325,9 @@ int32_t resolve(const Parser& p, const ByteBpeModel& m, const std::string& token
 void build(ByteBpeModel& m, const json& j, const std::string& what, const std::string& bos, const std::string& eos) {
   const Parser p{what};
   if (!j.is_object()) p.fail("the file", "is not a JSON object");
-  if (auto tr = j.find("truncation"); tr != j.end() && !tr->is_null()) {
-    // truncation and padding are batch settings for encode_batch; they do not change ids
-  }
   parse_model(p, p.member(j, "model", "tokenizer"), m);
   parse_added(p, j.contains("added_tokens") ? j["added_tokens"] : json(nullptr), m);
-  m.special.resize(m.pieces.size(), 0);
+  m.added_kind.resize(m.pieces.size(), 0);
   for (size_t id = 0; id < m.pieces.size(); id++)
     if (m.pieces[id].empty()) p.fail("the vocabulary", "has no token with id " + std::to_string(id) + " (ids must be dense)");
   parse_normalizer(p, j.contains("normalizer") ? j["normalizer"] : json(nullptr), "normalizer", m);
@@ -399,6 +396,12 @@ void split_isolated(const Regex& re, std::string_view text, std::vector<std::str
   if (last < text.size()) out.push_back(text.substr(last));
 }
 
+// The merge of the adjacent pair (left, right) as (rank, merged id), or null.
+const std::pair<int32_t, int32_t>* merge_of(const ByteBpeModel& m, int32_t left, int32_t right) {
+  auto it = m.merges.find(uint64_t(uint32_t(left)) << 32 | uint32_t(right));
+  return it == m.merges.end() ? nullptr : &it->second;
+}
+
 struct Hash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -422,9 +425,9 @@ void merge_small(const ByteBpeModel& m, std::vector<int32_t>& syms) {
       ranks[i] = INT_MAX;
       return;
     }
-    auto it = m.merges.find(uint64_t(uint32_t(syms[i])) << 32 | uint32_t(syms[i + 1]));
-    ranks[i] = it == m.merges.end() ? INT_MAX : it->second.first;
-    merged[i] = it == m.merges.end() ? -1 : it->second.second;
+    const auto* mg = merge_of(m, syms[i], syms[i + 1]);
+    ranks[i] = mg ? mg->first : INT_MAX;
+    merged[i] = mg ? mg->second : -1;
   };
   for (size_t i = 0; i < syms.size(); i++) look(i);
   while (syms.size() > 1) {
@@ -451,16 +454,15 @@ void merge_large(const ByteBpeModel& m, std::vector<int32_t>& syms) {
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
   auto push = [&](int i) {
     if (i < 0 || next[i] < 0) return;
-    auto it = m.merges.find(uint64_t(uint32_t(syms[i])) << 32 | uint32_t(syms[next[i]]));
-    if (it != m.merges.end()) heap.emplace(it->second.first, i, it->second.second);
+    if (const auto* mg = merge_of(m, syms[i], syms[next[i]])) heap.emplace(mg->first, i, mg->second);
   };
   for (int i = 0; i < n; i++) push(i);
   while (!heap.empty()) {
     const auto [rank, i, id] = heap.top();
     heap.pop();
     if (!alive[i] || next[i] < 0) continue;
-    auto it = m.merges.find(uint64_t(uint32_t(syms[i])) << 32 | uint32_t(syms[next[i]]));
-    if (it == m.merges.end() || it->second.second != id) continue;
+    const auto* mg = merge_of(m, syms[i], syms[next[i]]);
+    if (!mg || mg->second != id) continue;
     const int j = next[i];
     syms[i] = id;
     alive[j] = 0;
@@ -615,28 +617,33 @@ json gpt2_tokenizer(const std::string& vocab_json, const std::string& merges_txt
     added.push_back({{"id", *it}, {"content", "<|endoftext|>"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                      {"normalized", true}, {"special", true}});
   json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  json t = {{"version", "1.0"},
-            {"truncation", nullptr},
-            {"padding", nullptr},
-            {"added_tokens", added},
-            {"normalizer", nullptr},
-            {"pre_tokenizer", bl},
-            {"post_processor", bl},
-            {"decoder", bl},
-            {"model",
-             {{"type", "BPE"},
-              {"dropout", nullptr},
-              {"unk_token", nullptr},
-              {"continuing_subword_prefix", ""},
-              {"end_of_word_suffix", ""},
-              {"fuse_unk", false},
-              {"byte_fallback", false},
-              {"vocab", vocab},
-              {"merges", merges}}}};
-  return t;
+  return ByteBpe::assemble(std::move(vocab), std::move(merges), std::move(added), bl, false, false);
 }
 
 }  // namespace
+
+json ByteBpe::assemble(json vocab, json merges, json added_tokens, json pre_tokenizer, bool nfc, bool ignore_merges) {
+  const json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", std::move(added_tokens)},
+          {"normalizer", nfc ? json{{"type", "NFC"}} : json(nullptr)},
+          {"pre_tokenizer", std::move(pre_tokenizer)},
+          {"post_processor", bl},
+          {"decoder", bl},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", ""},
+            {"end_of_word_suffix", ""},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", ignore_merges},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)}}}};
+}
 
 std::string ByteBpe::gpt2_tokenizer_json(const std::string& vocab_json, const std::string& merges_txt,
                                          const std::string& vocab_what, const std::string& merges_what) {
@@ -675,15 +682,13 @@ std::vector<int32_t> ByteBpe::encode(const std::string& utf8) const {
   return out;
 }
 
-std::string ByteBpe::token_bytes(int32_t id) const { return m_->bytes.at(static_cast<size_t>(id)); }
+const std::string& ByteBpe::token_bytes(int32_t id) const { return m_->bytes.at(static_cast<size_t>(id)); }
 int32_t ByteBpe::vocab_size() const { return static_cast<int32_t>(m_->pieces.size()); }
 int32_t ByteBpe::bos_id() const { return m_->bos; }
 int32_t ByteBpe::eos_id() const { return m_->eos; }
 const std::string& ByteBpe::piece(int32_t id) const { return m_->pieces.at(static_cast<size_t>(id)); }
-bool ByteBpe::is_special(int32_t id) const { return m_->special.at(static_cast<size_t>(id)) != 0; }
-bool ByteBpe::is_added(int32_t id) const {
-  return std::any_of(m_->added.begin(), m_->added.end(), [id](const Added& a) { return a.id == id; });
-}
+bool ByteBpe::is_special(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) == 2; }
+bool ByteBpe::is_added(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) != 0; }
 const std::string& ByteBpe::serialized() const { return m_->serialized; }
 std::vector<std::string> ByteBpe::merges() const {
   std::vector<std::string> out;
@@ -692,26 +697,18 @@ std::vector<std::string> ByteBpe::merges() const {
   return out;
 }
 
-bool ByteBpe::ignores_merges() const { return m_->ignore_merges; }
-bool ByteBpe::normalizes_nfc() const { return m_->nfc; }
-
 std::string ByteBpe::pre_tokenizer() const {
   std::string out;
   for (const Step& s : m_->steps) out += (out.empty() ? "" : " | ") + s.source;
   return out;
 }
 
-std::string ByteBpe::llama_cpp_pre() const {
-  // llama.cpp names a pre-tokenizer instead of reading its regex: the patterns of the models it
-  // knows (llama-vocab.cpp), as their tokenizer.json files spell them.
-  static const std::string llama3 = R"(Split Regex (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ | ByteLevel)";
-  static const std::string qwen2 = R"(Split Regex (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ | ByteLevel)";
-  const std::string pre = pre_tokenizer();
-  if (pre == "ByteLevel use_regex") return "gpt-2";
-  if (pre == llama3) return "llama-bpe";
-  if (pre == qwen2) return "qwen2";
-  if (pre == "Digits individual | ByteLevel use_regex") return "smollm";
-  return "";
+std::string ByteBpe::describe_pre_tokenizer(const nlohmann::json& pre_tokenizer) {
+  ByteBpeModel m;
+  parse_pre_tokenizer(Parser{"pre-tokenizer"}, pre_tokenizer, "pre_tokenizer", m);
+  std::string out;
+  for (const Step& s : m.steps) out += (out.empty() ? "" : " | ") + s.source;
+  return out;
 }
 
 std::string ByteBpe::tokenizer_json() const { return json::parse(m_->serialized)["tokenizer"].dump(); }

@@ -37,7 +37,7 @@ class ByteBpe {
   /// text become their ids, as in Hugging Face's encode.
   std::vector<int32_t> encode(const std::string& utf8) const;
   /// The bytes one id stands for (added tokens: their text), before any UTF-8 repair.
-  std::string token_bytes(int32_t id) const;
+  const std::string& token_bytes(int32_t id) const;
   /// Number of ids (vocabulary and added tokens; dense).
   int32_t vocab_size() const;
   int32_t bos_id() const;
@@ -50,15 +50,15 @@ class ByteBpe {
   bool is_added(int32_t id) const;
   /// The merges by rank, "left right" as tokenizer.json spells them.
   std::vector<std::string> merges() const;
-  /// The model's ignore_merges flag (Llama 3).
-  bool ignores_merges() const;
-  /// True when the file asks for NFC.
-  bool normalizes_nfc() const;
   /// The pre-tokenizer steps as the file gives them, e.g. "Digits individual | ByteLevel use_regex".
   std::string pre_tokenizer() const;
-  /// llama.cpp's name for this pre-tokenizer ("gpt-2", "llama-bpe", "qwen2", "smollm"), or "" when
-  /// it has none: llama.cpp names a pre-tokenizer instead of reading its regex.
-  std::string llama_cpp_pre() const;
+  /// What pre_tokenizer() says of a tokenizer.json's "pre_tokenizer" value; malformed -> data Error.
+  static std::string describe_pre_tokenizer(const nlohmann::json& pre_tokenizer);
+  /// A byte-level BPE tokenizer.json from its parts, as Hugging Face's converters write one: the
+  /// vocabulary {token: id}, the merges ["left right", ...] by rank, the added tokens, the
+  /// pre-tokenizer, and whether it normalizes to NFC and ignores merges for whole-token words.
+  static nlohmann::json assemble(nlohmann::json vocab, nlohmann::json merges, nlohmann::json added_tokens,
+                                 nlohmann::json pre_tokenizer, bool nfc, bool ignore_merges);
   /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
   const std::string& serialized() const;
   /// The tokenizer.json itself, for export.

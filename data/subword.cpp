@@ -212,9 +212,7 @@ bool Tokenizer::is_byte(int32_t id) const { return sp_ && id >= 0 && id < vocab_
 Tokenizer::PieceKind Tokenizer::piece_kind(int32_t id) const {
   piece(id);  // range check
   if (bb_) {
-    bool added = false;
-    for (int32_t i : {bb_->bos_id(), bb_->eos_id()}) added = added || i == id;
-    if (bb_->is_special(id) || added) return PieceKind::control;
+    if (bb_->is_special(id) || id == bb_->bos_id() || id == bb_->eos_id()) return PieceKind::control;
     return bb_->is_added(id) ? PieceKind::user_defined : PieceKind::normal;
   }
   if (!sp_) return PieceKind::normal;

@@ -133,6 +133,40 @@ std::string arch_of(const GPTConfig& c, const std::string& what) {
                    "\" match no llama.cpp architecture tapelm writes (llama/qwen2: rmsnorm, swiglu, rope; gpt2: layernorm, gelu_tanh, learned)");
 }
 
+// The pre-tokenizers llama.cpp knows by name (it picks its regex by the name, never reads one), as
+// the models' own tokenizer.json files give them, with what else those files set: Llama 3 ignores
+// merges for whole-token words, Qwen2 normalizes to NFC. The first name is the one written.
+struct KnownPre {
+  std::vector<std::string> names;
+  nlohmann::json pre;
+  bool nfc = false, ignore_merges = false;
+};
+
+const std::vector<KnownPre>& known_pres() {
+  using json = nlohmann::json;
+  static const std::vector<KnownPre> table = [] {
+    auto bl = [](bool regex) { return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", regex}}; };
+    auto split = [&](const std::string& digits) {
+      const std::string pattern = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|)" + digits +
+                                  R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+      return json{{"type", "Sequence"},
+                  {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}}, bl(false)}}};
+    };
+    return std::vector<KnownPre>{
+        {{"gpt-2", "default"}, bl(true)},
+        {{"llama-bpe", "llama3", "llama-v3"}, split(R"(\p{N}{1,3})"), false, true},
+        {{"qwen2"}, split(R"(\p{N})"), true, false},
+        {{"smollm"}, {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl(true)}}}}};
+  }();
+  return table;
+}
+
+const KnownPre* known_pre(const std::string& name) {
+  for (const KnownPre& k : known_pres())
+    if (std::find(k.names.begin(), k.names.end(), name) != k.names.end()) return &k;
+  return nullptr;
+}
+
 void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, ExportResult& r) {
   const int32_t V = tok.vocab_size();
   std::vector<std::string> tokens(V);
@@ -155,7 +189,9 @@ void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, Expo
     m.flag("tokenizer.ggml.add_space_prefix", tok.adds_dummy_prefix());
   } else if (const ByteBpe* b = tok.byte_bpe()) {
     r.tokenizer = "gpt2";
-    const std::string pre = b->llama_cpp_pre();
+    std::string pre;
+    for (const KnownPre& k : known_pres())
+      if (pre.empty() && ByteBpe::describe_pre_tokenizer(k.pre) == b->pre_tokenizer()) pre = k.names[0];
     if (pre.empty())
       refuse(what, "the byte-level BPE pre-tokenizer \"" + cut_for_message(b->pre_tokenizer(), 120) +
                        "\" has no llama.cpp name (it knows GPT-2's, Llama 3's, Qwen2's and SmolLM's)");
@@ -732,30 +768,6 @@ Tokenizer spm_tokenizer(const Gguf& g) {
   }
 }
 
-// The pre-tokenizers llama.cpp names, as their tokenizer.json files give them.
-nlohmann::json pre_tokenizer_for(const Gguf& g, const std::string& pre, bool& ignore_merges, bool& nfc) {
-  using json = nlohmann::json;
-  auto bl = [](bool regex) { return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", regex}}; };
-  auto split = [](const std::string& pattern) {
-    return json{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}};
-  };
-  const std::string head = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|)";
-  const std::string tail = R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  ignore_merges = false, nfc = false;
-  if (pre == "gpt-2" || pre == "default") return bl(true);
-  if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
-    ignore_merges = true;
-    return {{"type", "Sequence"}, {"pretokenizers", {split(head + R"(\p{N}{1,3})" + tail), bl(false)}}};
-  }
-  if (pre == "qwen2") {
-    nfc = true;
-    return {{"type", "Sequence"}, {"pretokenizers", {split(head + R"(\p{N})" + tail), bl(false)}}};
-  }
-  if (pre == "smollm")
-    return {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl(true)}}};
-  g.fail("tokenizer.ggml.pre \"" + cut_for_message(pre) + "\": tapelm knows gpt-2, llama-bpe, qwen2 and smollm");
-}
-
 // llama.cpp's "gpt2" vocabulary as a byte-level BPE tokenizer.json.
 Tokenizer bpe_tokenizer(const Gguf& g) {
   using json = nlohmann::json;
@@ -771,21 +783,14 @@ Tokenizer bpe_tokenizer(const Gguf& g) {
     if (vocab.contains(tokens[i])) g.fail("tokenizer.ggml.tokens[" + std::to_string(i) + "] repeats an earlier token");
     vocab[tokens[i]] = i;
     const double t = types[i];
-    if ((t == 3 || t == 4) && i != bos && i != eos)
+    if (t == 3 || t == 4)  // control and user-defined tokens: added tokens, special when control or BOS/EOS
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                       {"normalized", false}, {"special", t == 3}});
-    else if ((i == bos || i == eos) && (t == 3 || t == 4))
-      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                       {"normalized", false}, {"special", true}});
+                       {"normalized", false}, {"special", t == 3 || i == bos || i == eos}});
   }
-  bool ignore_merges, nfc;
-  const json pre = pre_tokenizer_for(g, g.string("tokenizer.ggml.pre", false).empty() ? "default" : g.string("tokenizer.ggml.pre"), ignore_merges, nfc);
-  const json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  json t = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-            {"normalizer", nfc ? json{{"type", "NFC"}} : json(nullptr)}, {"pre_tokenizer", pre}, {"post_processor", bl}, {"decoder", bl},
-            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", ""},
-                       {"end_of_word_suffix", ""}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", ignore_merges},
-                       {"vocab", vocab}, {"merges", merges}}}};
+  const std::string name = g.string("tokenizer.ggml.pre", false).empty() ? "default" : g.string("tokenizer.ggml.pre");
+  const KnownPre* k = known_pre(name);
+  if (!k) g.fail("tokenizer.ggml.pre \"" + cut_for_message(name) + "\": tapelm knows gpt-2, llama-bpe, qwen2 and smollm");
+  json t = ByteBpe::assemble(std::move(vocab), merges, std::move(added), k->pre, k->nfc, k->ignore_merges);
   return Tokenizer::from_byte_bpe(ByteBpe::from_parsed(std::move(t), "GGUF file " + g.path + ": its gpt2 vocabulary",
                                                        bos >= 0 ? tokens[bos] : "", eos >= 0 ? tokens[eos] : ""));
 }
