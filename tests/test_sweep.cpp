@@ -44,6 +44,7 @@ SweepPreset hand_preset() {
 /// beats both; seed s adds 0.01·(s−1).
 double hand_loss(const Cell& c) {
   if (c.kind == CellKind::pretrain) return 3.0;
+  if (c.kind == CellKind::smaller) return 3.2;
   if (c.kind == CellKind::scratch) return c.kv == 2 ? 3.15 : 3.4;
   static const std::map<std::pair<int64_t, std::string>, std::vector<double>> by_alpha = {
       {{4, "mean"}, {3.0, 2.9, 2.85}},  {{2, "mean"}, {3.2, 3.1, 3.05}},  {{2, "first"}, {3.4, 3.3, 3.2}},
@@ -54,8 +55,10 @@ double hand_loss(const Cell& c) {
 }
 
 /// Every cell of the micro plan with hand_loss and, per KV, hand-picked costs and decoding times.
-/// (Decoding at batch 4: median and interquartile range of ms per sample over 5 runs; MQA's as given.)
-std::vector<CellResult> hand_results(const SweepPlan& plan, DecodeTime mqa_b4 = {1.25, 5.0, 4.8, 5.2, 5}) {
+/// (Decoding at batch 4: median and interquartile range of ms per sample over 5 runs; MQA's and the
+/// smaller MHA model's as given.)
+std::vector<CellResult> hand_results(const SweepPlan& plan, DecodeTime mqa_b4 = {1.25, 5.0, 4.8, 5.2, 5},
+                                     DecodeTime smaller_b4 = {1.5, 6.0, 5.7, 6.3, 5}) {
   const std::map<int64_t, int64_t> params = {{4, 3872}, {2, 3616}, {1, 3488}}, cache = {{4, 128}, {2, 64}, {1, 32}};
   const std::map<int64_t, DecodeTimes> decode = {{4, {{1, {1.5, 24.0}}, {4, {2.5, 10.0, 9.5, 10.5, 5}}}},
                                                  {2, {{1, {1.25, 20.0}}, {4, {1.625, 6.5, 6.2, 6.8, 5}}}},
@@ -70,6 +73,11 @@ std::vector<CellResult> hand_results(const SweepPlan& plan, DecodeTime mqa_b4 = 
     r.params = params.at(c.kv);
     r.kv_cache_bytes_per_token = cache.at(c.kv);
     r.decode = decode.at(c.kv);
+    if (c.kind == CellKind::smaller) {
+      r.params = 1100;
+      r.kv_cache_bytes_per_token = 64;
+      r.decode = {{1, {1.25, 15.0}}, {4, smaller_b4}};
+    }
     if (c.kind == CellKind::convert) r.convert_seconds = c.method_name() == "fit" ? 0.25 : 0.002;
     rs.push_back(r);
   }
@@ -94,8 +102,31 @@ BOOST_AUTO_TEST_CASE(kv_heads_halve_down_to_one) {
 BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   const SweepPlan micro(sweep_preset("micro"));
   // pretrain + KV 4 (mean only: 3 α, 3 seeds of the headline α) + KV {2, 1} × (mean's 5 cells + 6
-  // more methods at α = 0 and the headline α with 3 seeds) + from scratch KV 2 and 1
-  BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 6 * 4) + 2);
+  // more methods at α = 0 and the headline α with 3 seeds) + from scratch KV 2 and 1 + the smaller MHA
+  BOOST_TEST(micro.cells.size() == 1u + 5 + 2 * (5 + 6 * 4) + 2 + 1);
+  BOOST_TEST(micro.cells.back().id() == "pretrain_mha_smaller");
+  BOOST_TEST((micro.smaller() == Cell{CellKind::smaller, 4, {}, 0, 1, 20}));
+  BOOST_TEST(micro.smaller().method_name() == "smaller");
+  BOOST_TEST((parse_cell_kind("smaller") == CellKind::smaller));
+  // the smaller model: half the width (and MLP) of the study's, the same depth, heads and recipe
+  const TrainConfig st = micro.train_config_for(micro.smaller());
+  BOOST_TEST(st.model.n_embd == 8);
+  BOOST_TEST(st.model.mlp_hidden == 32);
+  BOOST_TEST(st.model.n_head == 4);
+  BOOST_TEST(st.model.n_kv_head == 4);
+  BOOST_TEST(st.model.n_layer == 1);
+  BOOST_TEST(st.max_iters == 20);
+  BOOST_TEST(st.seed == micro.train_config_for(micro.pretrain()).seed);
+  BOOST_TEST(micro.model_for(micro.pretrain()).n_embd == 16);
+  {  // a width the halving cannot split into whole heads is refused, as is --from with a smaller model
+    SweepPreset odd = sweep_preset("micro");
+    odd.pretrain.model.n_embd = 12;  // 6 over 4 heads
+    expect_throw([&] { SweepPlan x(odd); }, ErrorKind::usage, {"halves n_embd 12"});
+    SweepPreset rope = sweep_preset("micro");
+    rope.pretrain.model.pos = PosKind::Rope;
+    rope.pretrain.model.n_embd = 24;  // 12 over 4 heads: 3, odd for RoPE's pairs
+    expect_throw([&] { SweepPlan x(rope); }, ErrorKind::usage, {"even"});
+  }
   std::vector<std::string> names;
   for (const Variant& v : micro.variants) names.push_back(v.name());
   BOOST_TEST(names == method_names(), tt::per_element());
@@ -125,7 +156,11 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
   BOOST_TEST(micro.kv_name(1) == "MQA");
   // eight query heads: KV 8, 4, 2, 1
   const SweepPlan small(sweep_preset("small"));
-  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 29 + 3);
+  BOOST_TEST(small.cells.size() == 1u + 5 + 3 * 29 + 3 + 1);
+  // about a quarter of the parameters (d 256 → 128), as the frontier across sizes asks
+  BOOST_TEST(small.model_for(small.smaller()).n_embd == 128);
+  BOOST_TEST(small.preset.decode_batches.back() == 16);  // the serving batch
+  BOOST_TEST(!sweep_preset("tiny").smaller);
   BOOST_CHECK_EXCEPTION(sweep_preset("huge"), Error, test::is_kind(ErrorKind::usage));
   // groupings: every method but random once more with similar groups, named method+grouping
   SweepPreset p = sweep_preset("micro");
@@ -203,6 +238,24 @@ BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
   BOOST_TEST(decode_times_to_json(d) == nlohmann::json::parse(R"({"decode_ms_per_token_step_b1": 0.5,
     "decode_ms_per_sample_b1": 7.5, "decode_ms_per_token_step_b32": 2.0, "decode_ms_per_sample_b32": 0.9375})"));
   BOOST_TEST(decode_times_from_json(decode_times_to_json(d)).at(32).ms_per_sample == 0.9375);
+  // a RoPE study's cells also hold the long context's times, under keys of their own that the
+  // trained context's reader does not take for its own (decode_long_ms_per_sample_b4 is not b4's)
+  nlohmann::json rope = converted;
+  rope.update(nlohmann::json::parse(R"({"decode_long_context": 64, "decode_long_ms_per_token_step_b4": 3.5,
+    "decode_long_ms_per_sample_b4": 40.25, "decode_long_ms_per_sample_q1_b4": 39.0, "decode_long_ms_per_sample_q3_b4": 41.5,
+    "decode_long_runs_b4": 3})"));
+  const CellResult rr = CellResult::from_json(rope);
+  BOOST_TEST(rr.to_json() == rope, rr.to_json().dump(1));
+  BOOST_TEST(rr.decode_long_context == 64);
+  BOOST_TEST(rr.decode_long.at(4).ms_per_sample == 40.25);
+  BOOST_TEST(rr.decode_long.at(4).sample_q3 == 41.5);
+  BOOST_TEST(rr.decode.at(4).ms_per_sample == 114.001091);
+  BOOST_TEST(rr.decode.size() == 2u);
+  // keys that only begin like a batch's are not read as one
+  const DecodeTimes odd = decode_times_from_json(nlohmann::json::parse(R"({"decode_ms_per_sample_b4x": 1.0,
+    "decode_ms_per_sample_b": 2.0, "decode_ms_per_sample_b16": 3.0})"));
+  BOOST_TEST(odd.size() == 1u);
+  BOOST_TEST(odd.at(16).ms_per_sample == 3.0);
 }
 
 // ---- the report -----------------------------------------------------------------------------------
@@ -269,6 +322,7 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
            "| MQA | 1 | 3.3100 ± 0.0100 (n=3) | 27.385 | 16.0 | 5.00 | 32 | 3488 |",
            "| GQA-2 from scratch (21 steps) | 2 | 3.1500 | 23.336 | 20.0 | 6.50 | 64 | 3616 |",
            "| MQA from scratch (21 steps) | 1 | 3.4000 | 29.964 | 16.0 | 5.00 | 32 | 3488 |",
+           "| smaller MHA (d 8, pretrained, 20 steps) | 4 | 3.2000 | 24.533 | 15.0 | 6.00 | 64 | 1100 |",
            "| method | grouping | GQA-2 | MQA |",
            "| mean | contiguous | 3.1100 ± 0.0100 (n=3) (3.2000) | 3.3100 ± 0.0100 (n=3) (3.5000) |",
            "| first | contiguous | 3.3100 ± 0.0100 (n=3) (3.4000) | 3.2100 ± 0.0100 (n=3) (3.3000) |",
@@ -298,7 +352,11 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
            "- After uptraining, GQA-2 sits between MQA and MHA in quality (Table 1): **yes** (MHA 2.9100, GQA-2 3.1100, "
            "MQA 3.3100)",
            "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): **yes** (ms per sample, median "
-           "[interquartile range]: MHA 10.00 [9.50–10.50], GQA-2 6.50 [6.20–6.80], MQA 5.00 [4.80–5.20])"})
+           "[interquartile range]: MHA 10.00 [9.50–10.50], GQA-2 6.50 [6.20–6.80], MQA 5.00 [4.80–5.20])",
+           // GQA-2's range 6.20–6.80 overlaps the smaller model's 5.70–6.30; MQA's 4.80–5.20 is below it
+           "- A converted model beats the smaller MHA model at equal or lower decoding time (batch 4; the frontier across "
+           "sizes, Table 1): **yes**, GQA-2, MQA (smaller MHA 3.2000 at 6.00 [5.70–6.30] ms per sample; GQA-2 (fit) 3.0600 "
+           "at 6.50 [6.20–6.80]: better, as fast within the spread; MQA (fit) 3.1600 at 5.00 [4.80–5.20]: better, faster)"})
     BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
   const std::string finding = "- Decoding time per sample falls as KV heads are removed (batch 4, Fig. 6): ";
   auto decode_line = [&](const DecodeTime& mqa) {
@@ -317,6 +375,57 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
   // a cell file from before ranges were kept: medians compared, and said so
   BOOST_TEST(decode_line({1.25, 6.7}).ends_with("; medians only, no ranges recorded)"));
   BOOST_TEST(decode_line({1.25, 6.7}).starts_with("**no** ("));
+  BOOST_TEST(decode_line({1.25, 6.5}).starts_with("**yes** ("));  // a tie of medians is not slower
+  // the frontier: a smaller model faster than every converted one (4.0 [3.9–4.1]) leaves none that
+  // beats it at equal or lower time; a better smaller model (its loss under theirs) neither
+  const std::string frontier = "- A converted model beats the smaller MHA model at equal or lower decoding time (batch 4; the "
+                               "frontier across sizes, Table 1): ";
+  auto frontier_line = [&](const DecodeTime& smaller, double smaller_loss) {
+    std::vector<CellResult> rs = hand_results(plan, {1.25, 5.0, 4.8, 5.2, 5}, smaller);
+    for (CellResult& r : rs)
+      if (r.cell.kind == CellKind::smaller) r.val_loss = smaller_loss;
+    std::ostringstream o;
+    write_report_md(o, plan, rs, ctx);
+    const std::string s = o.str();
+    const size_t at = s.find(frontier);
+    return at == std::string::npos ? std::string() : s.substr(at + frontier.size(), s.find('\n', at) - at - frontier.size());
+  };
+  BOOST_TEST(frontier_line({1.5, 4.0, 3.9, 4.1, 5}, 3.2) ==
+             "**no** (smaller MHA 3.2000 at 4.00 [3.90–4.10] ms per sample; GQA-2 (fit) 3.0600 at 6.50 [6.20–6.80]: "
+             "better, slower; MQA (fit) 3.1600 at 5.00 [4.80–5.20]: better, slower)");
+  BOOST_TEST(frontier_line({1.5, 6.0, 5.7, 6.3, 5}, 3.0).starts_with("**no** (smaller MHA 3.0000"));
+  BOOST_TEST(frontier_line({1.5, 6.0, 5.7, 6.3, 5}, 3.1).starts_with("**yes**, GQA-2 (smaller MHA 3.1000"));
+}
+
+// A RoPE model's study also times decoding at 4·T: a column of Table 1, a column of results.csv and
+// a finding of its own.
+BOOST_AUTO_TEST_CASE(a_rope_study_reports_the_long_context) {
+  SweepPreset p = hand_preset();
+  p.pretrain.model.pos = PosKind::Rope;
+  const SweepPlan plan(p);
+  std::vector<CellResult> rs = hand_results(plan);
+  for (CellResult& r : rs) {
+    r.decode_long_context = 64;
+    const double ms = r.cell.kind == CellKind::smaller ? 20.0 : 40.0 / static_cast<double>(5 - r.cell.kv);  // 40, 20, 10
+    r.decode_long = {{4, {1.0, ms, ms - 0.5, ms + 0.5, 3}}};
+  }
+  std::ostringstream out;
+  write_report_md(out, plan, rs, {"tiny.txt", 900, 100, "2024-01-02"});
+  const std::string md = out.str();
+  for (const char* line : {
+           "| model | KV heads | val loss | perplexity | decode ms/sample (batch 1) | decode ms/sample (batch 4) | decode "
+           "ms/sample (batch 4, context 64) | KV cache bytes/token | params |",
+           "| MHA (pretrained, α = 0) | 4 | 3.0000 | 20.086 | 24.0 | 10.00 | 40.00 | 128 | 3872 |",
+           "| smaller MHA (d 8, pretrained, 20 steps) | 4 | 3.2000 | 24.533 | 15.0 | 6.00 | 20.00 | 64 | 1100 |",
+           "- ... and at 4 × the trained context (64 tokens, batch 4; speed only): **yes** (ms per sample, median "
+           "[interquartile range]: MHA 40.00 [39.50–40.50], GQA-2 13.33 [12.83–13.83], MQA 10.00 [9.50–10.50])"})
+    BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
+  BOOST_TEST(md.find("The model has RoPE, so decoding is also timed at 4 × T = 64 (a prompt of 32 tokens, batch 4)") !=
+             std::string::npos);
+  std::ostringstream csv;
+  write_results_csv(csv, plan, rs);
+  const std::string header = csv.str().substr(0, csv.str().find('\n'));
+  BOOST_TEST(header.ends_with(",decode_ms_per_token_step_b4_ctx64,decode_ms_per_sample_b4_ctx64"), header);
 }
 
 BOOST_AUTO_TEST_CASE(plots_are_drawn) {
@@ -356,13 +465,18 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
     BOOST_TEST(size_t(std::count(line.begin(), line.end(), ',')) == ncols, line);
   }
   // pretrain + KV 4 (mean: 3 α, 3 seeds at the headline α) + KV {2, 1} × (mean's 5 cells + fit,
-  // mean+similar, fit+similar at α = 0 and 3 seeds of the headline α) + from-scratch KV 2 and 1
-  BOOST_TEST(rows == 1 + 5 + 2 * (5 + 3 * 4) + 2);
+  // mean+similar, fit+similar at α = 0 and 3 seeds of the headline α) + from-scratch KV 2 and 1 +
+  // the smaller MHA model
+  BOOST_TEST(rows == 1 + 5 + 2 * (5 + 3 * 4) + 2 + 1);
   std::ifstream md(d / "sw/report.md");
   std::string report((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   for (const char* part : {"## Table 1", "## Figure 4", "## Figure 5", "| MQA |", "GQA-2", "| fit | similar |",
-                           "Conversion wall time"})
+                           "Conversion wall time", "| smaller MHA (d 8, pretrained, 20 steps) | 4 |",
+                           "- A converted model beats the smaller MHA model at equal or lower decoding time (batch 4"})
     BOOST_TEST(report.find(part) != std::string::npos, part);
+  for (const char* f : {"kv4.json", "kv2.json", "kv1.json", "smaller.json"})  // every shape's decoding times
+    BOOST_TEST(ShapeDecodeTimes::from_json(nlohmann::json::parse(slurp(d / (std::string("sw/decode/") + f)))).decode.at(4).runs >= 3, f);
+  BOOST_TEST(fs::exists(d / "sw/runs/pretrain_mha_smaller/checkpoint.h5"));  // kept, as the MHA model's
   // the sweep's lock on OUT and each cell's on its run directory are separate files: no deadlock
   for (const char* f : {"sw/.lock", "sw/runs/pretrain_mha/.lock", "sw/runs/kv1_mean_a0.05_s2/.lock"})
     BOOST_TEST(fs::exists(d / f), f);
@@ -456,6 +570,11 @@ BOOST_AUTO_TEST_CASE(a_sweep_starts_from_a_given_model) {
   const std::string md = slurp(d / "sw/report.md");
   BOOST_TEST(md.find("`mha.h5` as given") != std::string::npos);
   BOOST_TEST(md.find("no models from scratch") != std::string::npos);
+  BOOST_TEST(md.find("smaller MHA") == std::string::npos);  // no model of the study's own recipe
+  // the imported Llama model has RoPE: decoding is timed at 4·T too
+  BOOST_TEST(md.find("- ... and at 4 × the trained context (") != std::string::npos, md);
+  BOOST_TEST(rows["pretrain_mha"].size() == rows["id"].size());
+  BOOST_TEST(rows["id"].back().find("_ctx") != std::string::npos, rows["id"].back());
   BOOST_TEST(md.find(" from scratch (") == std::string::npos);
   // a GQA model, a weights-only model without --config, a corpus tokenized otherwise: one line each
   tapelm::hf::import_model(test::fixture_path("hf/llama_gqa_bf16_spm"), d / "gqa.h5");

@@ -263,6 +263,7 @@ int run_sweep(const SweepArgs& a) {
     }
     p.from = a.from;
     p.scratch = a.scratch;
+    p.smaller = false;  // the study trains no model of its own here (but --scratch's)
   }
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");

@@ -30,6 +30,7 @@ SweepPreset sweep_preset(const std::string& name) {
     p.decode_iters = 1;
     p.decode_batches = {1, 4};
     p.calib_tokens = 256;  // its test corpus is a few hundred tokens
+    p.smaller = true;      // so that the tests run every kind of cell
   } else if (name == "tiny") {  // nanoGPT's CPU model, half its steps: about 10 minutes on 2 cores
     j = {{"n_layer", 4},      {"n_head", 4},          {"n_embd", 128},       {"block_size", 64},
          {"batch_size", 12},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
@@ -39,12 +40,14 @@ SweepPreset sweep_preset(const std::string& name) {
     j = {{"n_layer", 4},      {"n_head", 8},          {"n_embd", 256},       {"block_size", 128},
          {"batch_size", 16},  {"max_iters", 1000},    {"warmup_iters", 100}, {"learning_rate", 1e-3},
          {"min_lr", 1e-4},    {"eval_interval", 300}, {"eval_iters", 10},    {"log_interval", 100}};
+    p.smaller = true;
   } else if (name == "paper") {  // the long run: nanoGPT shakespeare-char size with 8 heads
     j = {{"n_layer", 6},      {"n_head", 8},           {"n_embd", 384},       {"block_size", 256},
          {"batch_size", 32},  {"max_iters", 5000},     {"warmup_iters", 200}, {"learning_rate", 1e-3},
          {"min_lr", 1e-4},    {"eval_interval", 500},  {"eval_iters", 20},    {"log_interval", 100},
          {"dropout", 0.1}};
     p.headline_seeds = 3;
+    p.smaller = true;
   } else {
     throw Error(ErrorKind::usage, "unknown sweep preset \"" + name + "\" (expected tiny, small or paper)");
   }
@@ -72,12 +75,13 @@ std::string cell_kind_name(CellKind k) {
     case CellKind::pretrain: return "pretrain";
     case CellKind::convert: return "convert";
     case CellKind::scratch: return "scratch";
+    case CellKind::smaller: return "smaller";
   }
   throw Error(ErrorKind::internal, "bad cell kind");
 }
 
 CellKind parse_cell_kind(const std::string& s) {
-  for (CellKind k : {CellKind::pretrain, CellKind::convert, CellKind::scratch})
+  for (CellKind k : {CellKind::pretrain, CellKind::convert, CellKind::scratch, CellKind::smaller})
     if (cell_kind_name(k) == s) return k;
   throw Error(ErrorKind::data, "unknown sweep cell kind \"" + s + "\"");
 }
@@ -85,6 +89,7 @@ CellKind parse_cell_kind(const std::string& s) {
 std::string Cell::id() const {
   switch (kind) {
     case CellKind::pretrain: return "pretrain_mha";
+    case CellKind::smaller: return "pretrain_mha_smaller";
     case CellKind::scratch: return "scratch_kv" + std::to_string(kv) + "_s" + std::to_string(seed);
     case CellKind::convert: {
       char a[32];
@@ -98,6 +103,7 @@ std::string Cell::id() const {
 std::string Cell::method_name() const {
   switch (kind) {
     case CellKind::pretrain: return "";
+    case CellKind::smaller: return "smaller";
     case CellKind::scratch: return "scratch";
     case CellKind::convert: return variant.name();
   }
@@ -135,6 +141,14 @@ SweepPlan::SweepPlan(const SweepPreset& p)
   if (p.scratch)
     for (int64_t kv : kv_heads)
       if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
+  if (p.smaller) {
+    if (!p.from.empty()) throw Error(ErrorKind::internal, "the smaller MHA model needs the study's own recipe, not --from");
+    const GPTConfig& m = p.pretrain.model;
+    if (m.n_embd % 2 || (m.n_embd / 2) % H || (m.pos == PosKind::Rope && (m.n_embd / 2 / H) % 2))
+      throw Error(ErrorKind::usage, "the smaller MHA model halves n_embd " + std::to_string(m.n_embd) + ", which must leave a whole (and, with rope, even) head size for " +
+                                        std::to_string(H) + " heads");
+    cells.push_back({CellKind::smaller, H, {}, 0, 1, P});
+  }
 }
 
 const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed) const {
@@ -147,12 +161,22 @@ const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double 
 TrainConfig SweepPlan::train_config_for(const Cell& c) const {
   if (c.kind == CellKind::convert) throw Error(ErrorKind::internal, "train_config_for: " + c.id() + " is uptrained");
   TrainConfig t = preset.pretrain;
-  t.model.n_kv_head = c.kv;
+  t.model = model_for(c);
   t.max_iters = c.steps;
   t.lr_decay_iters = c.steps;
   // a model trained from scratch draws its own init and batches
   if (c.kind == CellKind::scratch) t.seed = preset.pretrain.seed + 1000 * static_cast<uint64_t>(c.kv);
   return t;
+}
+
+GPTConfig SweepPlan::model_for(const Cell& c) const {
+  GPTConfig m = preset.pretrain.model;
+  m.n_kv_head = c.kv;
+  if (c.kind == CellKind::smaller) {  // same depth, heads and recipe; half the width
+    m.n_embd /= 2;
+    m.mlp_hidden = std::max<int64_t>(1, m.mlp_hidden / 2);
+  }
+  return m;
 }
 
 UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {

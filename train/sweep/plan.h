@@ -23,15 +23,20 @@ struct SweepPreset {
   int headline_seeds = 3;             // every conversion at headline_fraction, repeated
   int64_t calib_tokens = 16384;       // calibration tokens (aligned, fit, similar) from the train split
   int decode_iters = 3;               // timed generations per KV and batch
-  std::vector<int64_t> decode_batches{1, 32};
+  std::vector<int64_t> decode_batches{1, 16};  // the last is the serving batch of the findings
   bool scratch = true;                // train each GQA/MQA model from scratch too (same compute)
+  /// Pretrain a second, smaller MHA model with the same recipe (n_embd and mlp_hidden halved: about
+  /// a quarter of the parameters) for the frontier across sizes of the paper's Table 1: is a
+  /// converted GQA model better than an MHA model that decodes as fast?
+  bool smaller = false;
   /// A checkpoint to start from (sweep --from): the MHA row is this model, not one the study
   /// trains, and pretrain holds its model with the training keys of the user's config (its
   /// max_iters is the P that α multiplies). Empty: the study pretrains its own MHA model.
   std::string from;
 };
 
-/// tiny (≈10 min on 2 cores), small (≈60 min), paper (hours); micro is for tests.
+/// tiny (≈10 min on 2 cores), small (≈60 min), paper (hours); micro is for tests. small and
+/// paper pretrain the smaller MHA model too.
 SweepPreset sweep_preset(const std::string& name);
 
 /// The KV head counts of the study: H, H/2, ... while divisible, down to 1.
@@ -41,9 +46,9 @@ std::vector<int64_t> sweep_kv_heads(int64_t H);
 /// further grouping (a fresh method, random init, has no groups). Unknown names are usage Errors.
 std::vector<Variant> sweep_variants(const SweepPreset& p);
 
-enum class CellKind { pretrain, convert, scratch };
+enum class CellKind { pretrain, convert, scratch, smaller };
 
-/// "pretrain", "convert" or "scratch", as the cell files and results.csv spell it.
+/// "pretrain", "convert", "scratch" or "smaller", as the cell files and results.csv spell it.
 std::string cell_kind_name(CellKind k);
 /// The inverse of cell_kind_name; anything else is a data Error naming it.
 CellKind parse_cell_kind(const std::string& s);
@@ -84,8 +89,12 @@ struct SweepPlan {
   const Cell& pretrain() const { return cells.front(); }
   /// The model with kv heads trained from scratch.
   const Cell& scratch(int64_t kv) const { return find(CellKind::scratch, kv, {}, 0); }
-  /// The training config of the MHA run or of a model trained from scratch: the one place that
-  /// sets a trained cell's kv heads, steps and seed.
+  /// The smaller MHA model (preset.smaller).
+  const Cell& smaller() const { return find(CellKind::smaller, n_head, {}, 0); }
+  /// The model of a cell: the study's, with the cell's kv heads; the smaller MHA model's width.
+  GPTConfig model_for(const Cell& c) const;
+  /// The training config of the MHA run, the smaller MHA run or a model trained from scratch: the
+  /// one place that sets a trained cell's model, steps and seed.
   TrainConfig train_config_for(const Cell& c) const;
   /// How a converted cell converts and uptrains the MHA run: the one place that sets its kv heads,
   /// variant, α and seed (uptrain_config derives the training config from these).

@@ -82,6 +82,9 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
          "forward_flops_per_token,kv_cache_bytes_per_token";
   for (int64_t b : plan.preset.decode_batches)
     csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
+  // a RoPE model's decoding at 4·T, the serving batch (the same context in every row)
+  const int64_t L = results.empty() ? 0 : results.front().decode_long_context, b_hi = plan.preset.decode_batches.back();
+  if (L > 0) csv << ",decode_ms_per_token_step_b" << b_hi << "_ctx" << L << ",decode_ms_per_sample_b" << b_hi << "_ctx" << L;
   csv << "\n";
   for (const CellResult& r : results) {
     const Cell& c = r.cell;
@@ -91,6 +94,7 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
         << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
     for (int64_t b : plan.preset.decode_batches)
       csv << "," << num(r.decode.at(b).ms_per_token_step) << "," << num(r.decode.at(b).ms_per_sample);
+    if (L > 0) csv << "," << num(r.decode_long.at(b_hi).ms_per_token_step) << "," << num(r.decode_long.at(b_hi).ms_per_sample);
     csv << "\n";
   }
 }
@@ -115,7 +119,18 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
      << std::max<int64_t>(1, cfg.model.block_size / 2) << " tokens prefilled, then greedy KV-cache generation to T = "
      << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
      << " runs each, more until neighbouring KV counts' interquartile ranges separate, within a minute per batch size); the median; ms "
-        "per sample = (prefill + generation time) / batch. ± is the sample standard deviation over seeds.\n\n";
+        "per sample = (prefill + generation time) / batch; batch "
+     << p.decode_batches.back() << " is the serving batch of the findings.";
+  if (cfg.model.pos == PosKind::Rope)
+    md << " The model has RoPE, so decoding is also timed at 4 × T = " << 4 * cfg.model.block_size << " (a prompt of "
+       << 2 * cfg.model.block_size << " tokens, batch " << p.decode_batches.back()
+       << "): positions it was not trained on, a speed measurement only.";
+  if (p.smaller) {
+    const GPTConfig sm = plan.model_for(plan.smaller());
+    md << " A smaller MHA model (d " << sm.n_embd << ", MLP " << sm.mlp_hidden << ", otherwise the same model and recipe) is "
+       << "pretrained too, for the frontier across sizes (the paper's Table 1).";
+  }
+  md << " ± is the sample standard deviation over seeds.\n\n";
 }
 
 /// Table 1: quality and decoding time per kv-head count (mean pooling), and from scratch.
@@ -125,15 +140,19 @@ void write_table1(std::ostream& md, const Table& t) {
   const int64_t H = plan.n_head, b_lo = p.decode_batches.front(), b_hi = p.decode_batches.back();
   const double ha = p.headline_fraction;
   md << "## Table 1 — quality and decoding time after uptraining with α = " << ha << " (mean pooling)\n\n";
+  const int64_t L = t.costs(H).decode_long_context;
   md << "| model | KV heads | val loss | perplexity | decode ms/sample (batch " << b_lo << ") | decode ms/sample (batch "
-     << b_hi << ") | KV cache bytes/token | params |\n";
-  md << "|---|---|---|---|---|---|---|---|\n";
-  auto row = [&](const std::string& name, int64_t kv, const Stat& s) {
-    const CellResult& c = t.costs(kv);
+     << b_hi << ") |";
+  if (L > 0) md << " decode ms/sample (batch " << b_hi << ", context " << L << ") |";
+  md << " KV cache bytes/token | params |\n";
+  md << "|---|---|---|---|---|---|" << (L > 0 ? "---|" : "") << "---|---|\n";
+  auto cost_row = [&](const std::string& name, int64_t kv, const Stat& s, const CellResult& c) {
     md << "| " << name << " | " << kv << " | " << fmt_stat(s) << " | " << fmt("%.3f", std::exp(s.mean)) << " | "
-       << fmt("%.1f", t.ms_per_sample(kv, b_lo)) << " | " << fmt("%.2f", t.ms_per_sample(kv, b_hi)) << " | "
-       << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
+       << fmt("%.1f", c.decode.at(b_lo).ms_per_sample) << " | " << fmt("%.2f", c.decode.at(b_hi).ms_per_sample) << " | ";
+    if (L > 0) md << fmt("%.2f", c.decode_long.at(b_hi).ms_per_sample) << " | ";
+    md << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
   };
+  auto row = [&](const std::string& name, int64_t kv, const Stat& s) { cost_row(name, kv, s, t.costs(kv)); };
   row("MHA (pretrained, α = 0)", H, stat({t.of(plan.pretrain()).val_loss}));
   for (int64_t kv : plan.kv_heads)
     row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.mean_losses(kv, ha));
@@ -141,6 +160,12 @@ void write_table1(std::ostream& md, const Table& t) {
     if (kv < H && p.scratch)
       row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
           stat({t.of(plan.scratch(kv)).val_loss}));
+  if (p.smaller) {
+    const CellResult& sm = t.of(plan.smaller());
+    cost_row("smaller MHA (d " + std::to_string(plan.model_for(plan.smaller()).n_embd) + ", pretrained, " +
+                 std::to_string(plan.pretrain_steps) + " steps)",
+             H, stat({sm.val_loss}), sm);
+  }
 }
 
 /// A row per variant, a column per converted kv-head count; `cell` writes one entry.
@@ -234,30 +259,67 @@ void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
      << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
 }
 
+/// A decoding time as the findings quote it: the median, and the interquartile range when kept.
+std::string fmt_time(const DecodeTime& d) {
+  return fmt("%.2f", d.ms_per_sample) + (d.runs > 0 ? " [" + fmt("%.2f", d.sample_q1) + "–" + fmt("%.2f", d.sample_q3) + "]" : "");
+}
+
+/// How decoding time b compares with a: -1 faster, +1 slower, 0 not resolved (interquartile ranges
+/// overlap). Times from before ranges were kept (runs 0) compare medians (a tie counts as faster);
+/// medians_only says so.
+int compare_times(const DecodeTime& a, const DecodeTime& b, bool& medians_only) {
+  if (a.runs == 0 || b.runs == 0) {
+    medians_only = true;
+    return b.ms_per_sample > a.ms_per_sample ? 1 : -1;
+  }
+  return b.sample_q3 < a.sample_q1 ? -1 : b.sample_q1 > a.sample_q3 ? 1 : 0;
+}
+
 /// Whether each KV count decodes faster than the one above it: yes when every neighbouring pair's
 /// ranges of per-sample times are apart with the smaller KV faster; no when a pair's are apart the
 /// other way; otherwise not resolved (the spread does not order them). The ranges are interquartile
-/// (a run the machine slowed down once does not decide it). Times from
-/// before ranges were kept (runs 0) compare medians and say so.
-std::string decode_falls(const Table& t, int64_t b) {
+/// (a run the machine slowed down once does not decide it). Times from before ranges were kept
+/// (runs 0) compare medians and say so. at picks the time (batch, context) from a cell's result.
+std::string decode_falls(const Table& t, const std::function<const DecodeTime&(const CellResult&)>& at) {
   const std::vector<int64_t>& kvs = t.plan.kv_heads;
   std::string detail, verdict = "**yes**";
   bool medians_only = false;
   for (size_t i = 0; i < kvs.size(); i++) {
-    const DecodeTime& d = t.costs(kvs[i]).decode.at(b);
-    detail += (i ? ", " : "") + t.plan.kv_name(kvs[i]) + " " + fmt("%.2f", d.ms_per_sample) +
-              (d.runs > 0 ? " [" + fmt("%.2f", d.sample_q1) + "–" + fmt("%.2f", d.sample_q3) + "]" : "");
+    const DecodeTime& d = at(t.costs(kvs[i]));
+    detail += (i ? ", " : "") + t.plan.kv_name(kvs[i]) + " " + fmt_time(d);
     if (i == 0) continue;
-    const DecodeTime& a = t.costs(kvs[i - 1]).decode.at(b);
-    if (a.runs == 0 || d.runs == 0) {
-      medians_only = true;
-      if (d.ms_per_sample > a.ms_per_sample && verdict != "**no**") verdict = "**no**";
-      continue;
-    }
-    if (d.sample_q1 > a.sample_q3) verdict = "**no**";
-    else if (!(d.sample_q3 < a.sample_q1) && verdict == "**yes**") verdict = "not resolved (interquartile ranges overlap)";
+    const int c = compare_times(at(t.costs(kvs[i - 1])), d, medians_only);
+    if (c > 0) verdict = "**no**";
+    else if (c == 0 && verdict == "**yes**") verdict = "not resolved (interquartile ranges overlap)";
   }
   return verdict + " (ms per sample, median [interquartile range]: " + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
+}
+
+/// The frontier across sizes (the paper's Table 1): does a converted model (its best conversion at
+/// the headline α) have a lower loss than the smaller MHA model while decoding at least as fast at
+/// the serving batch (faster, or interquartile ranges overlapping)?
+std::string frontier(const Table& t, int64_t b) {
+  const SweepPlan& plan = t.plan;
+  const double ha = plan.preset.headline_fraction;
+  const CellResult& sm = t.of(plan.smaller());
+  const DecodeTime& ds = sm.decode.at(b);
+  std::vector<std::string> winners;
+  std::string detail;
+  bool medians_only = false;
+  for (int64_t kv : plan.kv_heads) {
+    if (kv == plan.n_head) continue;
+    const auto [best, loss] = best_variant(t, kv, ha, true);
+    const DecodeTime& d = t.costs(kv).decode.at(b);
+    const int c = compare_times(ds, d, medians_only);
+    const bool better = loss < sm.val_loss;
+    detail += "; " + plan.kv_name(kv) + " (" + best + ") " + fmt("%.4f", loss) + " at " + fmt_time(d) + ": " +
+              (better ? "better" : "worse") + ", " + (c < 0 ? "faster" : c > 0 ? "slower" : "as fast within the spread");
+    if (better && c <= 0) winners.push_back(plan.kv_name(kv));
+  }
+  std::string w;
+  for (const std::string& x : winners) w += (w.empty() ? "" : ", ") + x;
+  return std::string(winners.empty() ? "**no**" : "**yes**, " + w) + " (smaller MHA " + fmt("%.4f", sm.val_loss) + " at " +
+         fmt_time(ds) + " ms per sample" + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
 }
 
 /// The paper's findings checked on these numbers: per kv-head count, GQA against MQA, decoding time.
@@ -280,7 +342,14 @@ void write_findings(std::ostream& md, const Table& t) {
        << fmt("%.4f", gq) << ", MQA " << fmt("%.4f", mq) << ")\n";
   }
   md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): "
-     << decode_falls(t, b_hi) << "\n";
+     << decode_falls(t, [&](const CellResult& r) -> const DecodeTime& { return r.decode.at(b_hi); }) << "\n";
+  const int64_t L = t.costs(plan.n_head).decode_long_context;
+  if (L > 0)
+    md << "- ... and at 4 × the trained context (" << L << " tokens, batch " << b_hi << "; speed only): "
+       << decode_falls(t, [&](const CellResult& r) -> const DecodeTime& { return r.decode_long.at(b_hi); }) << "\n";
+  if (plan.preset.smaller)
+    md << "- A converted model beats the smaller MHA model at equal or lower decoding time (batch " << b_hi
+       << "; the frontier across sizes, Table 1): " << frontier(t, b_hi) << "\n";
 }
 
 }  // namespace
@@ -302,7 +371,8 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   const SweepPreset& p = plan.preset;
   const std::vector<int64_t>& kvs = plan.kv_heads;
   const double ha = p.headline_fraction;
-  const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat";
+  const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat",
+                 sd = out / "smaller.dat";
   {
     std::ofstream f(td);
     // columns: decode ms/sample at the smallest and largest batch, mean pooling's loss, the KV
@@ -312,6 +382,12 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
           kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
       f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
         << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " " << best << "\n";
+    }
+    if (p.smaller) {
+      const CellResult& sm = t.of(plan.smaller());
+      std::ofstream sf(sd);
+      sf << sm.decode.at(p.decode_batches.front()).ms_per_sample << " " << sm.decode.at(p.decode_batches.back()).ms_per_sample
+         << " " << sm.val_loss << " smaller-MHA\n";
     }
     std::ofstream a(ad);
     for (double al : p.fractions) {
@@ -333,13 +409,19 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   std::ostringstream gp;
   gp << "set terminal pngcairo size 900,560 font 'sans,11'\nset grid\n";
   gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
-  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion)'\n"
+  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion"
+     << (p.smaller ? "; a smaller MHA model" : "") << ")'\n"
      << "set xlabel 'decode time per sample (ms)'\n"
      << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key bottom left\n";
   gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
      << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
      << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
-     << "title 'best conversion, batch " << p.decode_batches.back() << "', '' using 2:5:6 with labels offset 0,-1 font ',9' notitle\n";
+     << "title 'best conversion, batch " << p.decode_batches.back() << "', '' using 2:5:6 with labels offset 0,-1 font ',9' notitle";
+  if (p.smaller)
+    gp << ", " << gp_quote(sd.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
+       << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
+       << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,-1 font ',9' notitle";
+  gp << "\n";
   gp << "unset logscale x\nset output " << gp_quote((out / "fig_alpha.png").string()) << "\n";
   gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\n";
   gp << "plot ";
@@ -365,7 +447,7 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   }
   gp << "\n";
   run_gnuplot(gp.str());
-  for (const fs::path& f : {td, ad, mdat}) fs::remove(f);
+  for (const fs::path& f : {td, ad, mdat, sd}) fs::remove(f);
 }
 
 }  // namespace tapelm

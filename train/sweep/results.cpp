@@ -1,38 +1,74 @@
 #include "train/sweep/results.h"
 
+#include <optional>
+
 namespace tapelm {
 
 namespace {
 
-const std::string step_key = "decode_ms_per_token_step_b", sample_key = "decode_ms_per_sample_b",
-                  q1_key = "decode_ms_per_sample_q1_b", q3_key = "decode_ms_per_sample_q3_b", runs_key = "decode_runs_b";
+const char* const step_key = "ms_per_token_step_b";
+const char* const sample_key = "ms_per_sample_b";
+const char* const q1_key = "ms_per_sample_q1_b";
+const char* const q3_key = "ms_per_sample_q3_b";
+const char* const runs_key = "runs_b";
+
+/// The batch size of key = <prefix><name><digits>; nothing when the key is another.
+std::optional<int64_t> batch_of(const std::string& key, const std::string& prefix, const char* name) {
+  const std::string head = prefix + name;
+  if (!key.starts_with(head) || key.size() == head.size() || key.size() - head.size() > 9) return std::nullopt;
+  int64_t b = 0;
+  for (size_t i = head.size(); i < key.size(); i++) {
+    if (key[i] < '0' || key[i] > '9') return std::nullopt;
+    b = 10 * b + (key[i] - '0');
+  }
+  return b;
+}
 
 }  // namespace
 
-nlohmann::json decode_times_to_json(const DecodeTimes& d) {
+nlohmann::json decode_times_to_json(const DecodeTimes& d, const std::string& prefix) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [b, t] : d) {
-    j[step_key + std::to_string(b)] = t.ms_per_token_step;
-    j[sample_key + std::to_string(b)] = t.ms_per_sample;
+    const std::string n = std::to_string(b);
+    j[prefix + step_key + n] = t.ms_per_token_step;
+    j[prefix + sample_key + n] = t.ms_per_sample;
     if (t.runs > 0) {
-      j[q1_key + std::to_string(b)] = t.sample_q1;
-      j[q3_key + std::to_string(b)] = t.sample_q3;
-      j[runs_key + std::to_string(b)] = t.runs;
+      j[prefix + q1_key + n] = t.sample_q1;
+      j[prefix + q3_key + n] = t.sample_q3;
+      j[prefix + runs_key + n] = t.runs;
     }
   }
   return j;
 }
 
-DecodeTimes decode_times_from_json(const nlohmann::json& j) {
+DecodeTimes decode_times_from_json(const nlohmann::json& j, const std::string& prefix) {
   DecodeTimes d;
   for (const auto& [k, v] : j.items()) {
-    if (k.starts_with(step_key)) d[std::stoll(k.substr(step_key.size()))].ms_per_token_step = v.get<double>();
-    else if (k.starts_with(sample_key)) d[std::stoll(k.substr(sample_key.size()))].ms_per_sample = v.get<double>();
-    else if (k.starts_with(q1_key)) d[std::stoll(k.substr(q1_key.size()))].sample_q1 = v.get<double>();
-    else if (k.starts_with(q3_key)) d[std::stoll(k.substr(q3_key.size()))].sample_q3 = v.get<double>();
-    else if (k.starts_with(runs_key)) d[std::stoll(k.substr(runs_key.size()))].runs = v.get<int>();
+    if (auto b = batch_of(k, prefix, step_key)) d[*b].ms_per_token_step = v.get<double>();
+    else if (auto b = batch_of(k, prefix, sample_key)) d[*b].ms_per_sample = v.get<double>();
+    else if (auto b = batch_of(k, prefix, q1_key)) d[*b].sample_q1 = v.get<double>();
+    else if (auto b = batch_of(k, prefix, q3_key)) d[*b].sample_q3 = v.get<double>();
+    else if (auto b = batch_of(k, prefix, runs_key)) d[*b].runs = v.get<int>();
   }
   return d;
+}
+
+nlohmann::json ShapeDecodeTimes::to_json() const {
+  nlohmann::json j = decode_times_to_json(decode);
+  if (long_context > 0) {
+    j["decode_long_context"] = long_context;
+    j.update(decode_times_to_json(decode_long, "decode_long_"));
+  }
+  return j;
+}
+
+ShapeDecodeTimes ShapeDecodeTimes::from_json(const nlohmann::json& j) {
+  ShapeDecodeTimes s{.decode = decode_times_from_json(j)};
+  if (j.contains("decode_long_context")) {
+    s.long_context = j["decode_long_context"].get<int64_t>();
+    s.decode_long = decode_times_from_json(j, "decode_long_");
+  }
+  return s;
 }
 
 nlohmann::json CellResult::to_json() const {
@@ -52,7 +88,7 @@ nlohmann::json CellResult::to_json() const {
                    {"forward_flops_per_token", forward_flops_per_token},
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
-  j.update(decode_times_to_json(decode));
+  j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long}.to_json());
   return j;
 }
 
@@ -74,7 +110,10 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.params = j.at("params").get<int64_t>();
   r.forward_flops_per_token = j.at("forward_flops_per_token").get<double>();
   r.kv_cache_bytes_per_token = j.at("kv_cache_bytes_per_token").get<int64_t>();
-  r.decode = decode_times_from_json(j);
+  ShapeDecodeTimes d = ShapeDecodeTimes::from_json(j);
+  r.decode = std::move(d.decode);
+  r.decode_long_context = d.long_context;
+  r.decode_long = std::move(d.decode_long);
   return r;
 }
 

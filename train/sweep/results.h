@@ -25,10 +25,20 @@ struct DecodeTime {
 /// (decode_ms_per_token_step_b<B>, decode_ms_per_sample_b<B>).
 using DecodeTimes = std::map<int64_t, DecodeTime>;
 
-/// The decode_ms_* keys of the times.
-nlohmann::json decode_times_to_json(const DecodeTimes& d);
-/// The decode_ms_* keys of j (other keys are ignored).
-DecodeTimes decode_times_from_json(const nlohmann::json& j);
+/// The decode_ms_* keys of the times (prefix "decode_"; "decode_long_" for the long context's).
+nlohmann::json decode_times_to_json(const DecodeTimes& d, const std::string& prefix = "decode_");
+/// The <prefix>ms_* keys of j (other keys are ignored).
+DecodeTimes decode_times_from_json(const nlohmann::json& j, const std::string& prefix = "decode_");
+
+/// Decoding times of one model shape: at the trained context T by batch size, and for a RoPE
+/// model also at 4·T (positions it was not trained on: a speed measurement only).
+struct ShapeDecodeTimes {
+  DecodeTimes decode;
+  int64_t long_context = 0;  // 0: not timed (learned positions stop at T)
+  DecodeTimes decode_long;   // at long_context, by batch size
+  nlohmann::json to_json() const;
+  static ShapeDecodeTimes from_json(const nlohmann::json& j);
+};
 
 struct CellResult {
   Cell cell;
@@ -42,6 +52,8 @@ struct CellResult {
   double forward_flops_per_token = 0;
   int64_t kv_cache_bytes_per_token = 0;
   DecodeTimes decode;
+  int64_t decode_long_context = 0;  // see ShapeDecodeTimes
+  DecodeTimes decode_long;
 
   /// The cell file's object.
   nlohmann::json to_json() const;

@@ -129,79 +129,118 @@ std::pair<double, double> quartiles(std::vector<double> v) {
   return {at(0.25), at(0.75)};
 }
 
-/// Decoding times of a model shape per KV, measured once and kept in OUT/decode/kv<KV>.json
-/// (every cell with that KV has the same shape, so the same speed). Measured at the serving
-/// shape — a prompt of T/2 tokens prefilled, then T/2 greedy steps — for every KV of the study at
-/// once, interleaved run by run (so that a slow spell of the machine hits them alike), and
-/// repeated until every neighbouring pair's interquartile ranges separate, or the rounds or the
-/// time run out.
+/// The decoding times' file name of a cell's model shape: kv<KV> for the study's model, smaller for
+/// the smaller MHA model.
+std::string shape_key(const Cell& c) { return c.kind == CellKind::smaller ? "smaller" : "kv" + std::to_string(c.kv); }
+
+/// Decoding times of every model shape of the study (each KV count; the smaller MHA model),
+/// measured once and kept in OUT/decode/<shape>.json (every cell of a shape decodes alike).
+/// Measured at the serving shape — a prompt of T/2 tokens prefilled, then T/2 greedy steps — at
+/// each batch size, and for a RoPE model also at 4·T (prompt 2·T, the serving batch): every shape
+/// in turn, run after run (so that a slow spell of the machine hits them alike), repeated until
+/// every neighbouring pair of KV counts has interquartile ranges apart, or the rounds or the time
+/// run out.
 class DecodeTimer {
  public:
-  DecodeTimer(const SweepPreset& p, const GPTConfig& model, fs::path dir, std::vector<int64_t> kvs)
-      : p_(p), model_(model), dir_(std::move(dir)), kvs_(std::move(kvs)) {}
+  DecodeTimer(const SweepPlan& plan, fs::path dir) : plan_(plan), dir_(std::move(dir)) {
+    for (int64_t kv : plan.kv_heads) shapes_.push_back({kv, plan.find(CellKind::convert, kv, Variant{}, 0)});
+    if (plan.preset.smaller) shapes_.push_back({0, plan.smaller()});
+  }
 
-  const DecodeTimes& times(int64_t kv) {
-    auto known = cache_.find(kv);
+  const ShapeDecodeTimes& times(const Cell& c) {
+    const std::string key = shape_key(c);
+    auto known = cache_.find(key);
     if (known != cache_.end()) return known->second;
-    const fs::path f = dir_ / ("kv" + std::to_string(kv) + ".json");
+    const fs::path f = dir_ / (key + ".json");
     if (fs::exists(f)) {
       try {
-        return cache_[kv] = decode_times_from_json(read_json(f));
+        ShapeDecodeTimes t = ShapeDecodeTimes::from_json(read_json(f));
+        if (complete(t)) return cache_[key] = t;  // else timed before this study's shapes were: again
       } catch (const nlohmann::json::exception& e) {
         throw Error(ErrorKind::data, f.string() + ": not a decode time file (" + cut_for_message(e.what(), 160) + ")");
       }
     }
     measure_all();
-    return cache_.at(kv);
+    return cache_.at(key);
   }
 
  private:
-  void measure_all() {
-    std::map<int64_t, DecodeTimes> d;
-    const int64_t T = model_.block_size, P = std::max<int64_t>(1, T / 2);
-    const int min_rounds = std::max(3, p_.decode_iters), max_rounds = 5 * min_rounds;
-    for (int64_t b : p_.decode_batches) {
-      std::map<int64_t, std::vector<double>> sample_ms, step_ms;
-      const auto t0 = Clock::now();
-      for (int round = 0; round < max_rounds; round++) {
-        for (int64_t kv : kvs_) {
-          GPTConfig m = model_;
-          m.n_kv_head = kv;
-          const DecodeResult r = bench_decode_shape(m, {b, P, T}, 1, round == 0 ? 1 : 0, 1);
-          step_ms[kv].push_back(r.step_median_s * 1e3);
-          sample_ms[kv].push_back((r.prefill_median_s + r.step_median_s * static_cast<double>(T - P)) * 1e3 / static_cast<double>(b));
-        }
-        if (round + 1 < min_rounds) continue;
-        bool separated = true;
-        for (size_t i = 1; i < kvs_.size(); i++) {
-          const auto [a1, a3] = quartiles(sample_ms[kvs_[i - 1]]);
-          const auto [c1, c3] = quartiles(sample_ms[kvs_[i]]);
-          separated = separated && (c3 < a1 || c1 > a3);
-        }
-        if (separated || seconds_since(t0) > 60) break;
+  struct Shape {
+    int64_t kv;  // 0: not on the KV ladder (the smaller model)
+    Cell cell;
+  };
+  using Series = std::map<std::string, std::vector<double>>;
+
+  int64_t long_context() const {
+    const GPTConfig& m = plan_.preset.pretrain.model;
+    return m.pos == PosKind::Rope ? 4 * m.block_size : 0;
+  }
+  bool complete(const ShapeDecodeTimes& t) const {
+    for (int64_t b : plan_.preset.decode_batches)
+      if (!t.decode.count(b)) return false;
+    return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back()));
+  }
+
+  /// Every shape at one batch and context, interleaved; the median and quartiles per shape.
+  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context) {
+    const int64_t P = std::max<int64_t>(1, context / 2);
+    const int min_rounds = std::max(3, plan_.preset.decode_iters), max_rounds = 5 * min_rounds;
+    Series sample_ms, step_ms;
+    const auto t0 = Clock::now();
+    for (int round = 0; round < max_rounds; round++) {
+      for (const Shape& s : shapes_) {
+        GPTConfig m = plan_.model_for(s.cell);
+        m.block_size = std::max(m.block_size, context);  // RoPE: the tables reach the long context
+        const DecodeResult r = bench_decode_shape(m, {b, P, context}, 1, round == 0 ? 1 : 0, 1);
+        const std::string k = shape_key(s.cell);
+        step_ms[k].push_back(r.step_median_s * 1e3);
+        sample_ms[k].push_back((r.prefill_median_s + r.step_median_s * static_cast<double>(context - P)) * 1e3 / static_cast<double>(b));
       }
-      for (int64_t kv : kvs_) {
-        std::vector<double>& s = sample_ms[kv];
-        std::vector<double>& st = step_ms[kv];
-        std::sort(s.begin(), s.end());
-        std::sort(st.begin(), st.end());
-        const size_t n = s.size();
-        auto med = [n](const std::vector<double>& v) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); };
-        const auto [q1, q3] = quartiles(s);
-        d[kv][b] = {med(st), med(s), q1, q3, static_cast<int>(n)};
+      if (round + 1 < min_rounds) continue;
+      bool separated = true;
+      for (size_t i = 1; i < shapes_.size(); i++) {
+        if (shapes_[i].kv == 0) continue;
+        const auto [a1, a3] = quartiles(sample_ms[shape_key(shapes_[i - 1].cell)]);
+        const auto [c1, c3] = quartiles(sample_ms[shape_key(shapes_[i].cell)]);
+        separated = separated && (c3 < a1 || c1 > a3);
+      }
+      if (separated || seconds_since(t0) > 60) break;
+    }
+    std::map<std::string, DecodeTime> out;
+    for (auto& [k, s] : sample_ms) {
+      std::vector<double>& st = step_ms[k];
+      std::sort(s.begin(), s.end());
+      std::sort(st.begin(), st.end());
+      const size_t n = s.size();
+      auto med = [n](const std::vector<double>& v) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); };
+      const auto [q1, q3] = quartiles(s);
+      out[k] = {med(st), med(s), q1, q3, static_cast<int>(n)};
+    }
+    return out;
+  }
+
+  void measure_all() {
+    std::map<std::string, ShapeDecodeTimes> d;
+    const int64_t T = plan_.preset.pretrain.model.block_size, L = long_context();
+    for (int64_t b : plan_.preset.decode_batches)
+      for (auto& [k, t] : measure(b, T)) d[k].decode[b] = t;
+    if (L > 0) {
+      const int64_t b = plan_.preset.decode_batches.back();
+      for (auto& [k, t] : measure(b, L)) {
+        d[k].long_context = L;
+        d[k].decode_long[b] = t;
       }
     }
-    for (int64_t kv : kvs_) {
-      write_json_atomic(dir_ / ("kv" + std::to_string(kv) + ".json"), decode_times_to_json(d[kv]));
-      cache_[kv] = d[kv];
+    for (auto& [k, t] : d) {
+      write_json_atomic(dir_ / (k + ".json"), t.to_json());
+      cache_[k] = t;
     }
   }
 
-  const SweepPreset& p_;
-  GPTConfig model_;
+  const SweepPlan& plan_;
   fs::path dir_;
-  std::vector<int64_t> kvs_;
-  std::map<int64_t, DecodeTimes> cache_;
+  std::vector<Shape> shapes_;
+  std::map<std::string, ShapeDecodeTimes> cache_;
 };
 
 /// The converted model before uptraining is the same for every α and seed (but for random init,
@@ -317,7 +356,7 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                 done > 0 ? " (resuming: finished cells are skipped)" : "");
   }
 
-  DecodeTimer decode(p, cfg.model, dirs.decode, plan.kv_heads);
+  DecodeTimer decode(plan, dirs.decode);
   const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
   std::map<std::string, double> converted_loss;
   for (const Cell& c : plan.cells)
@@ -347,9 +386,8 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
       run = train_cell(c, plan, corpus, run_dir, label, quiet, stop);
     }
     if (run.interrupted) return false;
-    GPTConfig mc = cfg.model;
-    mc.n_kv_head = c.kv;
-    const ModelCost cost = model_cost(mc);
+    const ModelCost cost = model_cost(plan.model_for(c));
+    const ShapeDecodeTimes& times = decode.times(c);
     CellResult r{.cell = c,
                  .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
                  .val_loss = run.val_loss,
@@ -360,10 +398,13 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
                  .params = cost.params,
                  .forward_flops_per_token = cost.forward_flops_per_token,
                  .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
-                 .decode = decode.times(c.kv)};
+                 .decode = times.decode,
+                 .decode_long_context = times.long_context,
+                 .decode_long = times.decode_long};
     write_json_atomic(dirs.cell_file(c), r.to_json());
     std::error_code ec;
-    if (c.kind != CellKind::pretrain) fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics; the disk is finite
+    if (c.kind == CellKind::convert || c.kind == CellKind::scratch)
+      fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics (and the two MHA models); the disk is finite
     done += c.steps + eval_cost;
     const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
     if (!quiet) {
@@ -377,7 +418,16 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   }
 
   std::vector<CellResult> results;
-  for (const Cell& c : plan.cells) results.push_back(read_cell(dirs.cell_file(c), c));
+  for (const Cell& c : plan.cells) {
+    // the decoding times of the cell's shape as the study measured them last (a cell file from
+    // before the study timed the serving batch or the long context has older ones)
+    CellResult r = read_cell(dirs.cell_file(c), c);
+    const ShapeDecodeTimes& times = decode.times(c);
+    r.decode = times.decode;
+    r.decode_long_context = times.long_context;
+    r.decode_long = times.decode_long;
+    results.push_back(std::move(r));
+  }
   std::ostringstream csv;
   write_results_csv(csv, plan, results);
   write_atomic(dirs.out / "results.csv", csv.str());
