@@ -407,12 +407,12 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
       }
   }
   std::ostringstream gp;
-  gp << "set terminal pngcairo size 900,560 font 'sans,11'\nset grid\n";
+  gp << "set terminal pngcairo size 1100,560 font 'sans,11'\nset grid\n";
   gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
   gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion"
      << (p.smaller ? "; a smaller MHA model" : "") << ")'\n"
      << "set xlabel 'decode time per sample (ms)'\n"
-     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key bottom left\n";
+     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key outside right top\n";
   gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
      << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
      << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
