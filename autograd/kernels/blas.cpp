@@ -111,11 +111,21 @@ constexpr int kLanes = 8;
 #endif
 constexpr int64_t kSmallM = 16;
 
+// W's rows stream from memory, two at a time per thread: too few streams for the hardware
+// prefetchers to hide the latency (the loop stalled on W's loads at a fifth of the bandwidth), so
+// the first pass over a row pair also asks for the lines of the pair `ahead` floats further.
 template <int MB>
-void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0, float* out1) {
+void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0, float* out1,
+                   int64_t ahead) {
   float acc0[MB][kLanes] = {}, acc1[MB][kLanes] = {};
   const int64_t Kv = K / kLanes * kLanes;
+  const char* p0 = reinterpret_cast<const char*>(B0) + ahead * 4;
+  const char* p1 = reinterpret_cast<const char*>(B1) + ahead * 4;
   for (int64_t k = 0; k < Kv; k += kLanes) {
+    if (ahead) {
+      __builtin_prefetch(p0 + k * 4);
+      __builtin_prefetch(p1 + k * 4);
+    }
 #pragma GCC unroll 8
     for (int m = 0; m < MB; m++) {
       const float* a = A + m * lda + k;
@@ -136,11 +146,11 @@ void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, cons
 }
 
 void small_m_rows(int64_t M, int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0,
-                  float* out1) {
+                  float* out1, int64_t ahead) {
   int64_t m = 0;
-  for (; m + 8 <= M; m += 8) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
-  for (; m + 4 <= M; m += 4) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
-  for (; m < M; m++) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m);
+  for (; m + 8 <= M; m += 8, ahead = 0) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
+  for (; m + 4 <= M; m += 4, ahead = 0) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
+  for (; m < M; m++, ahead = 0) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
 }
 
 void sgemm_small_m(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
@@ -149,7 +159,7 @@ void sgemm_small_m(int64_t M, int64_t N, int64_t K, float alpha, const float* A,
   auto pair = [&](int64_t p) {
     const int64_t n0 = 2 * p, n1 = std::min(n0 + 1, N - 1);
     float r0[kSmallM], r1[kSmallM];
-    small_m_rows(M, K, A, lda, B + n0 * ldb, B + n1 * ldb, r0, r1);
+    small_m_rows(M, K, A, lda, B + n0 * ldb, B + n1 * ldb, r0, r1, p + 1 < pairs ? 2 * ldb : 0);
     for (int64_t m = 0; m < M; m++) {
       float* c = C + m * ldc;
       c[n0] = alpha * r0[m] + (beta == 0.f ? 0.f : beta * c[n0]);
