@@ -7,7 +7,9 @@
 # each under /usr/bin/time -f %M (peak RSS), then prints tables of the medians over rounds, the
 # tapelm/PyTorch ratio (PyTorch held at the best of its three settings), peak RSS, nano-training
 # model FLOP/s against the measured sgemm peak and tapelm's 2-thread/1-thread speed-up on `mid`,
-# each next to its target, and writes them to bench/RESULTS.md with the date and the machine.
+# each next to its target, and writes them to bench/RESULTS.<class>.md (class avx512 or avx2, from
+# the CPU's flags) with the date and the machine: one results file per CPU class, so that a
+# regression on either shows.
 #
 # Run it on a quiet machine: every other busy process skews both programs (and PyTorch's spinning
 # OpenMP threads most). See --help.
@@ -37,7 +39,7 @@ Options:
   --only PAT[,PAT...]   only the rows whose name contains PAT (shell globs allowed), e.g.
                         --only baby   --only decode   --only 'mid-kv8'   --only train-nano
   --quick               smoke test: 1 round, 2 iterations, 1 warm-up
-  --out FILE            results file (default bench/RESULTS.md); raw runs go to FILE with .jsonl
+  --out FILE            results file (default bench/RESULTS.<class>.md); raw runs go to FILE with .jsonl
   --timeout SECS        kill a single run after SECS (default 3600)
   --list                list the rows and exit
   --dry-run             print the commands and exit
@@ -50,6 +52,9 @@ Environment:
   REFERENCE_DIR   directory of the PyTorch reference bench.py (default: ../shared/reference
                   relative to the repository root)
   PYTHON          interpreter for the reference (default /usr/bin/python3, Debian's torch)
+  CPU_CLASS       the results file's class (default from /proc/cpuinfo: avx512, avx2 with FMA, or
+                  other); name a stand-in as such, e.g. CPU_CLASS=avx2-standin for AVX2 paths
+                  forced on an AVX-512 CPU
 
 Rows: train-baby, train-mid-kv8, train-mid-kv2, train-mid-kv1, train-nano,
       decode-mid-kv{8,2,1}-b{1,32}  (KV 2 and 1 decode rows are informative)
@@ -105,8 +110,18 @@ for s in "${TAPELM_SET[@]}" "${PEER_SET[@]}"; do
 done
 
 # the output file, resolved against the caller's directory before we cd to the repository root
+cpu_class() {
+  local f
+  f=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  if [[ $f == *" avx512f "* ]]; then echo avx512
+  elif [[ $f == *" avx2 "* && $f == *" fma "* ]]; then echo avx2
+  else echo other
+  fi
+}
+export CPU_CLASS=${CPU_CLASS:-$(cpu_class)}
+[[ $CPU_CLASS =~ ^[a-z0-9-]+$ ]] || { echo "compare.sh: bad CPU_CLASS '$CPU_CLASS' (letters, digits, '-')" >&2; exit 2; }
 if [[ -z $OUT ]]; then
-  OUT="$ROOT/bench/RESULTS.md"
+  OUT="$ROOT/bench/RESULTS.$CPU_CLASS.md"
 elif [[ $OUT != /* ]]; then
   OUT="$PWD/$OUT"
 fi

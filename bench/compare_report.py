@@ -177,7 +177,17 @@ def machine_info():
     info["kernel"] = platform.release()
     flags = fields.get("Flags", "").split()
     info["simd"] = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags)
+    info["cpu_class"] = os.environ.get("CPU_CLASS") or cpu_class(flags)  # compare.sh exports its own
     return info
+
+
+def cpu_class(flags):
+    """The class whose results file a run belongs to: avx512, avx2 (with FMA) or other."""
+    if "avx512f" in flags:
+        return "avx512"
+    if "avx2" in flags and "fma" in flags:
+        return "avx2"
+    return "other"
 
 
 def fmt_tok(x):
@@ -402,6 +412,7 @@ def cmd_report(a):
                f"({mi.get('threads_per_core')} thread(s) per core), `nproc` = {mi.get('nproc')}"
                + (f", {mi['hypervisor']} guest" if mi.get("hypervisor") else "")
                + f", Linux {mi['kernel']}" + (f", SIMD: {mi['simd']}" if mi.get("simd") else ""))
+    out.append(f"- CPU class: **{mi['cpu_class']}** (each class keeps its own results file: bench/RESULTS.<class>.md)")
     if meta.get("tapelm_rev"):
         out.append(f"- tapelm: `{meta.get('tapelm_bin', 'build/tapelm')}` from commit {meta['tapelm_rev']}"
                    + (f", OpenBLAS core {meta['tapelm_blas_core']}" if meta.get("tapelm_blas_core") else "")
