@@ -19,6 +19,7 @@
 
 #include "autograd/error.h"
 #include "autograd/kernels/blas.h"
+#include "autograd/omp_wait.h"
 
 namespace tapelm {
 
@@ -257,21 +258,58 @@ BlasCoreDecision decide_blas_core(const std::string& chosen, const CpuInfo& cpu,
   return d;
 }
 
+namespace {
+// Re-executes this program with the arguments it was started with: /proc/self/cmdline holds them
+// as given, where a caller's argv may already have been edited (Boost.Test removes the options it
+// consumed from its argv); argv is the fallback. Returns only if exec failed.
+void exec_self(char** argv) {
+  std::vector<std::string> args;
+  if (FILE* f = std::fopen("/proc/self/cmdline", "rb")) {
+    std::string cur;
+    for (int ch; (ch = std::fgetc(f)) != EOF;) {
+      if (ch == 0) args.push_back(std::move(cur)), cur.clear();
+      else cur.push_back(static_cast<char>(ch));
+    }
+    std::fclose(f);
+  }
+  std::vector<char*> ptrs;
+  for (auto& a : args) ptrs.push_back(a.data());
+  ptrs.push_back(nullptr);
+  ::execv("/proc/self/exe", args.empty() ? argv : ptrs.data());
+}
+}  // namespace
+
 void guard_blas_core(char** argv) {
   const char* from = std::getenv(kReexecVar);
   const std::string chosen = kern::blas_core_name();
   const BlasCoreDecision d =
       decide_blas_core(chosen, cpu_info(), std::getenv("OPENBLAS_CORETYPE"), std::getenv("TAPELM_BLAS_CORE"), from);
   if (d.action == BlasCoreDecision::error) throw Error(ErrorKind::usage, d.message);
-  if (d.action == BlasCoreDecision::reexec) {
-    ::setenv("OPENBLAS_CORETYPE", d.core.c_str(), 1);
-    ::setenv(kReexecVar, chosen.c_str(), 1);
+  // OpenBLAS and libgomp both read their variables only while they load: one re-execution sets
+  // whatever either needs.
+  const std::string spin = omp_spin_to_set();
+  if (d.action == BlasCoreDecision::reexec || !spin.empty()) {
+    if (d.action == BlasCoreDecision::reexec) {
+      ::setenv("OPENBLAS_CORETYPE", d.core.c_str(), 1);
+      ::setenv(kReexecVar, chosen.c_str(), 1);
+    }
+    if (!spin.empty()) {
+      ::setenv("GOMP_SPINCOUNT", spin.c_str(), 1);
+      ::setenv(kSpinSetVar, spin.c_str(), 1);
+    }
     std::fflush(nullptr);
-    ::execv("/proc/self/exe", argv);
+    exec_self(argv);
     // Could not re-execute (no /proc): run on, and say what it costs.
-    std::fprintf(stderr, "tapelm: warning: could not re-execute with OPENBLAS_CORETYPE=%s (%s); OpenBLAS runs its %s kernels\n",
-                 d.core.c_str(), std::strerror(errno), chosen.c_str());
-    ::unsetenv(kReexecVar);
+    const int err = errno;
+    if (!spin.empty()) {
+      ::unsetenv("GOMP_SPINCOUNT");
+      ::unsetenv(kSpinSetVar);
+    }
+    if (d.action == BlasCoreDecision::reexec) {
+      std::fprintf(stderr, "tapelm: warning: could not re-execute with OPENBLAS_CORETYPE=%s (%s); OpenBLAS runs its %s kernels\n",
+                   d.core.c_str(), std::strerror(err), chosen.c_str());
+      ::unsetenv(kReexecVar);
+    }
     return;
   }
   // Under mpirun every rank decides the same; one of them speaks.

@@ -63,7 +63,9 @@ BlasCoreDecision decide_blas_core(const std::string& chosen, const CpuInfo& cpu,
                                   const char* tapelm_env, const char* reexec_from);
 
 /// Applies the decision at the top of main(): may re-execute the program (never returns then),
-/// prints the message, and throws a usage Error for a core the CPU cannot run.
+/// prints the message, and throws a usage Error for a core the CPU cannot run. The same single
+/// re-execution also sets GOMP_SPINCOUNT when the user set no OpenMP wait policy
+/// (autograd/omp_wait.h).
 void guard_blas_core(char** argv);
 
 /// The OpenBLAS core in use and how it was chosen, e.g. "Cooperlake (chosen by OpenBLAS)",

@@ -10,6 +10,7 @@
 #include "autograd/cpu.h"
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/elementwise.h"
+#include "autograd/omp_wait.h"
 #include "autograd/tensor.h"
 
 namespace tapelm {
@@ -81,6 +82,7 @@ ComputeInfo compute_info() {
   c.simd = cpu_simd_level(cpu);
   c.blas_core = blas_core_description();
   c.gemm = gemm_backend_name();
+  c.omp_wait = omp_wait_description();
   c.threads = get_num_threads();
   c.sgemm_peak = sgemm_peak_flops();
   const CpuPeak& p = cpu_peak_at_threads();
@@ -93,12 +95,12 @@ ComputeInfo compute_info() {
 }
 
 std::string compute_summary(const ComputeInfo& c) {
-  char b[512];
+  char b[768];
   std::snprintf(b, sizeof b,
-                "CPU %s (%s), %d threads | OpenBLAS core %s | GEMM %s | peaks: sgemm %.1f GFLOP/s, CPU %.1f GFLOP/s "
-                "(%d cores x %d FMA x %d lanes x 2 x %.2f GHz)",
-                c.cpu.c_str(), c.simd.c_str(), c.threads, c.blas_core.c_str(), c.gemm.c_str(), c.sgemm_peak / 1e9,
-                c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9);
+                "CPU %s (%s), %d threads | OpenBLAS core %s | GEMM %s | OpenMP wait: %s | peaks: sgemm %.1f GFLOP/s, CPU "
+                "%.1f GFLOP/s (%d cores x %d FMA x %d lanes x 2 x %.2f GHz)",
+                c.cpu.c_str(), c.simd.c_str(), c.threads, c.blas_core.c_str(), c.gemm.c_str(), c.omp_wait.c_str(),
+                c.sgemm_peak / 1e9, c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9);
   return b;
 }
 

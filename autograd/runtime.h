@@ -31,6 +31,7 @@ std::string gemm_backend_name();
 /// core and how it was chosen, GEMM backend, and both peaks (measuring them if not yet done).
 struct ComputeInfo {
   std::string cpu, simd, blas_core, gemm;
+  std::string omp_wait;  // how idle OpenMP threads wait (autograd/omp_wait.h)
   int threads = 0;
   double sgemm_peak = 0, cpu_peak = 0;
   double clock_hz = 0;

@@ -1,16 +1,23 @@
-// The BLAS core guard and the two FLOP/s peaks (autograd/cpu.h, autograd/runtime.h).
+// The BLAS core guard, the OpenMP wait policy and the two FLOP/s peaks (autograd/cpu.h, autograd/runtime.h).
 #include <boost/test/unit_test.hpp>
 
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "autograd/cpu.h"
 #include "autograd/gradcheck.h"
 #include "autograd/kernels/blas.h"
+#include "autograd/kernels/elementwise.h"
+#include "autograd/omp_wait.h"
 #include "autograd/runtime.h"
 #include "test_util.h"
 
@@ -245,6 +252,67 @@ BOOST_AUTO_TEST_CASE(few_row_products) {
     BOOST_TEST(worst < 2e-5, "M " << M << ": max |kernel - double| " << worst);
   }
   set_num_threads(before);
+}
+
+
+// ---- how idle OpenMP threads wait (autograd/omp_wait.h) -----------------------------------------
+
+// The count is the target time over one spin's cost, rounded, within bounds: 20 us at 18.8 ns per
+// spin (a Zen 5 core) is 20000 / 18.8 = 1063.8 -> 1064; at 45 ns (an Intel core's long pause)
+// 444.4 -> 444; at 3 ns 6666.7 -> 6667; a cost that makes it exceed the bounds is clamped, and an
+// unmeasurable cost gives 1000.
+BOOST_AUTO_TEST_CASE(the_spin_count_is_the_spin_time_over_one_pauses_cost) {
+  BOOST_TEST(spin_count_for(20.0, 18.8) == 1064);
+  BOOST_TEST(spin_count_for(20.0, 45.0) == 444);
+  BOOST_TEST(spin_count_for(20.0, 3.0) == 6667);
+  BOOST_TEST(spin_count_for(20.0, 1000.0) == 100);
+  BOOST_TEST(spin_count_for(20.0, 1e-6) == 1000000);
+  BOOST_TEST(spin_count_for(20.0, 0.0) == 1000);
+  BOOST_TEST(spin_count_for(20.0, NAN) == 1000);
+}
+
+// What the start-up guard chose is what libgomp runs: after a parallel region the idle thread
+// spins about 20 us and then sleeps, so while the main thread sleeps 50 ms the process uses almost
+// no CPU. Under libgomp's own default (300,000 pauses: 5.6 ms on a Zen 5 core, over 10 ms on an
+// Intel core with a 45 ns pause) the idle thread would burn milliseconds of that time.
+BOOST_AUTO_TEST_CASE(idle_openmp_threads_sleep_after_the_spin_tapelm_chose) {
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* marker = std::getenv(kSpinSetVar);
+  if (std::getenv("OMP_WAIT_POLICY") || !spin || !marker || std::string(spin) != marker) {
+    BOOST_TEST_MESSAGE("the environment chose the OpenMP wait policy: nothing of tapelm's to check");
+    return;
+  }
+  BOOST_TEST(contains(omp_wait_description(), "set by tapelm"), omp_wait_description());
+  ThreadCount two(2);
+  const int64_t n = 1 << 16;
+  std::vector<float> a(n), b(n, 1.f), c(n, 2.f);
+  auto cpu_s = [] {
+    timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  double least = 1e9;
+  for (int r = 0; r < 3; r++) {  // the least of three: another process may delay a wake-up
+    kern::triad(a.data(), b.data(), c.data(), 0.5f, n);  // wakes the team
+    const double c0 = cpu_s();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    least = std::min(least, cpu_s() - c0);
+  }
+  BOOST_TEST(least < 0.002, "the process used " << least * 1e3 << " ms of CPU while its main thread slept 50 ms");
+}
+
+// The CLI reports the policy in force: tapelm's when the user set none, the user's otherwise.
+BOOST_AUTO_TEST_CASE(inspect_says_how_openmp_threads_wait) {
+  const Run mine = run_cli("inspect --system", "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT ");
+  BOOST_REQUIRE_MESSAGE(mine.code == 0, mine.err);
+  BOOST_TEST(contains(mine.out, "openmp wait spin "), mine.out);
+  BOOST_TEST(contains(mine.out, "then sleep: GOMP_SPINCOUNT set by tapelm"), mine.out);
+  const Run passive = run_cli("inspect --system", "env -u GOMP_SPINCOUNT -u TAPELM_GOMP_SPINCOUNT OMP_WAIT_POLICY=passive ");
+  BOOST_REQUIRE_MESSAGE(passive.code == 0, passive.err);
+  BOOST_TEST(contains(passive.out, "openmp wait as the environment sets it: OMP_WAIT_POLICY=passive\n"), passive.out);
+  const Run count = run_cli("inspect --system", "env -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT GOMP_SPINCOUNT=5000 ");
+  BOOST_REQUIRE_MESSAGE(count.code == 0, count.err);
+  BOOST_TEST(contains(count.out, "openmp wait as the environment sets it: GOMP_SPINCOUNT=5000\n"), count.out);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

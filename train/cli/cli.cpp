@@ -346,6 +346,7 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
                      {"prefill_times", r.prefill_s},
                      {"blas_core", ci.blas_core},
                      {"gemm", ci.gemm},
+                     {"omp_wait", ci.omp_wait},
                      {"cpu", ci.cpu}};
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
@@ -403,6 +404,7 @@ int run_bench(const BenchArgs& a) {
   const ComputeInfo ci = compute_info();
   out["blas_core"] = ci.blas_core;
   out["gemm"] = ci.gemm;
+  out["omp_wait"] = ci.omp_wait;
   out["cpu"] = ci.cpu;
   out["sgemm_peak_flops_per_s"] = ci.sgemm_peak;
   out["cpu_peak_flops_per_s"] = ci.cpu_peak;
@@ -584,6 +586,7 @@ int run_inspect_system() {
   std::printf("threads %d\n", c.threads);
   std::printf("openblas core %s\n", c.blas_core.c_str());
   std::printf("gemm %s\n", c.gemm.c_str());
+  std::printf("openmp wait %s\n", c.omp_wait.c_str());
   std::printf("sgemm peak %.1f GFLOP/s (measured, 1536^3)\n", c.sgemm_peak / 1e9);
   std::printf("cpu peak %.1f GFLOP/s = %d cores x %d FMA units x %d lanes x 2 x %.2f GHz (clock measured; %s)\n",
               c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9, c.peak_basis.c_str());

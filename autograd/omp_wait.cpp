@@ -1,0 +1,72 @@
+#include "autograd/omp_wait.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tapelm {
+
+namespace {
+double now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
+}
+bool given(const char* v) { return v && *v; }
+}  // namespace
+
+long spin_count_for(double micros, double ns_per_spin) {
+  if (!(ns_per_spin > 0) || !std::isfinite(ns_per_spin)) return 1000;
+  const double n = std::round(micros * 1e3 / ns_per_spin);
+  return static_cast<long>(std::clamp(n, 100.0, 1e6));
+}
+
+double measure_ns_per_spin() {
+  static int flag = 0;
+  constexpr int kIters = 2000;
+  double best = 1e30;
+  for (int r = 0; r < 5; r++) {  // a run the scheduler interrupted does not count
+    const double t0 = now_ns();
+    for (int i = 0; i < kIters; i++) {
+      if (__atomic_load_n(&flag, __ATOMIC_RELAXED)) break;
+#if defined(__x86_64__) || defined(__i386__)
+      _mm_pause();
+#endif
+    }
+    best = std::min(best, (now_ns() - t0) / kIters);
+  }
+  return best;
+}
+
+std::string omp_spin_to_set() {
+  if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
+  return std::to_string(spin_count_for(kSpinMicros, measure_ns_per_spin()));
+}
+
+std::string omp_wait_description() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* marker = std::getenv(kSpinSetVar);
+  char b[256];
+  if (!given(policy) && given(spin) && given(marker) && std::strcmp(spin, marker) == 0) {
+    const double ns = measure_ns_per_spin();
+    std::snprintf(b, sizeof b, "spin %s pauses (about %.0f us), then sleep: GOMP_SPINCOUNT set by tapelm", spin,
+                  std::strtod(spin, nullptr) * ns / 1e3);
+    return b;
+  }
+  if (!given(policy) && !given(spin)) return "libgomp's default (spin 300000 pauses, then sleep)";
+  std::string s = "as the environment sets it:";
+  if (given(policy)) s += std::string(" OMP_WAIT_POLICY=") + policy;
+  if (given(spin)) s += std::string(" GOMP_SPINCOUNT=") + spin;
+  return s;
+}
+
+}  // namespace tapelm

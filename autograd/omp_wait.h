@@ -1,0 +1,42 @@
+#pragma once
+// How the OpenMP threads wait between parallel regions, chosen before the program does any work.
+//
+// libgomp's default, when neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, spins 300,000
+// pause instructions at every barrier and at the end of every region before it sleeps: 5.6 ms on
+// a Zen 5 core, longer than a scheduler time slice. On a quiet machine that costs nothing; beside
+// another busy program it is ruinous, because a thread spins away its core while the sibling it
+// waits for is descheduled (two tapelm processes sharing 2 cores trained `baby` at 0.16 of one
+// process's quiet speed between them; bench/CONTENTION.md). tapelm therefore sets GOMP_SPINCOUNT
+// to the count that spins about kSpinMicros on this CPU (a pause costs 3 ns on some cores and 45
+// on others, so the count is measured, not fixed) and then sleeps. libgomp reads its variables
+// once, when it is loaded, and the C library's start-up discards changes made before it, so the
+// start-up guard (guard_blas_core, autograd/cpu.h) sets the variable and re-executes the program
+// once, as it does for OpenBLAS's core. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
+// alone. The setting changes only when threads sleep, never what they compute.
+#include <string>
+
+namespace tapelm {
+
+/// How long a waiting thread spins before it sleeps, when tapelm chooses (microseconds).
+constexpr double kSpinMicros = 20.0;
+
+/// The variable that records tapelm's choice across the re-execution (and in child processes).
+constexpr const char* kSpinSetVar = "TAPELM_GOMP_SPINCOUNT";
+
+/// The spin count for a target time, given one spin-loop iteration's cost; clamped to
+/// [100, 1000000] (1000 when the cost is unknown).
+long spin_count_for(double micros, double ns_per_spin);
+
+/// One iteration of libgomp's spin loop (a relaxed load of the flag, then the pause hint), timed:
+/// the best of several short runs, in nanoseconds.
+double measure_ns_per_spin();
+
+/// The GOMP_SPINCOUNT tapelm sets at start-up (measured on this CPU), or "" when OMP_WAIT_POLICY or
+/// GOMP_SPINCOUNT is already set (the user's choice, or tapelm's after its re-execution).
+std::string omp_spin_to_set();
+
+/// One line for `inspect --system`, `bench` and `train`, read from the environment in force, e.g.
+/// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm".
+std::string omp_wait_description();
+
+}  // namespace tapelm
