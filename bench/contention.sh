@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Training speed beside one competing busy process: tapelm against the PyTorch reference, on the
-# `baby` configuration (docs/formats.md §5), quiet and loaded, alternating. A run's figure is its
-# median tokens/s over ITERS steps; the hog is one shell busy loop (`while :; do :; done`) started
-# before the run and killed after it, so on a 2-core machine one core is left to the program.
+# Training speed beside competing work: tapelm against the PyTorch reference, on the `baby`
+# configuration (docs/formats.md §5), quiet and under two loads, alternating. A run's figure is its
+# median tokens/s over ITERS steps. The loads, on a 2-core machine:
+#   hog   one shell busy loop (`while :; do :; done`), started before the run and killed after it,
+#         so one core is left to the program;
+#   pair  a second copy of the same program with the same setting, started at the same moment
+#         (as two test suites or two users' jobs share a machine); both copies' figures are kept.
 #
 #   bash bench/contention.sh [ROUNDS (5)] [ITERS (20)] > bench/CONTENTION.jsonl
 #   python3 bench/contention_report.py bench/CONTENTION.jsonl
 #
-# Every round runs each setting quiet, then loaded, tapelm's then PyTorch's, each program at:
-# `default` (2 threads, no OpenMP variable set), `passive` (2 threads, OMP_WAIT_POLICY=passive)
-# and `t1` (1 thread). OpenBLAS's core is left as the environment has it for both programs. One
-# JSON line per run on stdout.
+# Every round runs each setting quiet, then under each load, tapelm's then PyTorch's, each program
+# at: `default` (2 threads, no OpenMP variable set: tapelm then sets its own spin count, see
+# autograd/omp_wait.h), `spin300k` (tapelm only: GOMP_SPINCOUNT=300000, libgomp's own default,
+# which tapelm ran with before), `passive` (2 threads, OMP_WAIT_POLICY=passive) and `t1` (1
+# thread). OpenBLAS's core is left as the environment has it for both programs. One JSON line per
+# run on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -26,32 +31,50 @@ start_hog() { bash -c 'while :; do :; done' & hog_pid=$!; sleep 0.2; }
 stop_hog() { if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=""; fi; }
 trap stop_hog EXIT
 
-# one run: PROGRAM SETTING LOAD -> a JSON line
-run() {
-  local who=$1 setting=$2 load=$3 out tok threads=2
-  local -a envv=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
+# one program run: PROGRAM SETTING -> its tokens/s
+measure() {
+  local who=$1 setting=$2 out threads=2
+  local -a envv=(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u TAPELM_GOMP_SPINCOUNT -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS)
   case $setting in
     passive) envv+=(OMP_WAIT_POLICY=passive) ;;
+    spin300k) envv+=(GOMP_SPINCOUNT=300000) ;;
     t1) threads=1 ;;
   esac
-  [[ $load == 1 ]] && start_hog
   if [[ $who == tapelm ]]; then
     out=$("${envv[@]}" "$TAPELM" --threads "$threads" bench "${BABY[@]}" --mode train --iters "$ITERS" --warmup 2 --json 2>/dev/null)
-    tok=$(python3 -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])" <<< "$out")
+    python3 -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])" <<< "$out"
   else
     out=$("${envv[@]}" "$PY" "$REF/bench.py" --threads "$threads" --vocab 65 --layers 4 --heads 4 --kv-heads 4 --dim 128 --block 64 \
       --batch 12 --mode train --iters "$ITERS" --warmup 2 2>/dev/null | tail -1)
-    tok=$(python3 -c "import json,sys; print(json.load(sys.stdin)['tok_per_s_median'])" <<< "$out")
+    python3 -c "import json,sys; print(json.load(sys.stdin)['tok_per_s_median'])" <<< "$out"
   fi
-  stop_hog
-  printf '{"who": "%s", "setting": "%s", "load": %s, "round": %s, "tok_s": %s}\n' "$who" "$setting" "$load" "$round" "$tok"
+}
+
+line() { printf '{"who": "%s", "setting": "%s", "load": "%s", "round": %s, "tok_s": %s}\n' "$1" "$2" "$3" "$round" "$4"; }
+
+run() {
+  local who=$1 setting=$2 load=$3 tok other tmp
+  case $load in
+    quiet) tok=$(measure "$who" "$setting") ;;
+    hog) start_hog; tok=$(measure "$who" "$setting"); stop_hog ;;
+    pair)
+      tmp=$(mktemp)
+      measure "$who" "$setting" > "$tmp" &
+      tok=$(measure "$who" "$setting")
+      wait $!
+      other=$(cat "$tmp"); rm -f "$tmp"
+      line "$who" "$setting" pair2 "$other"
+      ;;
+  esac
+  line "$who" "$setting" "$load" "$tok"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
   for who in tapelm pytorch; do
-    for s in default passive t1; do
-      run "$who" "$s" 0
-      run "$who" "$s" 1
+    settings=(default passive t1)
+    [[ $who == tapelm ]] && settings=(default spin300k passive t1)
+    for s in "${settings[@]}"; do
+      for load in quiet hog pair; do run "$who" "$s" "$load"; done
     done
   done
 done

@@ -1,8 +1,10 @@
 """
 Turns bench/contention.sh's JSON lines into bench/CONTENTION.md's table: per program and setting,
-the median tokens/s quiet and beside one busy process over the rounds, and the loaded/quiet
-ratio (the median of the rounds' own ratios, each round's two runs being neighbours in time, with
-their range).
+the median tokens/s quiet, beside one busy process (hog) and beside a second copy of itself (pair),
+and each load's ratio to quiet: the median of the rounds' own ratios (a round's quiet and loaded
+runs are neighbours in time), with their range. For the pair, a round's ratio is each copy's
+tokens/s over that round's quiet run (one of two cores each: 0.5 is the ideal), and both copies
+count.
 
     python3 bench/contention_report.py bench/CONTENTION.jsonl
 """
@@ -19,15 +21,25 @@ def main():
         if k not in keys:
             keys.append(k)
     rounds = sorted({r["round"] for r in rows})
-    print(f"Rounds: {len(rounds)}; each figure a run's median tokens/s; quiet and loaded runs of a round are neighbours.\n")
-    print("| program | setting | quiet tok/s (median) | loaded tok/s (median) | loaded / quiet, median of rounds [range] |")
-    print("|---|---|---:|---:|---:|")
+    print(f"Rounds: {len(rounds)}; each figure a run's median tokens/s; a round's quiet and loaded runs are neighbours.\n")
+    print("| program | setting | quiet tok/s | hog: tok/s | hog / quiet [range] | pair: tok/s per copy | pair / quiet, per copy [range] |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for who, setting in keys:
-        q = {r["round"]: r["tok_s"] for r in rows if (r["who"], r["setting"], r["load"]) == (who, setting, 0)}
-        l = {r["round"]: r["tok_s"] for r in rows if (r["who"], r["setting"], r["load"]) == (who, setting, 1)}
-        ratios = [l[k] / q[k] for k in q if k in l]
-        print(f"| {who} | {setting} | {statistics.median(q.values()):,.0f} | {statistics.median(l.values()):,.0f} | "
-              f"{statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] |")
+        def by(load):
+            out = {}
+            for r in rows:
+                if (r["who"], r["setting"], r["load"]) == (who, setting, load):
+                    out.setdefault(r["round"], []).append(r["tok_s"])
+            return out
+        q, h = by("quiet"), by("hog")
+        p = by("pair")
+        for k, v in by("pair2").items():
+            p.setdefault(k, []).extend(v)
+        hr = [h[k][0] / q[k][0] for k in q if k in h]
+        pr = [x / q[k][0] for k in q if k in p for x in p[k]]
+        med = lambda d: statistics.median([x for v in d.values() for x in v])
+        print(f"| {who} | {setting} | {med(q):,.0f} | {med(h):,.0f} | {statistics.median(hr):.2f} [{min(hr):.2f}–{max(hr):.2f}] | "
+              f"{med(p):,.0f} | {statistics.median(pr):.2f} [{min(pr):.2f}–{max(pr):.2f}] |")
 
 
 if __name__ == "__main__":
