@@ -19,6 +19,7 @@
 
 #include "autograd/error.h"
 #include "autograd/kernels/blas.h"
+#include "autograd/isa.h"
 #include "autograd/omp_wait.h"
 
 namespace tapelm {
@@ -280,6 +281,9 @@ void exec_self(char** argv) {
 }  // namespace
 
 void guard_blas_core(char** argv) {
+  // The instruction-set check (autograd/isa.cpp) ran before any constructor of ours; naming it
+  // here, where every program starts, links it into each of them.
+  (void)isa_cpu();
   const char* from = std::getenv(kReexecVar);
   const std::string chosen = kern::blas_core_name();
   const BlasCoreDecision d =

@@ -16,6 +16,7 @@ PKGS=(build-essential cmake pkg-config
       libpcre2-dev             # byte-level BPE: the pre-tokenizer's Unicode regexes (\p{L}, lookahead), JIT-compiled
       libutf8proc-dev          # byte-level BPE: NFC normalization (Qwen2's tokenizer.json)
       libbenchmark-dev         # GEMM micro-benchmark
+      qemu-user                # the tests run tapelm on an emulated CPU without AVX-512 (the instruction-set check)
       gnuplot-nox)             # loss curves and trade-off plots
 missing=()
 for p in "${PKGS[@]}"; do

@@ -17,6 +17,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/elementwise.h"
+#include "autograd/isa.h"
 #include "autograd/omp_wait.h"
 #include "autograd/runtime.h"
 #include "test_util.h"
@@ -313,6 +314,83 @@ BOOST_AUTO_TEST_CASE(inspect_says_how_openmp_threads_wait) {
   const Run count = run_cli("inspect --system", "env -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT GOMP_SPINCOUNT=5000 ");
   BOOST_REQUIRE_MESSAGE(count.code == 0, count.err);
   BOOST_TEST(contains(count.out, "openmp wait as the environment sets it: GOMP_SPINCOUNT=5000\n"), count.out);
+}
+
+// ---- the instruction sets a binary was built for (autograd/isa.h) -------------------------------
+
+// Our reading of cpuid against the flags the Linux kernel reports for the same CPU, extension by
+// extension. LZCNT is left out: the kernel shows it as "abm", and some virtual machines' kernels do
+// not show it although cpuid reports it (as on the AMD EPYC VM this was written on, where GCC's
+// -march=native, which reads cpuid, uses it).
+BOOST_AUTO_TEST_CASE(the_cpus_extensions_agree_with_the_kernels_flags) {
+  const std::set<std::string> f = proc_cpu_flags();
+  if (f.empty()) {
+    BOOST_TEST_MESSAGE("no /proc/cpuinfo flags line (not x86 Linux): nothing to compare");
+    return;
+  }
+  const uint64_t cpu = isa_cpu();
+  for (uint64_t bit = 1; bit <= kAvxvnni; bit <<= 1) {
+    if (bit == kLzcnt) continue;
+    const std::string name = isa_names(bit);
+    BOOST_TEST(((cpu & bit) != 0) == (f.count(name) > 0), name);
+  }
+  // This binary runs here, so everything it was built for is here.
+  BOOST_TEST((isa_built() & ~cpu) == 0u, isa_names(isa_built() & ~cpu));
+}
+
+BOOST_AUTO_TEST_CASE(a_binary_built_for_another_cpu_is_refused_in_one_line) {
+  BOOST_TEST(isa_mismatch_message(kAvx2 | kFma, kAvx2 | kFma | kAvx512f).empty());
+  BOOST_TEST(isa_mismatch_message(0, kAvx2).empty());
+  // An AVX-512 build (as -march=native makes on Zen 4/5 or a Xeon) on an AVX2 CPU.
+  const std::string m = isa_mismatch_message(kAvx | kAvx2 | kFma | kAvx512f | kAvx512bw, kAvx | kAvx2 | kFma);
+  BOOST_TEST(contains(m, "avx512f avx512bw"), m);
+  BOOST_TEST(!contains(m, "avx2"), m);
+  BOOST_TEST(contains(m, "no AVX-512 here"), m);
+  BOOST_TEST(contains(m, "bash scripts/build.sh"), m);
+  BOOST_TEST(contains(m, "-DTAPELM_ARCH=x86-64-v3"), m);
+  BOOST_TEST(m.find('\n') == std::string::npos, m);
+  // A CPU without AVX2 is not sent to an AVX2 build.
+  const std::string old = isa_mismatch_message(kAvx | kAvx2 | kFma, kAvx);
+  BOOST_TEST(contains(old, "avx2 fma"), old);
+  BOOST_TEST(!contains(old, "x86-64-v3"), old);
+  BOOST_TEST(!contains(old, "AVX-512"), old);
+}
+
+BOOST_AUTO_TEST_CASE(inspect_says_what_the_binary_was_compiled_for) {
+  const Run r = run_cli("inspect --system");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string want = "compiled for " + (isa_built() ? isa_names(isa_built()) : std::string("the x86-64 baseline"));
+  BOOST_TEST(contains(r.out, want), r.out);
+}
+
+// End to end on a CPU without this build's extensions: QEMU's user-mode emulation of a Haswell
+// (AVX2, FMA, BMI, no AVX-512: an independent cpuid) runs the real binary. A build that uses
+// anything beyond Haswell's set must stop before any of its code, in one line naming exactly what
+// is missing; a build within it must run. (Without the check, QEMU reports SIGILL for a
+// -march=native build made on an AVX-512 machine.)
+BOOST_AUTO_TEST_CASE(a_binary_run_on_a_cpu_without_its_extensions_stops_in_one_line) {
+#ifdef __SANITIZE_ADDRESS__
+  // AddressSanitizer's shadow memory does not start under QEMU's user-mode emulation.
+  BOOST_TEST_MESSAGE("an AddressSanitizer build: the Release pass checks this");
+  return;
+#endif
+  if (run_shell("command -v qemu-x86_64").code != 0) {
+    BOOST_TEST_MESSAGE("qemu-x86_64 (Debian's qemu-user, installed by scripts/setup.sh) is missing: not checked");
+    BOOST_TEST(std::getenv("CI") == nullptr, "CI must have qemu-user");
+    return;
+  }
+  const uint64_t haswell = kSse42 | kPopcnt | kAvx | kAvx2 | kFma | kF16c | kBmi | kBmi2 | kLzcnt | kMovbe;
+  const uint64_t beyond = isa_built() & ~haswell;
+  const Run r = run_shell("qemu-x86_64 -cpu Haswell " + std::string(TAPELM_BINARY) + " --help 2>&1 | grep -v 'TCG doesn'");
+  if (beyond == 0) {
+    BOOST_TEST(contains(r.out, "Usage"), r.out);
+    return;
+  }
+  BOOST_TEST(contains(r.out, "tapelm: this binary was compiled for a CPU with " + isa_names(beyond) + " ("), r.out);
+  BOOST_TEST(std::count(r.out.begin(), r.out.end(), '\n') == 1, r.out);
+  BOOST_TEST(!contains(r.out, "Illegal instruction"), r.out);
+  const Run code = run_shell("qemu-x86_64 -cpu Haswell " + std::string(TAPELM_BINARY) + " --help");
+  BOOST_TEST(code.code == 1);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

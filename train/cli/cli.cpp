@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "autograd/gradcheck.h"
+#include "autograd/isa.h"
 #include "autograd/runtime.h"
 #include "data/dataset.h"
 #include "data/prepare.h"
@@ -583,6 +584,8 @@ int run_inspect_system() {
   const ComputeInfo c = compute_info();
   std::printf("cpu %s\n", c.cpu.c_str());
   std::printf("simd %s\n", c.simd.c_str());
+  std::printf("compiled for %s (-march=%s)\n", isa_built() ? isa_names(isa_built()).c_str() : "the x86-64 baseline",
+              *isa_built_arch() ? isa_built_arch() : "the compiler's default");
   std::printf("threads %d\n", c.threads);
   std::printf("openblas core %s\n", c.blas_core.c_str());
   std::printf("gemm %s\n", c.gemm.c_str());
