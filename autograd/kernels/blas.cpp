@@ -68,16 +68,35 @@ Choice& choice_slot() {
   return c;
 }
 
-// auto: oneDNN for every product of at least 2^18 multiply-adds except x·Wᵀ with a deep inner
-// dimension (K >= 4N: the MLP's output projection forward), OpenBLAS for those and the tiny ones
-// (a 32-row causal attention block), where its kernels measured faster (bench/GEMM.md, 2 threads).
-// A rule on the shape alone, never on timings, so a run computes the same bits every time
-// (resume stays bit-exact).
-bool use_onednn(bool tb, int64_t M, int64_t N, int64_t K) {
+// The auto rule depends on the vector width oneDNN's kernels run at (its own choice from cpuid,
+// capped by ONEDNN_MAX_CPU_ISA), because the products where it loses to OpenBLAS differ
+// (bench/GEMM.md, 2 threads, both measured on the same CPU):
+//  - AVX-512: oneDNN for every product of at least 2^18 multiply-adds except x·Wᵀ with a deep
+//    inner dimension (K >= 4N: the MLP's output projection forward, 0.83-0.90x there).
+//  - AVX2: oneDNN for every product of at least 2^18 multiply-adds except the weight gradients
+//    Xᵀ·dY (A transposed) with an output of at most 2^18 elements: its AVX2 kernels ran those at
+//    0.52-0.87x OpenBLAS's speed on mid's 4096-row steps, where the deep-K forward product that
+//    AVX-512 keeps on OpenBLAS ran 1.06-1.31x faster on oneDNN.
+// Under 2^18 multiply-adds (a 32-row causal attention block) OpenBLAS is faster on both. A rule
+// on the shape and the machine alone, never on timings, so a run computes the same bits every
+// time on a given machine (resume stays bit-exact).
+bool onednn_is_avx512() {
+#ifdef TAPELM_HAVE_ONEDNN
+  static const bool wide = dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core;
+  return wide;
+#else
+  return false;
+#endif
+}
+
+bool use_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
   switch (choice_slot()) {
     case Choice::onednn: return true;
     case Choice::openblas: return false;
-    case Choice::automatic: return M * N * K >= (int64_t{1} << 18) && !(tb && K >= 4 * N);
+    case Choice::automatic:
+      if (M * N * K < (int64_t{1} << 18)) return false;
+      if (onednn_is_avx512()) return !(tb && K >= 4 * N);
+      return !(ta && M * N <= (int64_t{1} << 18));
   }
   return false;
 }
@@ -86,7 +105,10 @@ bool use_onednn(bool tb, int64_t M, int64_t N, int64_t K) {
 std::string gemm_backend_description() {
   switch (choice_slot()) {
     case Choice::onednn: return "oneDNN (matrix-vector products: OpenBLAS)";
-    case Choice::automatic: return "oneDNN, OpenBLAS for products under 2^18 multiply-adds, x·Wᵀ with K >= 4N and matrix-vector products";
+    case Choice::automatic:
+      return onednn_is_avx512()
+                 ? "oneDNN (AVX-512 rule), OpenBLAS for products under 2^18 multiply-adds, x·Wᵀ with K >= 4N and matrix-vector products"
+                 : "oneDNN (AVX2 rule), OpenBLAS for products under 2^18 multiply-adds, Aᵀ·B with at most 2^18 outputs and matrix-vector products";
     default: return "OpenBLAS";
   }
 }
@@ -196,7 +218,7 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
     return;
   }
 #ifdef TAPELM_HAVE_ONEDNN
-  if (use_onednn(tb, M, N, K)) {
+  if (use_onednn(ta, tb, M, N, K)) {
     const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (st != dnnl_success) fail(ErrorKind::internal, "dnnl_sgemm failed with status " + std::to_string(int(st)));
     return;
