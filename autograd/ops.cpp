@@ -187,6 +187,50 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   });
 }
 
+std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs) {
+  const int n = static_cast<int>(ws.size());
+  if (n < 1 || n > 4) fail("linears", "expected 1 to 4 weights, got " + std::to_string(n));
+  if (!bs.empty() && bs.size() != ws.size())
+    fail("linears", std::to_string(bs.size()) + " biases for " + std::to_string(n) + " weights");
+  if (x.ndim() < 1) fail("linears", "input " + shape_str(x.shape()) + " has no feature axis");
+  const int64_t in = x.shape().back(), rows = x.numel() / std::max<int64_t>(in, 1);
+  std::vector<Tensor> outs;
+  float* ys[4];
+  const float* wp[4];
+  const float* bp[4];
+  int64_t outf[4];
+  for (int i = 0; i < n; i++) {
+    const Var& w = ws[i];
+    const Var b = bs.empty() ? Var() : bs[i];
+    if (w.ndim() != 2 || w.dim(1) != in)
+      fail("linears", "input " + shape_str(x.shape()) + " does not fit weight " + shape_str(w.shape()));
+    if (b.defined() && (b.ndim() != 1 || b.dim(0) != w.dim(0)))
+      fail("linears", "bias " + shape_str(b.shape()) + " does not fit weight " + shape_str(w.shape()));
+    Shape os = x.shape();
+    os.back() = w.dim(0);
+    outs.push_back(Tensor::empty(os));
+    ys[i] = outs.back().data();
+    wp[i] = w.val().data();
+    bp[i] = b.defined() ? b.val().data() : nullptr;
+    outf[i] = w.dim(0);
+  }
+  kern::linear_many_fwd(ys, x.val().data(), wp, bp, outf, n, rows, in);
+  // One record per output, in order, each closing over what linear() would: the same backward.
+  std::vector<Var> res;
+  for (int i = 0; i < n; i++) {
+    const Var w = ws[i], b = bs.empty() ? Var() : bs[i];
+    const int64_t o = outf[i];
+    std::vector<Var> ins{x, w};
+    if (b.defined()) ins.push_back(b);
+    res.push_back(record(ins, outs[i], [x, w, b, rows, in, o](const Tensor& dout) {
+      kern::linear_bwd(x.requires_grad() ? x.grad().data() : nullptr, w.requires_grad() ? w.grad().data() : nullptr,
+                       b.defined() && b.requires_grad() ? b.grad().data() : nullptr, dout.data(), x.val().data(),
+                       w.val().data(), rows, in, o);
+    }));
+  }
+  return res;
+}
+
 // ---- reductions ------------------------------------------------------------------------------
 
 static Var sum_scaled(const Var& x, float scale) {

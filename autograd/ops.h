@@ -40,6 +40,10 @@ Var silu(const Var& x);
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 /// x·Wᵀ + b for x [..., in], W [out, in], b [out] (b may be undefined).
 Var linear(const Var& x, const Var& w, const Var& b = Var());
+/// linear(x, ws[i], bs[i]) for up to 4 weights of the same x (bs empty: no biases): the same values
+/// and gradients, but a decoding step (x with at most 16 rows) reads all the weights in one pass
+/// on the threads instead of one product after another.
+std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs = {});
 
 // ---- reductions
 Var sum(const Var& x);

@@ -34,7 +34,10 @@ MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp ==
 }
 
 Var MLP::forward(const Var& x) const {
-  if (swiglu_) return down->forward(mul(silu(gate->forward(x)), up->forward(x)));
+  if (swiglu_) {
+    const std::vector<Var> gu = linears(x, {gate->weight, up->weight}, {gate->bias, up->bias});
+    return down->forward(mul(silu(gu[0]), gu[1]));
+  }
   return proj->forward(gelu(fc->forward(x), tanh_));
 }
 
@@ -48,8 +51,13 @@ Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
   wo = register_module("wo", std::make_shared<Linear>(H_ * hd_, c.n_embd, c.bias));
 }
 
+std::vector<Var> Attention::qkv(const Var& x) const {
+  return linears(x, {wq->weight, wk->weight, wv->weight}, {wq->bias, wk->bias, wv->bias});
+}
+
 Var Attention::forward(const Var& x, const Index* key_keep) const {
-  Var q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);
+  const std::vector<Var> p = qkv(x);
+  Var q = p[0], k = p[1], v = p[2];
   if (rope_) {
     q = rope(q, H_, 0, theta_);
     k = rope(k, KV_, 0, theta_);
@@ -66,7 +74,8 @@ Var Attention::forward(const Var& x, const Index* key_keep) const {
 }
 
 Var Attention::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
-  Var q = wq->forward(x), k = wk->forward(x), v = wv->forward(x);
+  const std::vector<Var> p = qkv(x);
+  Var q = p[0], k = p[1], v = p[2];
   if (rope_) {
     q = rope(q, H_, pos, theta_);
     k = rope(k, KV_, pos, theta_);

@@ -74,6 +74,8 @@ class Attention : public Module {
   std::shared_ptr<Linear> wq, wk, wv, wo;
 
  private:
+  /// The query, key and value projections of x, read in one pass when x has few rows.
+  std::vector<Var> qkv(const Var& x) const;
   int64_t H_, KV_, hd_;
   bool rope_;
   double theta_;

@@ -114,6 +114,21 @@ BOOST_AUTO_TEST_CASE(linear_with_and_without_bias) {
   }
 }
 
+// Several linears of one input: each output's gradient through the shared input and its own
+// weight and bias, on few rows (the one-pass kernel, K >= 64) and on many (one sgemm each), the
+// outputs combined so that every one counts.
+BOOST_AUTO_TEST_CASE(linears_of_one_input) {
+  for (Shape xs : {Shape{1, 1, 70}, Shape{2, 3, 70}, Shape{20, 70}, Shape{3, 5}}) {
+    const int64_t in = xs.back();
+    check_grad("linears " + str(xs),
+               [](const std::vector<Var>& x) {
+                 const std::vector<Var> y = linears(x[0], {x[1], x[2], x[3]}, {x[4], Var(), x[5]});
+                 return add(add(mul(y[0], y[0]), y[1]), mul(y[2], y[0]));
+               },
+               {rnd(xs), rnd({3, in}), rnd({3, in}), rnd({3, in}), rnd({3}), rnd({3})});
+  }
+}
+
 BOOST_AUTO_TEST_CASE(reductions) {
   for (Shape s : {Shape{3, 17}, Shape{2, 3, 5}, Shape{1}}) {
     check_grad("sum " + str(s), [](const std::vector<Var>& x) { return sum(x[0]); }, {rnd(s)});

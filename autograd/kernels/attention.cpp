@@ -34,6 +34,46 @@ inline int64_t key_limit(const AttnShape& s, int64_t i) {
 // bit-identical on any number of threads (the chunks are combined in order).
 constexpr int64_t kDecodeChunk = 256;
 
+// One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
+// kDecodeChunk keys and values (rows RS floats apart). Each K row and each V row is read once, for
+// all rep heads: scores into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and
+// the unnormalised output o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the
+// products are 1-16 rows by 256 keys, where a library call costs more than the arithmetic.
+void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const float* k, const float* v, int64_t RS,
+                  float scale, float* sc, float* m, float* l, float* o) {
+  for (int64_t j = 0; j < n; j++) {
+    const float* kj = k + j * RS;
+    for (int64_t r = 0; r < rep; r++) {
+      const float* qr = q + r * hd;
+      float dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t d = 0; d < hd; d++) dot += qr[d] * kj[d];
+      sc[r * kDecodeChunk + j] = dot * scale;
+    }
+  }
+  for (int64_t r = 0; r < rep; r++) {
+    float* row = sc + r * kDecodeChunk;
+    float mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < n; j++) mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j < n; j++) {
+      row[j] = exp_approx(row[j] - mx);
+      sum += row[j];
+    }
+    m[r] = mx;
+    l[r] = sum;
+  }
+  std::fill(o, o + rep * hd, 0.f);
+  for (int64_t j = 0; j < n; j++) {
+    const float* vj = v + j * RS;
+    for (int64_t r = 0; r < rep; r++) {
+      const float e = sc[r * kDecodeChunk + j];
+      float* orow = o + r * hd;
+#pragma omp simd
+      for (int64_t d = 0; d < hd; d++) orow[d] += e * vj[d];
+    }
+  }
+}
+
 // One query row per sequence (a decoding step): split-K attention ("flash decoding"). The keys
 // 0 .. q_pos0 are cut into chunks of kDecodeChunk; each (sequence, KV head, chunk) is a work item
 // that reads its K and V rows once for all H/KV query heads of the group — scores, their max m,
@@ -53,8 +93,7 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
   o_buf.resize(items * rep * hd);
   float *m = m_buf.data(), *l = l_buf.data(), *o = o_buf.data();
   const bool par = items > 1 && s.B * s.KV * len * rep * hd > (1 << 15);
-  SerialBlas serial;
-#pragma omp parallel if (par)
+  #pragma omp parallel if (par)
   {
     static thread_local std::vector<float> sc;
     sc.resize(rep * kDecodeChunk);
@@ -66,23 +105,7 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
       const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
       const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
       float* ot = o + t * rep * hd;
-      std::fill(ot, ot + rep * hd, 0.f);
-      // scores of the group's query heads against the chunk's keys, [rep, n]: one small product
-      // (single-threaded inside the item, so the result does not depend on the thread count)
-      if (n > 0) sgemm(false, true, rep, n, hd, scale, qg, hd, kg + j0 * RS, RS, 0.f, sc.data(), kDecodeChunk);
-      for (int64_t r = 0; r < rep; r++) {
-        float* row = sc.data() + r * kDecodeChunk;
-        float mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; j++) mx = std::max(mx, row[j]);
-        for (int64_t j = 0; j < n; j++) {
-          row[j] = n > 0 ? exp_approx(row[j] - mx) : 0.f;
-          sum += row[j];
-        }
-        m[t * rep + r] = mx;
-        l[t * rep + r] = sum;
-      }
-      // o = e · V_chunk, [rep, hd]
-      if (n > 0) sgemm(false, false, rep, hd, n, 1.f, sc.data(), kDecodeChunk, vg + j0 * RS, RS, 0.f, ot, hd);
+      decode_chunk(rep, hd, n, qg, kg + j0 * RS, vg + j0 * RS, RS, scale, sc.data(), m + t * rep, l + t * rep, ot);
     }
 #pragma omp for schedule(static)
     for (int64_t bg = 0; bg < s.B * s.KV; bg++) {

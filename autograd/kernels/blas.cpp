@@ -12,6 +12,7 @@
 #endif
 
 #include "autograd/error.h"
+#include "autograd/kernels/common.h"
 #include "autograd/runtime.h"
 
 extern "C" {
@@ -135,18 +136,16 @@ constexpr int64_t kSmallM = 16;
 
 // W's rows stream from memory, two at a time per thread: too few streams for the hardware
 // prefetchers to hide the latency (the loop stalled on W's loads at a fifth of the bandwidth), so
-// the first pass over a row pair also asks for the lines of the pair `ahead` floats further.
+// the first pass over a row pair also asks for the lines of the next pair, pf0 and pf1 (null: none).
 template <int MB>
 void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0, float* out1,
-                   int64_t ahead) {
+                   const char* pf0, const char* pf1) {
   float acc0[MB][kLanes] = {}, acc1[MB][kLanes] = {};
   const int64_t Kv = K / kLanes * kLanes;
-  const char* p0 = reinterpret_cast<const char*>(B0) + ahead * 4;
-  const char* p1 = reinterpret_cast<const char*>(B1) + ahead * 4;
   for (int64_t k = 0; k < Kv; k += kLanes) {
-    if (ahead) {
-      __builtin_prefetch(p0 + k * 4);
-      __builtin_prefetch(p1 + k * 4);
+    if (pf0) {
+      __builtin_prefetch(pf0 + k * 4);
+      __builtin_prefetch(pf1 + k * 4);
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MB; m++) {
@@ -168,32 +167,78 @@ void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, cons
 }
 
 void small_m_rows(int64_t M, int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0,
-                  float* out1, int64_t ahead) {
+                  float* out1, const char* pf0, const char* pf1) {
   int64_t m = 0;
-  for (; m + 8 <= M; m += 8, ahead = 0) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
-  for (; m + 4 <= M; m += 4, ahead = 0) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
-  for (; m < M; m++, ahead = 0) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, ahead);
+  for (; m + 8 <= M; m += 8, pf0 = pf1 = nullptr) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+  for (; m + 4 <= M; m += 4, pf0 = pf1 = nullptr) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+  for (; m < M; m++, pf0 = pf1 = nullptr) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
 }
 
-void sgemm_small_m(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                   float beta, float* C, int64_t ldc) {
-  const int64_t pairs = (N + 1) / 2;
+// The W row pairs of every product, numbered in order: pair p of the whole list is pair
+// p - first[i] of product i.
+struct PairList {
+  const XwtProduct* ps;
+  int n;
+  int64_t first[kMaxXwtProducts + 1];
+  int64_t total() const { return first[n]; }
+  int product_of(int64_t p) const {
+    int i = 0;
+    while (p >= first[i + 1]) i++;
+    return i;
+  }
+  // W's rows of pair p: the pair's two rows (the same row twice for an odd last row).
+  void rows(int64_t p, const float*& b0, const float*& b1, int64_t& n0, int64_t& n1, int& i) const {
+    i = product_of(p);
+    const XwtProduct& q = ps[i];
+    n0 = 2 * (p - first[i]);
+    n1 = std::min(n0 + 1, q.N - 1);
+    b0 = q.B + n0 * q.ldb;
+    b1 = q.B + n1 * q.ldb;
+  }
+};
+
+// C_i = alpha · A · B_iᵀ + beta · C_i (+ bias_i) for every product of the list.
+void sgemm_small_m_many(int64_t M, int64_t K, const float* A, int64_t lda, const XwtProduct* ps, int n, float alpha,
+                        float beta) {
+  PairList pl{ps, n, {}};
+  pl.first[0] = 0;
+  int64_t work = 0;
+  for (int i = 0; i < n; i++) {
+    pl.first[i + 1] = pl.first[i] + (ps[i].N + 1) / 2;
+    work += ps[i].N * K;
+  }
+  const int64_t pairs = pl.total();
   auto pair = [&](int64_t p) {
-    const int64_t n0 = 2 * p, n1 = std::min(n0 + 1, N - 1);
+    const float *b0, *b1, *nb0 = nullptr, *nb1 = nullptr;
+    int64_t n0, n1, nn0, nn1;
+    int i, ni;
+    pl.rows(p, b0, b1, n0, n1, i);
+    if (p + 1 < pairs) pl.rows(p + 1, nb0, nb1, nn0, nn1, ni);
     float r0[kSmallM], r1[kSmallM];
-    small_m_rows(M, K, A, lda, B + n0 * ldb, B + n1 * ldb, r0, r1, p + 1 < pairs ? 2 * ldb : 0);
+    small_m_rows(M, K, A, lda, b0, b1, r0, r1, reinterpret_cast<const char*>(nb0), reinterpret_cast<const char*>(nb1));
+    const XwtProduct& q = ps[i];
     for (int64_t m = 0; m < M; m++) {
-      float* c = C + m * ldc;
+      float* c = q.C + m * q.ldc;
       c[n0] = alpha * r0[m] + (beta == 0.f ? 0.f : beta * c[n0]);
       if (n1 != n0) c[n1] = alpha * r1[m] + (beta == 0.f ? 0.f : beta * c[n1]);
+      if (q.bias) {
+        c[n0] += q.bias[n0];
+        if (n1 != n0) c[n1] += q.bias[n1];
+      }
     }
   };
-  if (!omp_in_parallel() && N * K >= (1 << 16)) {
+  if (!omp_in_parallel() && work >= (1 << 16)) {
 #pragma omp parallel for schedule(static)
     for (int64_t p = 0; p < pairs; p++) pair(p);
   } else {
     for (int64_t p = 0; p < pairs; p++) pair(p);
   }
+}
+
+void sgemm_small_m(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                   float beta, float* C, int64_t ldc) {
+  const XwtProduct p{B, ldb, N, C, ldc, nullptr};
+  sgemm_small_m_many(M, K, A, lda, &p, 1, alpha, beta);
 }
 
 }  // namespace
@@ -226,6 +271,23 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 #endif
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
               (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+void sgemm_xwt_many(int64_t M, int64_t K, const float* A, int64_t lda, const XwtProduct* ps, int n) {
+  if (n < 1 || n > kMaxXwtProducts) fail(ErrorKind::internal, "sgemm_xwt_many: " + std::to_string(n) + " products");
+  if (M >= 1 && M <= kSmallM && K >= 64) {
+    sgemm_small_m_many(M, K, A, lda, ps, n, 1.f, 0.f);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    const XwtProduct& q = ps[i];
+    sgemm(false, true, M, q.N, K, 1.f, A, lda, q.B, q.ldb, 0.f, q.C, q.ldc);
+    if (q.bias) {
+#pragma omp parallel for schedule(static) if (M * q.N >= kParallelMin)
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < q.N; j++) q.C[m * q.ldc + j] += q.bias[j];
+    }
+  }
 }
 
 SerialBlas::SerialBlas() : prev_(openblas_get_num_threads()) {

@@ -10,10 +10,10 @@ namespace tapelm::kern {
 std::string blas_core_name();
 
 /// The library behind sgemm. TAPELM_GEMM (read once): auto (the default in a build with oneDNN)
-/// sends products to oneDNN's dnnl_sgemm except those under 2^18 multiply-adds and x·Wᵀ with
-/// K >= 4N, which go to OpenBLAS (see use_onednn in blas.cpp);
-/// openblas or onednn send every product to one library. Matrix-vector products always go to
-/// OpenBLAS's sgemv.
+/// sends most products to oneDNN's dnnl_sgemm and the rest to OpenBLAS by a rule on the shape and
+/// on oneDNN's vector width (use_onednn in blas.cpp); openblas or onednn send every product to one
+/// library. Matrix-vector products always go to OpenBLAS's sgemv, x·Wᵀ with 2-16 rows to
+/// tapelm's own few-row kernel.
 enum class GemmBackend { openblas, onednn };
 /// "OpenBLAS", "oneDNN": the backend in use; "oneDNN, OpenBLAS for matrix-vector products" etc.
 std::string gemm_backend_description();
@@ -27,6 +27,24 @@ bool set_gemm_backend(GemmBackend b);
 ///   C: [M, ldc]   A: [M, lda] ([K, lda] if trans_a)   B: [K, ldb] ([N, ldb] if trans_b)
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+/// One of several products x·Wᵢᵀ of the same x: C[M, N] = x · Bᵀ (+ bias on every row).
+///   B: [N, ldb]   C: [M, ldc]   bias: [N] or null
+struct XwtProduct {
+  const float* B;
+  int64_t ldb, N;
+  float* C;
+  int64_t ldc;
+  const float* bias;
+};
+constexpr int kMaxXwtProducts = 4;
+/// C_i = A · B_iᵀ (+ bias_i) for n ≤ kMaxXwtProducts products of the same A (a decoding step's
+/// query, key and value projections; SwiGLU's gate and up). With 1 ≤ M ≤ 16 rows every product's
+/// W rows are spread over the threads in one parallel region, read once for all M rows (decoding
+/// is bound by reading the weights; one fork and one barrier instead of one per product); more
+/// rows: one sgemm each. The sum order does not depend on the thread count.
+///   A: [M, lda]
+void sgemm_xwt_many(int64_t M, int64_t K, const float* A, int64_t lda, const XwtProduct* ps, int n);
 
 /// `batch` independent sgemms whose operands start stride_a/stride_b/stride_c floats apart.
 /// Small problems run one per thread with single-threaded BLAS; large ones one after another

@@ -43,6 +43,13 @@ void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_
   }
 }
 
+void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, const float* const* bs, const int64_t* outs,
+                     int n, int64_t rows, int64_t in) {
+  XwtProduct ps[kMaxXwtProducts];
+  for (int i = 0; i < n && i < kMaxXwtProducts; i++) ps[i] = XwtProduct{ws[i], in, outs[i], ys[i], outs[i], bs[i]};
+  sgemm_xwt_many(rows, in, x, in, ps, n);
+}
+
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
                 int64_t in, int64_t outf) {
   if (dx) sgemm(false, false, rows, in, outf, 1.f, dy, outf, w, in, 1.f, dx, in);

@@ -29,6 +29,12 @@ void matmul_bwd(float* da, float* db, const float* dc, const float* a, const flo
 void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t out);
 /// dx += dy · w, dw += dyᵀ · x, db += Σ_rows dy; any may be null.
 ///   dx, x: [rows, in]   dw, w: [out, in]   db: [out]   dy: [rows, out]
+/// y_i = x·w_iᵀ + b_i for n ≤ 4 weights of the same x, in one pass over the weights when x has
+/// at most 16 rows (see sgemm_xwt_many); bit-identical to n linear_fwd calls for more rows.
+///   ys[i]: [rows, outs[i]]   x: [rows, in]   ws[i]: [outs[i], in]   bs[i]: [outs[i]] or null
+void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, const float* const* bs, const int64_t* outs,
+                     int n, int64_t rows, int64_t in);
+
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
                 int64_t in, int64_t out);
 
