@@ -406,6 +406,14 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
         m << "\n";
       }
   }
+  // The best conversion's method(s), named once in the key rather than at every point (the
+  // points sit close together and their labels covered each other).
+  std::string best_names;
+  for (int64_t kv : kvs)
+    if (kv < plan.n_head) {
+      const std::string b = best_variant(t, kv, ha, true).first;
+      if (best_names.find(b) == std::string::npos) best_names += (best_names.empty() ? "" : ", ") + b;
+    }
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1100,560 font 'sans,11'\nset grid\n";
   gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
@@ -415,8 +423,9 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
      << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key outside right top\n";
   gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
      << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
-     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
-     << "title 'best conversion, batch " << p.decode_batches.back() << "', '' using 2:5:6 with labels offset 0,-1 font ',9' notitle";
+     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
+     << "title 'best conversion (" << best_names << "), batch " << p.decode_batches.back()
+     << "', '' every ::1 using 2:5:4 with labels left offset 1,0 font ',9' tc rgb '#c0392b' notitle";
   if (p.smaller)
     gp << ", " << gp_quote(sd.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
        << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
