@@ -66,7 +66,18 @@ const CpuPeak& cpu_peak_at_threads() {
   std::lock_guard<std::mutex> lock(mu);
   const int threads = get_num_threads();
   auto it = at.find(threads);
-  if (it == at.end()) it = at.emplace(threads, cpu_peak_flops(threads)).first;
+  if (it == at.end()) {
+    CpuPeak p = cpu_peak_flops(threads);
+    // The peak of the vectors the GEMMs run on: a CPU with AVX-512 whose GEMMs are held to AVX2
+    // (ONEDNN_MAX_CPU_ISA, as an AVX2 stand-in does) can reach only the 8-lane peak.
+    const int lanes = kern::gemm_vector_lanes();
+    if (lanes > 0 && lanes < p.lanes) {
+      p.flops *= double(lanes) / p.lanes;
+      p.basis += "; GEMMs held to " + std::to_string(lanes) + " lanes (" + std::to_string(p.lanes) + " on this CPU)";
+      p.lanes = lanes;
+    }
+    it = at.emplace(threads, p).first;
+  }
   return it->second;
 }
 }  // namespace

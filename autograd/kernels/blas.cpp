@@ -103,6 +103,14 @@ bool use_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
 }
 }  // namespace
 
+int gemm_vector_lanes() {
+#ifdef TAPELM_HAVE_ONEDNN
+  return onednn_is_avx512() ? 16 : 8;
+#else
+  return 0;
+#endif
+}
+
 std::string gemm_backend_description() {
   switch (choice_slot()) {
     case Choice::onednn: return "oneDNN (matrix-vector products: OpenBLAS)";

@@ -17,6 +17,9 @@ std::string blas_core_name();
 enum class GemmBackend { openblas, onednn };
 /// "OpenBLAS", "oneDNN": the backend in use; "oneDNN, OpenBLAS for matrix-vector products" etc.
 std::string gemm_backend_description();
+/// fp32 lanes of the vector units the GEMMs run on: 16 when oneDNN runs its AVX-512 kernels,
+/// 8 when it is held to AVX2 (its own choice or ONEDNN_MAX_CPU_ISA); 0 without oneDNN (unknown).
+int gemm_vector_lanes();
 /// Tests and benchmarks: send every product to this backend from now on (onednn in a build
 /// without it -> false).
 bool set_gemm_backend(GemmBackend b);

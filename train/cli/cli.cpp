@@ -410,6 +410,7 @@ int run_bench(const BenchArgs& a) {
   out["sgemm_peak_flops_per_s"] = ci.sgemm_peak;
   out["cpu_peak_flops_per_s"] = ci.cpu_peak;
   out["cpu_clock_hz"] = ci.clock_hz;
+  out["cpu_peak_lanes"] = ci.lanes;
   if (train_mode) out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
