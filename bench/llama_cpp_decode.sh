@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Decoding speed per KV count in llama.cpp beside tapelm, at bench/decode.sh's shape but for the
 # SwiGLU width (1408, Llama's 8/3·d): 6 layers, 8 heads, d 512, RoPE, rmsnorm, vocabulary 512 (the tests' sentencepiece model),
-# KV heads 8, 4, 2, 1; contexts 512, 1024, 4096; batch 1; 128 timed steps after prefilling the
-# rest of the context. Weights are random (one training step from the init), converted to fewer KV
+# KV heads 8, 4, 2, 1; decode.sh's rows (batch 1 at contexts 256, 1024, 4096; batch 16 at 256 and
+# 1024); 128 timed steps after prefilling the rest of each sequence's context. Weights are random (one training step from the init), converted to fewer KV
 # heads by mean pooling, exported to GGUF (f32, and q8_0 as people run llama.cpp) — speed does not
 # depend on their values. llama.cpp is the prebuilt CPU library npm's @node-llama-cpp/linux-x64
 # ships, called directly by bench/llama_cpp_decode.cpp (compiled here against the llama.h of the
 # llama.cpp source node-llama-cpp bundles; node-llama-cpp's own evaluation loop adds milliseconds
-# per token), with llama.cpp's default context settings (f16 KV cache, flash attention auto).
+# per token), with llama.cpp's default context settings (flash attention auto) and its KV cache in
+# f32 (the bytes tapelm's holds) and in f16 (its default); q8_0 weights with the default cache.
 # tapelm runs `bench --mode decode` at the same shapes. Both use 2 threads and run alternately,
 # row by row. Prints JSON lines.
 #
 #   mkdir /tmp/nlc && (cd /tmp/nlc && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install \
 #       node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
-#   bash bench/llama_cpp_decode.sh /tmp/nlc/node_modules [REPS (3)] > bench/LLAMA_CPP_DECODE.jsonl
+#   bash bench/llama_cpp_decode.sh NODE_MODULES [REPS (3)] > bench/LLAMA_CPP_DECODE.jsonl
 set -euo pipefail
 cd "$(dirname "$0")/.."
 modules=$1
@@ -37,13 +38,17 @@ for kv in 8 4 2 1; do
     $T export --checkpoint "$work/kv$kv.h5" --format gguf --dtype $dt --out "$work/kv${kv}_$dt.gguf" > /dev/null
   done
 done
-for C in 512 1024 4096; do
+# rows: batch, context (bench/decode.sh's)
+ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024")
+for row in "${ROWS[@]}"; do
+  read -r B C <<< "$row"
   for kv in 8 4 2 1; do
-    $T bench --mode decode --json --config "$work/cfg.json" --set n_kv_head=$kv --prompt $((C - 128)) --context $C \
+    $T bench --mode decode --json --config "$work/cfg.json" --set n_kv_head=$kv --batch "$B" --prompt $((C - 128)) --context $C \
       --iters "$reps" --warmup 1 2>/dev/null |
-      python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'impl': 'tapelm', 'dtype': 'f32', 'KV': $kv, 'context': d['context'], 'step_ms': d['step_ms'], 'step_ms_min': d['step_ms_min'], 'step_ms_max': d['step_ms_max'], 'prefill_ms': d['prefill_ms'], 'threads': d['threads']}))"
-    for dt in f32 q8_0; do
-      "$work/lcd" "$libs" "$work/kv${kv}_$dt.gguf" $C 128 "$reps" 2 |
+      python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'impl': 'tapelm', 'dtype': 'f32', 'kv_cache': 'f32', 'batch': $B, 'KV': $kv, 'context': d['context'], 'step_ms': d['step_ms'], 'step_ms_min': d['step_ms_min'], 'step_ms_max': d['step_ms_max'], 'prefill_ms': d['prefill_ms'], 'threads': d['threads']}))"
+    for run in "f32 f32" "f32 f16" "q8_0 f16"; do
+      read -r dt cache <<< "$run"
+      "$work/lcd" "$libs" "$work/kv${kv}_$dt.gguf" $C 128 "$reps" 2 "$B" "$cache" |
         python3 -c "import json,sys; d=json.load(sys.stdin); d['KV']=$kv; d['dtype']='$dt'; print(json.dumps(d))"
     done
   done
