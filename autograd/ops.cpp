@@ -168,16 +168,25 @@ Var matmul(const Var& a, const Var& b, bool ta, bool tb) {
   });
 }
 
-Var linear(const Var& x, const Var& w, const Var& b) {
+namespace {
+// The shape checks linear() and linears() share: x [..., in], w [out, in], b [out] or undefined.
+void check_linear(const std::string& op, const Var& x, const Var& w, const Var& b) {
   if (w.ndim() != 2 || x.ndim() < 1 || x.shape().back() != w.dim(1))
-    fail("linear", "input " + shape_str(x.shape()) + " does not fit weight " + shape_str(w.shape()));
-  const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
-  if (b.defined() && (b.ndim() != 1 || b.dim(0) != outf))
-    fail("linear", "bias " + shape_str(b.shape()) + " does not fit weight " + shape_str(w.shape()));
+    fail(op, "input " + shape_str(x.shape()) + " does not fit weight " + shape_str(w.shape()));
+  if (b.defined() && (b.ndim() != 1 || b.dim(0) != w.dim(0)))
+    fail(op, "bias " + shape_str(b.shape()) + " does not fit weight " + shape_str(w.shape()));
+}
+
+// x's shape with the last axis w's rows: the shape of x·wᵀ.
+Shape linear_shape(const Var& x, const Var& w) {
   Shape os = x.shape();
-  os.back() = outf;
-  Tensor out = Tensor::empty(os);
-  kern::linear_fwd(out.data(), x.val().data(), w.val().data(), b.defined() ? b.val().data() : nullptr, rows, in, outf);
+  os.back() = w.dim(0);
+  return os;
+}
+
+// Puts out = x·wᵀ (+ b) on the tape, with linear_bwd as its backward.
+Var record_linear(const Var& x, const Var& w, const Var& b, const Tensor& out) {
+  const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
   std::vector<Var> ins{x, w};
   if (b.defined()) ins.push_back(b);
   return record(ins, out, [x, w, b, rows, in, outf](const Tensor& dout) {
@@ -186,48 +195,41 @@ Var linear(const Var& x, const Var& w, const Var& b) {
                      w.val().data(), rows, in, outf);
   });
 }
+}  // namespace
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  check_linear("linear", x, w, b);
+  const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
+  Tensor out = Tensor::empty(linear_shape(x, w));
+  kern::linear_fwd(out.data(), x.val().data(), w.val().data(), b.defined() ? b.val().data() : nullptr, rows, in, outf);
+  return record_linear(x, w, b, out);
+}
 
 std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs) {
   const int n = static_cast<int>(ws.size());
-  if (n < 1 || n > 4) fail("linears", "expected 1 to 4 weights, got " + std::to_string(n));
+  if (n < 1 || n > kern::kMaxLinearsAtOnce)
+    fail("linears", "expected 1 to " + std::to_string(kern::kMaxLinearsAtOnce) + " weights, got " + std::to_string(n));
   if (!bs.empty() && bs.size() != ws.size())
     fail("linears", std::to_string(bs.size()) + " biases for " + std::to_string(n) + " weights");
-  if (x.ndim() < 1) fail("linears", "input " + shape_str(x.shape()) + " has no feature axis");
-  const int64_t in = x.shape().back(), rows = x.numel() / std::max<int64_t>(in, 1);
   std::vector<Tensor> outs;
-  float* ys[4];
-  const float* wp[4];
-  const float* bp[4];
-  int64_t outf[4];
+  float* ys[kern::kMaxLinearsAtOnce];
+  const float* wp[kern::kMaxLinearsAtOnce];
+  const float* bp[kern::kMaxLinearsAtOnce];
+  int64_t outf[kern::kMaxLinearsAtOnce];
   for (int i = 0; i < n; i++) {
-    const Var& w = ws[i];
     const Var b = bs.empty() ? Var() : bs[i];
-    if (w.ndim() != 2 || w.dim(1) != in)
-      fail("linears", "input " + shape_str(x.shape()) + " does not fit weight " + shape_str(w.shape()));
-    if (b.defined() && (b.ndim() != 1 || b.dim(0) != w.dim(0)))
-      fail("linears", "bias " + shape_str(b.shape()) + " does not fit weight " + shape_str(w.shape()));
-    Shape os = x.shape();
-    os.back() = w.dim(0);
-    outs.push_back(Tensor::empty(os));
+    check_linear("linears", x, ws[i], b);
+    outs.push_back(Tensor::empty(linear_shape(x, ws[i])));
     ys[i] = outs.back().data();
-    wp[i] = w.val().data();
+    wp[i] = ws[i].val().data();
     bp[i] = b.defined() ? b.val().data() : nullptr;
-    outf[i] = w.dim(0);
+    outf[i] = ws[i].dim(0);
   }
-  kern::linear_many_fwd(ys, x.val().data(), wp, bp, outf, n, rows, in);
-  // One record per output, in order, each closing over what linear() would: the same backward.
+  const int64_t in = x.shape().back();
+  kern::linear_many_fwd(ys, x.val().data(), wp, bp, outf, n, x.numel() / in, in);
+  // One record per output, each with linear()'s backward.
   std::vector<Var> res;
-  for (int i = 0; i < n; i++) {
-    const Var w = ws[i], b = bs.empty() ? Var() : bs[i];
-    const int64_t o = outf[i];
-    std::vector<Var> ins{x, w};
-    if (b.defined()) ins.push_back(b);
-    res.push_back(record(ins, outs[i], [x, w, b, rows, in, o](const Tensor& dout) {
-      kern::linear_bwd(x.requires_grad() ? x.grad().data() : nullptr, w.requires_grad() ? w.grad().data() : nullptr,
-                       b.defined() && b.requires_grad() ? b.grad().data() : nullptr, dout.data(), x.val().data(),
-                       w.val().data(), rows, in, o);
-    }));
-  }
+  for (int i = 0; i < n; i++) res.push_back(record_linear(x, ws[i], bs.empty() ? Var() : bs[i], outs[i]));
   return res;
 }
 

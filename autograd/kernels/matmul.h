@@ -2,6 +2,8 @@
 // Matrix products as forward/backward pairs over kern::sgemm (autograd/kernels/blas.h).
 #include <cstdint>
 
+#include "autograd/kernels/blas.h"
+
 namespace tapelm::kern {
 
 /// One matmul: C = op(A) · op(B), op(X) = Xᵀ when its flag is set; `batch` independent products
@@ -27,14 +29,16 @@ void matmul_bwd(float* da, float* db, const float* dc, const float* a, const flo
 /// y = x · wᵀ + b   (b may be null)
 ///   y: [rows, out]   x: [rows, in]   w: [out, in]   b: [out]
 void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t out);
-/// dx += dy · w, dw += dyᵀ · x, db += Σ_rows dy; any may be null.
-///   dx, x: [rows, in]   dw, w: [out, in]   db: [out]   dy: [rows, out]
-/// y_i = x·w_iᵀ + b_i for n ≤ 4 weights of the same x, in one pass over the weights when x has
-/// at most 16 rows (see sgemm_xwt_many); bit-identical to n linear_fwd calls for more rows.
+/// How many weights linear_many_fwd takes at once.
+constexpr int kMaxLinearsAtOnce = kMaxXwtProducts;
+/// y_i = x·w_iᵀ + b_i for n ≤ kMaxLinearsAtOnce weights of the same x, in one pass over the
+/// weights when x has at most 16 rows (see sgemm_xwt_many); bit-identical to n linear_fwd
+/// calls for more rows.
 ///   ys[i]: [rows, outs[i]]   x: [rows, in]   ws[i]: [outs[i], in]   bs[i]: [outs[i]] or null
 void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, const float* const* bs, const int64_t* outs,
                      int n, int64_t rows, int64_t in);
-
+/// dx += dy · w, dw += dyᵀ · x, db += Σ_rows dy; any may be null.
+///   dx, x: [rows, in]   dw, w: [out, in]   db: [out]   dy: [rows, out]
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
                 int64_t in, int64_t out);
 
