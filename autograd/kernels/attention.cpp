@@ -38,11 +38,6 @@ inline int64_t key_limit(const AttnShape& s, int64_t i) {
 // bit-identical on any number of threads (the chunks are combined in order).
 constexpr int64_t kDecodeChunk = 256;
 
-// One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
-// kDecodeChunk keys and values (rows RS floats apart). Each K row and each V row is read once, for
-// all rep heads: scores into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and
-// the unnormalised output o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the
-// products are 1-16 rows by 256 keys, where a library call costs more than the arithmetic.
 // a · b over n floats: vector partial sums, then one fixed shuffle tree. A head's dot product is
 // only 64 floats (4 AVX-512 multiply-adds), so the sum across lanes is most of its cost: the
 // compiler's own `omp simd` reduction summed the 16 lanes one after another through memory, and
@@ -66,6 +61,11 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
+// kDecodeChunk keys and values (rows RS floats apart). Each K row and each V row is read once, for
+// all rep heads: scores into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and
+// the unnormalised output o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the
+// products are 1-16 rows by 256 keys, where a library call costs more than the arithmetic.
 void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const float* k, const float* v, int64_t RS,
                   float scale, float* sc, float* m, float* l, float* o) {
   for (int64_t j = 0; j < n; j++) {
@@ -114,7 +114,7 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
   o_buf.resize(items * rep * hd);
   float *m = m_buf.data(), *l = l_buf.data(), *o = o_buf.data();
   const bool par = items > 1 && s.B * s.KV * len * rep * hd > (1 << 15);
-  #pragma omp parallel if (par)
+#pragma omp parallel if (par)
   {
     static thread_local std::vector<float> sc;
     sc.resize(rep * kDecodeChunk);
@@ -155,8 +155,6 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
   }
 }
 
-}  // namespace
-
 // Runs body on a team of threads when par, else on this thread alone, outside any parallel
 // region. body's worksharing loops (`omp for`) bind to whichever. Not `#pragma omp parallel if
 // (par)`: a region whose if is false is still a (one-thread) parallel region, and each BLAS call
@@ -171,6 +169,8 @@ void parallel_if(bool par, F&& body) {
     body();
   }
 }
+
+}  // namespace
 
 void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
                    const int32_t* key_keep, float p_drop, uint64_t seed) {
