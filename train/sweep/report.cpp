@@ -408,12 +408,14 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   }
   // The best conversion's method(s), named once in the key rather than at every point (the
   // points sit close together and their labels covered each other).
-  std::string best_names;
+  std::vector<std::string> best_list;
   for (int64_t kv : kvs)
     if (kv < plan.n_head) {
       const std::string b = best_variant(t, kv, ha, true).first;
-      if (best_names.find(b) == std::string::npos) best_names += (best_names.empty() ? "" : ", ") + b;
+      if (std::find(best_list.begin(), best_list.end(), b) == best_list.end()) best_list.push_back(b);
     }
+  std::string best_names;
+  for (const std::string& b : best_list) best_names += (best_names.empty() ? "" : ", ") + b;
   std::ostringstream gp;
   gp << "set terminal pngcairo size 1100,560 font 'sans,11'\nset grid\n";
   gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
