@@ -28,9 +28,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int C = std::atoi(argv[3]), S = std::atoi(argv[4]), R = std::atoi(argv[5]), threads = std::atoi(argv[6]);
-  const int B = argc > 7 ? std::atoi(argv[7]) : 1;
+  const int B = argc > 7 ? std::atoi(argv[7]) : 1;  // at most 512: one step is one batch of B tokens
   const char* kv = argc > 8 ? argv[8] : "f16";
-  if (C <= S || S < 1 || R < 1 || threads < 1 || B < 1 || (std::strcmp(kv, "f16") != 0 && std::strcmp(kv, "f32") != 0)) {
+  if (C <= S || S < 1 || R < 1 || threads < 1 || B < 1 || B > 512 || (std::strcmp(kv, "f16") != 0 && std::strcmp(kv, "f32") != 0)) {
     std::fprintf(stderr, "llama_cpp_decode: bad arguments\n");
     return 2;
   }
