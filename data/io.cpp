@@ -1,13 +1,17 @@
 #include "data/io.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
+#include <set>
 
 #include "data/tempfile.h"
 
@@ -22,15 +26,25 @@ struct FileCloser {
 };
 using File = std::unique_ptr<std::FILE, FileCloser>;
 
-void write_whole(const std::string& path, const StreamWriter& write, const std::string& final_path) {
-  errno = 0;
-  std::FILE* raw = std::fopen(path.c_str(), "wb");
-  if (!raw) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
-  File f(raw);
-  write(f.get());
-  if (std::fflush(f.get()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
-  if (std::fclose(f.release()) != 0) throw Error(ErrorKind::data, "cannot write " + final_path + ": " + std::strerror(errno));
+const uint64_t page_bytes = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+
+// An output must be absent or a regular file: renaming over a device or a FIFO would replace it.
+void require_replaceable(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) return;
+  if (fs::is_directory(st)) throw Error(ErrorKind::data, "cannot write " + path + ": is a directory");
+  if (!fs::is_regular_file(st))
+    throw Error(ErrorKind::data, "cannot write " + path + ": it exists and is not a regular file (a device, FIFO or socket)");
 }
+
+std::string parent_of(const std::string& path) {
+  const fs::path d = fs::path(path).parent_path();
+  return d.empty() ? "." : d.string();
+}
+
+// Rename errors a sync of the directory may give on file systems that cannot sync one.
+bool unsyncable(int err) { return err == EINVAL || err == EROFS || err == ENOTSUP; }
 
 }  // namespace
 
@@ -56,20 +70,80 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
   return bytes;
 }
 
-void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
-  std::vector<std::pair<std::string, StreamWriter>> writers;
-  for (const auto& [path, bytes] : files)
-    writers.emplace_back(path, [&bytes = bytes, &path = path](std::FILE* f) {
-      if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size())
-        throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
-    });
-  write_files_atomic_streamed(writers);
+// ---- MappedFile -----------------------------------------------------------------------------------
+
+MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
+  require_regular_file(path, what);
+  const std::string at = what + " " + path + ": ";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorKind::data, at + "cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(ErrorKind::data, at + "cannot stat: " + std::strerror(err));
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* a = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    const int err = errno;
+    if (a == MAP_FAILED) {
+      ::close(fd);
+      throw Error(ErrorKind::data, at + "cannot map: " + std::strerror(err));
+    }
+    data_ = static_cast<const uint8_t*>(a);
+  }
+  ::close(fd);  // the mapping keeps the file
 }
 
-void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files) {
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    path_ = std::move(o.path_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::advise_random() const {
+  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_RANDOM);
+}
+
+void MappedFile::release(uint64_t begin, uint64_t end) const {
+  if (!data_ || begin >= end) return;
+  // A fault maps more than the page it touches (fault-around, large page-cache folios), so the
+  // 2 MiB-aligned span around [begin, end) is dropped, within the mapping: the pages stay in the
+  // page cache, and a neighbouring read that needs one again maps it back cheaply.
+  const uint64_t span = 2u << 20;
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  const uint64_t lo = std::max<uint64_t>(0, (base + begin) / span * span), hi = (base + end + span - 1) / span * span;
+  const uint64_t a = std::max<uint64_t>(base, lo), z = std::min<uint64_t>((base + size_ + page_bytes - 1) / page_bytes * page_bytes, hi);
+  if (z > a) ::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);
+}
+
+// ---- writing ----------------------------------------------------------------------------------------
+
+void sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) throw Error(ErrorKind::data, "cannot write " + path + ": cannot open it to sync: " + std::strerror(errno));
+  const int rc = ::fsync(fd), err = errno;
+  ::close(fd);
+  if (rc != 0 && !(directory && unsyncable(err)))
+    throw Error(ErrorKind::data, "cannot write " + path + ": cannot sync it to disk: " + std::strerror(err));
+}
+
+void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) {
   for (const auto& [path, writer] : files) {
     remove_stale_temps(path);
-    if (fs::is_directory(path)) throw Error(ErrorKind::data, "cannot write " + path + ": is a directory");
+    require_replaceable(path);
   }
   // Temps and backups are removed if a signal ends the process (guards) or on any error (below).
   std::vector<std::string> temps, backups(files.size());
@@ -84,7 +158,8 @@ void write_files_atomic_streamed(const std::vector<std::pair<std::string, Stream
     for (const auto& [path, writer] : files) {
       temps.push_back(temp_path_for(path));
       guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
-      write_whole(temps.back(), writer, path);
+      writer(temps.back());
+      sync_path(temps.back());
     }
     // The files go together or not at all: each one replaced is kept as a hard link first, so a
     // later rename that fails (a directory, an immutable file) puts the earlier ones back.
@@ -115,8 +190,122 @@ void write_files_atomic_streamed(const std::vector<std::pair<std::string, Stream
     throw;
   }
   remove_all();  // the backups (the temps are renamed away)
+  std::set<std::string> dirs;
+  for (const auto& [path, writer] : files) dirs.insert(parent_of(path));
+  for (const std::string& d : dirs) sync_path(d, true);
+}
+
+void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files) {
+  std::vector<std::pair<std::string, PathWriter>> writers;
+  for (const auto& [path, stream] : files)
+    writers.emplace_back(path, [&path = path, &stream = stream](const std::string& tmp) {
+      errno = 0;
+      File f(std::fopen(tmp.c_str(), "wb"));
+      if (!f) throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+      stream(f.get());
+      if (std::fflush(f.get()) != 0) throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+      if (std::fclose(f.release()) != 0) throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+    });
+  commit_files(writers);
+}
+
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files) {
+  std::vector<std::pair<std::string, StreamWriter>> writers;
+  for (const auto& [path, bytes] : files)
+    writers.emplace_back(path, [&bytes = bytes, &path = path](std::FILE* f) {
+      if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size())
+        throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+    });
+  write_files_atomic_streamed(writers);
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) { write_files_atomic({{path, bytes}}); }
+
+// ---- DirectoryCommit --------------------------------------------------------------------------------
+
+namespace {
+
+void remove_tree(const fs::path& p) {
+  std::error_code ec;
+  fs::remove_all(p, ec);
+}
+
+// The sibling a directory output is built in; those of processes that no longer run (killed
+// mid-build) are removed.
+fs::path build_dir_for(const fs::path& out, const std::string& tag) {
+  const std::string prefix = "." + out.filename().string() + "." + tag + ".";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path());
+  }
+  return out.parent_path() / (prefix + std::to_string(::getpid()));
+}
+
+// "HF model" -> "HF-model": the noun as part of a file name.
+std::string tag_of(std::string noun) {
+  for (char& c : noun)
+    if (c == ' ' || c == '/' || c == '.') c = '-';
+  return noun;
+}
+
+}  // namespace
+
+DirectoryCommit::DirectoryCommit(const std::string& out, const std::string& noun, std::function<bool(const std::string&)> is_output,
+                                 ErrorKind kind)
+    : noun_(noun), is_output_(std::move(is_output)), kind_(kind) {
+  out_ = fs::absolute(out).lexically_normal();
+  if (out_.filename().empty()) out_ = out_.parent_path();  // "dir/"
+  std::error_code ec;
+  const fs::file_status st = fs::status(out_, ec);
+  existed_ = fs::exists(st);
+  if (existed_ && !fs::is_directory(st)) throw Error(kind, "output directory " + out + ": cannot create: a file of that name exists");
+  lock_.emplace(out_.string(), kind);  // one writer: a second one fails here
+  built_ = build_dir_for(out_, tag_of(noun));
+  remove_tree(built_);
+  fs::create_directory(built_, ec);
+  if (ec) {
+    lock_.reset();
+    if (!existed_) remove_tree(out_);
+    throw Error(kind, "output directory " + out + ": cannot write beside it: " + ec.message());
+  }
+}
+
+DirectoryCommit::~DirectoryCommit() {
+  if (committed_) return;
+  remove_tree(built_);
+  if (!existed_) {  // leave nothing new behind: the directory this run made for its lock
+    std::error_code ec;
+    fs::remove(out_ / ".lock", ec);
+    lock_.reset();
+    fs::remove(out_, ec);
+  }
+}
+
+void DirectoryCommit::commit() {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(built_, ec))
+    if (e.is_regular_file()) sync_path(e.path().string());
+  for (const auto& e : fs::directory_iterator(out_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (is_output_(n)) continue;
+    const fs::path to = built_ / n;
+    if (fs::exists(to)) continue;  // the new contents have a file of that name
+    std::error_code mv;
+    if (e.is_regular_file() ? ::link(e.path().c_str(), to.c_str()) != 0 : (fs::rename(e.path(), to, mv), bool(mv)))
+      throw Error(kind_, "cannot write " + out_.string() + ": cannot carry " + n + " over to the new contents");
+  }
+  sync_path(built_.string(), true);
+  if (::renameat2(AT_FDCWD, built_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) != 0)
+    throw Error(kind_, "cannot write " + out_.string() + ": cannot swap in the new contents: " + std::strerror(errno));
+  committed_ = true;
+  sync_path(out_.parent_path().string(), true);
+  fs::remove_all(built_, ec);
+  if (ec)
+    std::fprintf(stderr, "tapelm: warning: the previous %s could not be removed whole: %s holds what is left (%s)\n",
+                 noun_.c_str(), built_.c_str(), ec.message().c_str());
+}
 
 }  // namespace tapelm

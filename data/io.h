@@ -1,12 +1,17 @@
 #pragma once
-// Whole-file reads and all-or-nothing writes, with errors that name the file.
+// Files in and out, with errors that name the file: whole-file reads, read-only mappings, and the
+// one way every output is written (all or nothing, and durable once the call returns).
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "autograd/error.h"
+#include "data/dirlock.h"
 
 namespace tapelm {
 
@@ -16,14 +21,84 @@ namespace tapelm {
 void require_regular_file(const std::string& path, const std::string& what, ErrorKind kind = ErrorKind::data);
 /// The bytes of a regular file; `what` ("data file", "token file", ...) starts each error message.
 std::string read_file_bytes(const std::string& path, const std::string& what);
-/// Writes each (path, bytes) to a temp file beside it, then renames them all; on error none is left.
-void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
-/// What writes one file's bytes to an open stream (a file too large to hold in memory); it throws
-/// an Error naming the file when a write fails.
+
+/// A regular file mapped read-only for the life of the object: its bytes are read in place, never
+/// copied. `what` ("GGUF file", "token file", ...) starts each error; an empty file maps to no bytes.
+class MappedFile {
+ public:
+  MappedFile(const std::string& path, const std::string& what);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  /// No read-ahead: the bytes are read at random (token windows).
+  void advise_random() const;
+  /// Drops the mapped pages around bytes [begin, end) from this process (they stay in the page
+  /// cache), so that walking a file larger than memory does not grow the resident set.
+  void release(uint64_t begin, uint64_t end) const;
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+/// What writes one output's content, given the temporary path beside it to write (HDF5 writes by
+/// path); it throws an Error naming the output when it fails.
+using PathWriter = std::function<void(const std::string& tmp)>;
+/// What writes one output's bytes to an open stream (a file too large to hold in memory).
 using StreamWriter = std::function<void(std::FILE*)>;
-/// write_files_atomic with each file's bytes streamed by its writer.
+
+/// The one rule for every file tapelm writes: each output is written to a temporary file beside it
+/// and synced to disk; then all are renamed into place together (a later rename that fails puts
+/// the earlier outputs back as they were); then their directories are synced. On any error, or a
+/// signal that ends the process, nothing is left but the old files. An output that exists and is
+/// not a regular file (a directory, a device such as /dev/null, a FIFO) is refused before anything
+/// is written.
+void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files);
+/// commit_files with each file's bytes streamed by its writer.
 void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files);
+/// commit_files with each file's bytes in memory.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& files);
 /// write_files_atomic for one file.
 void write_file_atomic(const std::string& path, const std::string& bytes);
+/// Syncs a file's data (or a directory's entries) to disk; a data Error naming it on failure.
+void sync_path(const std::string& path, bool directory = false);
+
+/// A directory output (a corpus, an HF model directory) built in a sibling directory and swapped in
+/// whole: at every instant the output holds the old contents or the new, whatever ends the process.
+/// The output is locked (DirLock: one writer at a time) from construction to destruction.
+class DirectoryCommit {
+ public:
+  /// Locks `out` (creating it when absent: an existing non-directory is an Error of `kind`) and
+  /// makes the sibling `.<name>.<noun>.<pid>` to build in (noun: "corpus", "model", as messages
+  /// name the contents), removing those of processes that no
+  /// longer run. is_output(name) says which files of out the new contents replace; the others (a
+  /// user's notes, the lock) are carried over.
+  DirectoryCommit(const std::string& out, const std::string& noun, std::function<bool(const std::string&)> is_output,
+                  ErrorKind kind);
+  ~DirectoryCommit();
+  DirectoryCommit(const DirectoryCommit&) = delete;
+  DirectoryCommit& operator=(const DirectoryCommit&) = delete;
+
+  /// Where the new contents are built.
+  const std::filesystem::path& dir() const { return built_; }
+  /// Syncs the built files, carries over what is not an output, exchanges the two directories in
+  /// one rename (renameat2 RENAME_EXCHANGE), syncs the parent and removes the old contents.
+  void commit();
+
+ private:
+  std::filesystem::path out_, built_;
+  std::string noun_;
+  std::function<bool(const std::string&)> is_output_;
+  ErrorKind kind_;
+  bool existed_ = false, committed_ = false;
+  std::optional<DirLock> lock_;
+};
 
 }  // namespace tapelm

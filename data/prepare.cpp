@@ -1,8 +1,5 @@
 #include "data/prepare.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +11,6 @@
 #include <set>
 
 #include "autograd/runtime.h"
-#include "data/dirlock.h"
 #include "data/io.h"
 #include "data/shards.h"
 
@@ -253,12 +249,6 @@ std::vector<int32_t> encode_in_steps(const Tokenizer& tok, const std::string& te
   return out;
 }
 
-// Removes path and everything in it, quietly.
-void remove_tree(const fs::path& p) {
-  std::error_code ec;
-  fs::remove_all(p, ec);
-}
-
 // ---- the stages of prepare_corpus ----------------------------------------------------------------
 
 void check_options(const PrepareOptions& o) {
@@ -490,42 +480,6 @@ bool corpus_file(const std::string& n) {
          n == "meta.json" || n == ".prepare.tmp";
 }
 
-/// Puts the corpus built in `built` (a sibling of `out`) in place of out's in one step. Everything
-/// in out that is no corpus file (the lock, a user's notes) is carried over first, by hard link or,
-/// for a directory, by moving it. Then renameat2(RENAME_EXCHANGE) swaps the two directories: at
-/// every instant out holds the old corpus or the new one, whatever kills the process. The old one,
-/// now at `built`, is removed; what cannot be (an immutable file) stays there with a warning.
-void commit_corpus(const fs::path& out, const fs::path& built) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out, ec)) {
-    const std::string n = e.path().filename().string();
-    if (corpus_file(n)) continue;
-    const fs::path to = built / n;
-    if (e.is_regular_file() ? ::link(e.path().c_str(), to.c_str()) != 0 : (fs::rename(e.path(), to, ec), bool(ec)))
-      throw Error(ErrorKind::data, "cannot write " + out.string() + ": cannot carry " + n + " over to the new corpus");
-  }
-  if (::renameat2(AT_FDCWD, built.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
-    throw Error(ErrorKind::data, "cannot write " + out.string() + ": cannot swap in the new corpus: " + std::strerror(errno));
-  fs::remove_all(built, ec);
-  if (ec)
-    std::fprintf(stderr, "tapelm: warning: the previous corpus could not be removed whole: %s holds what is left (%s)\n",
-                 built.c_str(), ec.message().c_str());
-}
-
-/// The sibling directory a corpus for `out` is built in: .<name>.prepare.<pid>; those of
-/// processes that no longer run (killed mid-build) are removed.
-fs::path build_dir_for(const fs::path& out) {
-  const std::string prefix = "." + out.filename().string() + ".prepare.";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(prefix, 0) != 0) continue;
-    const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path());
-  }
-  return out.parent_path() / (prefix + std::to_string(::getpid()));
-}
-
 }  // namespace
 
 PrepareResult prepare_corpus(const PrepareOptions& o) {
@@ -533,40 +487,22 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   check_options(o);
   PrepareResult r;
   const Inputs in = read_inputs(o, r);
-  fs::path out = fs::absolute(o.out_dir).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // "dir/"
-  const bool existed = fs::exists(out);
-  if (existed && !fs::is_directory(out))
-    throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot create: a file of that name exists");
-  const DirLock lock(out.string(), ErrorKind::data);  // one writer: a second prepare fails here
-  const fs::path built = build_dir_for(out);
-  try {
-    r.tok = make_tokenizer(o, in);
-    const Split sp = split_documents(o, in.docs, r.tok, r);
-    std::error_code ec;
-    fs::create_directory(built, ec);
-    if (ec) throw Error(ErrorKind::data, "output directory " + o.out_dir + ": cannot write beside it: " + ec.message());
-    const auto t_enc = Clock::now();
-    EncodeProgress progress{o.progress, in.doc_bytes};
-    const nlohmann::json train = encode_split(o, r.tok, sp.train, "train", built, progress, &r.train_tokens);
-    const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
-    r.shards = static_cast<int64_t>(train.size() + val.size());
-    r.encode_seconds = since(t_enc);
-    const std::string tok_file = r.tok.is_char()  ? "tokenizer.json"
-                                 : r.tok.byte_bpe() ? "tokenizer.byte_bpe.json"
-                                                    : "tokenizer.model";
-    write_files_atomic({{(built / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
-                        {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
-    commit_corpus(out, built);
-  } catch (...) {
-    remove_tree(built);
-    if (!existed) {  // leave nothing new behind: the directory this run made for its lock
-      std::error_code ec;
-      fs::remove(out / ".lock", ec);
-      fs::remove(out, ec);
-    }
-    throw;
-  }
+  DirectoryCommit out(o.out_dir, "corpus", corpus_file, ErrorKind::data);  // one writer: a second prepare fails here
+  const fs::path& built = out.dir();
+  r.tok = make_tokenizer(o, in);
+  const Split sp = split_documents(o, in.docs, r.tok, r);
+  const auto t_enc = Clock::now();
+  EncodeProgress progress{o.progress, in.doc_bytes};
+  const nlohmann::json train = encode_split(o, r.tok, sp.train, "train", built, progress, &r.train_tokens);
+  const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
+  r.shards = static_cast<int64_t>(train.size() + val.size());
+  r.encode_seconds = since(t_enc);
+  const std::string tok_file = r.tok.is_char()  ? "tokenizer.json"
+                               : r.tok.byte_bpe() ? "tokenizer.byte_bpe.json"
+                                                  : "tokenizer.model";
+  write_files_atomic({{(built / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
+                      {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
+  out.commit();
   r.seconds = since(t0);
   return r;
 }

@@ -1,8 +1,5 @@
 #include "data/shards.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "data/io.h"
 #include "data/tokens.h"
 
 namespace tapelm {
@@ -23,100 +21,57 @@ int32_t le_i32(const unsigned char* p) {
   return static_cast<int32_t>(uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
 }
 
-const int64_t page_bytes = ::sysconf(_SC_PAGESIZE);
-
 }  // namespace
 
 struct TokenSeq::Mapping {
-  std::string path;
-  void* addr = nullptr;
-  size_t bytes = 0;
+  MappedFile file;
   const unsigned char* tokens = nullptr;  // first token
   int64_t n = 0;
   int width = 2;
 
-  Mapping(const std::string& p, bool headerless) : path(p) {
+  Mapping(const std::string& path, bool headerless) : file(path, "token file") {
     const std::string what = "token file " + path + ": ";
-    std::error_code ec;
-    const fs::file_status st = fs::status(path, ec);
-    if (!fs::exists(st)) throw Error(ErrorKind::data, what + "no such file");
-    if (!fs::is_regular_file(st)) throw Error(ErrorKind::data, what + "not a regular file");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::data, what + "cannot open: " + std::strerror(errno));
-    struct stat sb {};
-    ::fstat(fd, &sb);
-    bytes = static_cast<size_t>(sb.st_size);
+    const uint64_t bytes = file.size();
     const int64_t header = headerless ? 0 : token_file_header_bytes;
-    if (static_cast<int64_t>(bytes) < header) {
-      ::close(fd);
+    if (static_cast<int64_t>(bytes) < header)
       throw Error(ErrorKind::data, what + "only " + std::to_string(bytes) + " bytes, shorter than the " +
                                        std::to_string(header) + "-byte header");
+    const unsigned char* b = file.data();
+    if (headerless) {
+      if (bytes % 2) throw Error(ErrorKind::data, what + "odd size " + std::to_string(bytes) + " for headerless uint16 tokens");
+      n = static_cast<int64_t>(bytes / 2);
+      tokens = b;
+      return;
     }
-    if (bytes > 0) {
-      addr = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-      if (addr == MAP_FAILED) {
-        addr = nullptr;
-        const int err = errno;
-        ::close(fd);
-        throw Error(ErrorKind::data, what + "cannot map: " + std::strerror(err));
-      }
+    const int32_t magic = le_i32(b), version = le_i32(b + 4), count = le_i32(b + 8);
+    if (magic == token_file_magic && version == token_file_version) {
+      width = 2;
+    } else if (magic == wide_token_file_magic && version == wide_token_file_version) {
+      width = 4;
+    } else if (magic != token_file_magic && magic != wide_token_file_magic) {
+      throw Error(ErrorKind::data, what + "bad magic number " + std::to_string(magic) + " (expected " +
+                                       std::to_string(token_file_magic) + " or " + std::to_string(wide_token_file_magic) +
+                                       "); not an llm.c token file");
+    } else {
+      throw Error(ErrorKind::data, what + "unsupported version " + std::to_string(version) + " for magic " + std::to_string(magic));
     }
-    ::close(fd);  // the mapping keeps the file
-    const auto* b = static_cast<const unsigned char*>(addr);
-    try {
-      if (headerless) {
-        if (bytes % 2) throw Error(ErrorKind::data, what + "odd size " + std::to_string(bytes) + " for headerless uint16 tokens");
-        n = static_cast<int64_t>(bytes / 2);
-        tokens = b;
-        return;
-      }
-      const int32_t magic = le_i32(b), version = le_i32(b + 4), count = le_i32(b + 8);
-      if (magic == token_file_magic && version == token_file_version) {
-        width = 2;
-      } else if (magic == wide_token_file_magic && version == wide_token_file_version) {
-        width = 4;
-      } else if (magic != token_file_magic && magic != wide_token_file_magic) {
-        throw Error(ErrorKind::data, what + "bad magic number " + std::to_string(magic) + " (expected " +
-                                         std::to_string(token_file_magic) + " or " + std::to_string(wide_token_file_magic) +
-                                         "); not an llm.c token file");
-      } else {
-        throw Error(ErrorKind::data, what + "unsupported version " + std::to_string(version) + " for magic " +
-                                         std::to_string(magic));
-      }
-      if (count < 0) throw Error(ErrorKind::data, what + "negative token count " + std::to_string(count) + " in the header");
-      const int64_t expected = token_file_header_bytes + int64_t(width) * count;
-      if (static_cast<int64_t>(bytes) != expected)
-        throw Error(ErrorKind::data, what + "size " + std::to_string(bytes) + " bytes disagrees with the header's count of " +
-                                         std::to_string(count) + " tokens (expected " + std::to_string(expected) + " bytes)");
-      n = count;
-      tokens = b + token_file_header_bytes;
-      ::madvise(addr, bytes, MADV_RANDOM);  // windows are drawn at random: no read-ahead
-    } catch (...) {
-      if (addr) ::munmap(addr, bytes);
-      throw;
-    }
+    if (count < 0) throw Error(ErrorKind::data, what + "negative token count " + std::to_string(count) + " in the header");
+    const int64_t expected = token_file_header_bytes + int64_t(width) * count;
+    if (static_cast<int64_t>(bytes) != expected)
+      throw Error(ErrorKind::data, what + "size " + std::to_string(bytes) + " bytes disagrees with the header's count of " +
+                                       std::to_string(count) + " tokens (expected " + std::to_string(expected) + " bytes)");
+    n = count;
+    tokens = b + token_file_header_bytes;
+    file.advise_random();  // windows are drawn at random: no read-ahead
   }
-  ~Mapping() {
-    if (addr) ::munmap(addr, bytes);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
 
   int32_t at(int64_t i) const {
     const unsigned char* p = tokens + i * width;
     return width == 2 ? int32_t(p[0]) | int32_t(p[1]) << 8 : le_i32(p);
   }
   void release(int64_t begin, int64_t end) const {
-    // A fault maps more than the page it touches (fault-around, large page-cache folios), so the
-    // 2 MiB-aligned span around [begin, end) is dropped, within the mapping: the pages stay in
-    // the page cache, and a neighbouring window that needs one again maps it back cheaply.
-    const uintptr_t span = 2u << 20;
-    const auto base = reinterpret_cast<uintptr_t>(addr), top = base + bytes;
-    const auto lo = reinterpret_cast<uintptr_t>(tokens + begin * width);
-    const auto hi = reinterpret_cast<uintptr_t>(tokens + end * width);
-    const uintptr_t a = std::max(base, lo / span * span);
-    const uintptr_t z = std::min((top + page_bytes - 1) / page_bytes * page_bytes, (hi + span - 1) / span * span);
-    if (z > a) ::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);
+    const uint64_t off = static_cast<uint64_t>(tokens - file.data());
+    file.release(off + static_cast<uint64_t>(begin * width), off + static_cast<uint64_t>(end * width));
   }
 };
 
@@ -212,7 +167,7 @@ void TokenSeq::check_below(int64_t vocab_size, const std::string& what) const {
       const int64_t e = std::min(m->n, b + block);
       for (int64_t i = b; i < e; i++) {
         const int32_t id = m->at(i);
-        if (id < 0 || id >= vocab_size) fail("token file " + m->path, id, i);
+        if (id < 0 || id >= vocab_size) fail("token file " + m->file.path(), id, i);
       }
       m->release(b, e);
     }
@@ -226,7 +181,7 @@ std::string TokenSeq::fingerprint() const {
     return std::to_string(n_) + ":" + std::to_string(h);
   }
   std::string s;
-  for (const auto& m : maps_) s += fs::path(m->path).filename().string() + "=" + std::to_string(m->n) + ";";
+  for (const auto& m : maps_) s += fs::path(m->file.path()).filename().string() + "=" + std::to_string(m->n) + ";";
   return s;
 }
 

@@ -793,7 +793,7 @@ BOOST_AUTO_TEST_CASE(a_killed_prepare_leaves_the_old_corpus_or_the_new_one) {
   // the next run removes what killed runs left beside the directory
   BOOST_TEST_REQUIRE(test::run_shell(bin + (d / "b.txt")).code == 0);
   for (const auto& e : fs::directory_iterator(d.path))
-    BOOST_TEST(e.path().filename().string().find(".prepare.") == std::string::npos, e.path());
+    BOOST_TEST(e.path().filename().string().find(".corpus.") == std::string::npos, e.path());
   BOOST_TEST_MESSAGE("corpora seen after the kills: " << seen.size());
 }
 
@@ -818,7 +818,7 @@ BOOST_AUTO_TEST_CASE(an_immutable_old_corpus_file_cannot_mix_two_corpora) {
     const Corpus c = load_corpus(d / "c");
     BOOST_TEST(c.train.size() + c.val.size() == 20000);  // the new corpus, whole (char tokens of h.txt)
     for (const auto& e : fs::directory_iterator(d.path))  // unlock what is left, so the next case starts clean
-      if (e.path().filename().string().find(".prepare.") != std::string::npos) {
+      if (e.path().filename().string().find(".corpus.") != std::string::npos) {
         std::system(("chattr -R -i " + e.path().string()).c_str());
         fs::remove_all(e.path());
       }

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "autograd/error.h"
+#include "data/io.h"
 
 namespace tapelm {
 
@@ -22,13 +23,7 @@ void trim_metrics(const std::string& path, int64_t step) {
     }
   }
   in.close();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << kept;
-    if (!out) throw Error(ErrorKind::train, path + ": cannot rewrite the metrics file");
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, kept);
 }
 }  // namespace
 

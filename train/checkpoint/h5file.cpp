@@ -14,7 +14,7 @@
 #include <limits>
 #include <new>
 
-#include "data/tempfile.h"
+#include "data/io.h"
 
 namespace tapelm {
 
@@ -633,46 +633,15 @@ void H5File::close() {
   if (H5Fclose(std::exchange(id_, -1)) < 0) fail("cannot close" + h5_detail());
 }
 
-namespace {
-
-void fsync_path(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags);
-  if (fd < 0) throw Error(ErrorKind::checkpoint, path + ": cannot open to sync: " + std::strerror(errno));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(ErrorKind::checkpoint, path + ": cannot sync: " + std::strerror(err));
-}
-
-}  // namespace
-
 void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>& fill) {
-  remove_stale_temps(path);  // what a writer killed before its rename left
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const TempFileGuard guard(tmp);  // removed if a signal ends the process mid-write
-  try {
-    {
-      H5File f = H5File::create(tmp);
-      fill(f);
-      if (f.is_open()) {
-        f.flush();
-        f.close();
-      }
-    }
-    fsync_path(tmp, O_RDONLY);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-      throw Error(ErrorKind::checkpoint, path + ": cannot rename " + tmp + " over it: " + std::strerror(errno));
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
-  // Make the rename itself durable; a directory that cannot be synced is not worth failing for.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  try {
-    fsync_path(dir.empty() ? "." : dir.string(), O_RDONLY | O_DIRECTORY);
-  } catch (const Error&) {
-  }
+  commit_files({{path, [&](const std::string& tmp) {
+                   H5File f = H5File::create(tmp);
+                   fill(f);
+                   if (f.is_open()) {
+                     f.flush();
+                     f.close();
+                   }
+                 }}});
 }
 
 }  // namespace tapelm

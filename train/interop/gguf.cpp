@@ -9,10 +9,6 @@
 #include <optional>
 #include <set>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "autograd/error.h"
 #include "data/bytebpe.h"
@@ -450,37 +446,6 @@ struct TensorIn {
   uint64_t offset, bytes, count;
 };
 
-class Mapped {
- public:
-  explicit Mapped(const std::string& path) {
-    require_regular_file(path, "GGUF file");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(ErrorKind::data, "GGUF file " + path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      ::close(fd);
-      throw Error(ErrorKind::data, "GGUF file " + path + ": cannot stat");
-    }
-    n = static_cast<uint64_t>(st.st_size);
-    if (n > 0) {
-      void* a = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0);
-      if (a == MAP_FAILED) {
-        ::close(fd);
-        throw Error(ErrorKind::data, "GGUF file " + path + ": cannot map: " + std::strerror(errno));
-      }
-      p = static_cast<const uint8_t*>(a);
-    }
-    ::close(fd);
-  }
-  ~Mapped() {
-    if (p) ::munmap(const_cast<uint8_t*>(p), n);
-  }
-  Mapped(const Mapped&) = delete;
-  Mapped& operator=(const Mapped&) = delete;
-  const uint8_t* p = nullptr;
-  uint64_t n = 0;
-};
-
 struct Reader {
   const uint8_t* p;
   uint64_t n, pos = 0;
@@ -612,11 +577,11 @@ struct Gguf {
   }
 };
 
-Gguf parse(const Mapped& m, const std::string& path) {
-  Reader r{m.p, m.n, 0, path};
+Gguf parse(const MappedFile& m, const std::string& path) {
+  Reader r{m.data(), m.size(), 0, path};
   Gguf g;
   g.path = path;
-  if (m.n < 4 || r.get<uint32_t>("the magic") != kMagic) r.fail("does not start with GGUF's magic \"GGUF\"");
+  if (m.size() < 4 || r.get<uint32_t>("the magic") != kMagic) r.fail("does not start with GGUF's magic \"GGUF\"");
   const uint32_t version = r.get<uint32_t>("the version");
   if (version != 2 && version != 3) r.fail("version " + std::to_string(version) + ": tapelm reads GGUF 2 and 3");
   const uint64_t n_tensors = r.get<uint64_t>("the tensor count"), n_kv = r.get<uint64_t>("the metadata count");
@@ -656,8 +621,8 @@ Gguf parse(const Mapped& m, const std::string& path) {
     align = static_cast<uint64_t>(a->i);
   }
   const uint64_t data_start = (r.pos + align - 1) / align * align;
-  if (data_start > m.n) r.fail("the tensor data would start at byte " + std::to_string(data_start) + ", past the end of the file");
-  const uint64_t data_bytes = m.n - data_start;
+  if (data_start > m.size()) r.fail("the tensor data would start at byte " + std::to_string(data_start) + ", past the end of the file");
+  const uint64_t data_bytes = m.size() - data_start;
   std::sort(order.begin(), order.end(), [](const TensorIn& a, const TensorIn& b) { return a.offset < b.offset; });
   uint64_t end = 0;
   for (const TensorIn& t : order) {
@@ -668,7 +633,7 @@ Gguf parse(const Mapped& m, const std::string& path) {
     end = t.offset + t.bytes;
     if (!g.tensors.emplace(t.name, t).second) r.fail("tensor " + t.name + " appears twice");
   }
-  g.data = m.p + data_start;
+  g.data = m.data() + data_start;
   return g;
 }
 
@@ -798,7 +763,7 @@ Tokenizer bpe_tokenizer(const Gguf& g) {
 }  // namespace
 
 ImportResult import_model(const std::string& path, const std::string& out) {
-  const Mapped m(path);
+  const MappedFile m(path, "GGUF file");
   const Gguf g = parse(m, path);
   ImportResult r;
   const std::string a = g.string("general.architecture");

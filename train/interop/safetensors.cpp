@@ -1,9 +1,5 @@
 #include "train/interop/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -69,36 +65,21 @@ int dtype_size(const std::string& d) {
 }
 
 File File::open(const std::string& path) {
-  require_regular_file(path, "safetensors file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(path, std::string("cannot stat: ") + std::strerror(err));
-  }
   File f;
   f.path_ = path;
-  f.size_ = static_cast<uint64_t>(st.st_size);
-  if (f.size_ < 8) {
-    ::close(fd);
-    fail(path, "truncated: " + std::to_string(f.size_) + " bytes, shorter than the 8-byte header length");
-  }
-  void* addr = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (addr == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(err));
-  f.map_ = static_cast<const unsigned char*>(addr);
+  f.map_.emplace(path, "safetensors file");
+  f.size_ = f.map_->size();
+  if (f.size_ < 8) fail(path, "truncated: " + std::to_string(f.size_) + " bytes, shorter than the 8-byte header length");
+  const unsigned char* map = f.map_->data();
 
   uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = (n << 8) | f.map_[i];
+  for (int i = 7; i >= 0; i--) n = (n << 8) | map[i];
   if (n > kMaxHeaderBytes)
     fail(path, "header length " + std::to_string(n) + " exceeds the format's limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
   if (n > f.size_ - 8)
     fail(path, "header length " + std::to_string(n) + " runs past the file's end (" + std::to_string(f.size_) + " bytes)");
   f.data_start_ = 8 + n;
-  const json h = parse_header(path, std::string_view(reinterpret_cast<const char*>(f.map_ + 8), n));
+  const json h = parse_header(path, std::string_view(reinterpret_cast<const char*>(map + 8), n));
   if (!h.is_object()) fail(path, "header is not a JSON object");
 
   for (auto it = h.begin(); it != h.end(); ++it) {
@@ -159,27 +140,9 @@ File File::open(const std::string& path) {
   return f;
 }
 
-File::File(File&& o) noexcept { *this = std::move(o); }
-
-File& File::operator=(File&& o) noexcept {
-  if (this != &o) {
-    if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    size_ = o.size_;
-    data_start_ = o.data_start_;
-    tensors_ = std::move(o.tensors_);
-    index_ = std::move(o.index_);
-    metadata_ = std::move(o.metadata_);
-    o.map_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
-File::~File() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);
-}
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+File::~File() = default;
 
 const TensorInfo* File::find(const std::string& name) const {
   auto it = index_.find(name);
@@ -187,11 +150,11 @@ const TensorInfo* File::find(const std::string& name) const {
 }
 
 std::string_view File::bytes(const TensorInfo& t) const {
-  return {reinterpret_cast<const char*>(map_ + data_start_ + t.begin), static_cast<size_t>(t.end - t.begin)};
+  return {reinterpret_cast<const char*>(map_->data() + data_start_ + t.begin), static_cast<size_t>(t.end - t.begin)};
 }
 
 void File::read_f32(const TensorInfo& t, float* out) const {
-  const unsigned char* p = map_ + data_start_ + t.begin;
+  const unsigned char* p = map_->data() + data_start_ + t.begin;
   const int64_t n = t.numel();
   if (t.dtype == "F32") {
     std::memcpy(out, p, static_cast<size_t>(n) * 4);

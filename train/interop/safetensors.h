@@ -12,9 +12,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/io.h"
 
 namespace tapelm::safetensors {
 
@@ -58,7 +61,7 @@ class File {
  private:
   File() = default;
   std::string path_;
-  const unsigned char* map_ = nullptr;
+  std::optional<MappedFile> map_;
   uint64_t size_ = 0, data_start_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> index_;

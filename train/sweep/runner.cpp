@@ -44,15 +44,7 @@ std::string fmt_eta(double s) {
 }
 
 /// Writes beside the file and renames, so that an interrupted sweep never leaves half a file.
-void write_atomic(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw Error(ErrorKind::io, p.string() + ": cannot write");
-  }
-  fs::rename(tmp, p);
-}
+void write_atomic(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
 
 void write_json_atomic(const fs::path& p, const json& j) { write_atomic(p, j.dump(1) + "\n"); }
 
@@ -283,10 +275,11 @@ CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, c
 CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  const fs::path ck = run_dir / "checkpoint.h5", tmp = run_dir / "checkpoint.h5.copy";
-  fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
-  if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
-  fs::rename(tmp, ck);
+  const fs::path ck = run_dir / "checkpoint.h5";
+  commit_files({{ck.string(), [&](const std::string& tmp) {
+                   fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+                   if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
+                 }}});
   std::unique_ptr<GPT> m = load_model(ck.string()).model;
   return {.val_loss = evaluate_split(*m, corpus.val)};
 }
