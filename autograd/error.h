@@ -34,6 +34,9 @@ class Error : public std::runtime_error {
 
 /// Throws Error(kind, what): the one way to fail.
 [[noreturn]] void fail(ErrorKind kind, const std::string& what);
+/// s cut to at most `max` bytes at a UTF-8 boundary, "..." marking a cut: how a value is echoed
+/// in a message, so a 100 MB value never is.
+std::string cut_for_message(const std::string& s, size_t max = 80);
 /// The same for an op given shapes, values or arguments it cannot take: a shape Error
 /// "op: what", where `what` names the offending shapes or values.
 [[noreturn]] inline void fail(const std::string& op, const std::string& what) { fail(ErrorKind::shape, op + ": " + what); }

@@ -5,6 +5,7 @@
 #include "data/io.h"
 #include "data/prepare.h"
 #include "data/tokens.h"
+#include "data/tokenizer/char.h"
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,7 @@ Corpus tokenize_file(const std::string& path) {
   const std::string text = read_text_file(path);
   Corpus c;
   try {
-    c.tok = Tokenizer::from_char(CharTokenizer::from_text(text));
+    c.tok = Tokenizer::of(CharTokenizer::from_text(text));
     TokenSplit s = split_90_10(c.tok.encode(text));
     c.train = std::move(s.train);
     c.val = std::move(s.val);
@@ -127,7 +128,7 @@ Corpus load_corpus(const std::string& path_or_dir) {
   const std::string tok_path = (dir / "tokenizer.json").string();
   Corpus c;
   try {
-    c.tok = Tokenizer::from_char(CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file")));
+    c.tok = Tokenizer::of(CharTokenizer::from_json(read_file_bytes(tok_path, "tokenizer file")));
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::data) throw;
     const std::string msg = e.what();

@@ -8,7 +8,7 @@
 
 #include "autograd/error.h"
 #include "data/shards.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace tapelm {
 

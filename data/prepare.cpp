@@ -13,6 +13,9 @@
 #include "autograd/runtime.h"
 #include "data/io.h"
 #include "data/shards.h"
+#include "data/tokenizer/char.h"
+#include "data/tokenizer/sentencepiece.h"
+#include "data/tokenizer/bytebpe/byte_bpe.h"
 
 namespace tapelm {
 
@@ -168,7 +171,7 @@ class Chunker {
     std::string s = read_range(files_[file_], pos_, std::min(chunk_, end_ - pos_));
     if (pos_ + static_cast<int64_t>(s.size()) < end_) {
       size_t cut = std::string::npos;
-      if (!tok_.is_char()) {
+      if (!tok_.as<CharTokenizer>()) {
         for (size_t i = s.size() - 1; i > s.size() / 2; i--)
           if (s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n') {
             cut = i;
@@ -208,19 +211,11 @@ class Chunker {
   bool first_ = true, doc_start_ = true, continues_ = false;
 };
 
-// s cut to at most max bytes at a UTF-8 boundary, "..." marking the cut: how values are echoed.
-std::string cut_for_message(const std::string& s, size_t max = 80) {
-  if (s.size() <= max) return s;
-  size_t n = max;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;
-  return s.substr(0, n) + "...";
-}
-
 // A sentencepiece tokenizer's ids for text, encoded `step` bytes at a time, cut before a space
 // that follows a word as the tasks are (sentencepiece's pieces never cross it), so the ids are
 // those of one call: sentencepiece's encoder slows down on long inputs.
 std::vector<int32_t> encode_in_steps(const Tokenizer& tok, const std::string& text, size_t step) {
-  if (tok.is_char() || text.size() <= step) return tok.encode(text);
+  if (tok.as<CharTokenizer>() || text.size() <= step) return tok.encode(text);
   std::vector<int32_t> out;
   size_t pos = 0;
   bool continues = false;
@@ -258,7 +253,7 @@ void check_options(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
     throw Error(ErrorKind::usage, "val fraction " + std::to_string(o.val_fraction) + " is not in [0, 1)");
   if (o.sample_bytes <= 0) throw Error(ErrorKind::usage, "the tokenizer's sample must be positive");
-  if (o.tokenizer == "char" && !o.tokenizer_model.empty())
+  if (o.tokenizer == "char" && !o.given.empty())
     throw Error(ErrorKind::usage, "a tokenizer model is a subword tokenizer: use it with the bpe or unigram tokenizer");
   if (utf8_first_invalid(o.doc_sep) != std::string::npos)
     throw Error(ErrorKind::usage, "the document separator is not valid UTF-8");
@@ -304,13 +299,12 @@ Tokenizer char_tokenizer(const PrepareOptions& o, const std::vector<Doc>& docs) 
       for (char32_t cp : utf8_decode(s)) seen.insert(cp);
       at += static_cast<int64_t>(cut);
     }
-  return Tokenizer::from_char(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
+  return Tokenizer::of(CharTokenizer::from_symbols(std::vector<char32_t>(seen.begin(), seen.end())));
 }
 
-/// The tokenizer: the given file (sentencepiece model, tokenizer.json, vocab.json), the char
-/// tokenizer, or a sentencepiece model trained on a sample.
+/// The tokenizer: the given one, the char tokenizer, or a sentencepiece model trained on a sample.
 Tokenizer make_tokenizer(const PrepareOptions& o, const Inputs& in) {
-  if (!o.tokenizer_model.empty()) return Tokenizer::from_file(o.tokenizer_model);
+  if (!o.given.empty()) return o.given;
   if (o.tokenizer == "char") return char_tokenizer(o, in.docs);
   SentencePieceOptions so;
   so.model_type = o.tokenizer;
@@ -324,7 +318,7 @@ Tokenizer make_tokenizer(const PrepareOptions& o, const Inputs& in) {
     std::printf("prepare: training a %s tokenizer of %d pieces on %zu lines of the text\n", o.tokenizer.c_str(),
                 o.vocab_size, sample.size());
   try {
-    return Tokenizer::train_sentencepiece(sample, so);
+    return SentencePiece::train(sample, so);
   } catch (const Error& e) {
     std::string files;
     for (const std::string& f : o.texts) files += (files.empty() ? "" : ", ") + f;
@@ -349,7 +343,7 @@ struct Split {
 int64_t one_document_cut(const PrepareOptions& o, const Doc& d, const Tokenizer& tok) {
   if (!(o.val_fraction > 0)) return d.end;
   const std::string& path = o.texts[d.file];
-  if (!tok.is_char()) {
+  if (!tok.as<CharTokenizer>()) {
     int64_t cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
     const std::string s = read_range(path, cut, std::min<int64_t>(1 << 20, d.end - cut));
     size_t i = 1;
@@ -497,10 +491,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
   r.shards = static_cast<int64_t>(train.size() + val.size());
   r.encode_seconds = since(t_enc);
-  const std::string tok_file = r.tok.is_char()  ? "tokenizer.json"
-                               : r.tok.byte_bpe() ? "tokenizer.byte_bpe.json"
-                                                  : "tokenizer.model";
-  write_files_atomic({{(built / tok_file).string(), r.tok.is_char() ? r.tok.serialized() + "\n" : r.tok.serialized()},
+  const std::string tok_file = corpus_file_name(r.tok.kind());
+  write_files_atomic({{(built / tok_file).string(), r.tok.as<CharTokenizer>() ? r.tok.serialized() + "\n" : r.tok.serialized()},
                       {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
   out.commit();
   r.seconds = since(t0);

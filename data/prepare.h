@@ -11,16 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace tapelm {
 
 struct PrepareOptions {
   std::vector<std::string> texts;   // UTF-8 files; each is a document unless doc_sep splits them
   std::string out_dir;
-  std::string tokenizer = "char";   // char, bpe or unigram
+  std::string tokenizer = "char";   // char, bpe or unigram: what is trained when none is given
   int32_t vocab_size = 4096;        // bpe/unigram
-  std::string tokenizer_model;      // an existing sentencepiece .model to use instead of training one
+  Tokenizer given;                  // a tokenizer to use instead (a sentencepiece model, tokenizer.json, ...)
   int64_t sample_bytes = 100 << 20; // bpe/unigram train on at most this much of the text
   std::string doc_sep;              // e.g. "<|endoftext|>": splits files into documents
   double val_fraction = 0.1;        // of the documents; of the tokens when there is one document

@@ -20,13 +20,6 @@ std::string number_str(double v) {
 constexpr int max_json_depth = 16;
 }  // namespace
 
-std::string cut_for_message(const std::string& s, size_t max) {
-  if (s.size() <= max) return s;
-  size_t n = max > 3 ? max - 3 : 0;
-  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) n--;  // not inside a UTF-8 sequence
-  return s.substr(0, n) + "...";
-}
-
 std::string echo_json(const nlohmann::json& v) {
   if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
   if (v.is_object()) return "an object of " + std::to_string(v.size()) + " keys";

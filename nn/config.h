@@ -48,9 +48,6 @@ inline constexpr NoMax none{};
 /// arithmetic on checked keys can overflow (memory checks compute in double).
 inline constexpr int64_t count_max = 2147483647;
 
-/// s cut to at most `max` bytes at a UTF-8 boundary, "..." marking a cut: how a value is echoed
-/// in a message, so a 100 MB value never is.
-std::string cut_for_message(const std::string& s, size_t max = 80);
 /// A JSON value as a message echoes it: scalars dumped and cut, arrays and objects by their size
 /// (dumping them would recurse as deep as they nest).
 std::string echo_json(const nlohmann::json& v);

@@ -8,11 +8,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/bytebpe.h"
 #include "data/dataset.h"
 #include "data/io.h"
 #include "data/prepare.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer/bytebpe/byte_bpe.h"
+#include "train/interop/hf_tokenizer.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -31,8 +32,8 @@ const json& cases() {
 
 // GPT-2's tokenizer.json as tapelm converts vocab.json + merges.txt, with a layout's overrides.
 std::string layout_json(const json& overrides) {
-  json t = json::parse(ByteBpe::gpt2_tokenizer_json(read_file_bytes(bx("vocab.json"), "vocab"),
-                                                    read_file_bytes(bx("merges.txt"), "merges"), "vocab.json", "merges.txt"));
+  json t = ByteBpe::gpt2_tokenizer(read_file_bytes(bx("vocab.json"), "vocab"), read_file_bytes(bx("merges.txt"), "merges"),
+                                   "vocab.json", "merges.txt");
   for (auto it = overrides.begin(); it != overrides.end(); ++it) {
     if (it.key() == "ignore_merges") t["model"]["ignore_merges"] = it.value();
     else t[it.key()] = it.value();
@@ -65,7 +66,7 @@ std::string fnv1a64(const std::vector<int32_t>& ids) {
 }
 
 Tokenizer layout_tokenizer(const json& layout, const std::string& bos = "", const std::string& eos = "") {
-  return Tokenizer::from_byte_bpe(ByteBpe::from_json(layout_json(layout["overrides"]), layout["name"].get<std::string>(), bos, eos));
+  return Tokenizer(ByteBpe::from_json(layout_json(layout["overrides"]), layout["name"].get<std::string>(), bos, eos));
 }
 
 void write_bytes(const std::string& path, const std::string& b) { std::ofstream(path, std::ios::binary) << b; }
@@ -146,7 +147,7 @@ BOOST_AUTO_TEST_CASE(vocab_json_with_merges_txt_is_gpt2_and_serializes) {
   TempDir d;
   fs::copy_file(bx("vocab.json"), d / "vocab.json");
   fs::copy_file(bx("merges.txt"), d / "merges.txt");
-  const Tokenizer tok = Tokenizer::from_file(d / "vocab.json");
+  const Tokenizer tok = hf::read_tokenizer_file(d / "vocab.json");
   BOOST_TEST(tok.kind_name() == "byte_bpe");
   BOOST_TEST(tok.vocab_size() == 50257);
   BOOST_TEST(tok.bos_id() == 50256);  // no tokenizer_config.json or config.json: <|endoftext|>
@@ -160,21 +161,21 @@ BOOST_AUTO_TEST_CASE(vocab_json_with_merges_txt_is_gpt2_and_serializes) {
   // tokenizer_config.json names BOS/EOS (a string or {"content": ...}); no BOS: EOS starts documents
   write_bytes(d / "tokenizer.json", layout_json(cases()["layouts"][2]["overrides"]));
   write_bytes(d / "tokenizer_config.json", R"({"bos_token": null, "eos_token": {"content": "<|im_end|>"}})");
-  const Tokenizer q = Tokenizer::from_file(d / "tokenizer.json");
+  const Tokenizer q = hf::read_tokenizer_file(d / "tokenizer.json");
   BOOST_TEST(q.eos_id() == 50258);
   BOOST_TEST(q.bos_id() == 50258);
   // config.json's ids when tokenizer_config.json does not say
   fs::remove(d / "tokenizer_config.json");
   write_bytes(d / "config.json", R"({"bos_token_id": 50257, "eos_token_id": 50256})");
-  const Tokenizer c = Tokenizer::from_file(d / "tokenizer.json");
+  const Tokenizer c = hf::read_tokenizer_file(d / "tokenizer.json");
   BOOST_TEST(c.bos_id() == 50257);
   BOOST_TEST(c.eos_id() == 50256);
   write_bytes(d / "config.json", R"({"bos_token_id": 99999999, "eos_token_id": 50256})");
-  expect_throw([&] { Tokenizer::from_file(d / "tokenizer.json"); }, ErrorKind::data, {"config.json", "bos_token_id 99999999", "not a token"});
+  expect_throw([&] { hf::read_tokenizer_file(d / "tokenizer.json"); }, ErrorKind::data, {"config.json", "bos_token_id 99999999", "not a token"});
   write_bytes(d / "config.json", R"({"bos_token_id": "one"})");
-  expect_throw([&] { Tokenizer::from_file(d / "tokenizer.json"); }, ErrorKind::data, {"config.json", "bos_token_id", "not an integer"});
+  expect_throw([&] { hf::read_tokenizer_file(d / "tokenizer.json"); }, ErrorKind::data, {"config.json", "bos_token_id", "not an integer"});
   write_bytes(d / "tokenizer_config.json", R"({"bos_token": 5, "eos_token": null})");
-  expect_throw([&] { Tokenizer::from_file(d / "tokenizer.json"); }, ErrorKind::data, {"tokenizer_config.json", "bos_token"});
+  expect_throw([&] { hf::read_tokenizer_file(d / "tokenizer.json"); }, ErrorKind::data, {"tokenizer_config.json", "bos_token"});
 }
 
 BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
@@ -254,7 +255,7 @@ BOOST_AUTO_TEST_CASE(prepare_train_sample_export_and_import_with_gpt2s_tokenizer
   o.texts = {d / "s.txt"};
   o.out_dir = d / "c";
   o.tokenizer = "bpe";
-  o.tokenizer_model = d / "vocab.json";
+  o.given = hf::read_tokenizer_file(d / "vocab.json");
   o.doc_sep = "<|doc|>";
   o.val_fraction = 0.34;
   o.chunk_bytes = 300;
@@ -289,8 +290,8 @@ BOOST_AUTO_TEST_CASE(prepare_train_sample_export_and_import_with_gpt2s_tokenizer
   BOOST_TEST(fs::exists(d / "hf/tokenizer.json"));
   const json tc = json::parse(read_file_bytes(d / "hf/tokenizer_config.json", "tc"));
   BOOST_TEST(tc["eos_token"] == "<|endoftext|>");
-  BOOST_TEST(json::parse(read_file_bytes(d / "hf/tokenizer.json", "tj")) == json::parse(ByteBpe::gpt2_tokenizer_json(
-                 read_file_bytes(bx("vocab.json"), "v"), read_file_bytes(bx("merges.txt"), "m"), "v", "m")));
+  BOOST_TEST(json::parse(read_file_bytes(d / "hf/tokenizer.json", "tj")) == ByteBpe::gpt2_tokenizer(
+                 read_file_bytes(bx("vocab.json"), "v"), read_file_bytes(bx("merges.txt"), "m"), "v", "m"));
   Run i = run_cli("import --format hf --model " + (d / "hf") + " --out " + (d / "back.h5"));
   BOOST_TEST_REQUIRE(i.code == 0, i.err);
   Run s2 = run_cli("sample --checkpoint " + (d / "back.h5") + " --prompt 'ROMEO: 日本' --tokens 4 --greedy");

@@ -19,6 +19,8 @@
 #include "train/checkpoint/checkpoint.h"
 #include "data/io.h"
 #include "test_util.h"
+#include "data/tokenizer/char.h"
+#include "data/tokenizer/sentencepiece.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
@@ -33,7 +35,7 @@ TrainConfig tiny_config(const std::string& optimizer = "adamw", bool tied = true
 }
 
 const Tokenizer& tokenizer() {
-  static Tokenizer t = Tokenizer::from_char(CharTokenizer::from_text("abcdefghijkl"));
+  static Tokenizer t = Tokenizer::of(CharTokenizer::from_text("abcdefghijkl"));
   return t;
 }
 
@@ -512,13 +514,13 @@ BOOST_AUTO_TEST_CASE(cli_rejects_bad_checkpoints_with_one_line) {
 BOOST_AUTO_TEST_CASE(sentencepiece_tokenizer_is_stored_and_old_char_files_load) {
   TempDir d;
   GPT model(tiny_config().model, 1);
-  const Tokenizer sp = Tokenizer::from_sentencepiece(
+  const Tokenizer sp = SentencePiece::load(
       read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
   write_converted(d / "sp.h5", model, &sp, "{}");
   {
     H5File f = H5File::open_read(d / "sp.h5");
     const Tokenizer back = read_tokenizer(f);
-    BOOST_TEST(back.kind_name() == "sentencepiece");
+    BOOST_TEST((back.kind() == TokenizerKind::sentencepiece));
     BOOST_TEST((back == sp));
     BOOST_TEST(back.encode("ROMEO: hello") == sp.encode("ROMEO: hello"));
     BOOST_TEST(f.read_attr_string("/tokenizer", "kind") == "sentencepiece");

@@ -20,10 +20,13 @@
 #include "data/dirlock.h"
 #include "data/io.h"
 #include "data/prepare.h"
+#include "train/interop/hf_tokenizer.h"
 #include "data/shards.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "test_util.h"
+#include "data/tokenizer/char.h"
+#include "data/tokenizer/sentencepiece.h"
 
 using namespace tapelm;
 using test::TempDir;
@@ -448,14 +451,14 @@ std::vector<std::vector<int32_t>> spm_fixture_ids() {
 }
 
 Tokenizer fixture_bpe() {
-  return Tokenizer::from_sentencepiece(read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
+  return SentencePiece::load(read_file_bytes(test::fixture_path("spm_bpe512.model"), "model"));
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(sentencepiece_encodes_as_spm_encode) {
   const Tokenizer tok = fixture_bpe();
-  BOOST_TEST(tok.kind_name() == "sentencepiece");
+  BOOST_TEST((tok.kind() == TokenizerKind::sentencepiece));
   BOOST_TEST(tok.vocab_size() == 512);
   BOOST_TEST(tok.bos_id() == 1);
   BOOST_TEST(tok.eos_id() == 2);
@@ -473,7 +476,7 @@ BOOST_AUTO_TEST_CASE(sentencepiece_encodes_as_spm_encode) {
 BOOST_AUTO_TEST_CASE(trained_bpe_matches_spm_train_and_round_trips_the_corpus) {
   SentencePieceOptions o;
   o.vocab_size = 512;
-  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  const Tokenizer tok = SentencePiece::train(shakespeare_lines(1, 2000), o);
   BOOST_TEST(tok.vocab_size() == 512);
   BOOST_TEST(tok.adds_dummy_prefix());
   const Tokenizer ref = fixture_bpe();
@@ -500,7 +503,7 @@ BOOST_AUTO_TEST_CASE(unigram_round_trips) {
   SentencePieceOptions o;
   o.model_type = "unigram";
   o.vocab_size = 400;
-  const Tokenizer tok = Tokenizer::train_sentencepiece(shakespeare_lines(1, 2000), o);
+  const Tokenizer tok = SentencePiece::train(shakespeare_lines(1, 2000), o);
   BOOST_TEST(tok.vocab_size() == 400);
   const std::string text = read_text_file(test::fixture_path("tiny.txt"));
   BOOST_TEST(tok.decode(tok.encode(text)) == text);
@@ -509,14 +512,14 @@ BOOST_AUTO_TEST_CASE(unigram_round_trips) {
 BOOST_AUTO_TEST_CASE(tokenizer_errors) {
   SentencePieceOptions o;
   o.vocab_size = 258;
-  check_error([&] { Tokenizer::train_sentencepiece({"a b c"}, o); }, {"258", "below 259", "byte fallback"});
+  check_error([&] { SentencePiece::train({"a b c"}, o); }, {"258", "below 259", "byte fallback"});
   o.vocab_size = 50000;
-  check_error([&] { Tokenizer::train_sentencepiece(shakespeare_lines(1, 50), o); }, {"sentencepiece training failed", "ocabulary size"});
-  check_error([] { Tokenizer::from_sentencepiece("not a model"); }, {"not a sentencepiece model"});
+  check_error([&] { SentencePiece::train(shakespeare_lines(1, 50), o); }, {"sentencepiece training failed", "ocabulary size"});
+  check_error([] { SentencePiece::load("not a model"); }, {"not a sentencepiece model"});
   check_error([] { fixture_bpe().encode("ab\xFF"); }, {"invalid UTF-8", "byte offset 2"});
   check_error([] { fixture_bpe().decode({5, 512}); }, {"token id 512", "position 1"});
   check_error([] { Tokenizer::deserialize("wordpiece", ""); }, {"unknown tokenizer kind", "wordpiece"});
-  const Tokenizer ch = Tokenizer::from_char(CharTokenizer::from_text("ab"));
+  const Tokenizer ch = Tokenizer::of(CharTokenizer::from_text("ab"));
   BOOST_TEST(ch.bos_id() == -1);
   BOOST_TEST(ch.kind_name() == "char");
   BOOST_TEST((Tokenizer::deserialize("char", ch.serialized()) == ch));
@@ -551,7 +554,7 @@ PrepareOptions small_bpe(const TempDir& d, const std::vector<std::string>& texts
   o.texts = texts;
   o.out_dir = d / "out";
   o.tokenizer = "bpe";
-  o.tokenizer_model = test::fixture_path("spm_bpe512.model");
+  o.given = hf::read_tokenizer_file(test::fixture_path("spm_bpe512.model"));
   o.shard_tokens = 700;  // several shards
   o.chunk_bytes = 200;   // documents cut into many pieces
   o.encode_bytes = 50;   // and each piece encoded in several calls
@@ -707,11 +710,9 @@ BOOST_AUTO_TEST_CASE(prepare_bad_inputs_give_one_line_and_leave_nothing) {
   o.tokenizer = "bpe";
   o.vocab_size = 20000;  // more than a few KB of text has pieces for
   check_error([&] { run(o); }, {"good.txt", "vocab size 20000", "ocabulary size"});
-  o.tokenizer_model = d / "missing.model";
-  check_error([&] { run(o); }, {"missing.model", "no such file"});
-  o.tokenizer_model = d / "latin1.txt";
-  check_error([&] { run(o); }, {"latin1.txt", "not a sentencepiece model"});
-  test::expect_throw([&] { o.tokenizer_model.clear(); o.vocab_size = 200; run(o); }, ErrorKind::usage, {"vocab size 200", "259"});
+  check_error([&] { hf::read_tokenizer_file(d / "missing.model"); }, {"missing.model", "no such file"});
+  check_error([&] { hf::read_tokenizer_file(d / "latin1.txt"); }, {"latin1.txt", "not a sentencepiece model"});
+  test::expect_throw([&] { o.vocab_size = 200; run(o); }, ErrorKind::usage, {"vocab size 200", "259"});
   BOOST_TEST(!fs::exists(d / "out/meta.json"));
   BOOST_TEST((!fs::exists(d / "out") || fs::is_empty(d / "out")));
 

@@ -10,6 +10,7 @@
 #include "train/eval.h"
 #include "train/checkpoint/h5file.h"
 #include "test_util.h"
+#include "data/tokenizer/char.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
@@ -135,7 +136,7 @@ BOOST_AUTO_TEST_CASE(text_bin_directory_and_h5_loaders_agree) {
   Rng r(11);
   for (int i = 0; i < 300; i++) text += static_cast<char>('a' + r.below(10));
   std::ofstream(d / "c.txt") << text;
-  const Tokenizer tok = Tokenizer::from_char(CharTokenizer::from_text(text));
+  const Tokenizer tok = Tokenizer::of(CharTokenizer::from_text(text));
   const std::vector<int32_t> ids = tok.encode(text);
   write_token_file(d / "c.bin", ids);
   prepare(d / "c.txt", d / "corpus");

@@ -14,6 +14,8 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/interop/llama2c.h"
 #include "test_util.h"
+#include "data/tokenizer/char.h"
+#include "data/tokenizer/sentencepiece.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
@@ -269,13 +271,13 @@ BOOST_AUTO_TEST_CASE(generation_stops_at_the_stop_id) {
 }
 
 BOOST_AUTO_TEST_CASE(tokenizer_bin_equals_llama2c_export) {
-  const Tokenizer tok = Tokenizer::from_sentencepiece(bytes_of(fixture_path("spm_bpe512.model")));
+  const Tokenizer tok = SentencePiece::load(bytes_of(fixture_path("spm_bpe512.model")));
   BOOST_TEST((lc::tokenizer_bytes(tok, "t") == bytes_of(l2c("spm_bpe512.tokenizer.bin"))),
              "tokenizer.bin differs from llama2.c's tokenizer.py export");
   const lc::TokenizerBin t = lc::read_tokenizer_bin(l2c("spm_bpe512.tokenizer.bin"), 512);
   BOOST_TEST(t.pieces.at(1) == "\n<s>\n");
   BOOST_TEST(t.pieces.at(3) == "<0x00>");
-  expect_throw([&] { lc::tokenizer_bytes(Tokenizer::from_char(CharTokenizer::from_text("abc")), "ck.h5"); }, ErrorKind::config,
+  expect_throw([&] { lc::tokenizer_bytes(Tokenizer::of(CharTokenizer::from_text("abc")), "ck.h5"); }, ErrorKind::config,
                {"ck.h5", "char tokenizer"});
 }
 
@@ -323,7 +325,7 @@ BOOST_AUTO_TEST_CASE(bad_tokenizers_give_one_line_and_write_nothing) {
   BOOST_TEST(!fs::exists(d / "o.h5"));
   // a checkpoint with a char tokenizer: no tokenizer.bin for run.c, so no export
   std::unique_ptr<GPT> m = load_model(l2c("gqa_tied.h5")).model;
-  const Tokenizer chars = Tokenizer::from_char(CharTokenizer::from_text("abc"));
+  const Tokenizer chars = Tokenizer::of(CharTokenizer::from_text("abc"));
   write_converted(d / "char.h5", *m, &chars, "{}");
   expect_error(run_cli("export --checkpoint " + (d / "char.h5") + " --format llama2c --out " + (d / "char.bin")),
                "llama2.c cannot express a char tokenizer");

@@ -9,6 +9,7 @@
 #include "data/tokens.h"
 #include "train/dist.h"
 #include "train/checkpoint/h5file.h"
+#include "data/tokenizer/char.h"
 
 namespace tapelm {
 
@@ -165,7 +166,7 @@ EvalData load_eval_data(const std::string& path, const std::string& split, const
       corpus = load_corpus(path);
     } else {
       const std::string text = read_text_file(path);
-      corpus.tok = tok ? *tok : Tokenizer::from_char(CharTokenizer::from_text(text));
+      corpus.tok = tok ? *tok : Tokenizer::of(CharTokenizer::from_text(text));
       std::vector<int32_t> ids = corpus.tok.encode(text);
       // one document: a sentencepiece tokenizer starts it with BOS, as prepare does
       if (corpus.tok.bos_id() >= 0) ids.insert(ids.begin(), corpus.tok.bos_id());

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "data/shards.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
 
 namespace tapelm {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "nn/accounting.h"
+#include "data/tokenizer/char.h"
 
 namespace tapelm {
 
@@ -32,7 +33,7 @@ void write_bytes(H5File& f, const std::string& obj, const std::string& s) {
 void write_tokenizer(H5File& f, const Tokenizer& tok) {
   f.create_group(kTokenizer);
   f.write_attr(kTokenizer, "kind", tok.kind_name());
-  if (tok.is_char()) f.write_attr(kTokenizer, "json", tok.serialized());
+  if (tok.as<CharTokenizer>()) f.write_attr(kTokenizer, "json", tok.serialized());
   else write_bytes(f, kTokenizer + "/model", tok.serialized());
 }
 

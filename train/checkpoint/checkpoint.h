@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
 #include "optim/optim.h"
 #include "train/checkpoint/h5file.h"

@@ -23,6 +23,7 @@
 #include "train/interop/llama2c.h"
 #include "train/interop/gguf.h"
 #include "train/interop/hf.h"
+#include "train/interop/hf_tokenizer.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
 #include "train/convert/uptrain.h"
@@ -628,6 +629,7 @@ std::string header_line(const llama2c::Header& h) {
 
 struct PrepareArgs {
   PrepareOptions o;
+  std::string tokenizer_model;
   bool quiet = false;
   bool tokenizer_given = false;
 };
@@ -641,7 +643,7 @@ void prepare_flags(CLI::App& c, PrepareArgs& a) {
       ->each([&a](const std::string&) { a.tokenizer_given = true; });
   c.add_option("--vocab-size", po.vocab_size, "bpe/unigram: pieces in the trained model (default 4096)")
       ->check(CLI::Range(1, 1048576));
-  c.add_option("--tokenizer-model", po.tokenizer_model,
+  c.add_option("--tokenizer-model", a.tokenizer_model,
                "use this tokenizer instead of training one: a sentencepiece .model, a Hugging Face tokenizer.json "
                "(byte-level BPE), or GPT-2's vocab.json with merges.txt beside it");
   c.add_option("--sample-bytes", po.sample_bytes, "bpe/unigram: train on at most this much text (default 100 MB)")
@@ -656,7 +658,12 @@ void prepare_flags(CLI::App& c, PrepareArgs& a) {
 
 int run_prepare(const PrepareArgs& a) {
   PrepareOptions po = a.o;
-  if (!a.tokenizer_given && !po.tokenizer_model.empty()) po.tokenizer = "bpe";  // a given model is sentencepiece's
+  if (!a.tokenizer_model.empty()) {
+    if (a.tokenizer_given && po.tokenizer == "char")
+      throw Error(ErrorKind::usage, "a tokenizer model is a subword tokenizer: use it with the bpe or unigram tokenizer");
+    po.given = hf::read_tokenizer_file(a.tokenizer_model);
+    po.tokenizer = "bpe";
+  }
   po.progress = !a.quiet;
   const PrepareResult r = prepare_corpus(po);
   std::printf("prepared %s: %s tokenizer of %d ids; train %ld tokens (%ld documents), val %ld tokens (%ld documents) "

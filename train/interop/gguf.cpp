@@ -11,9 +11,10 @@
 
 
 #include "autograd/error.h"
-#include "data/bytebpe.h"
 #include "data/io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer/sentencepiece.h"
+#include "data/tokenizer/bytebpe/byte_bpe.h"
 #include "nn/gpt.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/interop/float16.h"
@@ -172,7 +173,7 @@ void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, Expo
     // llama.cpp's token types: normal 1, unknown 2, control 3, user-defined 4, unused 5, byte 6
     types[i] = 1 + static_cast<int32_t>(tok.piece_kind(i));
   }
-  if (tok.kind_name() == "sentencepiece") {
+  if (tok.kind() == TokenizerKind::sentencepiece) {
     r.tokenizer = "llama";
     std::vector<float> scores(V);
     for (int32_t i = 0; i < V; i++) scores[i] = tok.score(i);
@@ -181,9 +182,9 @@ void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, Expo
     m.f32s("tokenizer.ggml.scores", scores);
     m.i32s("tokenizer.ggml.token_type", types);
     for (int32_t i = 0; i < V; i++)
-      if (tok.piece_kind(i) == Tokenizer::PieceKind::unknown) m.u32("tokenizer.ggml.unknown_token_id", i);
+      if (tok.piece_kind(i) == PieceKind::unknown) m.u32("tokenizer.ggml.unknown_token_id", i);
     m.flag("tokenizer.ggml.add_space_prefix", tok.adds_dummy_prefix());
-  } else if (const ByteBpe* b = tok.byte_bpe()) {
+  } else if (const ByteBpe* b = tok.as<ByteBpe>()) {
     r.tokenizer = "gpt2";
     std::string pre;
     for (const KnownPre& k : known_pres())
@@ -658,18 +659,6 @@ std::vector<float> values_of(const Gguf& g, const TensorIn& t) {
 
 // ---- tokenizers from metadata ----
 
-void pb_varint(std::string& b, uint64_t v) {
-  while (v >= 0x80) b += static_cast<char>((v & 0x7F) | 0x80), v >>= 7;
-  b += static_cast<char>(v);
-}
-void pb_tag(std::string& b, int field, int wire) { pb_varint(b, static_cast<uint64_t>(field) << 3 | wire); }
-void pb_bytes(std::string& b, int field, const std::string& s) { pb_tag(b, field, 2), pb_varint(b, s.size()), b += s; }
-void pb_int(std::string& b, int field, int64_t v) { pb_tag(b, field, 0), pb_varint(b, static_cast<uint64_t>(v)); }
-void pb_float(std::string& b, int field, float f) {
-  pb_tag(b, field, 5);
-  b.append(reinterpret_cast<const char*>(&f), 4);
-}
-
 const std::vector<std::string>& str_array(const Gguf& g, const std::string& key) {
   const Value* v = g.find(key);
   if (!v || v->type != 9 || v->elem != 8) g.fail("key " + key + " is missing or not an array of strings");
@@ -688,46 +677,26 @@ bool flag_of(const Gguf& g, const std::string& key, bool dflt) {
   return v->num != 0;
 }
 
-// llama.cpp's "llama" vocabulary as a sentencepiece model: sentencepiece's ModelProto in
-// protobuf's wire format (pieces: field 1 {piece 1, score 2, type 3}; trainer_spec 2 {model_type 3
-// (BPE = 2), vocab_size 4, byte_fallback 35, unk/bos/eos/pad ids 40-43}; normalizer_spec 3 {name 1,
-// add_dummy_prefix 3, remove_extra_whitespaces 4, escape_whitespaces 5}).
+// llama.cpp's "llama" vocabulary as a sentencepiece model (token types are sentencepiece's: 1
+// normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
 Tokenizer spm_tokenizer(const Gguf& g) {
   const std::vector<std::string>& tokens = str_array(g, "tokenizer.ggml.tokens");
   const std::vector<double>& scores = num_array(g, "tokenizer.ggml.scores", tokens.size());
   const std::vector<double>& types = num_array(g, "tokenizer.ggml.token_type", tokens.size());
-  std::string proto;
-  bool byte_fallback = false;
+  std::vector<SentencePiecePiece> pieces;
   int64_t unk = -1;
   for (size_t i = 0; i < tokens.size(); i++) {
     const int type = static_cast<int>(types[i]);
     if (types[i] != type || type < 1 || type > 6) g.fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] is not a token type 1-6");
-    byte_fallback = byte_fallback || type == 6;
     if (type == 2 && unk < 0) unk = static_cast<int64_t>(i);
-    std::string p;
-    pb_bytes(p, 1, tokens[i]);
-    pb_float(p, 2, static_cast<float>(scores[i]));
-    pb_int(p, 3, type);
-    pb_bytes(proto, 1, p);
+    pieces.push_back({tokens[i], static_cast<float>(scores[i]), static_cast<PieceKind>(type - 1)});
   }
   const int64_t V = static_cast<int64_t>(tokens.size());
-  std::string trainer;
-  pb_int(trainer, 3, 2);
-  pb_int(trainer, 4, V);
-  pb_int(trainer, 35, byte_fallback);
-  pb_int(trainer, 40, g.count("tokenizer.ggml.unknown_token_id", unk < 0 ? 0 : unk, V - 1));
-  pb_int(trainer, 41, g.find("tokenizer.ggml.bos_token_id") ? g.count("tokenizer.ggml.bos_token_id", -1, V - 1) : -1);
-  pb_int(trainer, 42, g.find("tokenizer.ggml.eos_token_id") ? g.count("tokenizer.ggml.eos_token_id", -1, V - 1) : -1);
-  pb_int(trainer, 43, -1);
-  pb_bytes(proto, 2, trainer);
-  std::string norm;
-  pb_bytes(norm, 1, "identity");
-  pb_int(norm, 3, flag_of(g, "tokenizer.ggml.add_space_prefix", true));
-  pb_int(norm, 4, 0);
-  pb_int(norm, 5, 1);
-  pb_bytes(proto, 3, norm);
+  auto id = [&](const char* key) { return g.find(key) ? g.count(key, -1, V - 1) : -1; };
   try {
-    return Tokenizer::from_sentencepiece(proto);
+    return SentencePiece::from_pieces(pieces, g.count("tokenizer.ggml.unknown_token_id", unk < 0 ? 0 : unk, V - 1),
+                                      id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"),
+                                      flag_of(g, "tokenizer.ggml.add_space_prefix", true));
   } catch (const Error& e) {
     g.fail(std::string("its llama vocabulary is not a valid sentencepiece model: ") + e.what());
   }
@@ -756,7 +725,7 @@ Tokenizer bpe_tokenizer(const Gguf& g) {
   const KnownPre* k = known_pre(name);
   if (!k) g.fail("tokenizer.ggml.pre \"" + cut_for_message(name) + "\": tapelm knows gpt-2, llama-bpe, qwen2 and smollm");
   json t = ByteBpe::assemble(std::move(vocab), merges, std::move(added), k->pre, k->nfc, k->ignore_merges);
-  return Tokenizer::from_byte_bpe(ByteBpe::from_parsed(std::move(t), "GGUF file " + g.path + ": its gpt2 vocabulary",
+  return Tokenizer(ByteBpe::from_parsed(std::move(t), "GGUF file " + g.path + ": its gpt2 vocabulary",
                                                        bos >= 0 ? tokens[bos] : "", eos >= 0 ? tokens[eos] : ""));
 }
 

@@ -12,9 +12,11 @@
 #include <unordered_set>
 
 #include "autograd/error.h"
-#include "data/bytebpe.h"
 #include "data/io.h"
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer/sentencepiece.h"
+#include "data/tokenizer/bytebpe/byte_bpe.h"
+#include "train/interop/hf_tokenizer.h"
 #include "nn/accounting.h"
 #include "nn/gpt.h"
 #include "train/checkpoint/checkpoint.h"
@@ -413,13 +415,13 @@ std::optional<Tokenizer> read_tokenizer(const std::string& dir, std::string& fil
   const fs::path spm = fs::path(dir) / "tokenizer.model";
   if (fs::exists(spm)) {
     file = spm.string();
-    return Tokenizer::from_sentencepiece(read_file_bytes(file, "sentencepiece model"));
+    return SentencePiece::load(read_file_bytes(file, "sentencepiece model"));
   }
   for (const char* name : {"tokenizer.json", "vocab.json"}) {  // byte-level BPE
     const fs::path p = fs::path(dir) / name;
     if (fs::exists(p)) {
       file = p.string();
-      return Tokenizer::from_file(file);
+      return hf::read_tokenizer_file(file);
     }
   }
   file.clear();
@@ -597,7 +599,7 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
     const std::string p = (fs::path(dir) / shard_names[i]).string();
     files.emplace_back(p, [p, &shard = shards[i], &st_dtype, &meta](std::FILE* f) { safetensors::write(f, shard, st_dtype, meta, p); });
   }
-  if (l.tok && l.tok->kind_name() == "sentencepiece") {
+  if (l.tok && l.tok->kind() == TokenizerKind::sentencepiece) {
     text_file("tokenizer.model", l.tok->serialized());
     nlohmann::ordered_json tc;
     tc["tokenizer_class"] = "LlamaTokenizer";
@@ -609,8 +611,8 @@ ExportResult export_model(const std::string& checkpoint, const std::string& dir,
     tc["legacy"] = true;
     tc["model_max_length"] = cfg.block_size;
     text_file("tokenizer_config.json", tc.dump(2) + "\n");
-  } else if (l.tok && l.tok->byte_bpe()) {
-    text_file("tokenizer.json", l.tok->byte_bpe()->tokenizer_json() + "\n");
+  } else if (l.tok && l.tok->as<ByteBpe>()) {
+    text_file("tokenizer.json", l.tok->as<ByteBpe>()->tokenizer_json() + "\n");
     nlohmann::ordered_json tc;
     tc["tokenizer_class"] = "PreTrainedTokenizerFast";
     if (l.tok->bos_id() >= 0) tc["bos_token"] = l.tok->piece(l.tok->bos_id());

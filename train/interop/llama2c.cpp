@@ -11,6 +11,8 @@
 #include "data/io.h"
 #include "nn/accounting.h"
 #include "train/checkpoint/checkpoint.h"
+#include "data/tokenizer/char.h"
+#include "data/tokenizer/sentencepiece.h"
 
 namespace tapelm::llama2c {
 
@@ -347,7 +349,7 @@ std::string tokenizer_bytes(const Tokenizer& tok, const std::string& what) {
   auto refuse = [&](const std::string& why) {
     throw Error(ErrorKind::config, what + ": llama2.c cannot express " + why);
   };
-  if (tok.is_char()) refuse("a char tokenizer (run.c's tokenizer.bin is a sentencepiece vocabulary with byte fallback)");
+  if (tok.as<CharTokenizer>()) refuse("a char tokenizer (run.c's tokenizer.bin is a sentencepiece vocabulary with byte fallback)");
   const int32_t V = tok.vocab_size();
   if (V < 259 || tok.bos_id() != 1 || tok.eos_id() != 2)
     refuse("a sentencepiece tokenizer without ids 0/1/2 = unk/bos/eos (run.c's BOS is 1, its EOS 2)");
@@ -416,7 +418,7 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
   Model m = read_model(model_path);
   Tokenizer tok;
   if (!tokenizer_model.empty()) {
-    tok = Tokenizer::from_sentencepiece(read_file_bytes(tokenizer_model, "sentencepiece model"));
+    tok = SentencePiece::load(read_file_bytes(tokenizer_model, "sentencepiece model"));
     if (tok.vocab_size() != m.header.vocab_size)
       throw Error(ErrorKind::data, "sentencepiece model " + tokenizer_model + " has " + std::to_string(tok.vocab_size()) +
                                        " pieces, the model's vocab_size is " + std::to_string(m.header.vocab_size));

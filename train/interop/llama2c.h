@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
 
 namespace tapelm::llama2c {

@@ -1,21 +1,23 @@
 #pragma once
 // Byte-level BPE as Hugging Face's tokenizers library runs it from a tokenizer.json (GPT-2,
-// Llama 3, Qwen2, SmolLM): an optional NFC normalizer, added tokens split out first, a
-// pre-tokenizer of regex splits (PCRE2 with UTF and UCP, the pattern as the file gives it), digit
-// splits and the byte-level step (GPT-2's pattern, bytes shown as printable characters), then
-// merges by rank, and the byte-level decoder. What a file asks for that this code cannot run
-// exactly is refused, naming the field, instead of tokenizing differently.
+// Llama 3, Qwen2, SmolLM): the pipeline of normalizer.h, added tokens split out first,
+// pre_tokenizer.h, bpe.h, and the byte-level decoder (byte_level.h). What a file asks for that
+// this code cannot run exactly is refused, naming the field, instead of tokenizing differently.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
+#include "data/tokenizer/tokenizer.h"
+
 namespace tapelm {
 
-struct ByteBpeModel;  // the parsed tokenizer (data/bytebpe.cpp)
+namespace bytebpe {
+struct Pipeline;  // the parsed stages (byte_bpe.cpp)
+}
 
-class ByteBpe {
+class ByteBpe : public TokenizerModel {
  public:
   /// Parses a tokenizer.json. `what` names the file in errors. bos/eos: the begin- and
   /// end-of-document tokens as strings ("" for none), each a vocabulary or added token.
@@ -30,20 +32,34 @@ class ByteBpe {
   /// The tokenizer.json of GPT-2's vocab.json + merges.txt, as Hugging Face converts them:
   /// byte-level pre-tokenizer with GPT-2's pattern, no normalizer, <|endoftext|> (when in the
   /// vocabulary) an added special token.
-  static std::string gpt2_tokenizer_json(const std::string& vocab_json, const std::string& merges_txt,
-                                         const std::string& vocab_what, const std::string& merges_what);
+  static nlohmann::json gpt2_tokenizer(const std::string& vocab_json, const std::string& merges_txt, const std::string& vocab_what,
+                                       const std::string& merges_what);
+  /// A byte-level BPE tokenizer.json from its parts, as Hugging Face's converters write one: the
+  /// vocabulary {token: id}, the merges ["left right", ...] by rank, the added tokens, the
+  /// pre-tokenizer, and whether it normalizes to NFC and ignores merges for whole-token words.
+  static nlohmann::json assemble(nlohmann::json vocab, nlohmann::json merges, nlohmann::json added_tokens,
+                                 nlohmann::json pre_tokenizer, bool nfc, bool ignore_merges);
+  /// What pre_tokenizer() says of a tokenizer.json's "pre_tokenizer" value; malformed -> data Error.
+  static std::string describe_pre_tokenizer(const nlohmann::json& pre_tokenizer);
 
+  TokenizerKind kind() const override { return TokenizerKind::byte_bpe; }
   /// Ids of valid UTF-8 text (no BOS/EOS added); invalid UTF-8 -> data Error. Added tokens in the
   /// text become their ids, as in Hugging Face's encode.
-  std::vector<int32_t> encode(const std::string& utf8) const;
+  std::vector<int32_t> encode(const std::string& utf8) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  std::string decode_next(int32_t prev, int32_t id) const override;
+  /// Number of ids (vocabulary and added tokens; dense).
+  int32_t vocab_size() const override;
+  int32_t bos_id() const override;
+  int32_t eos_id() const override;
+  /// The token as the vocabulary spells it ("Ġthe"), or the added token's text.
+  std::string piece(int32_t id) const override;
+  PieceKind piece_kind(int32_t id) const override;
+  /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
+  const std::string& serialized() const override;
+
   /// The bytes one id stands for (added tokens: their text), before any UTF-8 repair.
   const std::string& token_bytes(int32_t id) const;
-  /// Number of ids (vocabulary and added tokens; dense).
-  int32_t vocab_size() const;
-  int32_t bos_id() const;
-  int32_t eos_id() const;
-  /// The token as the vocabulary spells it ("Ġthe"), or the added token's text.
-  const std::string& piece(int32_t id) const;
   /// True for added tokens marked special.
   bool is_special(int32_t id) const;
   /// True for ids from tokenizer.json's added_tokens (special or not).
@@ -52,29 +68,16 @@ class ByteBpe {
   std::vector<std::string> merges() const;
   /// The pre-tokenizer steps as the file gives them, e.g. "Digits individual | ByteLevel use_regex".
   std::string pre_tokenizer() const;
-  /// What pre_tokenizer() says of a tokenizer.json's "pre_tokenizer" value; malformed -> data Error.
-  static std::string describe_pre_tokenizer(const nlohmann::json& pre_tokenizer);
-  /// A byte-level BPE tokenizer.json from its parts, as Hugging Face's converters write one: the
-  /// vocabulary {token: id}, the merges ["left right", ...] by rank, the added tokens, the
-  /// pre-tokenizer, and whether it normalizes to NFC and ignores merges for whole-token words.
-  static nlohmann::json assemble(nlohmann::json vocab, nlohmann::json merges, nlohmann::json added_tokens,
-                                 nlohmann::json pre_tokenizer, bool nfc, bool ignore_merges);
-  /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
-  const std::string& serialized() const;
   /// The tokenizer.json itself, for export.
   std::string tokenizer_json() const;
 
-  ~ByteBpe();
+  ~ByteBpe() override;
   ByteBpe(const ByteBpe&) = delete;
   ByteBpe& operator=(const ByteBpe&) = delete;
 
  private:
   ByteBpe();
-  std::unique_ptr<ByteBpeModel> m_;
+  std::unique_ptr<bytebpe::Pipeline> m_;
 };
-
-/// s with each invalid UTF-8 sequence replaced by U+FFFD, one per maximal invalid subpart (as
-/// Rust's from_utf8_lossy and Python's errors="replace" do).
-std::string utf8_repair(const std::string& s);
 
 }  // namespace tapelm
