@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <fstream>
+#include <filesystem>
 #include <vector>
 
 namespace tapelm {
@@ -158,6 +161,24 @@ void GPTConfig::validate() const {
     throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
   if (pos == PosKind::Rope && head_dim() % 2 != 0)
     throw Error(ErrorKind::config, "config pos \"rope\" needs an even head dim, got " + std::to_string(head_dim()));
+}
+
+nlohmann::json read_config_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) throw Error(ErrorKind::config, path + ": cannot read the config file (no such file)");
+  if (!std::filesystem::is_regular_file(st)) throw Error(ErrorKind::config, path + ": the config is not a regular file");
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > static_cast<uintmax_t>(max_config_bytes))
+    throw Error(ErrorKind::config, path + ": the config file is " + std::to_string(size) + " bytes, over the " +
+                                       std::to_string(max_config_bytes) + " a config may have");
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = parse_config_json(text.str(), path);
+  if (!j.is_object()) throw Error(ErrorKind::config, path + ": the config must be a JSON object");
+  return j;
 }
 
 }  // namespace tapelm

@@ -54,6 +54,12 @@ std::string echo_json(const nlohmann::json& v);
 /// Parses a config's JSON text; `what` (a file name, "--set key") starts each error. Rejects
 /// nesting deeper than 16 levels (before any recursion) and a key repeated in one object.
 nlohmann::json parse_config_json(const std::string& text, const std::string& what);
+/// Configs are kilobytes: a file larger than this is refused unread.
+inline constexpr int64_t max_config_bytes = 1 << 20;
+
+/// The JSON object in a config file; a path that is not a regular file, a file over
+/// max_config_bytes, bad JSON or a non-object is a config Error naming the file.
+nlohmann::json read_config_file(const std::string& path);
 
 /// Reads j[key] into out when the key is present; a value of the wrong JSON type is a
 /// config Error naming the key (integers also accept floats with an integral value).

@@ -101,16 +101,40 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   return linear(ln_f->forward(last), lm_head).val();
 }
 
-std::unique_ptr<GPT> with_zero_biases(const GPT& m) {
-  GPTConfig with = m.config();
-  with.bias = true;
-  auto out = std::make_unique<GPT>(with);
-  const NamedParams src = m.named_parameters();
-  for (auto& [name, p] : out->named_parameters()) {
-    auto it = std::find_if(src.begin(), src.end(), [&](const auto& q) { return q.first == name; });
-    if (it != src.end()) std::memcpy(p.val().data(), it->second.val().data(), static_cast<size_t>(p.val().numel()) * sizeof(float));
-    else std::fill(p.val().data(), p.val().data() + p.val().numel(), 0.f);
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) {
+  c.validate();
+  std::vector<std::pair<std::string, Shape>> out;
+  const int64_t d = c.n_embd, hd = c.head_dim(), hid = c.mlp_hidden;
+  auto norm = [&](const std::string& n) {
+    out.push_back({n + ".weight", {d}});
+    if (c.bias && c.norm == NormKind::LayerNorm) out.push_back({n + ".bias", {d}});
+  };
+  auto linear = [&](const std::string& n, int64_t in, int64_t o, bool bias) {
+    out.push_back({n + ".weight", {o, in}});
+    if (bias) out.push_back({n + ".bias", {o}});
+  };
+  if (!c.tie_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, d}});
+  out.push_back({"wte.weight", {c.vocab_size, d}});
+  if (c.pos == PosKind::Learned) out.push_back({"wpe.weight", {c.block_size, d}});
+  for (int64_t i = 0; i < c.n_layer; i++) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    norm(b + "ln1");
+    const bool qkv_bias = c.bias || c.qkv_bias;
+    linear(b + "attn.wq", d, c.n_head * hd, qkv_bias);
+    linear(b + "attn.wk", d, c.n_kv_head * hd, qkv_bias);
+    linear(b + "attn.wv", d, c.n_kv_head * hd, qkv_bias);
+    linear(b + "attn.wo", c.n_head * hd, d, c.bias);
+    norm(b + "ln2");
+    if (c.mlp == MlpKind::SwiGLU) {
+      linear(b + "mlp.gate", d, hid, c.bias);
+      linear(b + "mlp.up", d, hid, c.bias);
+      linear(b + "mlp.down", hid, d, c.bias);
+    } else {
+      linear(b + "mlp.fc", d, hid, c.bias);
+      linear(b + "mlp.proj", hid, d, c.bias);
+    }
   }
+  norm("ln_f");
   return out;
 }
 

@@ -52,8 +52,8 @@ class GPT : public Module {
   std::shared_ptr<Dropout> drop_;
 };
 
-/// The same function as m with every bias (bias = true): m's parameters copied, the biases m
-/// lacks zero. For formats whose layout has biases everywhere (GPT-2's).
-std::unique_ptr<GPT> with_zero_biases(const GPT& m);
+/// Every parameter's name and shape for config c, in named_parameters() order, without building
+/// the model (what a file's tensors are checked against before any memory is committed).
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c);
 
 }  // namespace tapelm

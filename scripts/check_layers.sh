@@ -7,9 +7,10 @@
 #   optim      -> autograd
 #   data       -> autograd (never nn, optim or train)
 #   train      -> nn, optim, data, autograd's public headers (never kernels; BLAS only in convert/linalg.cpp)
-#   train/convert -> as train, but of train/ only the checkpoint module, train_config, trainer.h (its
-#                 public API), eval, run_dir, stop and itself: never the CLI, the sweep or interop
-#   train/interop -> as train, but of train/ only the checkpoint module, train_config and itself
+#   train/convert -> as train, but of train/ only the formats, train_config, trainer.h (its public
+#                 API), eval, run_dir, stop and itself: never the CLI or the sweep
+#   train/formats -> as train, but of train/ only itself: the lowest floor of train/ (model formats,
+#                 their containers and tapelm's own checkpoint)
 #   train/cli  -> anything but kernels; nothing includes the CLI
 #   tests, bench -> anything but the CLI
 # OpenMP pragmas, cblas.h and oneDNN's headers live in autograd/kernels/ only; hdf5.h in the checkpoint module's
@@ -23,12 +24,12 @@ set -euo pipefail
 # Headers of autograd that only the op layer and the kernels may include.
 KERNELS='^autograd/kernels/'
 RECORD='^autograd/record\.h$'
-HDF5_OWNERS='^(train/checkpoint/h5file\.cpp|tests/test_h5\.cpp)$'
+HDF5_OWNERS='^(train/formats/h5file\.cpp|tests/test_h5\.cpp)$'
 MPI_OWNERS='^train/dist\.cpp$'
 LINALG='^train/convert/linalg\.cpp$'
-# What the conversion and interop rooms may include from the rest of train/.
-CONVERT_MAY='^train/(checkpoint/[^/]+|train_config\.h|trainer\.h|eval\.h|run_dir\.h|stop\.h|convert/[^/]+)$'
-INTEROP_MAY='^train/(checkpoint/[^/]+|train_config\.h|interop/[^/]+)$'
+# What the conversion and formats rooms may include from the rest of train/
+CONVERT_MAY='^train/(formats/[^/]+|train_config\.h|trainer\.h|eval\.h|run_dir\.h|stop\.h|convert/[^/]+)$'
+FORMATS_MAY='^train/formats/[^/]+$'
 
 check() {
   local root=$1 bad=0
@@ -43,7 +44,7 @@ check() {
       data/*) module=data ;;
       train/cli/*) module=cli ;;
       train/convert/*) module=convert ;;
-      train/interop/*) module=interop ;;
+      train/formats/*) module=formats ;;
       train/*) module=train ;;
       tests/*|bench/*) module=outside ;;
       *) continue ;;
@@ -81,13 +82,13 @@ check() {
           nn:*) why="nn depends on autograd only" ;;
           optim:autograd|optim:optim|data:autograd|data:data) ;;
           optim:*|data:*) why="$module depends on autograd only" ;;
-          train:autograd|cli:autograd|convert:autograd|interop:autograd)
+          train:autograd|cli:autograd|convert:autograd|formats:autograd)
             if [[ $target =~ $KERNELS ]]; then why="train uses ops, not kernels or BLAS"; fi ;;
           convert:train)
-            [[ $target =~ $CONVERT_MAY ]] || why="conversion includes no CLI, sweep, interop or trainer internals" ;;
-          interop:train)
-            [[ $target =~ $INTEROP_MAY ]] || why="interop includes only the checkpoint module and train_config of train/" ;;
-          convert:*|interop:*) ;;
+            [[ $target =~ $CONVERT_MAY ]] || why="conversion includes no CLI, sweep or trainer internals" ;;
+          formats:train)
+            [[ $target =~ $FORMATS_MAY ]] || why="the formats are train/'s lowest floor: they include nothing else of train/" ;;
+          convert:*|formats:*) ;;
           train:*|cli:*) ;;
           outside:*) ;;
         esac
@@ -109,10 +110,11 @@ self_test() {
   mkdir -p "$t/autograd/kernels" "$t/nn" "$t/data" "$t/train/cli" "$t/train/convert" "$t/tests"
   printf '#include "autograd/tensor.h"\n' > "$t/nn/ok.h"
   printf '#pragma omp parallel for\n#include <cblas.h>\n' > "$t/autograd/kernels/k.cpp"
-  mkdir -p "$t/train/convert" "$t/train/interop"
+  mkdir -p "$t/train/convert" "$t/train/formats"
   printf '#include <cblas.h>\n#include <lapacke.h>\n' > "$t/train/convert/linalg.cpp"
-  printf '#include "train/checkpoint/checkpoint.h"\n#include "train/trainer.h"\n#include "train/convert/methods.h"\n' > "$t/train/convert/ok.cpp"
-  printf '#include "train/checkpoint/checkpoint.h"\n#include "nn/gpt.h"\n' > "$t/train/interop/ok.cpp"
+  printf '#include "train/formats/checkpoint.h"\n#include "train/trainer.h"\n#include "train/convert/methods.h"\n' > "$t/train/convert/ok.cpp"
+  mkdir -p "$t/train/formats"
+  printf '#include "train/formats/checkpoint.h"\n#include "nn/gpt.h"\n#include "data/io.h"\n' > "$t/train/formats/ok.cpp"
   check "$t" > /dev/null || { echo "check_layers self-test: a clean tree was refused"; return 1; }
   local edge refused=0
   for edge in 'autograd/a.h:#include "nn/gpt.h"' 'nn/b.h:#include "autograd/kernels/blas.h"' \
@@ -120,8 +122,8 @@ self_test() {
               'data/e.h:#include "train/trainer.h"' 'train/f.cpp:#include "autograd/kernels/kernels.h"' \
               'tests/g.cpp:#include "train/cli/cli.h"' 'train/h.cpp:#pragma omp parallel for' \
               'nn/i.cpp:#include <mpi.h>' 'train/j.cpp:#include <hdf5.h>' 'optim/k.cpp:#include "train/stop.h"' \
-              'train/convert/l.cpp:#include "train/sweep/plan.h"' 'train/convert/m.cpp:#include "train/interop/llama2c.h"' \
-              'train/interop/n.cpp:#include "train/trainer.h"' 'train/interop/o.cpp:#include "train/convert/convert.h"' \
+              'train/convert/l.cpp:#include "train/sweep/plan.h"' 'train/formats/m.cpp:#include "train/train_config.h"' \
+              'train/formats/n.cpp:#include "train/trainer.h"' 'train/formats/o.cpp:#include "train/convert/convert.h"' \
               'train/convert/p.cpp:#include "train/cli/cli.h"' \
               'train/convert/q.cpp:#include <lapacke.h>' 'train/r.cpp:#include <cblas.h>' \
               'train/convert/linalg.h:#include <lapacke.h>' 'nn/n.cpp:#include <lapack.h>'; do

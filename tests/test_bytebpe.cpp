@@ -13,7 +13,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/bytebpe/byte_bpe.h"
-#include "train/interop/hf_tokenizer.h"
+#include "train/formats/hf_tokenizer.h"
 #include "test_util.h"
 
 using namespace tapelm;

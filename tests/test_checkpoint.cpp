@@ -16,11 +16,12 @@
 
 #include "data/io.h"
 #include "data/tempfile.h"
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "data/io.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
 #include "data/tokenizer/sentencepiece.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using namespace tapelm::test;

@@ -10,7 +10,7 @@
 #include <csignal>
 #include <thread>
 
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/run_dir.h"
 #include "test_util.h"
 

@@ -6,13 +6,14 @@
 #include <filesystem>
 #include <functional>
 
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/convert/convert.h"
 #include "train/convert/heads.h"
 #include "train/eval.h"
 #include "train/convert/linalg.h"
 #include "train/convert/uptrain.h"
 #include "test_util.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using namespace tapelm::test;

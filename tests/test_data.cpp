@@ -20,7 +20,7 @@
 #include "data/dirlock.h"
 #include "data/io.h"
 #include "data/prepare.h"
-#include "train/interop/hf_tokenizer.h"
+#include "train/formats/hf_tokenizer.h"
 #include "data/shards.h"
 #include "data/sampler.h"
 #include "data/tokens.h"

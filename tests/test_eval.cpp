@@ -8,7 +8,7 @@
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "train/eval.h"
-#include "train/checkpoint/h5file.h"
+#include "train/formats/h5file.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
 

@@ -12,8 +12,9 @@
 
 #include "data/io.h"
 #include "nn/generate.h"
-#include "train/checkpoint/checkpoint.h"
-#include "train/interop/gguf.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/gguf.h"
+#include "train/formats/gguf_file.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -242,7 +243,7 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
       {Builder().llama().kv_u32("llama.expert_count", 8).bytes(), "mixture of experts"},
       {Builder().llama().bytes(), "token_embd.weight is missing"},
       {[] { Builder b; b.llama().tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
-       "blk.0.attn_norm.weight is missing"},
+       "missing blk.0.attn_norm.weight"},
       {[] { Builder b; b.llama().kv_u32("llama.attention.head_count_kv", 3).tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
        "do not divide"},
   };
@@ -296,7 +297,7 @@ BOOST_AUTO_TEST_CASE(what_llama_cpp_cannot_run_is_refused_naming_why) {
   const std::string gelu = train("ge", R"("norm": "layernorm", "mlp": "gelu", "pos": "learned")");
   expect_error(run_cli("export --format gguf --checkpoint " + gelu + " --out " + (d / "x.gguf")), "gelu_tanh");
   const std::string mixed = train("mx", R"("norm": "rmsnorm", "mlp": "gelu", "pos": "rope")");
-  expect_error(run_cli("export --format gguf --checkpoint " + mixed + " --out " + (d / "x.gguf")), "no llama.cpp architecture");
+  expect_error(run_cli("export --format gguf --checkpoint " + mixed + " --out " + (d / "x.gguf")), "match no architecture other programs run");
   expect_error(run_cli("export --format gguf --dtype q4_0 --checkpoint " + mixed + " --out " + (d / "x.gguf")), "q4_0");
   expect_error(run_cli("export --format hf --dtype q8_0 --checkpoint " + mixed + " --out " + (d / "x")), "q8_0 is for --format gguf");
   BOOST_TEST(!fs::exists(d / "x.gguf"));

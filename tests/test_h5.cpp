@@ -14,7 +14,7 @@
 #include <set>
 
 #include "test_util.h"
-#include "train/checkpoint/h5file.h"
+#include "train/formats/h5file.h"
 
 namespace fs = std::filesystem;
 using namespace tapelm;

@@ -11,8 +11,8 @@
 
 #include "data/io.h"
 #include "nn/generate.h"
-#include "train/checkpoint/checkpoint.h"
-#include "train/interop/llama2c.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/llama2c.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
 #include "data/tokenizer/sentencepiece.h"

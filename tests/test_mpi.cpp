@@ -20,6 +20,7 @@
 #include "train/dist.h"
 #include "train/trainer.h"
 #include "test_util.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using namespace tapelm::test;

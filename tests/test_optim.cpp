@@ -9,7 +9,7 @@
 
 #include "autograd/kernels/common.h"
 #include "optim/optim.h"
-#include "train/checkpoint/h5file.h"
+#include "train/formats/h5file.h"
 #include "test_util.h"
 
 using namespace tapelm;

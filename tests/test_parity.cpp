@@ -6,7 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "test_util.h"
 
 using namespace tapelm;

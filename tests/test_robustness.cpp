@@ -11,7 +11,7 @@
 #include <random>
 
 #include "data/tokens.h"
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "test_util.h"
 
 using namespace tapelm;

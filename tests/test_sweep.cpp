@@ -10,14 +10,15 @@
 #include <sstream>
 #include <tuple>
 
-#include "train/checkpoint/checkpoint.h"
-#include "train/interop/hf.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/hf.h"
 #include "train/plot.h"
 #include "train/run_dir.h"
 #include "train/sweep/plan.h"
 #include "train/sweep/report.h"
 #include "train/sweep/results.h"
 #include "test_util.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using namespace tapelm::test;

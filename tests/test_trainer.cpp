@@ -6,11 +6,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/trainer.h"
 #include "train/convert/uptrain.h"
 #include "data/prepare.h"
 #include "test_util.h"
+#include "train/train_config.h"
 
 using namespace tapelm;
 using namespace tapelm::test;

@@ -8,7 +8,7 @@
 #include "data/sampler.h"
 #include "data/tokens.h"
 #include "train/dist.h"
-#include "train/checkpoint/h5file.h"
+#include "train/formats/h5file.h"
 #include "data/tokenizer/char.h"
 
 namespace tapelm {

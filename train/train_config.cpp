@@ -118,23 +118,6 @@ std::unique_ptr<Optimizer> TrainConfig::make_optimizer(const NamedParams& params
   return tapelm::make_optimizer(optimizer, params, optimizer_hparams_json());
 }
 
-nlohmann::json read_config_file(const std::string& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) throw Error(ErrorKind::config, path + ": cannot read the config file (no such file)");
-  if (!std::filesystem::is_regular_file(st)) throw Error(ErrorKind::config, path + ": the config is not a regular file");
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || size > static_cast<uintmax_t>(max_config_bytes))
-    throw Error(ErrorKind::config, path + ": the config file is " + std::to_string(size) + " bytes, over the " +
-                                       std::to_string(max_config_bytes) + " a config may have");
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::config, path + ": cannot read the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = parse_config_json(text.str(), path);
-  if (!j.is_object()) throw Error(ErrorKind::config, path + ": the config must be a JSON object");
-  return j;
-}
 
 TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json config, const std::string& config_path,
                                     const std::string& model_path) {
@@ -146,6 +129,20 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
     if (!config.contains(k)) config[k] = v;
   }
   return TrainConfig::from_json(config);
+}
+
+void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const TrainConfig& cfg,
+                              const TrainState& st, const Tokenizer& tok) {
+  write_training_checkpoint(path, model, opt, cfg.to_json(), st, tok);
+}
+
+TrainConfig read_train_config(const H5File& f) {
+  const nlohmann::json j = read_train_config_json(f);
+  try {
+    return TrainConfig::from_json(j);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::checkpoint, f.path() + ": bad training config: " + e.what());
+  }
 }
 
 }  // namespace tapelm

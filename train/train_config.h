@@ -7,6 +7,7 @@
 #include "nn/accounting.h"
 #include "nn/config.h"
 #include "optim/optim.h"
+#include "train/formats/checkpoint.h"
 
 namespace tapelm {
 
@@ -59,12 +60,6 @@ struct TrainConfig {
   std::unique_ptr<Optimizer> make_optimizer(const NamedParams& params) const;
 };
 
-/// Configs are kilobytes: a file larger than this is refused unread.
-inline constexpr int64_t max_config_bytes = 1 << 20;
-
-/// The JSON object in a config file; a path that is not a regular file, a file over
-/// max_config_bytes, bad JSON or a non-object is a config Error naming the file.
-nlohmann::json read_config_file(const std::string& path);
 
 /// The training config of a weights-only model (an imported one): the training keys from
 /// `config` (read from config_path), the model keys from `model`; a model key the config gives
@@ -76,5 +71,13 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
 /// bytes: weights, gradients and optimizer state, one micro-batch's activations (a lower bound)
 /// and the evaluation windows. Called before anything is allocated.
 void check_training_memory(const TrainConfig& c, double available = available_memory_bytes());
+
+// ---- a training checkpoint's config (train/formats/checkpoint.h stores it as JSON) ----------
+
+/// write_training_checkpoint with cfg's JSON.
+void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const TrainConfig& cfg,
+                              const TrainState& st, const Tokenizer& tok);
+/// The training config stored in a full checkpoint (checkpoint Error if there is none or it is bad).
+TrainConfig read_train_config(const H5File& f);
 
 }  // namespace tapelm

@@ -14,8 +14,9 @@
 #include "nn/accounting.h"
 #include "train/eval.h"
 #include "train/run_dir.h"
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/stop.h"
+#include "train/train_config.h"
 
 namespace tapelm {
 

@@ -20,14 +20,15 @@
 #include "train/bench.h"
 #include "train/convert/convert.h"
 #include "train/eval.h"
-#include "train/interop/llama2c.h"
-#include "train/interop/gguf.h"
-#include "train/interop/hf.h"
-#include "train/interop/hf_tokenizer.h"
+#include "train/formats/llama2c.h"
+#include "train/formats/gguf.h"
+#include "train/formats/hf.h"
+#include "train/formats/hf_tokenizer.h"
 #include "train/plot.h"
 #include "train/sweep/runner.h"
 #include "train/convert/uptrain.h"
 #include "train/trainer.h"
+#include "train/train_config.h"
 
 namespace tapelm::cli {
 

@@ -8,6 +8,7 @@
 #include "autograd/error.h"
 #include "train/convert/convert.h"
 #include "train/trainer.h"
+#include "train/train_config.h"
 
 namespace tapelm {
 

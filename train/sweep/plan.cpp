@@ -1,4 +1,5 @@
 #include "train/sweep/plan.h"
+#include "train/train_config.h"
 
 #include <algorithm>
 #include <cmath>

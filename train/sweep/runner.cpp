@@ -16,7 +16,7 @@
 #include "data/sampler.h"
 #include "nn/accounting.h"
 #include "train/bench.h"
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "train/plot.h"
 #include "train/run_dir.h"
 #include "train/sweep/report.h"

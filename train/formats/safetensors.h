@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/io.h"
+#include "train/formats/tensor_source.h"
 
 namespace tapelm::safetensors {
 
@@ -71,22 +72,53 @@ class File {
 /// Bytes per element of a dtype the format defines, or 0 for an unknown name.
 int dtype_size(const std::string& dtype);
 
-/// A tensor to write: its values as float32, stored as dtype "F32", "F16" or "BF16".
+/// The weights of a model directory as transformers saves them: model.safetensors, or the shards
+/// model.safetensors.index.json names. Every file is checked on open, and the index and the files
+/// must agree (each tensor in the file the index names, each named tensor in a file). Messages
+/// name the directory as "HF model DIR" and a tensor's file as "safetensors file F".
+class ModelFiles : public formats::TensorSource {
+ public:
+  static std::unique_ptr<ModelFiles> open(const std::string& dir);
+  std::string what() const override { return "HF model " + dir_; }
+  const std::vector<Info>& tensors() const override { return infos_; }
+  const Info* find(const std::string& name) const override;
+  void read_f32(const Info& t, float* out) const override;
+  std::string_view bytes(const Info& t) const override;
+  /// The safetensors files, in order.
+  const std::vector<std::string>& files() const { return paths_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> paths_;
+  std::vector<File> files_;
+  std::vector<Info> infos_;
+  std::map<std::string, std::pair<size_t, const TensorInfo*>> where_;  // name -> (file, entry)
+};
+
+/// A tensor to write: its shape and how to produce its values as float32 (called once, when its
+/// bytes are written), stored as dtype "F32", "F16" or "BF16".
 struct OutTensor {
   std::string name;
   std::vector<int64_t> shape;
-  const float* data = nullptr;  // product(shape) values
+  std::function<std::vector<float>()> values;
 };
 
 /// The JSON header of a file holding `tensors` in this order as `dtype`, with __metadata__ (the
 /// reference writer's layout: entries in data order, padded with spaces to a multiple of 8).
 std::string header_bytes(const std::vector<OutTensor>& tensors, const std::string& dtype,
                          const std::map<std::string, std::string>& metadata);
-/// The size of the file header_bytes + the data make.
-uint64_t file_size(const std::vector<OutTensor>& tensors, const std::string& dtype,
-                   const std::map<std::string, std::string>& metadata);
-/// Writes the whole file (header, then each tensor converted to dtype) to f; `what` names it in errors.
+/// Writes the whole file (header, then each tensor converted to dtype) to f; `what` names it in
+/// errors. A value F16 cannot hold (beyond 65504) is refused, naming the tensor and the value.
 void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::string& dtype,
            const std::map<std::string, std::string>& metadata, const std::string& what);
+
+/// The files save_pretrained cuts a model into: shards of at most max_bytes of data each
+/// (model-00001-of-0000N.safetensors with model.safetensors.index.json), or one model.safetensors.
+struct ShardPlan {
+  std::vector<std::string> names;               // the shard files
+  std::vector<std::vector<OutTensor>> shards;   // their tensors
+  std::string index_json;                       // "" for one file
+};
+ShardPlan plan_shards(const std::vector<OutTensor>& tensors, const std::string& dtype, uint64_t max_bytes);
 
 }  // namespace tapelm::safetensors

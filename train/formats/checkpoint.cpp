@@ -1,10 +1,11 @@
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 
 #include <cmath>
 #include <map>
 #include <set>
 
 #include "nn/accounting.h"
+#include "train/formats/layout.h"
 #include "data/tokenizer/char.h"
 
 namespace tapelm {
@@ -145,40 +146,32 @@ void write_model(H5File& f, const GPT& model, const std::string& group) {
   for (const auto& [name, p] : model.named_parameters()) f.write_tensor(group + "/" + name, p.val());
 }
 
+CheckpointSource::CheckpointSource(const H5File& f, const std::string& group) : f_(f), group_(group) {
+  if (!f.exists(group)) throw Error(ErrorKind::checkpoint, f.path() + ": missing group " + group);
+  for (const std::string& n : f.list_datasets_recursive(group)) {
+    at_[n] = infos_.size();
+    infos_.push_back({n, f.dataset_shape(group + "/" + n), "F32"});
+  }
+}
+
+std::string CheckpointSource::what() const { return f_.path(); }
+
+const formats::TensorSource::Info* CheckpointSource::find(const std::string& name) const {
+  auto it = at_.find(name);
+  return it == at_.end() ? nullptr : &infos_[it->second];
+}
+
+void CheckpointSource::read_f32(const Info& t, float* out) const {
+  const Tensor v = read_finite(f_, group_ + "/" + t.name);
+  std::copy(v.data(), v.data() + v.numel(), out);
+}
+
 void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
-  const std::string& path = f.path();
-  if (!f.exists(group)) throw Error(ErrorKind::checkpoint, path + ": missing group " + group);
-  std::map<std::string, Shape> want;
-  NamedParams params = model.named_parameters();
-  for (const auto& [name, p] : params) want[name] = p.shape();
-  std::vector<std::string> have = f.list_datasets_recursive(group);
-  std::string missing, extra, misshaped;
-  std::set<std::string> seen;
-  for (const std::string& n : have) {
-    seen.insert(n);
-    auto it = want.find(n);
-    if (it == want.end()) {
-      extra += (extra.empty() ? "" : ", ") + n;
-      continue;
-    }
-    Shape s = f.dataset_shape(group + "/" + n);
-    if (s != it->second)
-      misshaped += (misshaped.empty() ? "" : ", ") + n + " " + shape_str(s) + " (expected " + shape_str(it->second) + ")";
-  }
-  for (const auto& [n, s] : want)
-    if (!seen.count(n)) missing += (missing.empty() ? "" : ", ") + n;
-  if (!missing.empty() || !extra.empty() || !misshaped.empty()) {
-    std::string msg = path + ": parameters do not match the model:";
-    if (!missing.empty()) msg += " missing " + missing + ";";
-    if (!extra.empty()) msg += " extra " + extra + ";";
-    if (!misshaped.empty()) msg += " mis-shaped " + misshaped + ";";
-    msg.pop_back();
-    throw Error(ErrorKind::checkpoint, msg);
-  }
+  const CheckpointSource src(f, group);
   // Read everything first, so a failing read leaves the model untouched.
-  std::vector<Tensor> loaded;
-  for (const auto& [name, p] : params) loaded.push_back(read_finite(f, group + "/" + name));
-  for (size_t i = 0; i < params.size(); i++) params[i].second.val() = loaded[i];
+  formats::TensorMap loaded;
+  formats::load(formats::parameter_layout(model.config()), src, {"the model", ErrorKind::checkpoint, {}}, loaded);
+  for (auto& [name, p] : model.named_parameters()) p.val() = loaded.at(name);
 }
 
 LoadedModel load_model(const std::string& path, double bytes_per_param) {
@@ -200,8 +193,8 @@ void save_model(const std::string& path, const GPT& model) {
 
 // ---- full training checkpoints ----------------------------------------------------------------
 
-void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
-                              const TrainConfig& cfg, const TrainState& st, const Tokenizer& tok) {
+void write_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const nlohmann::json& train_config,
+                               const TrainState& st, const Tokenizer& tok) {
   check_savable(path, model, &opt, "step " + std::to_string(st.step));
   write_h5_atomic(path, [&](H5File& f) {
     write_model(f, model);
@@ -216,7 +209,7 @@ void save_training_checkpoint(const std::string& path, const GPT& model, const O
     f.create_group(kTrain);
     f.write_attr(kTrain, "step", st.step);
     f.write_attr(kTrain, "tokens_seen", st.tokens_seen);
-    f.write_attr(kTrain, "config", cfg.to_json().dump());
+    f.write_attr(kTrain, "config", train_config.dump());
     f.write_attr(kTrain, "dropout_rng", std::to_string(st.dropout_rng));
     f.write_attr(kTrain, "extra", st.extra_json);
     write_bytes(f, kTrain + "/" + kSamplerState, st.sampler_state);
@@ -291,12 +284,12 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
 
 bool has_train_config(const H5File& f) { return f.exists(kTrain) && f.has_attr(kTrain, "config"); }
 
-TrainConfig read_train_config(const H5File& f) {
+nlohmann::json read_train_config_json(const H5File& f) {
   if (!has_train_config(f))
     throw Error(ErrorKind::checkpoint, f.path() + ": no training state (" + kTrain + ") in this checkpoint");
   try {
     // the config reader's limits (depth, duplicate keys), as for a config file
-    return TrainConfig::from_json(parse_config_json(f.read_attr_string(kTrain, "config"), f.path() + " " + kTrain + " config"));
+    return parse_config_json(f.read_attr_string(kTrain, "config"), f.path() + " " + kTrain + " config");
   } catch (const std::exception& e) {
     throw Error(ErrorKind::checkpoint, f.path() + ": bad training config: " + e.what());
   }

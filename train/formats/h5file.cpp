@@ -1,4 +1,4 @@
-#include "train/checkpoint/h5file.h"
+#include "train/formats/h5file.h"
 
 #include <fcntl.h>
 #include <hdf5.h>

@@ -1,17 +1,18 @@
-#include "train/interop/safetensors.h"
+#include "train/formats/safetensors.h"
 
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
 #include "autograd/error.h"
 #include "data/io.h"
 #include "nn/config.h"
-#include "train/interop/float16.h"
+#include "train/formats/float16.h"
 
 namespace tapelm::safetensors {
 
@@ -23,15 +24,22 @@ using json = nlohmann::json;
   throw Error(ErrorKind::data, "safetensors file " + path + ": " + why);
 }
 
-// Parses the header: a JSON object at most three levels deep (file -> entry -> shape), no name
-// twice at the top (the reference's map would keep one silently).
+// Parses the header: a JSON object at most three levels deep (file -> entry -> shape), no key
+// twice in one object (the reference's map would keep one silently; its parser refuses a key
+// repeated inside an entry).
 json parse_header(const std::string& path, std::string_view text) {
-  std::unordered_set<std::string> names;
+  std::unordered_set<std::string> names, entry;  // the top level's keys; the open entry's
+  std::string tensor;                            // the entry being read
   auto check = [&](int depth, json::parse_event_t ev, json& v) {
     using E = json::parse_event_t;
     if ((ev == E::object_start || ev == E::array_start) && depth >= 3) fail(path, "header JSON nests deeper than a tensor entry");
-    if (ev == E::key && depth == 1 && !names.insert(v.get<std::string>()).second)
-      fail(path, "tensor '" + cut_for_message(v.get<std::string>()) + "' appears twice in the header");
+    if (ev == E::key && depth == 1) {
+      tensor = v.get<std::string>();
+      entry.clear();
+      if (!names.insert(tensor).second) fail(path, "tensor '" + cut_for_message(tensor) + "' appears twice in the header");
+    }
+    if (ev == E::key && depth == 2 && !entry.insert(v.get<std::string>()).second)
+      fail(path, "tensor '" + cut_for_message(tensor) + "' has the key '" + cut_for_message(v.get<std::string>()) + "' twice");
     return true;
   };
   try {
@@ -209,13 +217,6 @@ std::string header_bytes(const std::vector<OutTensor>& tensors, const std::strin
   return out + s;
 }
 
-uint64_t file_size(const std::vector<OutTensor>& tensors, const std::string& dtype,
-                   const std::map<std::string, std::string>& metadata) {
-  uint64_t n = header_bytes(tensors, dtype, metadata).size();
-  for (const OutTensor& t : tensors) n += out_bytes(t, out_size(dtype));
-  return n;
-}
-
 void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::string& dtype,
            const std::map<std::string, std::string>& metadata, const std::string& what) {
   auto put = [&](const void* p, size_t n) {
@@ -226,20 +227,136 @@ void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::strin
   const int esize = out_size(dtype);
   std::vector<uint16_t> buf;
   for (const OutTensor& t : tensors) {
-    const uint64_t n = out_bytes(t, esize) / static_cast<uint64_t>(esize);
+    const std::vector<float> v = t.values();
+    if (v.size() * static_cast<uint64_t>(esize) != out_bytes(t, esize))
+      throw Error(ErrorKind::internal, what + ": tensor " + t.name + " came out the wrong size");
     if (esize == 4) {
-      put(t.data, n * 4);
+      put(v.data(), v.size() * 4);
       continue;
     }
     const bool bf = dtype == "BF16";
-    constexpr uint64_t chunk = 1 << 16;
-    for (uint64_t i = 0; i < n; i += chunk) {
-      const uint64_t m = std::min(chunk, n - i);
-      buf.resize(m);
-      for (uint64_t j = 0; j < m; j++) buf[j] = bf ? f32_to_bf16(t.data[i + j]) : f32_to_f16(t.data[i + j]);
-      put(buf.data(), m * 2);
+    buf.resize(v.size());
+    for (size_t j = 0; j < v.size(); j++) {
+      buf[j] = bf ? f32_to_bf16(v[j]) : f32_to_f16(v[j]);
+      if ((buf[j] & 0x7c00u) == 0x7c00u && !bf)
+        throw Error(ErrorKind::data, "cannot write " + what + ": tensor " + t.name + " holds " + std::to_string(v[j]) + " at element " +
+                                         std::to_string(j) + ", beyond F16's range (65504): export as bf16 or f32");
     }
+    put(buf.data(), buf.size() * 2);
   }
+}
+
+ShardPlan plan_shards(const std::vector<OutTensor>& tensors, const std::string& dtype, uint64_t max_bytes) {
+  const int esize = out_size(dtype);
+  ShardPlan p;
+  p.shards.emplace_back();
+  uint64_t in_shard = 0, total = 0;
+  for (const OutTensor& t : tensors) {
+    const uint64_t n = out_bytes(t, esize);
+    if (in_shard > 0 && in_shard + n > max_bytes) p.shards.emplace_back(), in_shard = 0;
+    p.shards.back().push_back(t);
+    in_shard += n;
+    total += n;
+  }
+  if (p.shards.size() == 1) {
+    p.names.push_back("model.safetensors");
+    return p;
+  }
+  nlohmann::ordered_json idx;
+  idx["metadata"] = {{"total_size", total}};
+  nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < p.shards.size(); i++) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, p.shards.size());
+    p.names.push_back(name);
+    for (const OutTensor& t : p.shards[i]) wm[t.name] = name;
+  }
+  idx["weight_map"] = wm;
+  p.index_json = idx.dump(2) + "\n";
+  return p;
+}
+
+// ---- a model directory ------------------------------------------------------------------------
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A plain file name inside the model directory (an index naming "../x" or "/etc/x" is refused).
+std::string shard_path(const std::string& dir, const std::string& name, const std::string& index) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    throw Error(ErrorKind::data, index + ": weight_map names \"" + cut_for_message(name) + "\", not a file name in " + dir);
+  return (fs::path(dir) / name).string();
+}
+
+// The index's tensor -> file map, and the files in the order it first names them.
+std::map<std::string, std::string> read_index(const std::string& dir, const std::string& index, std::vector<std::string>& files) {
+  const json j = read_config_file(index);
+  if (!j.contains("weight_map") || !j["weight_map"].is_object()) throw Error(ErrorKind::data, index + ": has no weight_map object");
+  std::map<std::string, std::string> weight_map;
+  std::unordered_set<std::string> seen;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string())
+      throw Error(ErrorKind::data, index + ": weight_map." + cut_for_message(it.key()) + " is not a file name");
+    const std::string p = shard_path(dir, it.value().get<std::string>(), index);
+    weight_map[it.key()] = p;
+    if (seen.insert(p).second) files.push_back(p);
+  }
+  if (files.empty()) throw Error(ErrorKind::data, index + ": weight_map names no tensor");
+  return weight_map;
+}
+
+}  // namespace
+
+std::unique_ptr<ModelFiles> ModelFiles::open(const std::string& dir) {
+  auto m = std::make_unique<ModelFiles>();
+  m->dir_ = dir;
+  const fs::path single = fs::path(dir) / "model.safetensors", index = fs::path(dir) / "model.safetensors.index.json";
+  std::map<std::string, std::string> weight_map;  // from the index
+  if (fs::exists(single) || !fs::exists(index)) m->paths_.push_back(single.string());
+  else weight_map = read_index(dir, index.string(), m->paths_);
+  for (const std::string& p : m->paths_) m->files_.push_back(File::open(p));
+  for (size_t k = 0; k < m->files_.size(); k++)
+    for (const TensorInfo& t : m->files_[k].tensors()) {
+      if (auto [it, fresh] = m->where_.emplace(t.name, std::make_pair(k, &t)); !fresh)
+        throw Error(ErrorKind::data, "safetensors file " + m->paths_[k] + ": tensor '" + cut_for_message(t.name) + "' is also in " +
+                                         m->paths_[it->second.first]);
+      m->infos_.push_back({t.name, t.shape, t.dtype});
+    }
+  for (const auto& [name, file] : weight_map) {  // the index and the files agree, both ways
+    auto it = m->where_.find(name);
+    if (it == m->where_.end() || m->paths_[it->second.first] != file)
+      throw Error(ErrorKind::data, index.string() + ": puts tensor '" + cut_for_message(name) + "' in " + file + ", which does not hold it");
+  }
+  if (!weight_map.empty())
+    for (const auto& [name, at] : m->where_)
+      if (!weight_map.count(name))
+        throw Error(ErrorKind::data, index.string() + ": does not name tensor '" + cut_for_message(name) + "', which " +
+                                         m->paths_[at.first] + " holds");
+  return m;
+}
+
+const formats::TensorSource::Info* ModelFiles::find(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) return nullptr;
+  for (const Info& i : infos_)
+    if (i.name == name) return &i;
+  return nullptr;
+}
+
+void ModelFiles::read_f32(const Info& t, float* out) const {
+  const auto& [k, entry] = where_.at(t.name);
+  files_[k].read_f32(*entry, out);
+  const int64_t n = entry->numel();
+  for (int64_t i = 0; i < n; i++)
+    if (!std::isfinite(out[i]))
+      throw Error(ErrorKind::data, "safetensors file " + paths_[k] + ": tensor '" + cut_for_message(t.name) + "' holds a non-finite value at element " +
+                                       std::to_string(i));
+}
+
+std::string_view ModelFiles::bytes(const Info& t) const {
+  const auto& [k, entry] = where_.at(t.name);
+  return files_[k].bytes(*entry);
 }
 
 }  // namespace tapelm::safetensors

@@ -1,4 +1,4 @@
-#include "train/interop/llama2c.h"
+#include "train/formats/llama2c.h"
 
 #include <algorithm>
 #include <bit>
@@ -7,10 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <string_view>
 
 #include "data/io.h"
+#include "train/formats/layout.h"
+#include "train/formats/tensor_source.h"
 #include "nn/accounting.h"
-#include "train/checkpoint/checkpoint.h"
+#include "train/formats/checkpoint.h"
 #include "data/tokenizer/char.h"
 #include "data/tokenizer/sentencepiece.h"
 
@@ -24,51 +27,40 @@ static_assert(std::endian::native == std::endian::little);
 constexpr int64_t kHeaderBytesV0 = 7 * 4;
 constexpr int64_t kIntMax = 2147483647;
 
-// One tensor of the file: which tapelm parameter, its shape, and whether its rows are RoPE rows
-// of n_heads heads (wq, wk) to permute.
-struct Entry {
-  std::string name;  // tapelm parameter name, or "freq_cis_real"/"freq_cis_imag"
-  Shape shape;
-  int64_t rope_heads = 0;
-};
-
 // The file's tensors in the order the version writes them.
-std::vector<Entry> layout(const Header& h) {
-  const int64_t d = h.dim, hd = h.dim / h.n_heads, L = h.n_layers;
-  auto per_layer = [&](const std::string& leaf, Shape s, int64_t rope_heads = 0) {
-    std::vector<Entry> v;
-    for (int64_t l = 0; l < L; l++) v.push_back({"blocks." + std::to_string(l) + "." + leaf, s, rope_heads});
-    return v;
-  };
-  const std::vector<Entry> att_norm = per_layer("ln1.weight", {d}), ffn_norm = per_layer("ln2.weight", {d}),
-                           wq = per_layer("attn.wq.weight", {h.n_heads * hd, d}, h.n_heads),
-                           wk = per_layer("attn.wk.weight", {h.n_kv_heads * hd, d}, h.n_kv_heads),
-                           wv = per_layer("attn.wv.weight", {h.n_kv_heads * hd, d}),
-                           wo = per_layer("attn.wo.weight", {d, h.n_heads * hd}),
-                           w1 = per_layer("mlp.gate.weight", {h.hidden_dim, d}),
-                           w2 = per_layer("mlp.down.weight", {d, h.hidden_dim}),
-                           w3 = per_layer("mlp.up.weight", {h.hidden_dim, d});
-  const Entry emb{"wte.weight", {h.vocab_size, d}}, norm{"ln_f.weight", {d}};
-  std::vector<Entry> out;
-  auto add = [&](const std::vector<Entry>& v) { out.insert(out.end(), v.begin(), v.end()); };
-  if (h.version == 0) {
-    out.push_back(emb);
-    for (const auto* g : {&att_norm, &wq, &wk, &wv, &wo, &ffn_norm, &w1, &w2, &w3}) add(*g);
-    out.push_back(norm);
-    out.push_back({"freq_cis_real", {h.max_seq_len, hd / 2}});
-    out.push_back({"freq_cis_imag", {h.max_seq_len, hd / 2}});
-  } else {
-    add(att_norm);
-    add(ffn_norm);
-    out.push_back(norm);
-    out.push_back(emb);
-    for (const auto* g : {&wq, &wk, &wv, &wo, &w1, &w2, &w3}) add(*g);
-  }
-  if (!h.shared_classifier) out.push_back({"lm_head.weight", {h.vocab_size, d}});
-  return out;
+std::vector<formats::FileTensor> layout(const Header& h) {
+  return formats::layout(to_config(h), formats::Family::llama, formats::Format::llama2c, {.llama2c_version = h.version});
 }
 
-int32_t get_i32(const std::string& b, int64_t off) {
+// A llama2.c file read in place: its tensors follow the header in the layout's order.
+class Source : public formats::TensorSource {
+ public:
+  Source(const MappedFile& file, int64_t offset, const std::vector<formats::FileTensor>& layout) : file_(file) {
+    uint64_t at = static_cast<uint64_t>(offset);
+    for (const formats::FileTensor& t : layout) {
+      offsets_[t.name] = at;
+      infos_.push_back({t.name, t.shape, "F32"});
+      at += 4 * static_cast<uint64_t>(shape_numel(t.shape));
+    }
+  }
+  std::string what() const override { return "llama2.c model " + file_.path(); }
+  const std::vector<Info>& tensors() const override { return infos_; }
+  const Info* find(const std::string& name) const override {
+    for (const Info& i : infos_)
+      if (i.name == name) return &i;
+    return nullptr;
+  }
+  void read_f32(const Info& t, float* out) const override {
+    std::memcpy(out, file_.data() + offsets_.at(t.name), 4 * static_cast<size_t>(shape_numel(t.shape)));
+  }
+
+ private:
+  const MappedFile& file_;
+  std::map<std::string, uint64_t> offsets_;
+  std::vector<Info> infos_;
+};
+
+int32_t get_i32(std::string_view b, int64_t off) {
   int32_t v;
   std::memcpy(&v, b.data() + off, 4);
   return v;
@@ -80,7 +72,7 @@ void put_i32(std::string& b, int64_t v) {
 }
 
 // The seven ints of either version, from offset off; vocab_size's sign is the caller's business.
-Header parse_ints(const std::string& b, int64_t off, int version) {
+Header parse_ints(std::string_view b, int64_t off, int version) {
   Header h;
   h.version = version;
   h.dim = get_i32(b, off);
@@ -119,7 +111,7 @@ std::string header_problem(const Header& h) {
 // Bytes a file with this header holds (128-bit: a hostile header cannot overflow it).
 unsigned __int128 file_bytes(const Header& h) {
   unsigned __int128 n = 0;
-  for (const Entry& e : layout(h)) {
+  for (const formats::FileTensor& e : layout(h)) {
     unsigned __int128 k = 1;
     for (int64_t s : e.shape) k *= static_cast<uint64_t>(s);
     n += k;
@@ -143,7 +135,7 @@ unsigned __int128 layer_bytes(const Header& h) {
 }
 
 // A v0 reading that failed its size check: is it a v1 file whose magic was damaged?
-bool v1_with_bad_magic(const std::string& b) {
+bool v1_with_bad_magic(std::string_view b) {
   if (static_cast<int64_t>(b.size()) < kHeaderBytesV1 || get_i32(b, 4) != 1) return false;
   Header h = parse_ints(b, 8, 1);
   h.shared_classifier = static_cast<uint8_t>(b[36]) != 0;
@@ -151,15 +143,8 @@ bool v1_with_bad_magic(const std::string& b) {
 }
 
 Tensor permute_rope_rows(const Tensor& w, int64_t n_heads, bool to_interleaved) {
-  const int64_t rows = w.dim(0), cols = w.dim(1), hd = rows / n_heads, half = hd / 2;
   Tensor out = Tensor::empty(w.shape());
-  for (int64_t h = 0; h < n_heads; h++)
-    for (int64_t i = 0; i < half; i++)
-      for (int64_t j = 0; j < 2; j++) {
-        const int64_t inter = h * hd + 2 * i + j, split = h * hd + j * half + i;
-        const int64_t dst = to_interleaved ? inter : split, src = to_interleaved ? split : inter;
-        std::memcpy(out.data() + dst * cols, w.data() + src * cols, cols * sizeof(float));
-      }
+  formats::permute_rope_rows(w.data(), out.data(), n_heads, w.dim(0), w.dim(1), to_interleaved);
   return out;
 }
 
@@ -203,20 +188,21 @@ std::pair<Tensor, Tensor> rope_tables(int64_t hd, int64_t n_pos) {
   return {c, s};
 }
 
-Model read_model(const std::string& path) {
-  const std::string b = read_file_bytes(path, "llama2.c model");
+namespace {
+
+// The header of a llama2.c file of `b`'s bytes, checked against the file's size; *off is set to
+// where the tensors begin.
+Header read_header(std::string_view b, const std::string& path, int64_t* off) {
   const int64_t size = static_cast<int64_t>(b.size());
   auto fail_here = [&](const std::string& why) { throw Error(ErrorKind::data, "llama2.c model " + path + ": " + why); };
   if (size < kHeaderBytesV0)
-    fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderBytesV0) +
-              "-byte header");
+    fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(kHeaderBytesV0) + "-byte header");
   Header h;
-  int64_t off = kHeaderBytesV0;
+  *off = kHeaderBytesV0;
   uint32_t magic;
   std::memcpy(&magic, b.data(), 4);
   if (magic == kMagic) {
-    if (size < kHeaderBytesV1)
-      fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the version 1 header (256 bytes)");
+    if (size < kHeaderBytesV1) fail_here("truncated: " + std::to_string(size) + " bytes, shorter than the version 1 header (256 bytes)");
     const int32_t version = get_i32(b, 4);
     if (version != 1)
       fail_here("version " + std::to_string(version) + " is not supported (tapelm reads version 0 and 1" +
@@ -225,7 +211,7 @@ Model read_model(const std::string& path) {
     const uint8_t shared = static_cast<uint8_t>(b[36]);
     if (shared > 1) fail_here("shared_classifier byte is " + std::to_string(shared) + ", not 0 or 1");
     h.shared_classifier = shared == 1;
-    off = kHeaderBytesV1;
+    *off = kHeaderBytesV1;
   } else {
     h = parse_ints(b, 0, 0);
     h.shared_classifier = h.vocab_size > 0;
@@ -242,16 +228,26 @@ Model read_model(const std::string& path) {
   }
   if (!why.empty()) fail_here("bad header: " + why + " (" + describe(h) + ")");
   if (!fits)
-    fail_here(std::string(want > static_cast<unsigned __int128>(size) ? "truncated: " : "sizes disagree: ") + "the header (" +
-              describe(h) + (h.shared_classifier ? ", shared classifier" : ", own classifier") + ") needs " +
-              bytes_str(want) + " bytes, the file has " + std::to_string(size));
-  GPTConfig cfg = to_config(h);
+    fail_here(std::string(want > static_cast<unsigned __int128>(size) ? "truncated: " : "sizes disagree: ") + "the header (" + describe(h) +
+              (h.shared_classifier ? ", shared classifier" : ", own classifier") + ") needs " + bytes_str(want) + " bytes, the file has " +
+              std::to_string(size));
+  return h;
+}
+
+}  // namespace
+
+Model read_model(const std::string& path) {
+  const MappedFile file(path, "llama2.c model");
+  int64_t off = 0;
+  const Header h = read_header(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path, &off);
+  const GPTConfig cfg = to_config(h);
   try {
     cfg.validate();
   } catch (const Error& e) {
-    fail_here("tapelm cannot hold this model: " + std::string(e.what()));
+    throw Error(ErrorKind::data, "llama2.c model " + path + ": tapelm cannot hold this model: " + std::string(e.what()));
   }
-  check_memory(4.0 * static_cast<double>(size), available_memory_bytes(), path + ": the model's " + std::to_string(size / 4) + " weights");
+  const double size = static_cast<double>(file.size());
+  check_memory(4.0 * size, available_memory_bytes(), path + ": the model's " + std::to_string(file.size() / 4) + " weights");
   // What later commands build from the header must fit too: sample's KV cache of one sequence of
   // max_seq_len positions, and the RoPE tables a version 0 export writes (max_seq_len × head size).
   const double kv_cache = 4.0 * 2 * static_cast<double>(h.n_layers) * static_cast<double>(h.max_seq_len) *
@@ -262,17 +258,11 @@ Model read_model(const std::string& path) {
   Model m;
   m.header = h;
   m.gpt = std::make_unique<GPT>(cfg);
-  std::map<std::string, Var> params;
-  for (auto& [name, v] : m.gpt->named_parameters()) params.emplace(name, v);
-  for (const Entry& e : layout(h)) {
-    Tensor t = Tensor::empty(e.shape);
-    std::memcpy(t.data(), b.data() + off, t.numel() * sizeof(float));
-    off += t.numel() * 4;
-    if (e.rope_heads > 0) t = half_split_rope_rows(t, e.rope_heads);
-    if (e.name == "freq_cis_real") m.freq_cis_real = t;
-    else if (e.name == "freq_cis_imag") m.freq_cis_imag = t;
-    else params.at(e.name).val() = t;
-  }
+  const auto tensors = layout(h);
+  const Source src(file, off, tensors);
+  formats::TensorMap into = formats::tensors_of(*m.gpt);
+  formats::load(tensors, src, {"the header", ErrorKind::data, {}}, into);
+  if (h.version == 0) m.freq_cis_real = into.at("freq_cis_real"), m.freq_cis_imag = into.at("freq_cis_imag");
   return m;
 }
 
@@ -309,8 +299,7 @@ std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_re
   if (version != 0 && version != 1) throw Error(ErrorKind::usage, "llama2.c version " + std::to_string(version) + " (0 or 1)");
   Header h = to_header(c);
   h.version = version;
-  std::map<std::string, Tensor> tensors;
-  for (const auto& [name, v] : model.named_parameters()) tensors.emplace(name, v.val());
+  formats::TensorMap tensors = formats::tensors_of(model);
   if (version == 0) {
     const Shape want{h.max_seq_len, c.head_dim() / 2};
     if (freq_cis_real && freq_cis_imag && freq_cis_real->shape() == want && freq_cis_imag->shape() == want) {
@@ -336,11 +325,9 @@ std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_re
     b.push_back(static_cast<char>(h.shared_classifier ? 1 : 0));
     b.resize(kHeaderBytesV1, '\0');
   }
-  for (const Entry& e : layout(h)) {
-    Tensor t = tensors.at(e.name);
-    if (t.shape() != e.shape) throw Error(ErrorKind::internal, "llama2c export: " + e.name + " is " + shape_str(t.shape()));
-    if (e.rope_heads > 0) t = interleave_rope_rows(t, e.rope_heads);
-    b.append(reinterpret_cast<const char*>(t.data()), t.numel() * sizeof(float));
+  for (const formats::FileTensor& t : layout(h)) {
+    const std::vector<float> v = formats::file_values(t, tensors);
+    b.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   }
   return b;
 }

@@ -56,10 +56,4 @@ ImportResult import_model(const std::string& path, const std::string& out);
 /// untouched): what llama.cpp's weights hold, for comparing its logits with tapelm's.
 void round_like_export(GPT& model, const std::string& dtype);
 
-/// q8_0 as ggml stores it: blocks of 32 values, each an f16 scale d = max|x| / 127 and 32 int8
-/// round(x / d) (34 bytes). n must be a multiple of 32.
-std::vector<uint8_t> quantize_q8_0(const float* x, int64_t n);
-/// The values a q8_0 block sequence stands for.
-std::vector<float> dequantize_q8_0(const uint8_t* q, int64_t n);
-
 }  // namespace tapelm::gguf

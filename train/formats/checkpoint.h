@@ -20,11 +20,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
 #include "optim/optim.h"
-#include "train/checkpoint/h5file.h"
-#include "train/train_config.h"
+#include "train/formats/h5file.h"
+#include "train/formats/tensor_source.h"
 
 namespace tapelm {
 
@@ -40,6 +42,22 @@ GPTConfig read_model_config(const H5File& f);
 void check_savable(const std::string& path, const GPT& model, const Optimizer* opt, const std::string& when);
 /// Writes the root attributes and every parameter under `group` (default /model).
 void write_model(H5File& f, const GPT& model, const std::string& group = "/model");
+/// A checkpoint's tensors under `group` (tapelm's parameter names), read one at a time; a NaN or
+/// Inf value is a checkpoint Error naming the dataset.
+class CheckpointSource : public formats::TensorSource {
+ public:
+  CheckpointSource(const H5File& f, const std::string& group = "/model");
+  std::string what() const override;
+  const std::vector<Info>& tensors() const override { return infos_; }
+  const Info* find(const std::string& name) const override;
+  void read_f32(const Info& t, float* out) const override;
+
+ private:
+  const H5File& f_;
+  std::string group_;
+  std::vector<Info> infos_;
+  std::map<std::string, size_t> at_;
+};
 /// Loads every parameter from `group`, first checking the exact set of names and shapes: a
 /// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded; so does a
 /// NaN or Inf value (named with its dataset).
@@ -74,9 +92,10 @@ struct TrainState {
   std::string optim_hparams_changed;
 };
 
-/// Writes everything atomically to path (temp file, flush, rename).
-void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt,
-                              const TrainConfig& cfg, const TrainState& st, const Tokenizer& tok);
+/// Writes everything atomically to path (temp file, sync, rename); train_config is the training
+/// config's JSON (TrainConfig::to_json; train_config.h's save_training_checkpoint passes it).
+void write_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const nlohmann::json& train_config,
+                               const TrainState& st, const Tokenizer& tok);
 /// Restores model weights, optimizer state and training state from a full checkpoint (NaN or Inf
 /// anywhere in them is an error naming the dataset, and nothing is restored). The optimizer
 /// keeps the hyper-parameters it was built with; see optim_hparams_changed.
@@ -84,8 +103,9 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
 
 /// True if the file holds a training config (/train), as a full training checkpoint does.
 bool has_train_config(const H5File& f);
-/// The training config stored in a full checkpoint (checkpoint Error if there is none).
-TrainConfig read_train_config(const H5File& f);
+/// The training config's JSON stored in a full checkpoint, read with the config reader's limits
+/// (checkpoint Error if there is none or it does not parse).
+nlohmann::json read_train_config_json(const H5File& f);
 /// True if the file holds a tokenizer.
 bool has_tokenizer(const H5File& f);
 /// The tokenizer stored in a checkpoint (checkpoint Error if there is none).

@@ -19,12 +19,14 @@
 #include <vector>
 
 #include "nn/config.h"
+#include "train/formats/layout.h"
 
 namespace tapelm::hf {
 
 /// What a config.json describes.
 struct HfConfig {
   std::string architecture;  // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel"
+  formats::Family family = formats::Family::llama;
   GPTConfig config;
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: not given
 };

@@ -1,4 +1,4 @@
-#include "train/interop/hf_tokenizer.h"
+#include "train/formats/hf_tokenizer.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -1,0 +1,358 @@
+#include "train/formats/gguf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "autograd/error.h"
+#include "data/io.h"
+#include "data/tokenizer/bytebpe/byte_bpe.h"
+#include "data/tokenizer/sentencepiece.h"
+#include "data/tokenizer/tokenizer.h"
+#include "nn/accounting.h"
+#include "nn/gpt.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/float16.h"
+#include "train/formats/gguf_file.h"
+#include "train/formats/layout.h"
+#include "train/formats/tensor_source.h"
+
+namespace tapelm::gguf {
+
+namespace {
+
+namespace fs = std::filesystem;
+using formats::Family;
+
+[[noreturn]] void refuse(const std::string& what, const std::string& why) { throw Error(ErrorKind::config, what + ": " + why); }
+
+void check_dtype(const std::string& dtype) {
+  if (dtype != "f32" && dtype != "f16" && dtype != "bf16" && dtype != "q8_0")
+    throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": GGUF export writes f32, f16, bf16 or q8_0");
+}
+
+// general.file_type (llama_ftype).
+uint32_t file_type(const std::string& dtype) { return dtype == "f32" ? 0 : dtype == "f16" ? 1 : dtype == "q8_0" ? 7 : 32; }
+
+// A matrix's type in dtype (a q8_0 matrix whose rows are not a multiple of 32 is written f16).
+TensorType matrix_type(const std::string& dtype, int64_t row) {
+  if (dtype == "f32") return T_F32;
+  if (dtype == "f16") return T_F16;
+  if (dtype == "bf16") return T_BF16;
+  return row % 32 == 0 ? T_Q8_0 : T_F16;
+}
+
+// The family llama.cpp runs a config as, with what GGUF adds to the family's own refusals.
+Family family_for_gguf(const GPTConfig& c, const std::string& what) {
+  const Family f = formats::family_of(c, what);
+  if (formats::family_info(f).pos == PosKind::Rope && c.head_dim() % 2)
+    refuse(what, "head_dim " + std::to_string(c.head_dim()) + " is odd: RoPE needs pairs");
+  if (f == Family::gpt2 && c.mlp == MlpKind::Gelu)
+    refuse(what, "mlp \"gelu\" (exact, erf): llama.cpp's gpt2 computes the tanh GELU; train or import with mlp \"gelu_tanh\"");
+  return f;
+}
+
+// The pre-tokenizers llama.cpp knows by name (it picks its regex by the name, never reads one), as
+// the models' own tokenizer.json files give them, with what else those files set: Llama 3 ignores
+// merges for whole-token words, Qwen2 normalizes to NFC. The first name is the one written.
+struct KnownPre {
+  std::vector<std::string> names;
+  nlohmann::json pre;
+  bool nfc = false, ignore_merges = false;
+};
+
+const std::vector<KnownPre>& known_pres() {
+  using json = nlohmann::json;
+  static const std::vector<KnownPre> table = [] {
+    auto bl = [](bool regex) { return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", regex}}; };
+    auto split = [&](const std::string& digits) {
+      const std::string pattern = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|)" + digits +
+                                  R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+      return json{{"type", "Sequence"},
+                  {"pretokenizers", {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}}, bl(false)}}};
+    };
+    return std::vector<KnownPre>{
+        {{"gpt-2", "default"}, bl(true)},
+        {{"llama-bpe", "llama3", "llama-v3"}, split(R"(\p{N}{1,3})"), false, true},
+        {{"qwen2"}, split(R"(\p{N})"), true, false},
+        {{"smollm"}, {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, bl(true)}}}}};
+  }();
+  return table;
+}
+
+const KnownPre* known_pre(const std::string& name) {
+  for (const KnownPre& k : known_pres())
+    if (std::find(k.names.begin(), k.names.end(), name) != k.names.end()) return &k;
+  return nullptr;
+}
+
+void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, ExportResult& r) {
+  const int32_t V = tok.vocab_size();
+  std::vector<std::string> tokens(V);
+  std::vector<int32_t> types(V);
+  for (int32_t i = 0; i < V; i++) {
+    tokens[i] = tok.piece(i);
+    // llama.cpp's token types: normal 1, unknown 2, control 3, user-defined 4, unused 5, byte 6
+    types[i] = 1 + static_cast<int32_t>(tok.piece_kind(i));
+  }
+  if (tok.kind() == TokenizerKind::sentencepiece) {
+    r.tokenizer = "llama";
+    std::vector<float> scores(V);
+    for (int32_t i = 0; i < V; i++) scores[i] = tok.score(i);
+    m.str("tokenizer.ggml.model", "llama");
+    m.strs("tokenizer.ggml.tokens", tokens);
+    m.f32s("tokenizer.ggml.scores", scores);
+    m.i32s("tokenizer.ggml.token_type", types);
+    for (int32_t i = 0; i < V; i++)
+      if (tok.piece_kind(i) == PieceKind::unknown) m.u32("tokenizer.ggml.unknown_token_id", i);
+    m.flag("tokenizer.ggml.add_space_prefix", tok.adds_dummy_prefix());
+  } else if (const ByteBpe* b = tok.as<ByteBpe>()) {
+    r.tokenizer = "gpt2";
+    std::string pre;
+    for (const KnownPre& k : known_pres())
+      if (pre.empty() && ByteBpe::describe_pre_tokenizer(k.pre) == b->pre_tokenizer()) pre = k.names[0];
+    if (pre.empty())
+      refuse(what, "the byte-level BPE pre-tokenizer \"" + cut_for_message(b->pre_tokenizer(), 120) +
+                       "\" has no llama.cpp name (it knows GPT-2's, Llama 3's, Qwen2's and SmolLM's)");
+    m.str("tokenizer.ggml.model", "gpt2");
+    m.str("tokenizer.ggml.pre", pre);
+    m.strs("tokenizer.ggml.tokens", tokens);
+    m.i32s("tokenizer.ggml.token_type", types);
+    m.strs("tokenizer.ggml.merges", b->merges());
+  } else {
+    refuse(what, "the " + tok.kind_name() + " tokenizer has no llama.cpp form (sentencepiece and byte-level BPE do)");
+  }
+  if (tok.bos_id() >= 0) m.u32("tokenizer.ggml.bos_token_id", tok.bos_id());
+  if (tok.eos_id() >= 0) m.u32("tokenizer.ggml.eos_token_id", tok.eos_id());
+  // tapelm's documents start with BOS (sentencepiece; byte-level BPE when the tokenizer has one)
+  m.flag("tokenizer.ggml.add_bos_token", tok.bos_id() >= 0);
+  m.flag("tokenizer.ggml.add_eos_token", false);
+}
+
+// The hyperparameter keys of the file, as llama.cpp names them for architecture a.
+void config_meta(Meta& m, const GPTConfig& c, Family f) {
+  const std::string a = formats::family_info(f).name;
+  m.u32(a + ".context_length", c.block_size);
+  m.u32(a + ".embedding_length", c.n_embd);
+  m.u32(a + ".block_count", c.n_layer);
+  m.u32(a + ".feed_forward_length", c.mlp_hidden);
+  m.u32(a + ".attention.head_count", c.n_head);
+  m.u32(a + ".attention.head_count_kv", c.n_kv_head);
+  if (f == Family::gpt2) {
+    m.f32(a + ".attention.layer_norm_epsilon", c.norm_eps);
+  } else {
+    m.f32(a + ".rope.freq_base", c.rope_theta);
+    m.f32(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+    m.u32(a + ".rope.dimension_count", c.head_dim());
+    m.u32(a + ".vocab_size", c.vocab_size);
+  }
+}
+
+// llama.cpp's "llama" vocabulary as a sentencepiece model (token types are sentencepiece's: 1
+// normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
+Tokenizer spm_tokenizer(const File& g) {
+  const std::vector<std::string>& tokens = g.strings("tokenizer.ggml.tokens");
+  const std::vector<double>& scores = g.numbers("tokenizer.ggml.scores", tokens.size());
+  const std::vector<double>& types = g.numbers("tokenizer.ggml.token_type", tokens.size());
+  std::vector<SentencePiecePiece> pieces;
+  int64_t unk = -1;
+  for (size_t i = 0; i < tokens.size(); i++) {
+    const int type = static_cast<int>(types[i]);
+    if (types[i] != type || type < 1 || type > 6) g.fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] is not a token type 1-6");
+    if (type == 2 && unk < 0) unk = static_cast<int64_t>(i);
+    pieces.push_back({tokens[i], static_cast<float>(scores[i]), static_cast<PieceKind>(type - 1)});
+  }
+  const int64_t V = static_cast<int64_t>(tokens.size());
+  auto id = [&](const char* key) { return g.find_key(key) ? g.count(key, -1, V - 1) : -1; };
+  try {
+    return SentencePiece::from_pieces(pieces, g.count("tokenizer.ggml.unknown_token_id", unk < 0 ? 0 : unk, V - 1),
+                                      id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"),
+                                      g.flag("tokenizer.ggml.add_space_prefix", true));
+  } catch (const Error& e) {
+    g.fail(std::string("its llama vocabulary is not a valid sentencepiece model: ") + e.what());
+  }
+}
+
+// llama.cpp's "gpt2" vocabulary as a byte-level BPE tokenizer.json.
+Tokenizer bpe_tokenizer(const File& g) {
+  using json = nlohmann::json;
+  const std::vector<std::string>& tokens = g.strings("tokenizer.ggml.tokens");
+  const std::vector<std::string>& merges = g.strings("tokenizer.ggml.merges");
+  const Value* tv = g.find_key("tokenizer.ggml.token_type");
+  const std::vector<double> types = tv ? g.numbers("tokenizer.ggml.token_type", tokens.size()) : std::vector<double>(tokens.size(), 1);
+  const int64_t V = static_cast<int64_t>(tokens.size());
+  const int64_t bos = g.find_key("tokenizer.ggml.bos_token_id") ? g.count("tokenizer.ggml.bos_token_id", -1, V - 1) : -1;
+  const int64_t eos = g.find_key("tokenizer.ggml.eos_token_id") ? g.count("tokenizer.ggml.eos_token_id", -1, V - 1) : -1;
+  json vocab = json::object(), added = json::array();
+  for (int64_t i = 0; i < V; i++) {
+    if (vocab.contains(tokens[i])) g.fail("tokenizer.ggml.tokens[" + std::to_string(i) + "] repeats an earlier token");
+    vocab[tokens[i]] = i;
+    const double t = types[i];
+    if (t == 3 || t == 4)  // control and user-defined tokens: added tokens, special when control or BOS/EOS
+      added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                       {"normalized", false}, {"special", t == 3 || i == bos || i == eos}});
+  }
+  const std::string name = g.string("tokenizer.ggml.pre", false).empty() ? "default" : g.string("tokenizer.ggml.pre");
+  const KnownPre* k = known_pre(name);
+  if (!k) g.fail("tokenizer.ggml.pre \"" + cut_for_message(name) + "\": tapelm knows gpt-2, llama-bpe, qwen2 and smollm");
+  json t = ByteBpe::assemble(std::move(vocab), merges, std::move(added), k->pre, k->nfc, k->ignore_merges);
+  return Tokenizer(ByteBpe::from_parsed(std::move(t), "GGUF file " + g.path() + ": its gpt2 vocabulary",
+                                                       bos >= 0 ? tokens[bos] : "", eos >= 0 ? tokens[eos] : ""));
+}
+
+// Keys that would change the function tapelm computes: refused unless they hold the value that
+// changes nothing.
+void refuse_unsupported_keys(const File& g, const std::string& a) {
+  for (const char* k : {".expert_count", ".attention.sliding_window", ".rope.scaling.factor", ".attention.key_length",
+                        ".attention.value_length"}) {
+    const Value* v = g.find_key(a + k);
+    if (!v) continue;
+    const std::string key = a + k;
+    if (key.ends_with("expert_count") && v->is_int && v->i == 0) continue;
+    if (key.ends_with("scaling.factor") && !v->is_int && (v->num == 1.0 || v->num == 0.0)) continue;
+    const bool head_size = key.ends_with("key_length") || key.ends_with("value_length");
+    if (head_size && v->is_int && g.find_key(a + ".embedding_length") && g.find_key(a + ".attention.head_count") &&
+        v->i * g.count(a + ".attention.head_count") == g.count(a + ".embedding_length"))
+      continue;
+    g.fail("key " + key + " is set: tapelm's model has no " +
+           (key.ends_with("expert_count") ? std::string("mixture of experts") : key.ends_with("sliding_window") ? "sliding window" :
+            head_size ? "head size other than embedding / heads" : "rope scaling"));
+  }
+  if (g.find_key(a + ".rope.scaling.type") && g.string(a + ".rope.scaling.type") != "none")
+    g.fail("key " + a + ".rope.scaling.type is \"" + cut_for_message(g.string(a + ".rope.scaling.type")) + "\": tapelm has no rope scaling");
+  if (g.tensor("rope_freqs.weight")) g.fail("tensor rope_freqs.weight (rope frequency factors): tapelm has no rope scaling");
+}
+
+// The model a file's metadata describes.
+GPTConfig config_of(const File& g, Family f) {
+  const std::string a = formats::family_info(f).name;
+  GPTConfig c;
+  formats::apply_family(f, c);
+  c.n_layer = g.count(a + ".block_count", -1, 1 << 16);
+  c.n_embd = g.count(a + ".embedding_length", -1, 1 << 20);
+  c.n_head = g.count(a + ".attention.head_count", -1, 1 << 12);
+  c.n_kv_head = g.count(a + ".attention.head_count_kv", c.n_head, 1 << 12);
+  c.mlp_hidden = g.count(a + ".feed_forward_length", -1, 1 << 22);
+  c.block_size = g.count(a + ".context_length", -1, 1 << 24);
+  const TensorInfo* te = g.tensor("token_embd.weight");
+  if (!te) g.fail("tensor token_embd.weight is missing");
+  if (te->ne.size() != 2) g.fail("tensor token_embd.weight is not a matrix");
+  c.vocab_size = static_cast<int64_t>(te->ne[1]);
+  c.tie_embeddings = !g.tensor("output.weight");
+  if (static_cast<uint64_t>(c.n_layer) > g.table().size())
+    g.fail("key " + a + ".block_count is " + std::to_string(c.n_layer) + ", but the file holds " + std::to_string(g.table().size()) +
+           " tensors");
+  if (f == Family::gpt2) {
+    c.mlp = MlpKind::GeluTanh;
+    c.norm_eps = g.real(a + ".attention.layer_norm_epsilon", 0, true);
+  } else {
+    c.norm_eps = g.real(a + ".attention.layer_norm_rms_epsilon", 0, true);
+    c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
+    if (f == Family::llama) c.bias = g.tensor("blk.0.attn_output.bias") != nullptr;
+  }
+  if (c.n_head == 0 || c.n_embd % c.n_head || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
+    g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide embedding " +
+           std::to_string(c.n_embd));
+  if (f != Family::gpt2 && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
+    g.fail("key " + a + ".rope.dimension_count is " + std::to_string(g.count(a + ".rope.dimension_count")) +
+           ": tapelm rotates the whole head (" + std::to_string(c.head_dim()) + ")");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    g.fail(std::string("its hyperparameters are not a model tapelm builds: ") + e.what());
+  }
+  return c;
+}
+
+}  // namespace
+
+void round_like_export(GPT& model, const std::string& dtype) {
+  check_dtype(dtype);
+  if (dtype == "f32") return;
+  for (auto& [name, p] : model.named_parameters()) {
+    Tensor t = p.val();
+    if (t.ndim() != 2) continue;
+    float* v = t.data();
+    const int64_t n = t.numel(), cols = t.shape()[1];
+    const TensorType ty = matrix_type(dtype, cols);
+    if (ty == T_Q8_0) {
+      const std::vector<float> back = dequantize_q8_0(quantize_q8_0(v, n, name).data(), n);
+      std::copy(back.begin(), back.end(), v);
+    } else {
+      for (int64_t i = 0; i < n; i++) v[i] = ty == T_F16 ? f16_to_f32(f32_to_f16(v[i])) : bf16_to_f32(f32_to_bf16(v[i]));
+    }
+  }
+}
+
+ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
+  check_dtype(dtype);
+  if (fs::is_directory(out)) throw Error(ErrorKind::usage, "--out " + out + " is a directory; GGUF is one file");
+  const LoadedModel l = load_model(checkpoint, 8.0);
+  const GPTConfig& c = l.model->config();
+  const Family f = family_for_gguf(c, checkpoint);
+  ExportResult r;
+  r.architecture = formats::family_info(f).name;
+  if (!l.tok) refuse(checkpoint, "has no tokenizer: llama.cpp needs the vocabulary in the file");
+  if (l.tok->vocab_size() > c.vocab_size)
+    refuse(checkpoint, "the tokenizer has " + std::to_string(l.tok->vocab_size()) + " ids, more than the model's " + std::to_string(c.vocab_size));
+  if (l.tok->vocab_size() != c.vocab_size)
+    refuse(checkpoint, "the model has " + std::to_string(c.vocab_size) + " ids and its tokenizer " + std::to_string(l.tok->vocab_size()) +
+                           ": llama.cpp needs one token per id");
+  Meta m;
+  m.str("general.architecture", r.architecture);
+  m.str("general.name", fs::path(checkpoint).stem().string());
+  m.u32("general.file_type", file_type(dtype));
+  if (dtype == "q8_0") m.u32("general.quantization_version", 2);
+  config_meta(m, c, f);
+  tokenizer_meta(m, *l.tok, checkpoint, r);
+
+  const formats::TensorMap params = formats::tensors_of(*l.model);
+  std::vector<OutTensor> ts;
+  for (const formats::FileTensor& t : formats::layout(c, f, formats::Format::gguf)) {
+    const TensorType type = t.matrix ? matrix_type(dtype, t.shape.back()) : T_F32;
+    ts.push_back({t.name, std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()), type,
+                  [t, &params] { return formats::file_values(t, params); }});
+  }
+  r.tensors = static_cast<int64_t>(ts.size());
+  r.bytes = file_size(m, ts);
+  write_files_atomic_streamed({{out, [&](std::FILE* file) { write(file, m, ts, out); }}});
+  return r;
+}
+
+ImportResult import_model(const std::string& path, const std::string& out) {
+  const File g(path);
+  ImportResult r;
+  const std::string a = g.string("general.architecture");
+  const formats::FamilyInfo* fam = formats::find_family(a);
+  if (!fam || a != fam->name) g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama, qwen2 and gpt2");
+  r.architecture = a;
+  refuse_unsupported_keys(g, a);
+  const GPTConfig c = config_of(g, fam->family);
+  // The metadata's sizes against the tensor table, before any memory is committed to them.
+  const auto layout = formats::layout(c, fam->family, formats::Format::gguf);
+  const formats::LoadRules rules{a + " as its metadata describes it", ErrorKind::data, {}};
+  formats::check_tensors(layout, g, rules);
+  const int64_t params = model_cost(c).params;
+  check_memory(4.0 * static_cast<double>(params), available_memory_bytes(),
+               "GGUF file " + path + " (" + std::to_string(params) + " parameters in float32)");
+  GPT model(c);
+  formats::TensorMap into = formats::tensors_of(model);
+  formats::load(layout, g, rules, into);
+  r.types = formats::stored_dtypes(layout, g);
+  r.dequantized = r.types.find("Q8_0") != std::string::npos;
+
+  std::optional<Tokenizer> tok;
+  const std::string tm = g.string("tokenizer.ggml.model", false);
+  if (tm == "llama") tok = spm_tokenizer(g);
+  else if (tm == "gpt2") tok = bpe_tokenizer(g);
+  else if (!tm.empty()) g.fail("tokenizer.ggml.model \"" + cut_for_message(tm) + "\": tapelm reads llama (sentencepiece) and gpt2 (byte-level BPE)");
+  if (tok && tok->vocab_size() > c.vocab_size)
+    g.fail("its vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, more than token_embd's " + std::to_string(c.vocab_size));
+  r.tokenizer = tm;
+  nlohmann::json from{{"format", "gguf"}, {"architecture", a}, {"types", r.types}};
+  write_imported(out, model, tok ? &*tok : nullptr, from.dump(), {});
+  return r;
+}
+
+}  // namespace tapelm::gguf

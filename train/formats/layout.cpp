@@ -1,0 +1,304 @@
+#include "train/formats/layout.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "nn/gpt.h"
+
+namespace tapelm::formats {
+
+namespace {
+
+// The families. Structure: norm, positions, gated MLP, q/k/v-only biases, fused q|k|v, biases
+// everywhere, llama.cpp's interleaved RoPE rows, GPT-2's HF names.
+const FamilyInfo kFamilies[] = {
+    {Family::llama, "llama", "LlamaForCausalLM", "llama", NormKind::RMSNorm, PosKind::Rope, true, false, false, false, true, false},
+    {Family::qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2", NormKind::RMSNorm, PosKind::Rope, true, true, false, false, false, false},
+    {Family::gpt2, "gpt2", "GPT2LMHeadModel", "gpt2", NormKind::LayerNorm, PosKind::Learned, false, false, true, true, false, true},
+};
+
+// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write
+// them.
+enum class Role { tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, ffn_norm, ffn_gate, ffn_up,
+                  ffn_down, output_norm, output, rope_cos, rope_sin };
+
+// Each role's name in each format, without ".weight"/".bias"; {L} is the layer, {P} the prefix
+// of an HF GPT-2 file; tapelm's MLP is {up} = up or fc, {down} = down or proj. "" = the format
+// has no such tensor (fused q|k|v is tapelm's q, k and v).
+struct RoleRow {
+  Role role;
+  bool per_layer, biased;  // biased: a weight that may come with a bias (linears, norms)
+  const char* tapelm;
+  const char* hf;          // Llama, Mistral, Qwen2
+  const char* hf_gpt2;     // GPT-2 (Conv1D: its matrices are stored [in, out])
+  const char* gguf;
+  const char* llama2c;     // positional; named as Meta's checkpoints name them
+};
+
+const RoleRow kRoles[] = {
+    {Role::tok_embd, false, false, "wte", "model.embed_tokens", "{P}wte", "token_embd", "tok_embeddings"},
+    {Role::pos_embd, false, false, "wpe", "", "{P}wpe", "position_embd", ""},
+    {Role::attn_norm, true, true, "blocks.{L}.ln1", "model.layers.{L}.input_layernorm", "{P}h.{L}.ln_1", "blk.{L}.attn_norm",
+     "layers.{L}.attention_norm"},
+    {Role::attn_q, true, true, "blocks.{L}.attn.wq", "model.layers.{L}.self_attn.q_proj", "", "blk.{L}.attn_q", "layers.{L}.attention.wq"},
+    {Role::attn_k, true, true, "blocks.{L}.attn.wk", "model.layers.{L}.self_attn.k_proj", "", "blk.{L}.attn_k", "layers.{L}.attention.wk"},
+    {Role::attn_v, true, true, "blocks.{L}.attn.wv", "model.layers.{L}.self_attn.v_proj", "", "blk.{L}.attn_v", "layers.{L}.attention.wv"},
+    {Role::attn_qkv, true, true, "", "", "{P}h.{L}.attn.c_attn", "blk.{L}.attn_qkv", ""},
+    {Role::attn_out, true, true, "blocks.{L}.attn.wo", "model.layers.{L}.self_attn.o_proj", "{P}h.{L}.attn.c_proj", "blk.{L}.attn_output",
+     "layers.{L}.attention.wo"},
+    {Role::ffn_norm, true, true, "blocks.{L}.ln2", "model.layers.{L}.post_attention_layernorm", "{P}h.{L}.ln_2", "blk.{L}.ffn_norm",
+     "layers.{L}.ffn_norm"},
+    {Role::ffn_gate, true, true, "blocks.{L}.mlp.gate", "model.layers.{L}.mlp.gate_proj", "", "blk.{L}.ffn_gate", "layers.{L}.feed_forward.w1"},
+    {Role::ffn_up, true, true, "blocks.{L}.mlp.{up}", "model.layers.{L}.mlp.up_proj", "{P}h.{L}.mlp.c_fc", "blk.{L}.ffn_up",
+     "layers.{L}.feed_forward.w3"},
+    {Role::ffn_down, true, true, "blocks.{L}.mlp.{down}", "model.layers.{L}.mlp.down_proj", "{P}h.{L}.mlp.c_proj", "blk.{L}.ffn_down",
+     "layers.{L}.feed_forward.w2"},
+    {Role::output_norm, false, true, "ln_f", "model.norm", "{P}ln_f", "output_norm", "norm"},
+    {Role::output, false, false, "lm_head", "lm_head", "lm_head", "output", "output"},
+    {Role::rope_cos, false, false, "", "", "", "", "freq_cis_real"},
+    {Role::rope_sin, false, false, "", "", "", "", "freq_cis_imag"},
+};
+
+const RoleRow& row(Role r) {
+  for (const RoleRow& x : kRoles)
+    if (x.role == r) return x;
+  throw Error(ErrorKind::internal, "layout: a role without a row");
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
+  return s;
+}
+
+// Builds the file tensors of one format for one config.
+class Builder {
+ public:
+  Builder(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o)
+      : c_(c), fam_(family_info(f)), fmt_(fmt), o_(o) {
+    for (const auto& [name, shape] : parameter_shapes(c)) shapes_[name] = shape;
+  }
+
+  // The role's tensors (weight, then bias) for layer l, appended to out.
+  void add(Role r, int64_t l, std::vector<FileTensor>& out) const {
+    const RoleRow& x = row(r);
+    const std::string base = file_name(x, l);
+    if (base.empty()) return;
+    if (r == Role::rope_cos || r == Role::rope_sin) {
+      if (fmt_ == Format::llama2c && o_.llama2c_version == 0) {
+        const Shape s{c_.block_size, c_.head_dim() / 2};
+        out.push_back({base, s, {{base, s}}, false, 0, false, true});
+      }
+      return;
+    }
+    for (const char* suffix : {".weight", ".bias"}) {
+      if (std::string(suffix) == ".bias" && (!x.biased || fmt_ == Format::llama2c)) break;
+      FileTensor t;
+      t.name = base + (fmt_ == Format::llama2c ? "" : suffix);
+      for (Role part : parts_of(r)) {
+        const std::string p = param_name(row(part), l) + suffix;
+        auto it = shapes_.find(p);
+        if (it != shapes_.end()) t.parts.push_back(*it);
+        else if (fam_.all_biases && fmt_ != Format::tapelm && std::string(suffix) == ".bias") t.parts.push_back({p, {weight_rows(part, l)}});
+      }
+      if (t.parts.size() != parts_of(r).size()) continue;  // the model has no such tensor
+      finish(t, r);
+      out.push_back(std::move(t));
+    }
+  }
+
+ private:
+  std::vector<Role> parts_of(Role r) const {
+    if (r == Role::attn_qkv) return {Role::attn_q, Role::attn_k, Role::attn_v};
+    return {r};
+  }
+  int64_t weight_rows(Role part, int64_t l) const { return shapes_.at(param_name(row(part), l) + ".weight")[0]; }
+
+  std::string param_name(const RoleRow& x, int64_t l) const {
+    std::string n = replace_all(x.tapelm, "{L}", std::to_string(l));
+    n = replace_all(n, "{up}", c_.mlp == MlpKind::SwiGLU ? "up" : "fc");
+    return replace_all(n, "{down}", c_.mlp == MlpKind::SwiGLU ? "down" : "proj");
+  }
+
+  // The format's name for the role, or "" when the format (for this family) has no such tensor.
+  std::string file_name(const RoleRow& x, int64_t l) const {
+    const bool fused = x.role == Role::attn_qkv, split = x.role == Role::attn_q || x.role == Role::attn_k || x.role == Role::attn_v;
+    if ((fused && !fam_.fused_qkv) || (split && fam_.fused_qkv && fmt_ != Format::tapelm)) return "";
+    if (x.role == Role::pos_embd && c_.pos != PosKind::Learned) return "";
+    if (x.role == Role::ffn_gate && c_.mlp != MlpKind::SwiGLU) return "";
+    if (x.role == Role::output && c_.tie_embeddings) return "";
+    const char* n = fmt_ == Format::tapelm ? x.tapelm
+                    : fmt_ == Format::hf   ? (fam_.hf_gpt2_names ? x.hf_gpt2 : x.hf)
+                    : fmt_ == Format::gguf ? x.gguf
+                                           : x.llama2c;
+    if (fmt_ == Format::tapelm && *n) return param_name(x, l);
+    std::string s = replace_all(n, "{L}", std::to_string(l));
+    return replace_all(s, "{P}", x.role == Role::output ? "" : o_.hf_prefix);
+  }
+
+  // Shape and transforms of a tensor whose parts are set.
+  void finish(FileTensor& t, Role r) const {
+    int64_t rows = 0;
+    for (const auto& [name, shape] : t.parts) rows += shape[0];
+    const Shape& first = t.parts[0].second;
+    t.matrix = first.size() == 2;
+    t.shape = t.matrix ? Shape{rows, first[1]} : Shape{rows};
+    const bool gpt2_conv = fmt_ == Format::hf && fam_.hf_gpt2_names && t.matrix && r != Role::tok_embd && r != Role::pos_embd &&
+                           r != Role::output;
+    if (gpt2_conv) t.transpose = true, std::swap(t.shape[0], t.shape[1]);
+    const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
+    if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
+    if (interleave && r == Role::attn_k) t.rope_heads = c_.n_kv_head;
+  }
+
+  const GPTConfig& c_;
+  const FamilyInfo& fam_;
+  Format fmt_;
+  LayoutOptions o_;
+  std::map<std::string, Shape> shapes_;
+};
+
+}  // namespace
+
+const FamilyInfo& family_info(Family f) {
+  for (const FamilyInfo& x : kFamilies)
+    if (x.family == f) return x;
+  throw Error(ErrorKind::internal, "layout: a family without a row");
+}
+
+const FamilyInfo* find_family(const std::string& name) {
+  for (const FamilyInfo& x : kFamilies)
+    if (name == x.name || name == x.hf_architecture || name == x.hf_model_type) return &x;
+  return nullptr;
+}
+
+Family family_of(const GPTConfig& c, const std::string& what) {
+  auto refuse = [&](const std::string& why) -> Family { throw Error(ErrorKind::config, what + ": " + why); };
+  for (const FamilyInfo& x : kFamilies) {
+    if (c.norm != x.norm || c.pos != x.pos || (c.mlp == MlpKind::SwiGLU) != x.swiglu) continue;
+    if (x.qkv_bias_only != (c.qkv_bias && !c.bias)) {
+      if (x.all_biases) refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
+      continue;
+    }
+    return x.family;
+  }
+  std::string known;
+  for (const FamilyInfo& x : kFamilies) {
+    if (x.qkv_bias_only) continue;  // named by the family it varies
+    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : "gelu") + ", " +
+             to_string(x.pos);
+  }
+  return refuse("norm \"" + to_string(c.norm) + "\", mlp \"" + to_string(c.mlp) + "\", pos \"" + to_string(c.pos) +
+                "\" match no architecture other programs run (" + known + ")");
+}
+
+void apply_family(Family f, GPTConfig& c) {
+  const FamilyInfo& x = family_info(f);
+  c.norm = x.norm;
+  c.pos = x.pos;
+  if (x.swiglu) c.mlp = MlpKind::SwiGLU;
+  else if (c.mlp == MlpKind::SwiGLU) c.mlp = MlpKind::GeluTanh;
+  if (x.all_biases) c.bias = true, c.qkv_bias = false;
+  if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
+}
+
+std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o) {
+  const Builder b(c, f, fmt, o);
+  std::vector<FileTensor> out;
+  static const Role layer[] = {Role::attn_norm, Role::attn_q,   Role::attn_k,   Role::attn_v,  Role::attn_qkv,
+                               Role::attn_out,  Role::ffn_norm, Role::ffn_gate, Role::ffn_up,  Role::ffn_down};
+  if (fmt != Format::llama2c) {  // layer by layer
+    b.add(Role::tok_embd, 0, out);
+    b.add(Role::pos_embd, 0, out);
+    for (int64_t l = 0; l < c.n_layer; l++)
+      for (Role r : layer) b.add(r, l, out);
+    b.add(Role::output_norm, 0, out);
+    b.add(Role::output, 0, out);
+    return out;
+  }
+  // llama2.c: each role for every layer before the next role, in its version's order.
+  static const std::vector<Role> v0{Role::tok_embd, Role::attn_norm, Role::attn_q,   Role::attn_k,      Role::attn_v,
+                                    Role::attn_out, Role::ffn_norm,  Role::ffn_gate, Role::ffn_down,    Role::ffn_up,
+                                    Role::output_norm, Role::rope_cos, Role::rope_sin, Role::output};
+  static const std::vector<Role> v1{Role::attn_norm, Role::ffn_norm, Role::output_norm, Role::tok_embd, Role::attn_q, Role::attn_k,
+                                    Role::attn_v,    Role::attn_out, Role::ffn_gate,    Role::ffn_down, Role::ffn_up, Role::output};
+  for (Role r : o.llama2c_version == 0 ? v0 : v1) {
+    if (!row(r).per_layer) {
+      b.add(r, 0, out);
+      continue;
+    }
+    for (int64_t l = 0; l < c.n_layer; l++) b.add(r, l, out);
+  }
+  return out;
+}
+
+std::vector<FileTensor> parameter_layout(const GPTConfig& c) {
+  std::vector<FileTensor> out;
+  for (const auto& [name, shape] : parameter_shapes(c)) out.push_back({name, shape, {{name, shape}}, false, 0, shape.size() == 2, false});
+  return out;
+}
+
+void permute_rope_rows(const float* in, float* out, int64_t heads, int64_t rows, int64_t cols, bool to_interleaved) {
+  const int64_t hd = rows / heads, half = hd / 2;
+  for (int64_t h = 0; h < heads; h++)
+    for (int64_t i = 0; i < half; i++)
+      for (int64_t j = 0; j < 2; j++) {
+        const int64_t inter = h * hd + 2 * i + j, split = h * hd + j * half + i;
+        const int64_t dst = to_interleaved ? inter : split, src = to_interleaved ? split : inter;
+        std::memcpy(out + dst * cols, in + src * cols, static_cast<size_t>(cols) * sizeof(float));
+      }
+}
+
+TensorMap tensors_of(const GPT& model) {
+  TensorMap m;
+  for (const auto& [name, v] : model.named_parameters()) m.emplace(name, v.val());
+  return m;
+}
+
+std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
+  std::vector<float> m;
+  m.reserve(static_cast<size_t>(shape_numel(t.shape)));
+  for (const auto& [name, shape] : t.parts) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) m.resize(m.size() + static_cast<size_t>(shape_numel(shape)), 0.f);  // a bias the model lacks
+    else m.insert(m.end(), it->second.data(), it->second.data() + it->second.numel());
+  }
+  const int64_t rows = t.transpose ? t.shape[1] : t.shape[0], cols = static_cast<int64_t>(m.size()) / std::max<int64_t>(rows, 1);
+  if (t.rope_heads > 0) {
+    std::vector<float> p(m.size());
+    permute_rope_rows(m.data(), p.data(), t.rope_heads, rows, cols, true);
+    m.swap(p);
+  }
+  if (t.transpose) {  // m is [rows, cols] = [out, in]; the file wants [in, out]
+    std::vector<float> tr(m.size());
+    for (int64_t o = 0; o < rows; o++)
+      for (int64_t i = 0; i < cols; i++) tr[i * rows + o] = m[o * cols + i];
+    m.swap(tr);
+  }
+  return m;
+}
+
+void store_file_values(const FileTensor& t, const float* v, TensorMap& tensors) {
+  const int64_t n = shape_numel(t.shape);
+  const int64_t rows = t.transpose ? t.shape[1] : t.shape[0], cols = n / std::max<int64_t>(rows, 1);
+  std::vector<float> buf;
+  if (t.transpose) {
+    buf.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < cols; i++)
+      for (int64_t o = 0; o < rows; o++) buf[o * cols + i] = v[i * rows + o];
+    v = buf.data();
+  }
+  if (t.rope_heads > 0) {
+    std::vector<float> p(static_cast<size_t>(n));
+    permute_rope_rows(v, p.data(), t.rope_heads, rows, cols, false);
+    buf.swap(p);
+    v = buf.data();
+  }
+  for (const auto& [name, shape] : t.parts) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) it = tensors.emplace(name, Tensor::empty(shape)).first;  // an extra
+    std::memcpy(it->second.data(), v, static_cast<size_t>(shape_numel(shape)) * sizeof(float));
+    v += shape_numel(shape);
+  }
+}
+
+}  // namespace tapelm::formats

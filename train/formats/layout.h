@@ -1,0 +1,97 @@
+#pragma once
+// The one description every model format maps to (as llama.cpp's LLM_TENSOR_NAMES and gguf-py's
+// tensor_mapping.py): the architecture families other programs know, what a tapelm config must
+// be to be one of them, and for each tensor role its name in every format, with the transforms a
+// format applies (q|k|v fused, Conv1D's transpose, RoPE's interleaved row order). The adapters
+// (hf.cpp, gguf.cpp, llama2c.cpp) keep only their config keys and tokenizer metadata.
+//
+// A new family is a row of kFamilies (layout.cpp) and its config keys in the adapters; a family
+// whose tensors another program names differently adds a naming column of kRoles.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "autograd/tensor.h"
+#include "nn/config.h"
+
+namespace tapelm {
+class GPT;
+}
+
+namespace tapelm::formats {
+
+/// The model formats whose tensors the table names.
+enum class Format { tapelm, hf, gguf, llama2c };
+
+/// The architecture families other programs run with the function tapelm's GPT computes.
+enum class Family { llama, qwen2, gpt2 };
+
+/// What a family is: its structure, decided once, and its names in other programs.
+struct FamilyInfo {
+  Family family;
+  const char* name;              // "llama", "qwen2", "gpt2": the GGUF architecture too
+  const char* hf_architecture;   // "LlamaForCausalLM", ...: config.json's architectures[0]
+  const char* hf_model_type;     // "llama", ...: config.json's model_type
+  NormKind norm;
+  PosKind pos;
+  bool swiglu;                   // the gated MLP (else GELU, exact or tanh)
+  bool qkv_bias_only;            // biases on q, k and v only (Qwen2)
+  bool fused_qkv;                // q|k|v stored as one tensor (GPT-2)
+  bool all_biases;               // every projection and norm carries a bias (GPT-2): zeros when the model has none
+  bool gguf_interleaves_rope;    // llama.cpp rotates this family's q/k rows in interleaved pairs
+  bool hf_gpt2_names;            // the HF tensor names are GPT-2's (h.{L}.attn.c_attn, Conv1D)
+};
+
+/// The row of a family.
+const FamilyInfo& family_info(Family f);
+/// The family whose name (or HF architecture, or model_type) is `name`, or null.
+const FamilyInfo* find_family(const std::string& name);
+/// The family a tapelm config is, or a config Error starting with `what` naming why there is none.
+Family family_of(const GPTConfig& c, const std::string& what);
+/// c with the keys the family fixes set (norm, pos, mlp kind, biases), as an importer starts from.
+void apply_family(Family f, GPTConfig& c);
+
+/// One tensor of a file and where its values live in tapelm's model.
+struct FileTensor {
+  std::string name;                // the format's name for it
+  Shape shape;                     // as the file holds it, row-major (a GGUF file's ne reversed)
+  /// tapelm parameters stacked along their first dimension to form it ([out, in] for a matrix);
+  /// one the model lacks stands for zeros (all_biases families).
+  std::vector<std::pair<std::string, Shape>> parts;
+  bool transpose = false;          // the file holds the matrix as [in, out] (GPT-2's Conv1D)
+  int64_t rope_heads = 0;          // > 0: rows of that many heads, in interleaved RoPE order in the file
+  bool matrix = false;             // a weight matrix (GGUF quantizes these; norms and biases stay f32)
+  bool extra = false;              // no parameter: a tensor the format keeps beside them (llama2.c's RoPE tables)
+};
+
+/// How a format lays the tensors out beyond the table.
+struct LayoutOptions {
+  std::string hf_prefix;           // "transformer." before GPT-2's names, when the file has it
+  int llama2c_version = 0;         // llama2.c's tensor order (0 or 1); version 0 keeps its RoPE tables
+};
+
+/// The tensors of a model of config c as format fmt holds them for family f, in the order the
+/// format writes them.
+std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o = {});
+
+/// tapelm's own layout of any config: each parameter under its own name, as it is.
+std::vector<FileTensor> parameter_layout(const GPTConfig& c);
+
+/// Rows [heads · hd, cols] from tapelm's half-split RoPE order (x[i], x[i + hd/2]) to the
+/// interleaved order (x[2i], x[2i + 1]) of llama.cpp and llama2.c, or back (to_interleaved false).
+void permute_rope_rows(const float* in, float* out, int64_t heads, int64_t rows, int64_t cols, bool to_interleaved);
+
+/// Tensors by name: a model's parameters (handles sharing their storage) and any extras.
+using TensorMap = std::map<std::string, Tensor>;
+/// Every parameter of the model by name.
+TensorMap tensors_of(const GPT& model);
+/// The values of one file tensor as the file holds them (parts stacked, rows permuted,
+/// transposed), from the named tensors; a part the map lacks is zeros.
+std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors);
+/// The inverse: values as the file holds them, stored into the named tensors (an extra is added
+/// to the map). The values hold product(t.shape) floats.
+void store_file_values(const FileTensor& t, const float* values, TensorMap& tensors);
+
+}  // namespace tapelm::formats
