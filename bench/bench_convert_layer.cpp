@@ -24,8 +24,8 @@
 #include "autograd/runtime.h"
 #include "nn/accounting.h"
 #include "nn/gpt.h"
-#include "train/convert/calibrate.h"
-#include "train/convert/convert.h"
+#include "train/study/convert/calibrate.h"
+#include "train/study/convert/convert.h"
 
 using namespace tapelm;
 

@@ -1,4 +1,4 @@
-// The conversion's dense double linear algebra (train/convert/linalg.h) on BLAS and LAPACK, against
+// The conversion's dense double linear algebra (train/study/convert/linalg.h) on BLAS and LAPACK, against
 // the hand-written loops it replaced (kept verbatim below in namespace old), at d 1024 and 4096:
 // a Gram matrix XᵀX of 16384 tokens × (d+1) features (the calibration's Σ, x̃ = [x; 1]), a d × d
 // SPD solve with d right-hand sides (the fit's normal equations), SVDs of 128 × 128 and d × d
@@ -21,7 +21,7 @@
 
 #include "autograd/error.h"
 #include "autograd/runtime.h"
-#include "train/convert/linalg.h"
+#include "train/study/convert/linalg.h"
 
 using namespace tapelm;
 using la::Mat;

@@ -1,0 +1,679 @@
+// Conversion of K/V heads (mean, first, random, mean-norm, aligned, fit, aligned-fit; contiguous or similar
+// groups), the small linear algebra under it, and uptraining.
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <functional>
+
+#include "train/formats/checkpoint.h"
+#include "train/study/convert/convert.h"
+#include "train/study/convert/align.h"
+#include "train/eval.h"
+#include "train/study/convert/linalg.h"
+#include "train/study/uptrain.h"
+#include "test_util.h"
+#include "train/train_config.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+namespace {
+
+/// Conversion options for a variant name ("fit", "mean+similar").
+ConvertOptions by(const std::string& variant, const Calibration* c = nullptr, uint64_t seed = 0) {
+  return {.variant = Variant::parse(variant), .seed = seed, .calib = c};
+}
+
+const std::vector<std::string> all_methods = {"mean", "first", "mean-norm", "aligned", "fit", "aligned-fit"};  // random: no identity
+
+/// A small model with weights large enough that heads differ visibly (std 0.3).
+std::unique_ptr<GPT> busy_model(PosKind pos, bool bias, int64_t H = 4, int64_t KV = 4, uint64_t seed = 3) {
+  GPTConfig c{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = H, .n_kv_head = KV, .n_embd = 16,
+              .mlp_hidden = 32, .pos = pos, .bias = bias};
+  auto m = std::make_unique<GPT>(c, seed);
+  uint64_t k = 100;
+  for (auto& [name, p] : m->named_parameters())
+    if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), k++ * 31 + seed, 0.3f);
+  return m;
+}
+
+/// Two batches of ids for a model of vocab 13, T 8.
+std::vector<Index> some_batches() {
+  std::vector<Index> out;
+  for (int b = 0; b < 2; b++) {
+    Index x;
+    x.shape = {3, 8};
+    for (int i = 0; i < 24; i++) x.data.push_back((i * 7 + b * 5 + i * i) % 13);
+    out.push_back(x);
+  }
+  return out;
+}
+
+/// Mean loss of next-token prediction on the batches (targets: the ids shifted by one, last -1).
+double loss_on(const GPT& m, const std::vector<Index>& batches) {
+  NoGrad ng;
+  double s = 0;
+  for (const Index& x : batches) {
+    Index y = x;
+    for (int64_t b = 0; b < x.shape[0]; b++) {
+      for (int64_t t = 0; t + 1 < x.shape[1]; t++) y.data[b * x.shape[1] + t] = x.data[b * x.shape[1] + t + 1];
+      y.data[b * x.shape[1] + x.shape[1] - 1] = -1;
+    }
+    s += m.loss(x, y).item();
+  }
+  return s / static_cast<double>(batches.size());
+}
+
+void expect_same_params(const GPT& a, const GPT& b, const std::string& what) {
+  auto pa = a.named_parameters(), pb = b.named_parameters();
+  BOOST_TEST_REQUIRE(pa.size() == pb.size());
+  for (size_t i = 0; i < pa.size(); i++)
+    BOOST_TEST(pa[i].second.val().to_vector() == pb[i].second.val().to_vector(), what << ": " << pa[i].first);
+}
+
+la::Mat random_mat(int64_t r, int64_t c, uint64_t seed) {
+  Rng rng(seed);
+  la::Mat m(r, c);
+  for (double& v : m.a) v = rng.normal();
+  return m;
+}
+
+double max_abs_diff(const la::Mat& a, const la::Mat& b) {
+  double w = 0;
+  for (size_t i = 0; i < a.a.size(); i++) w = std::max(w, std::fabs(a.a[i] - b.a[i]));
+  return w;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(convert)
+
+BOOST_AUTO_TEST_CASE(linear_algebra) {
+  // SVD: U diag(s) Vᵀ = A with U, V orthogonal, also for a rank-deficient A.
+  for (int64_t n : {1, 2, 5, 17}) {
+    for (bool deficient : {false, true}) {
+      la::Mat A = random_mat(n, n, 10 + n);
+      if (deficient && n > 1)
+        for (int64_t i = 0; i < n; i++) A(i, n - 1) = A(i, 0) * 2;  // two dependent columns
+      const la::SVD d = la::svd(A);
+      la::Mat US = d.U;
+      for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) US(i, j) *= d.s[j];
+      BOOST_TEST(max_abs_diff(la::matmul_nt(US, d.V), A) < 1e-10, "n " << n);
+      BOOST_TEST(max_abs_diff(la::matmul(la::transpose(d.U), d.U), la::Mat::identity(n)) < 1e-10, "n " << n);
+      BOOST_TEST(max_abs_diff(la::matmul(la::transpose(d.V), d.V), la::Mat::identity(n)) < 1e-10, "n " << n);
+    }
+  }
+  // Procrustes recovers a known rotation: B = A Ω.
+  const la::Mat A = random_mat(40, 6, 3);
+  const la::Mat Omega = la::svd(random_mat(6, 6, 4)).U;
+  const la::Mat B = la::matmul(A, Omega);
+  BOOST_TEST(max_abs_diff(la::procrustes(la::matmul(la::transpose(A), B)), Omega) < 1e-10);
+  // nuclear norm of a diagonal matrix: the sum of |entries|
+  la::Mat D(3, 3);
+  D(0, 0) = 2, D(1, 1) = -3, D(2, 2) = 0.5;
+  BOOST_TEST(la::nuclear_norm(D) == 5.5, tt::tolerance(1e-12));
+  // Cholesky solve against a multiplication
+  const la::Mat M = random_mat(7, 7, 5);
+  la::Mat S = la::matmul_nt(M, M);
+  for (int64_t i = 0; i < 7; i++) S(i, i) += 0.1;
+  const la::Mat X = random_mat(7, 3, 6);
+  BOOST_TEST(max_abs_diff(la::solve_spd(S, la::matmul(S, X)), X) < 1e-9);
+  BOOST_CHECK_EXCEPTION(la::solve_spd(la::scale(S, -1), X), Error, is_kind(ErrorKind::internal));
+}
+
+BOOST_AUTO_TEST_CASE(names_and_calibration_windows) {
+  for (const std::string& m : method_names()) {
+    BOOST_TEST(method(m).name == m);
+    BOOST_TEST(Variant::parse(m).name() == m);
+    BOOST_TEST(Variant::parse(m + "+similar").name() == m + "+similar");
+    BOOST_TEST((Variant::parse(m + "+similar") == Variant{&method(m), Grouping::Similar}));
+  }
+  BOOST_TEST(to_string(parse_grouping("similar")) == "similar");
+  expect_throw([] { parse_grouping("random"); }, ErrorKind::usage, {"unknown grouping \"random\""});
+  expect_throw([] { method("median"); }, ErrorKind::usage, {"median", "aligned, fit, aligned-fit"});
+  expect_throw([] { Variant::parse("fit+sideways"); }, ErrorKind::usage, {"unknown grouping \"sideways\""});
+  BOOST_TEST(Variant::parse("fit").needs_calibration());
+  BOOST_TEST(Variant::parse("mean+similar").needs_calibration());
+  BOOST_TEST(!Variant::parse("mean-norm").needs_calibration());
+  // groups of one read nothing, whatever the variant; a count that does not divide is left to the conversion's own error
+  BOOST_TEST(conversion_calibrates(4, 2, Variant::parse("aligned")));
+  BOOST_TEST(!conversion_calibrates(4, 4, Variant::parse("aligned")));
+  BOOST_TEST(!conversion_calibrates(4, 3, Variant::parse("fit")));
+  std::vector<int32_t> ids(400);
+  for (int i = 0; i < 400; i++) ids[i] = i;
+  const auto a = calibration_batches(ids, 8, 300, 5, "x"), b = calibration_batches(ids, 8, 300, 5, "x");
+  BOOST_TEST(a.size() == 2u);  // 38 windows of 8: 32 + 6
+  BOOST_TEST(a[0].shape == (Shape{32, 8}), tt::per_element());
+  BOOST_TEST(a[1].shape == (Shape{6, 8}), tt::per_element());
+  BOOST_TEST(a[1].data == b[1].data, tt::per_element());  // seeded
+  BOOST_TEST(calibration_batches(ids, 8, 300, 6, "x")[0].data != a[0].data);
+  for (int64_t w = 0; w < 6; w++)  // windows of consecutive ids
+    for (int64_t t = 1; t < 8; t++) BOOST_TEST(a[1].data[w * 8 + t] == a[1].data[w * 8 + t - 1] + 1);
+  expect_throw([&] { calibration_batches(ids, 8, 401, 5, "calib.txt"); }, ErrorKind::data,
+               {"calib.txt", "400 tokens", "401"});
+  expect_throw([&] { calibration_batches(std::vector<int32_t>(5, 1), 8, 4, 5, "short.txt"); }, ErrorKind::data,
+               {"short.txt", "one calibration window of 8"});
+  // the calibration's Σ: the mean of x̃ x̃ᵀ, x̃ = [ln1(x); 1], checked on the hook's own output
+  auto m = busy_model(PosKind::Learned, true);
+  const Calibration c = calibrate(*m, some_batches());
+  BOOST_TEST(c.tokens == 48);
+  NoGrad ng;
+  m->eval();
+  double s01 = 0, s0 = 0;
+  for (const Index& x : some_batches()) {
+    const Tensor a1 = m->attention_inputs(x)[1];
+    for (int64_t t = 0; t < x.numel(); t++) s01 += double(a1[t * 16 + 0]) * a1[t * 16 + 1], s0 += a1[t * 16 + 0];
+  }
+  BOOST_TEST(c.gram[1](0, 1) == s01 / 48, tt::tolerance(1e-5));
+  BOOST_TEST(c.gram[1](16, 0) == s0 / 48, tt::tolerance(1e-5));
+  BOOST_TEST(c.gram[1](16, 16) == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(alignment_and_similar_permutation_leave_the_mha_model_unchanged) {
+  for (PosKind pos : {PosKind::Learned, PosKind::Rope})
+    for (auto [H, KV] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}}) {
+      auto m = busy_model(pos, true, H, KV);
+      const std::vector<Index> data = some_batches();
+      const double before = loss_on(*m, data);
+      const Calibration c = calibrate(*m, data);
+      for (int64_t rep : {int64_t(2), KV}) {
+        auto a = convert_kv_heads(*m, KV, by("mean"));  // a copy
+        align_kv_heads(*a, rep, c);
+        BOOST_TEST(std::fabs(loss_on(*a, data) - before) < 1e-5, "aligned, rep " << rep);
+        // the weights did move (the test is not vacuous)
+        BOOST_TEST(a->blocks[0]->attn->wk->weight.val().to_vector() != m->blocks[0]->attn->wk->weight.val().to_vector());
+      }
+      auto p = convert_kv_heads(*m, KV, by("mean"));
+      for (int64_t l = 0; l < 2; l++) {
+        std::vector<int64_t> perm(KV);
+        for (int64_t i = 0; i < KV; i++) perm[i] = (i * 3 + l + 1) % KV;  // an arbitrary permutation
+        permute_kv_heads(*p, l, perm);
+        const std::vector<int64_t> sim = similar_order(*p, l, 2, c);
+        BOOST_TEST(sim.size() == size_t(KV));
+        permute_kv_heads(*p, l, sim);
+      }
+      BOOST_TEST(std::fabs(loss_on(*p, data) - before) < 1e-5, "permuted");
+      BOOST_CHECK_EXCEPTION(permute_kv_heads(*p, 0, std::vector<int64_t>(KV, 0)), Error, is_kind(ErrorKind::internal));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(every_method_with_G_equal_to_KV_returns_the_model) {
+  auto m = busy_model(PosKind::Learned, true);
+  const Calibration c = calibrate(*m, some_batches());
+  for (const std::string& method : all_methods)
+    for (Grouping g : {Grouping::Contiguous, Grouping::Similar}) {
+      auto out = convert_kv_heads(*m, 4, {.variant = {&tapelm::method(method), g}, .calib = &c});
+      expect_same_params(*m, *out, method + " " + to_string(g));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_loss_under_every_method) {
+  for (PosKind pos : {PosKind::Learned, PosKind::Rope})
+    for (int64_t G : {2, 1}) {
+      auto m = busy_model(pos, true);
+      const int64_t rep = 4 / G;
+      for (auto& [name, p] : m->named_parameters()) {
+        if (name.find(".attn.wk.") == std::string::npos && name.find(".attn.wv.") == std::string::npos) continue;
+        Tensor& t = p.val();
+        const int64_t block = t.numel() / 4;  // one head's rows
+        for (int64_t h = 0; h < 4; h++)
+          std::copy(t.data() + (h / rep) * rep * block, t.data() + ((h / rep) * rep + 1) * block, t.data() + h * block);
+      }
+      const std::vector<Index> data = some_batches();
+      const double before = loss_on(*m, data);
+      const Calibration c = calibrate(*m, data);
+      for (const std::string& method : all_methods)
+        for (Grouping g : {Grouping::Contiguous, Grouping::Similar}) {
+          auto out = convert_kv_heads(*m, G, {.variant = {&tapelm::method(method), g}, .calib = &c});
+          const double after = loss_on(*out, data);
+          BOOST_TEST(std::fabs(after - before) < 1e-5,
+                     method << " " << to_string(g) << " G=" << G << (pos == PosKind::Rope ? " rope" : "") << ": "
+                            << after << " vs " << before);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(aligned_recovers_heads_that_are_rotations_of_each_other) {
+  // Within each group every head is head 0 of the group turned by its own rotation: keys and the
+  // query rows by R_h (so the scores are head 0's), values by U_h with wo's columns turned back
+  // (so the outputs are head 0's). Mean pooling averages the turned copies into something else;
+  // aligned turns them back first. With RoPE the key rotations are 2×2 turns on RoPE's planes.
+  for (PosKind pos : {PosKind::Learned, PosKind::Rope})
+    for (int64_t G : {2, 1}) {
+      auto m = busy_model(pos, false);
+      const int64_t hd = 4, rep = 4 / G, d = 16;
+      for (const auto& b : m->blocks) {
+        Attention& at = *b->attn;
+        Tensor &wq = at.wq->weight.val(), &wk = at.wk->weight.val(), &wv = at.wv->weight.val(), &wo = at.wo->weight.val();
+        for (int64_t h = 0; h < 4; h++) {
+          const int64_t h0 = (h / rep) * rep;
+          if (h == h0) continue;
+          la::Mat R;
+          if (pos == PosKind::Rope) {
+            R = la::Mat(hd, hd);
+            for (int64_t p = 0; p < hd / 2; p++) {
+              const double th = 0.7 * double(h + 1) + p, c = std::cos(th), s = std::sin(th);
+              R(p, p) = c, R(p, p + 2) = -s, R(p + 2, p) = s, R(p + 2, p + 2) = c;
+            }
+          } else {
+            R = la::svd(random_mat(hd, hd, 40 + h)).U;
+          }
+          const la::Mat U = la::svd(random_mat(hd, hd, 80 + h)).U;
+          for (int64_t i = 0; i < hd; i++)
+            for (int64_t j = 0; j < d; j++) {
+              double q = 0, k = 0, v = 0;
+              for (int64_t r = 0; r < hd; r++) {
+                q += R(i, r) * wq[(h0 * hd + r) * d + j];
+                k += R(i, r) * wk[(h0 * hd + r) * d + j];
+                v += U(i, r) * wv[(h0 * hd + r) * d + j];
+              }
+              wq[(h * hd + i) * d + j] = float(q), wk[(h * hd + i) * d + j] = float(k), wv[(h * hd + i) * d + j] = float(v);
+            }
+          for (int64_t j = 0; j < d; j++)
+            for (int64_t i = 0; i < hd; i++) {
+              double o = 0;  // Wo_h = Wo_h0 Uᵀ
+              for (int64_t r = 0; r < hd; r++) o += wo[j * 16 + h0 * hd + r] * U(i, r);
+              wo[j * 16 + h * hd + i] = float(o);
+            }
+        }
+      }
+      const std::vector<Index> data = some_batches();
+      const double before = loss_on(*m, data);
+      const Calibration c = calibrate(*m, data);
+      const double aligned = loss_on(*convert_kv_heads(*m, G, by("aligned", &c)), data);
+      const double aligned_fit =
+          loss_on(*convert_kv_heads(*m, G, by("aligned-fit", &c)), data);
+      const double mean = loss_on(*convert_kv_heads(*m, G, by("mean")), data);
+      const std::string what = std::string(pos == PosKind::Rope ? "rope" : "learned") + " G=" + std::to_string(G);
+      BOOST_TEST(std::fabs(aligned - before) < 1e-5, what << ": aligned " << aligned << " vs MHA " << before);
+      // aligned, the members are equal, and the weighted mean of equal heads is that head
+      BOOST_TEST(std::fabs(aligned_fit - before) < 1e-5, what << ": aligned-fit " << aligned_fit << " vs MHA " << before);
+      BOOST_TEST(std::fabs(mean - before) > 1e-3, what << ": mean " << mean << " vs MHA " << before);
+    }
+}
+
+/// A one-layer model (d 8, four heads of 2) whose attention weights are drawn with std 0.4, the
+/// i-th attention tensor from seed weight_seed + i: heads differ enough that no merge is exact.
+std::unique_ptr<GPT> one_layer_random_attention(bool bias, uint64_t model_seed, uint64_t weight_seed) {
+  GPTConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 4, .n_kv_head = 4, .n_embd = 8,
+                .mlp_hidden = 16, .bias = bias};
+  auto m = std::make_unique<GPT>(cfg, model_seed);
+  uint64_t k = 1;
+  for (auto& [name, p] : m->named_parameters())
+    if (name.find(".attn.") != std::string::npos) p.val() = randn(p.val().shape(), weight_seed + k++, 0.4f);
+  return m;
+}
+
+/// X̃ = [x, 1] for every token of the batches, x the first layer's attention input, in double.
+std::vector<std::vector<double>> augmented_inputs(GPT& m, const std::vector<Index>& data) {
+  const int64_t d = m.config().n_embd;
+  std::vector<std::vector<double>> X;
+  NoGrad ng;
+  m.eval();
+  for (const Index& b : data) {
+    const Tensor x = m.attention_inputs(b)[0];
+    for (int64_t t = 0; t < b.numel(); t++) {
+      std::vector<double> row(x.data() + t * d, x.data() + (t + 1) * d);
+      row.push_back(1.0);
+      X.push_back(row);
+    }
+  }
+  return X;
+}
+
+BOOST_AUTO_TEST_CASE(fit_is_the_least_squares_merge) {
+  // fit's closed form against the objectives written out on the activations and minimised by a
+  // derivative-free conjugate-gradient search (central differences are exact for a quadratic).
+  for (bool bias : {false, true}) {
+    const auto model = one_layer_random_attention(bias, 9, 500);
+    GPT& m = *model;
+    const std::vector<Index> data = some_batches();
+    const Calibration c = calibrate(m, data);
+    auto out = convert_kv_heads(m, 1, by("fit", &c));
+    const std::vector<std::vector<double>> X = augmented_inputs(m, data);
+    const Attention& at = *m.blocks[0]->attn;
+    auto w = [&](const Linear& l, int64_t r, int64_t col) {  // W̃ entry: weight, or the bias in column 8
+      return col < 8 ? double(l.weight.val()[r * 8 + col]) : (l.bias.defined() ? double(l.bias.val()[r]) : 0.0);
+    };
+    const Tensor& wo = at.wo->weight.val();
+    const int64_t hd = 2, n = static_cast<int64_t>(X.size());
+    // Σ_h ‖Q̃_h (W̃_Kh − W) X̃ᵀ‖² (keys) or Σ_h ‖X̃ (W̃_Vh − W)ᵀ Wo_hᵀ‖² (values), W = hd × 9.
+    auto objective = [&](bool keys, const std::vector<double>& W) {
+      double f = 0;
+      for (int64_t h = 0; h < 4; h++) {
+        const Linear& l = keys ? *at.wk : *at.wv;
+        std::vector<double> A(n * hd);  // X̃ (W̃_h − W)ᵀ: n × hd
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t i = 0; i < hd; i++) {
+            double s = 0;
+            for (int64_t j = 0; j < 9; j++) s += X[t][j] * (w(l, h * hd + i, j) - W[i * 9 + j]);
+            A[t * hd + i] = s;
+          }
+        if (keys) {
+          for (int64_t t = 0; t < n; t++) {
+            double q[2];
+            for (int64_t i = 0; i < hd; i++) {
+              q[i] = 0;
+              for (int64_t j = 0; j < 9; j++) q[i] += X[t][j] * w(*at.wq, h * hd + i, j);
+            }
+            for (int64_t u = 0; u < n; u++) {
+              const double sc = q[0] * A[u * hd] + q[1] * A[u * hd + 1];
+              f += sc * sc;
+            }
+          }
+        } else {
+          for (int64_t t = 0; t < n; t++)
+            for (int64_t o = 0; o < 8; o++) {
+              const double y = wo[o * 8 + h * hd] * A[t * hd] + wo[o * 8 + h * hd + 1] * A[t * hd + 1];
+              f += y * y;
+            }
+        }
+      }
+      return f;
+    };
+    for (bool keys : {true, false}) {
+      const int64_t P = hd * 9;
+      auto f = [&](const std::vector<double>& W) { return objective(keys, W); };
+      auto grad = [&](const std::vector<double>& W) {
+        std::vector<double> g(P);
+        for (int64_t i = 0; i < P; i++) {
+          std::vector<double> a = W, b = W;
+          a[i] += 1e-3, b[i] -= 1e-3;
+          g[i] = (f(a) - f(b)) / 2e-3;
+        }
+        return g;
+      };
+      std::vector<double> W(P, 0.0), g = grad(W), dir(P);
+      for (int64_t i = 0; i < P; i++) dir[i] = -g[i];
+      for (int it = 0; it < 4 * P; it++) {
+        // exact line search on the quadratic φ(s) = f(W + s·dir) from three values
+        auto at_s = [&](double s) {
+          std::vector<double> x = W;
+          for (int64_t i = 0; i < P; i++) x[i] += s * dir[i];
+          return f(x);
+        };
+        const double f0 = at_s(0), fp = at_s(1), fm = at_s(-1), curv = fp + fm - 2 * f0;
+        if (!(curv > 0)) break;
+        const double s = (fm - fp) / (2 * curv);
+        for (int64_t i = 0; i < P; i++) W[i] += s * dir[i];
+        const std::vector<double> g2 = grad(W);
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < P; i++) num += g2[i] * (g2[i] - g[i]), den += g[i] * g[i];
+        if (den == 0) break;
+        const double beta = std::max(0.0, num / den);  // Polak-Ribière
+        for (int64_t i = 0; i < P; i++) dir[i] = -g2[i] + beta * dir[i];
+        g = g2;
+      }
+      const Linear& merged = keys ? *out->blocks[0]->attn->wk : *out->blocks[0]->attn->wv;
+      std::vector<double> fitted(P), mean(P, 0.0);
+      for (int64_t i = 0; i < hd; i++)
+        for (int64_t j = 0; j < 9; j++) {
+          fitted[i * 9 + j] = bias || j < 8 ? w(merged, i, j) : 0.0;
+          for (int64_t h = 0; h < 4; h++) mean[i * 9 + j] += w(keys ? *at.wk : *at.wv, h * hd + i, j) / 4;
+        }
+      const std::string what = std::string(keys ? "keys" : "values") + (bias ? ", bias" : "");
+      if (!bias)  // without biases the optimiser's bias column is free; fix it at 0 as the model does
+        for (int64_t i = 0; i < hd; i++) W[i * 9 + 8] = 0;
+      const double f_fit = f(fitted), f_opt = f(W), f_mean = f(mean);
+      BOOST_TEST(f_fit <= f_opt * (1 + 1e-4) + 1e-9, what << ": fit " << f_fit << " vs optimiser " << f_opt);
+      BOOST_TEST(f_opt <= f_fit * (1 + 1e-2), what << ": optimiser " << f_opt << " vs fit " << f_fit);
+      BOOST_TEST(f_fit < f_mean, what << ": fit " << f_fit << " vs mean " << f_mean);
+      // f is a convex quadratic: fit is its minimum iff the gradient vanishes there (the bias
+      // column is left out without biases: the model has none to set)
+      const std::vector<double> g_fit = grad(fitted), g_mean = grad(mean);
+      double gf = 0, gm = 0;
+      for (int64_t i = 0; i < P; i++)
+        if (bias || i % 9 != 8) gf += g_fit[i] * g_fit[i], gm += g_mean[i] * g_mean[i];
+      BOOST_TEST(std::sqrt(gf) < 1e-4 * std::sqrt(gm), what << ": |∇f| at fit " << std::sqrt(gf) << ", at mean " << std::sqrt(gm));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(aligned_fit_changes_scores_and_outputs_no_more_than_aligned) {
+  // On the model's own terms: how far a converted one-layer model's attention scores
+  // X̃ W̃_Qhᵀ W̃_K,kv(h) X̃ᵀ and head outputs X̃ W̃_V,kv(h)ᵀ Wo_hᵀ move from the MHA model's, summed
+  // over query heads h and calibration tokens. aligned-fit folds the same rotations as aligned into
+  // the query heads and output slices, and then picks the merged K/V that minimise exactly these
+  // sums; aligned's mean is one candidate, so aligned-fit can only be lower or equal (rounding aside).
+  for (bool bias : {false, true})
+    for (int64_t G : {2, 1}) {
+      const auto model = one_layer_random_attention(bias, 11, 700);
+      GPT& m = *model;
+      const std::vector<Index> data = some_batches();
+      const Calibration c = calibrate(m, data);
+      const std::vector<std::vector<double>> X = augmented_inputs(m, data);
+      const int64_t hd = 2, n = static_cast<int64_t>(X.size());
+      // per token, query head h: q (hd), the K and V of h's kv head (hd each), and Wo_h v (8)
+      struct Acts {
+        std::vector<double> q, k, o;
+      };
+      auto acts = [&](const GPT& g) {
+        const Attention& at = *g.blocks[0]->attn;
+        const int64_t rep = 4 / g.config().n_kv_head;
+        auto row = [&](const Linear& l, int64_t r, const std::vector<double>& x) {
+          double s = l.bias.defined() ? double(l.bias.val()[r]) : 0.0;
+          for (int64_t j = 0; j < 8; j++) s += double(l.weight.val()[r * 8 + j]) * x[j];
+          return s;
+        };
+        const Tensor& wo = at.wo->weight.val();
+        Acts a{std::vector<double>(n * 4 * hd), std::vector<double>(n * 4 * hd), std::vector<double>(n * 4 * 8)};
+        for (int64_t t = 0; t < n; t++)
+          for (int64_t h = 0; h < 4; h++) {
+            const int64_t kv = h / rep;
+            double v[2];
+            for (int64_t i = 0; i < hd; i++) {
+              a.q[(t * 4 + h) * hd + i] = row(*at.wq, h * hd + i, X[t]);
+              a.k[(t * 4 + h) * hd + i] = row(*at.wk, kv * hd + i, X[t]);
+              v[i] = row(*at.wv, kv * hd + i, X[t]);
+            }
+            for (int64_t o = 0; o < 8; o++) a.o[(t * 4 + h) * 8 + o] = wo[o * 8 + h * hd] * v[0] + wo[o * 8 + h * hd + 1] * v[1];
+          }
+        return a;
+      };
+      const Acts ref = acts(m);
+      auto change = [&](const GPT& g, double& scores, double& outputs) {
+        const Acts a = acts(g);
+        scores = outputs = 0;
+        for (int64_t h = 0; h < 4; h++)
+          for (int64_t t = 0; t < n; t++)
+            for (int64_t u = 0; u < n; u++) {
+              double s0 = 0, s1 = 0;
+              for (int64_t i = 0; i < hd; i++)
+                s0 += ref.q[(t * 4 + h) * hd + i] * ref.k[(u * 4 + h) * hd + i],
+                    s1 += a.q[(t * 4 + h) * hd + i] * a.k[(u * 4 + h) * hd + i];
+              scores += (s1 - s0) * (s1 - s0);
+            }
+        for (size_t e = 0; e < ref.o.size(); e++) outputs += (a.o[e] - ref.o[e]) * (a.o[e] - ref.o[e]);
+      };
+      double s_al, o_al, s_af, o_af, s_mean, o_mean;
+      change(*convert_kv_heads(m, G, by("aligned", &c)), s_al, o_al);
+      change(*convert_kv_heads(m, G, by("aligned-fit", &c)), s_af, o_af);
+      change(*convert_kv_heads(m, G, by("mean")), s_mean, o_mean);
+      const std::string what = std::string(bias ? "bias" : "no bias") + " G=" + std::to_string(G);
+      BOOST_TEST(s_af <= s_al * (1 + 1e-5), what << ": score change, aligned-fit " << s_af << " vs aligned " << s_al);
+      BOOST_TEST(o_af <= o_al * (1 + 1e-5), what << ": output change, aligned-fit " << o_af << " vs aligned " << o_al);
+      BOOST_TEST(s_af < s_mean, what << ": score change, aligned-fit " << s_af << " vs mean " << s_mean);
+      BOOST_TEST(o_af < o_mean, what << ": output change, aligned-fit " << o_af << " vs mean " << o_mean);
+      BOOST_TEST(s_af > 0.0);  // random heads cannot be merged exactly: the comparison means something
+    }
+}
+
+BOOST_AUTO_TEST_CASE(fit_beats_mean_at_alpha_0_on_a_trained_model) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  quiet.final_eval = false;
+  TrainConfig pre = tiny_train(150);  // past the unigram plateau, where heads start to matter
+  pre.model.n_kv_head = 4;
+  pre.model.dropout = 0;
+  pre.batch_size = 16;
+  pre.lr_decay_iters = 150;
+  pre.eval_interval = 150;
+  pre.log_interval = 150;
+  tapelm::train(pre, shakespeare(), d / "mha", quiet);
+  std::unique_ptr<GPT> m = load_model(d / "mha/checkpoint.h5").model;
+  // evaluation windows = calibration windows
+  const TokenSeq& val = shakespeare().val;
+  std::vector<int64_t> starts;
+  for (int64_t s = 0; s + 17 <= 64 * 16; s += 16) starts.push_back(s);
+  EvalBatches eb(val, starts, 16, 32);
+  std::vector<Index> calib_batches;
+  for (size_t i = 0; i < eb.size(); i++) {
+    Index x, y;
+    eb.fill(i, x, y);
+    calib_batches.push_back(x);
+  }
+  const Calibration c = calibrate(*m, calib_batches);
+  const double mha = evaluate(*m, eb).loss;
+  for (int64_t G : {2, 1}) {
+    std::map<std::string, double> loss;
+    for (const std::string& method : all_methods)
+      loss[method] = evaluate(*convert_kv_heads(*m, G, by(method, &c)), eb).loss;
+    BOOST_TEST_MESSAGE("G=" << G << ": MHA " << mha << ", fit " << loss["fit"] << ", mean " << loss["mean"]
+                            << ", mean-norm " << loss["mean-norm"] << ", aligned " << loss["aligned"] << ", first "
+                            << loss["first"]);
+    BOOST_TEST(loss["fit"] <= loss["mean"], "G=" << G << ": MHA " << mha << ", fit " << loss["fit"] << ", mean "
+                                                 << loss["mean"] << ", mean-norm " << loss["mean-norm"] << ", aligned "
+                                                 << loss["aligned"] << ", first " << loss["first"]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conversion_reproduces_the_reference) {
+  H5File f = H5File::open_read(parity_fixture("convert_mha.h5"));
+  GPT src(read_model_config(f));
+  read_model_weights(f, src);
+  Index x, y;
+  Shape s;
+  std::vector<int32_t> tok = f.read_ints("/tokens", &s);
+  x.shape = y.shape = {s[0], s[1] - 1};
+  for (int64_t b = 0; b < s[0]; b++)
+    for (int64_t t = 0; t + 1 < s[1]; t++) x.data.push_back(tok[b * s[1] + t]), y.data.push_back(tok[b * s[1] + t + 1]);
+  for (auto [method, G] : {std::pair{"mean", 2}, std::pair{"mean", 1}, std::pair{"first", 2}}) {
+    const std::string g = std::string("/expected/convert/") + method + "_kv" + std::to_string(G);
+    auto out = convert_kv_heads(src, G, by(method));
+    BOOST_TEST(out->config().n_kv_head == G);
+    for (const auto& [name, p] : out->named_parameters())
+      BOOST_TEST(p.val().to_vector() == f.read_tensor(g + "/model/" + name).to_vector(), tt::per_element());
+    NoGrad ng;
+    const double loss = out->loss(x, y).item(), want = f.read_attr_double(g, "loss");
+    BOOST_TEST(std::fabs(loss - want) / want < 1e-5, method << " kv" << G << ": loss " << loss << " vs " << want);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_outputs) {
+  for (int64_t G : {2, 1}) {
+    GPTConfig c{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 16,
+                .mlp_hidden = 32, .bias = true};
+    GPT m(c, 3);
+    const int64_t rep = 4 / G;
+    for (auto& [name, p] : m.named_parameters()) {
+      if (name.find(".attn.wk.") == std::string::npos && name.find(".attn.wv.") == std::string::npos) continue;
+      Tensor& t = p.val();
+      t = randn(t.shape(), 77 + t.numel(), 0.3f);
+      const int64_t block = t.numel() / 4;  // one head's rows
+      for (int64_t h = 0; h < 4; h++) std::copy(t.data() + (h / rep) * rep * block, t.data() + ((h / rep) * rep + 1) * block, t.data() + h * block);
+    }
+    Index ids({1, 5, 2, 7, 3, 3, 9, 12, 0, 4, 6, 8, 10, 11, 2, 1}, {2, 8});
+    NoGrad ng;
+    Tensor before = m.forward(ids).val();
+    for (const char* method : {"mean", "first"}) {
+      auto out = convert_kv_heads(m, G, by(method));
+      Tensor after = out->forward(ids).val();
+      double worst = 0;
+      for (int64_t i = 0; i < after.numel(); i++) worst = std::max(worst, double(std::fabs(after[i] - before[i])));
+      BOOST_TEST(worst < 1e-6, method << " G=" << G << ": max |diff| " << worst);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
+  std::unique_ptr<GPT> m = load_model(parity_fixture("gqa.h5")).model;
+  auto same = convert_kv_heads(*m, 2, by("mean"));
+  auto a = m->named_parameters(), b = same->named_parameters();
+  for (size_t i = 0; i < a.size(); i++) BOOST_TEST(a[i].second.val().to_vector() == b[i].second.val().to_vector());
+  auto r = convert_kv_heads(*m, 1, by("random", nullptr, 5));
+  const Tensor& wk = r->blocks[0]->attn->wk->weight.val();
+  double s2 = 0;
+  for (int64_t i = 0; i < wk.numel(); i++) s2 += double(wk[i]) * wk[i];
+  BOOST_TEST(std::sqrt(s2 / wk.numel()) == 0.02, tt::tolerance(0.15));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 3, by("mean")), Error, is_kind(ErrorKind::config));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 4, by("mean")), Error, is_kind(ErrorKind::config));  // 2 -> 4 is not a pooling
+  BOOST_CHECK_EXCEPTION(method("median"), Error, is_kind(ErrorKind::usage));
+  BOOST_CHECK_EXCEPTION(convert_kv_heads(*m, 1, by("fit")), Error, is_kind(ErrorKind::usage));
+  TempDir d;
+  const std::string from = "convert --from " + parity_fixture("gqa.h5");
+  for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
+           {" --kv-heads 3", "cannot convert 2 kv heads to 3"},
+           {" --kv-heads 1 --method median", "--method: median not in {mean,first,random"},
+           {" --kv-heads 1 --grouping best", "--grouping: best not in {contiguous,similar}"},
+           {" --kv-heads 1 --method aligned", "--calib: converting by"},
+           {" --kv-heads 1 --grouping similar", "--calib: converting by"},
+           {" --kv-heads 1 --method fit --calib " + fixture_path("tiny.txt") + " --calib-tokens 100000",
+            "fewer than the 100000 calibration tokens"},
+           {" --kv-heads 1 --method fit --calib " + (d / "missing.txt"), "missing.txt"}}) {
+    Run bad = run_cli(from + args + " --out " + (d / "never.h5"));
+    expect_error(bad, part);
+    BOOST_TEST(!fs::exists(d / "never.h5"), args);
+  }
+  BOOST_TEST(d.listing().empty());
+  // with calibration: written, and the loss stays finite
+  Run ok = run_cli(from + " --kv-heads 1 --method fit --grouping similar --calib " + fixture_path("tiny.txt") +
+                   " --calib-tokens 64 --out " + (d / "fit.h5"));
+  BOOST_TEST(ok.code == 0, ok.err);
+  BOOST_TEST(ok.out.find("by fit (similar groups, calibrated on 64 tokens)") != std::string::npos, ok.out);
+  BOOST_TEST(load_model(d / "fit.h5").model->config().n_kv_head == 1);
+}
+
+BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig pre = tiny_train(40);
+  pre.model.n_kv_head = 4;
+  pre.model.dropout = 0;
+  pre.lr_decay_iters = 40;
+  tapelm::train(pre, shakespeare(), d / "mha", quiet);
+  UptrainOptions o;
+  o.kv_heads = 1;
+  o.fraction = 0.25;
+  o.quiet = true;
+  UptrainResult r = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa", o);
+  BOOST_TEST(r.steps == 10);  // 0.25 × 40
+  BOOST_TEST(H5File::open_read(d / "mqa/checkpoint.h5").read_attr_int("/train", "step") == 10);
+  BOOST_TEST(r.val_loss < r.loss_before, "uptrained " << r.val_loss << " vs converted " << r.loss_before);
+  BOOST_TEST(r.config.model.n_kv_head == 1);
+  // continue: the original run's final learning rate, constant
+  TrainConfig cont = uptrain_config(pre, {.kv_heads = 2, .fraction = 0.1, .schedule = UptrainSchedule::Continue});
+  BOOST_TEST(cont.max_iters == 4);
+  BOOST_TEST(cont.learning_rate == lr_at(40, pre.schedule()));
+  BOOST_TEST(!cont.decay_lr);
+  // a given peak must be one: 0, -1 and NaN were taken silently as "not given" (5e-4 here)
+  BOOST_TEST(uptrain_config(pre, {.kv_heads = 2, .lr = 2e-4}).learning_rate == 2e-4);
+  BOOST_TEST(uptrain_config(pre, {.kv_heads = 2}).learning_rate == pre.learning_rate * 0.5);
+  for (double bad : {0.0, -1.0, std::nan(""), double(INFINITY)})
+    expect_throw([&] { uptrain_config(pre, {.kv_heads = 2, .lr = bad}); }, ErrorKind::usage, {"uptraining learning rate"});
+  // interrupted after its first step (a signal), then resumed: the same weights as in one go
+  o.stop = signal_stop_token();
+  std::raise(SIGINT);
+  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
+  BOOST_TEST(H5File::open_read(d / "mqa2/checkpoint.h5").read_attr_int("/train", "step") == 1);
+  o.stop.clear();
+  o.resume = true;
+  UptrainResult r2 = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
+  BOOST_TEST(r2.val_loss == r.val_loss);
+  H5File a = H5File::open_read(d / "mqa/checkpoint.h5"), b = H5File::open_read(d / "mqa2/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  // α = 0: convert and evaluate only
+  o.resume = false;
+  o.fraction = 0;
+  UptrainResult z = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "zero", o);
+  BOOST_TEST(z.steps == 0);
+  BOOST_TEST(z.val_loss == z.loss_before);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,326 @@
+// The trainer: bit-exact resume, its pieces against train(), loss going down, gradient accumulation,
+// the NaN stop, signals (between micro-batches too), one writer per run directory.
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "train/formats/checkpoint.h"
+#include "train/trainer.h"
+#include "train/study/uptrain.h"
+#include "data/prepare.h"
+#include "test_util.h"
+#include "train/train_config.h"
+
+using namespace tapelm;
+using namespace tapelm::test;
+namespace fs = std::filesystem;
+namespace tt = boost::test_tools;
+
+namespace {
+/// Both checkpoints hold the same weights and AdamW moments, bit for bit.
+void expect_same_weights(const std::string& a_path, const std::string& b_path) {
+  H5File a = H5File::open_read(a_path), b = H5File::open_read(b_path);
+  for (const std::string& n : a.list_datasets_recursive("/model")) {
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+    BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), n);
+  }
+}
+
+/// `tapelm train` of tiny_train(10^6) into d/run with `flags`, sent `signal` after `seconds` (and
+/// SIGKILL 20 s later: a run that ignores the signal fails the test instead of hanging it).
+Run train_until_signal(const TempDir& d, const std::string& flags, const std::string& signal, int seconds) {
+  std::ofstream(d / "cfg.json") << tiny_train(1000000).to_json().dump();
+  return run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
+                     "/corpora/tinyshakespeare.txt --out " + (d / "run") + " " + flags,
+                 "timeout --preserve-status -k 20 -s " + signal + " " + std::to_string(seconds) + " ");
+}
+
+/// "pid <this process's pid>": what a refused writer is told of a lock this test holds.
+std::string this_pid() { return "pid " + std::to_string(::getpid()); }
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(trainer)
+
+BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
+  // AdamW, clipping, dropout 0.1 and a warmup (6 steps) that spans the break at step 4.
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(8), shakespeare(), d / "straight", quiet);
+  tapelm::train(tiny_train(4), shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  TrainResult r = tapelm::train(tiny_train(8), shakespeare(), d / "split", resume);
+  BOOST_TEST(r.steps == 8);
+  auto m1 = read_metrics(d / "straight/metrics.jsonl"), m2 = read_metrics(d / "split/metrics.jsonl");
+  BOOST_TEST_REQUIRE(m1.size() == m2.size());
+  for (size_t i = 0; i < m1.size(); i++) {
+    BOOST_TEST(m1[i]["step"] == m2[i]["step"]);
+    if (m1[i].contains("train_loss")) BOOST_TEST(m1[i]["train_loss"].get<double>() == m2[i]["train_loss"].get<double>());
+  }
+  BOOST_TEST(m1.back()["val_loss_full"].get<double>() == m2.back()["val_loss_full"].get<double>());
+  bool first_half_closed = false;  // the first call's own last step (4) had its closing evaluation
+  for (const auto& rec : m2) first_half_closed |= rec["step"] == 4 && rec.contains("val_loss_full");
+  BOOST_TEST(first_half_closed);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  H5File a = H5File::open_read(d / "straight/checkpoint.h5"), b = H5File::open_read(d / "split/checkpoint.h5");
+  BOOST_TEST(a.read_attr_int("/train", "step") == 8);
+  BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
+}
+
+BOOST_AUTO_TEST_CASE(mapped_shards_train_as_the_text_does_and_resume_bit_exact) {
+  TempDir d;
+  PrepareOptions po;
+  po.texts = {std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt"};
+  po.out_dir = d / "corpus";
+  po.shard_tokens = 300000;  // four train shards: windows cross their boundaries
+  prepare_corpus(po);
+  const Corpus shards = load_corpus(d / "corpus");
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(8), shakespeare(), d / "text", quiet);
+  tapelm::train(tiny_train(8), shards, d / "straight", quiet);
+  tapelm::train(tiny_train(4), shards, d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  BOOST_TEST(tapelm::train(tiny_train(8), shards, d / "split", resume).steps == 8);
+  expect_same_weights(d / "text/checkpoint.h5", d / "straight/checkpoint.h5");
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+}
+
+BOOST_AUTO_TEST_CASE(the_trainers_pieces_make_the_run_train_makes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(3), shakespeare(), d / "whole", quiet);
+  fs::create_directories(d / "parts");
+  std::ofstream(d / "parts/checkpoint.h5.tmp.123") << "left behind by a killed job";
+  Trainer t(tiny_train(3), shakespeare(), d / "parts", quiet);
+  BOOST_TEST(!fs::exists(d / "parts/checkpoint.h5.tmp.123"));
+  for (int i = 0; i < 3; i++) BOOST_TEST(std::isfinite(t.step().loss));
+  BOOST_TEST(t.steps_done() == 3);
+  t.save();
+  H5File a = H5File::open_read(d / "whole/checkpoint.h5"), b = H5File::open_read(d / "parts/checkpoint.h5");
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  BOOST_TEST(b.read_attr_int("/train", "step") == 3);
+}
+
+BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(40);
+  c.model.dropout = 0;
+  c.lr_decay_iters = 40;
+  TrainResult r = tapelm::train(c, shakespeare(), d / "run", quiet);
+  auto m = read_metrics(d / "run/metrics.jsonl");
+  BOOST_TEST(m.front()["val_loss"].get<double>() > r.val_loss + 0.5, "val loss " << m.front()["val_loss"] << " -> " << r.val_loss);
+  BOOST_TEST(m.front()["val_loss"].get<double>() == std::log(65.0), tt::tolerance(0.05));
+  // the final evaluation covers the whole val split: the same number as evaluating the saved
+  // weights afresh, on the last record only
+  std::unique_ptr<GPT> saved = load_model(d / "run/checkpoint.h5").model;
+  BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val));
+  BOOST_TEST(r.val_loss_full != r.val_loss);
+  BOOST_TEST(m.back()["val_loss_full"].get<double>() == r.val_loss_full);
+  for (size_t i = 0; i + 1 < m.size(); i++) BOOST_TEST(!m[i].contains("val_loss_full"), "record " << i);
+  // two micro-batches of 4 accumulate to the step one batch of 8 takes (the sampler draws the
+  // same 8 windows in the same order); equal up to float summation order
+  TrainConfig acc = c, big = c;
+  acc.max_iters = big.max_iters = 1;
+  acc.grad_accum = 2;
+  big.batch_size = 8;
+  tapelm::train(acc, shakespeare(), d / "acc", quiet);
+  tapelm::train(big, shakespeare(), d / "big", quiet);
+  H5File fa = H5File::open_read(d / "acc/checkpoint.h5"), fb = H5File::open_read(d / "big/checkpoint.h5");
+  for (const std::string& n : fa.list_datasets_recursive("/model")) {
+    Tensor a = fa.read_tensor("/model/" + n), b = fb.read_tensor("/model/" + n);
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(); i++) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+    BOOST_TEST(worst < 1e-6, n << ": max |diff| " << worst);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(nan_loss_stops_and_keeps_the_last_checkpoint) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(50);
+  c.learning_rate = c.min_lr = 1e12;  // diverges at once: no warmup, no clipping
+  c.warmup_iters = 0;
+  c.grad_clip = 0;
+  c.checkpoint_interval = 1;
+  try {
+    tapelm::train(c, shakespeare(), d / "run", quiet);
+    BOOST_ERROR("training with lr 1e12 did not stop");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    BOOST_TEST((msg.find("NaN") != std::string::npos || msg.find("Inf") != std::string::npos), msg);
+  }
+  // whatever step it stopped at, the checkpoint on disk is a complete, loadable file
+  BOOST_TEST_REQUIRE(fs::exists(d / "run/checkpoint.h5"));
+  BOOST_CHECK_NO_THROW(load_model(d / "run/checkpoint.h5"));
+  for (const auto& e : fs::directory_iterator(d / "run"))
+    BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos, e.path());
+}
+
+BOOST_AUTO_TEST_CASE(divergence_never_saves_non_finite_weights) {
+  // lr 1e30 (as `--set learning_rate=1e30 --set checkpoint_interval=1`): the first update leaves
+  // huge but finite weights, the next forward a finite loss but non-finite gradients. The update
+  // they would make is refused, so the last checkpoint holds the finite weights of the step before.
+  for (const double grad_clip : {0.0, 1.0}) {
+    BOOST_TEST_CONTEXT("grad_clip " << grad_clip) {
+      TempDir d;
+      TrainOptions quiet;
+      quiet.quiet = true;
+      TrainConfig c = tiny_train(50);
+      c.learning_rate = c.min_lr = 1e30;
+      c.warmup_iters = 0;
+      c.grad_clip = grad_clip;
+      c.checkpoint_interval = 1;
+      std::string msg;
+      try {
+        tapelm::train(c, shakespeare(), d / "run", quiet);
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      BOOST_TEST_REQUIRE(!msg.empty(), "training with lr 1e30 did not stop");
+      BOOST_TEST(msg.find("step ") == 0, msg);
+      GPT model(c.model, 1);
+      const NamedParams params = model.named_parameters();
+      BOOST_TEST(std::any_of(params.begin(), params.end(), [&](const auto& p) { return msg.find(p.first) != std::string::npos; }),
+                 "no parameter named in: " << msg);
+      // the checkpoint on disk is finite everywhere: model and optimizer state load (load checks it)
+      BOOST_TEST_REQUIRE(fs::exists(d / "run/checkpoint.h5"));
+      auto opt = c.make_optimizer(params);
+      TrainState st;
+      BOOST_CHECK_NO_THROW(load_training_checkpoint(H5File::open_read(d / "run/checkpoint.h5"), model, *opt, st));
+      BOOST_TEST(st.step >= 1);
+      BOOST_TEST(msg.find("step " + std::to_string(st.step) + ":") == 0, msg);  // stopped at the step after it
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(sigint_saves_and_exits_cleanly) {
+  TempDir d;
+  Run r = train_until_signal(d, "--set log_interval=50", "INT", 4);
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("stopped by signal at step") != std::string::npos, r.out);
+  H5File f = H5File::open_read(d / "run/checkpoint.h5");
+  BOOST_TEST(f.read_attr_int("/train", "step") > 0);
+  // and it resumes from there
+  Run again = run_cli("train --out " + (d / "run") + " --resume --quiet --set max_iters=" +
+                      std::to_string(f.read_attr_int("/train", "step") + 2) + " --data " +
+                      std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt");
+  BOOST_TEST(again.code == 0, again.err);
+}
+
+BOOST_AUTO_TEST_CASE(a_stop_between_micro_batches_abandons_the_step_and_resumes_bit_exact) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c = tiny_train(4);
+  c.grad_accum = 3;
+  tapelm::train(c, shakespeare(), d / "straight", quiet);
+  // stopped after the first micro-batch of step 3: the checkpoint is step 2's, and resuming from
+  // it gives the uninterrupted run
+  TrainConfig two = c;
+  two.max_iters = 2;
+  tapelm::train(two, shakespeare(), d / "split", quiet);
+  TrainOptions stopping = quiet;
+  stopping.resume = true;
+  stopping.stop = StopToken();  // not quiet's: copies of a token share its flag
+  stopping.stop.request();
+  TrainResult r = tapelm::train(c, shakespeare(), d / "split", stopping);
+  BOOST_TEST(r.interrupted);
+  BOOST_TEST(r.steps == 2);
+  BOOST_TEST(H5File::open_read(d / "split/checkpoint.h5").read_attr_int("/train", "step") == 2);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  BOOST_TEST(tapelm::train(c, shakespeare(), d / "split", resume).steps == 4);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  // a Trainer that goes on after an abandoned step has none of its partial gradients
+  TrainOptions pieces = quiet;
+  pieces.stop = StopToken();
+  Trainer t(c, shakespeare(), d / "pieces", pieces);
+  t.step();
+  pieces.stop.request();
+  const Trainer::Step s = t.step();
+  BOOST_TEST(s.abandoned);
+  BOOST_TEST(t.steps_done() == 1);
+  pieces.stop.clear();
+  for (int i = 0; i < 3; i++) BOOST_TEST(!t.step().abandoned);
+  t.save();
+  expect_same_weights(d / "straight/checkpoint.h5", d / "pieces/checkpoint.h5");
+}
+
+BOOST_AUTO_TEST_CASE(sigterm_is_honoured_between_micro_batches) {
+  // a step of 10^9 micro-batches never ends: the stop must not wait for it
+  TempDir d;
+  Run r = train_until_signal(d, "--set grad_accum=1000000000", "TERM", 3);
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("stopped by signal at step 0") != std::string::npos, r.out);
+  BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_second_writer_is_refused_and_the_first_finishes) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  Trainer first(tiny_train(3), shakespeare(), d / "run", quiet);
+  std::ofstream(d / "run/checkpoint.h5.tmp.999") << "the first writer's checkpoint, being written";
+  expect_throw([&] { Trainer second(tiny_train(5), shakespeare(), d / "run", quiet); }, ErrorKind::train,
+               {d / "run", this_pid()});
+  BOOST_TEST(fs::exists(d / "run/checkpoint.h5.tmp.999"));  // not the second writer's to remove
+  fs::remove(d / "run/checkpoint.h5.tmp.999");
+  BOOST_TEST(first.run().steps == 3);
+  BOOST_TEST(H5File::open_read(d / "run/checkpoint.h5").read_attr_int("/train", "step") == 3);
+  std::vector<int64_t> steps;
+  for (const auto& rec : read_metrics(d / "run/metrics.jsonl")) steps.push_back(rec["step"].get<int64_t>());
+  BOOST_TEST(steps == (std::vector<int64_t>{0, 1, 2, 3}), tt::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(uptrain_locks_its_run_directory) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  tapelm::train(tiny_train(2), shakespeare(), d / "mha", quiet);
+  const DirLock held(d / "up");
+  UptrainOptions o;
+  o.quiet = true;
+  o.known_loss_before = 1;  // no evaluation of the conversion: it is not what is tested
+  for (double alpha : {0.0, 1.0}) {  // α = 0 writes its checkpoint without training
+    o.fraction = alpha;
+    expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "up", o); }, ErrorKind::train,
+                 {d / "up", this_pid()});
+    // the lock comes first, before the source is read and converted: with a source that does not
+    // exist the error is still the lock's (it was the missing file's, after loading, for α > 0)
+    expect_throw([&] { uptrain(d / "missing.h5", shakespeare(), d / "up", o); }, ErrorKind::train, {d / "up", this_pid()});
+  }
+  BOOST_TEST(!fs::exists(d / "up/checkpoint.h5"));
+}
+
+// A resume with nothing to resume from fails before the run directory is made (it was left
+// behind holding .lock); uptrain refuses before converting.
+BOOST_AUTO_TEST_CASE(a_resume_without_a_checkpoint_leaves_nothing_behind) {
+  TempDir d;
+  TrainOptions o;
+  o.quiet = true;
+  o.resume = true;
+  expect_throw([&] { tapelm::train(tiny_train(2), shakespeare(), d / "fresh", o); }, ErrorKind::train,
+               {d / "fresh", "no checkpoint.h5 to resume from"});
+  BOOST_TEST(!fs::exists(d / "fresh"));
+  o.resume = false;
+  tapelm::train(tiny_train(2), shakespeare(), d / "mha", o);
+  UptrainOptions u;
+  u.quiet = true;
+  u.resume = true;
+  u.fraction = 1.0;
+  expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "up", u); }, ErrorKind::train,
+               {d / "up", "no checkpoint.h5 to resume from"});
+  BOOST_TEST(!fs::exists(d / "up"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,28 @@
+#pragma once
+// MHA -> GQA/MQA conversion (Ainslie et al. 2023, §2.1): groups of kv heads become one head, by a
+// method of the table in methods.h. The pipeline, each step as the method's row says:
+//   1. similar grouping: permute kv heads so that alike heads are neighbours (heads.h);
+//   2. aligns: rotate each group's members onto a common reference (heads.h);
+//   3. pool each group's K/V into one, rescaled if the method rescales (merge.h);
+//   4. fits: replace the pooled K/V by the least-squares merge (merge.h).
+// Steps 1 and 2 preserve the source's function, on a copy of it. Everything but the attention's
+// K and V projections is copied (from that copy, so that the rotations stay folded into wq, wo).
+#include <memory>
+
+#include "autograd/error.h"
+#include "nn/gpt.h"
+#include "train/study/convert/calibrate.h"
+#include "train/study/convert/methods.h"
+
+namespace tapelm {
+
+struct ConvertOptions {
+  Variant variant;
+  uint64_t seed = 0;                   // random init
+  const Calibration* calib = nullptr;  // required when conversion_calibrates (calibrate.h)
+};
+
+/// A new model with n_kv_head = G; G must divide the source's n_kv_head.
+std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOptions& o);
+
+}  // namespace tapelm

@@ -1,0 +1,464 @@
+#include "train/study/sweep/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <sstream>
+
+#include "train/study/plot.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+/// A number as the cell files spell it (results.csv copies them).
+std::string num(double v) { return nlohmann::json(v).dump(); }
+
+/// The results looked up by the plan's coordinates.
+struct Table {
+  const SweepPlan& plan;
+  const std::vector<CellResult>& results;
+
+  const CellResult& of(const Cell& c) const {
+    for (const CellResult& r : results)
+      if (r.cell == c) return r;
+    throw Error(ErrorKind::internal, "no result for sweep cell " + c.id());
+  }
+  /// Val loss over the seeds of a converted model.
+  Stat losses(int64_t kv, const Variant& v, double a) const {
+    std::vector<double> out;
+    for (const CellResult& r : results)
+      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12)
+        out.push_back(r.val_loss);
+    return stat(out);
+  }
+  /// Val loss over the seeds of the reference conversion, the paper's mean pooling.
+  Stat mean_losses(int64_t kv, double a) const { return losses(kv, Variant{}, a); }
+  /// Whether the plan converts with this variant.
+  bool has(const Variant& v) const { return std::find(plan.variants.begin(), plan.variants.end(), v) != plan.variants.end(); }
+  /// The cell whose costs (parameters, cache, decoding time) stand for every model with kv heads.
+  const CellResult& costs(int64_t kv) const { return of(plan.find(CellKind::convert, kv, Variant{}, 0)); }
+  /// Decoding time per sample of a kv at a batch size.
+  double ms_per_sample(int64_t kv, int64_t batch) const { return costs(kv).decode.at(batch).ms_per_sample; }
+};
+
+const char* yes(bool b) { return b ? "**yes**" : "**no**"; }
+
+}  // namespace
+
+Stat stat(const std::vector<double>& v) {
+  Stat s;
+  s.n = static_cast<int>(v.size());
+  if (v.empty()) return s;
+  s.lo = *std::min_element(v.begin(), v.end());
+  s.hi = *std::max_element(v.begin(), v.end());
+  for (double x : v) s.mean += x;
+  s.mean /= s.n;
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = s.n > 1 ? std::sqrt(s.sd / (s.n - 1)) : 0;
+  return s;
+}
+
+std::string fmt_stat(const Stat& s) {
+  if (s.n == 0) return "–";
+  if (s.n == 1) return fmt("%.4f", s.mean);
+  return fmt("%.4f", s.mean) + " ± " + fmt("%.4f", s.sd) + " (n=" + std::to_string(s.n) + ")";
+}
+
+void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
+  csv << "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+         "forward_flops_per_token,kv_cache_bytes_per_token";
+  for (int64_t b : plan.preset.decode_batches)
+    csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
+  // a RoPE model's decoding at 4·T, the serving batch (the same context in every row)
+  const int64_t L = results.empty() ? 0 : results.front().decode_long_context, b_hi = plan.preset.decode_batches.back();
+  if (L > 0) csv << ",decode_ms_per_token_step_b" << b_hi << "_ctx" << L << ",decode_ms_per_sample_b" << b_hi << "_ctx" << L;
+  csv << "\n";
+  for (const CellResult& r : results) {
+    const Cell& c = r.cell;
+    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method_name() << "," << num(c.alpha) << ","
+        << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
+        << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
+        << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
+    for (int64_t b : plan.preset.decode_batches)
+      csv << "," << num(r.decode.at(b).ms_per_token_step) << "," << num(r.decode.at(b).ms_per_sample);
+    if (L > 0) csv << "," << num(r.decode_long.at(b_hi).ms_per_token_step) << "," << num(r.decode_long.at(b_hi).ms_per_sample);
+    csv << "\n";
+  }
+}
+
+namespace {
+
+/// The study's shape in one paragraph: data, model, recipe, how losses and decoding were measured.
+void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& ctx) {
+  const SweepPreset& p = plan.preset;
+  const TrainConfig& cfg = p.pretrain;
+  const int64_t P = plan.pretrain_steps;
+  md << "# GQA/MQA uptraining trade-off — preset `" << p.name << "`\n\n";
+  md << "Measured " << ctx.date << " on `" << ctx.data_name << "` (" << ctx.train_tokens << " train / "
+     << ctx.val_tokens << " val tokens). MHA model: " << cfg.model.n_layer << " layers, " << plan.n_head << " heads, d "
+     << cfg.model.n_embd << ", T " << cfg.model.block_size;
+  if (p.from.empty()) md << ", pretrained " << P << " steps of batch " << cfg.batch_size;
+  else md << ", `" << std::filesystem::path(p.from).filename().string() << "` as given (P = " << P
+          << " steps of batch " << cfg.batch_size << " from the training config" << (p.scratch ? "" : "; no models from scratch") << ")";
+  md << ". Uptraining: α × " << P
+     << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
+        "val split in non-overlapping windows. Decode, at a serving shape: a prompt of "
+     << std::max<int64_t>(1, cfg.model.block_size / 2) << " tokens prefilled, then greedy KV-cache generation to T = "
+     << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
+     << " runs each, more until neighbouring KV counts' interquartile ranges separate, within a minute per batch size); the median; ms "
+        "per sample = (prefill + generation time) / batch; batch "
+     << p.decode_batches.back() << " is the serving batch of the findings.";
+  if (cfg.model.pos == PosKind::Rope)
+    md << " The model has RoPE, so decoding is also timed at 4 × T = " << 4 * cfg.model.block_size << " (a prompt of "
+       << 2 * cfg.model.block_size << " tokens, batch " << p.decode_batches.back()
+       << "): positions it was not trained on, a speed measurement only.";
+  if (p.smaller) {
+    const GPTConfig sm = plan.model_for(plan.smaller());
+    md << " A smaller MHA model (d " << sm.n_embd << ", MLP " << sm.mlp_hidden << ", otherwise the same model and recipe) is "
+       << "pretrained too, for the frontier across sizes (the paper's Table 1).";
+  }
+  md << " ± is the sample standard deviation over seeds.\n\n";
+}
+
+/// Table 1: quality and decoding time per kv-head count (mean pooling), and from scratch.
+void write_table1(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const int64_t H = plan.n_head, b_lo = p.decode_batches.front(), b_hi = p.decode_batches.back();
+  const double ha = p.headline_fraction;
+  md << "## Table 1 — quality and decoding time after uptraining with α = " << ha << " (mean pooling)\n\n";
+  const int64_t L = t.costs(H).decode_long_context;
+  md << "| model | KV heads | val loss | perplexity | decode ms/sample (batch " << b_lo << ") | decode ms/sample (batch "
+     << b_hi << ") |";
+  if (L > 0) md << " decode ms/sample (batch " << b_hi << ", context " << L << ") |";
+  md << " KV cache bytes/token | params |\n";
+  md << "|---|---|---|---|---|---|" << (L > 0 ? "---|" : "") << "---|---|\n";
+  auto cost_row = [&](const std::string& name, int64_t kv, const Stat& s, const CellResult& c) {
+    md << "| " << name << " | " << kv << " | " << fmt_stat(s) << " | " << fmt("%.3f", std::exp(s.mean)) << " | "
+       << fmt("%.1f", c.decode.at(b_lo).ms_per_sample) << " | " << fmt("%.2f", c.decode.at(b_hi).ms_per_sample) << " | ";
+    if (L > 0) md << fmt("%.2f", c.decode_long.at(b_hi).ms_per_sample) << " | ";
+    md << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
+  };
+  auto row = [&](const std::string& name, int64_t kv, const Stat& s) { cost_row(name, kv, s, t.costs(kv)); };
+  row("MHA (pretrained, α = 0)", H, stat({t.of(plan.pretrain()).val_loss}));
+  for (int64_t kv : plan.kv_heads)
+    row(plan.kv_name(kv) + (kv == H ? " + α uptraining (same compute)" : ""), kv, t.mean_losses(kv, ha));
+  for (int64_t kv : plan.kv_heads)
+    if (kv < H && p.scratch)
+      row(plan.kv_name(kv) + " from scratch (" + std::to_string(plan.scratch_steps) + " steps)", kv,
+          stat({t.of(plan.scratch(kv)).val_loss}));
+  if (p.smaller) {
+    const CellResult& sm = t.of(plan.smaller());
+    cost_row("smaller MHA (d " + std::to_string(plan.model_for(plan.smaller()).n_embd) + ", pretrained, " +
+                 std::to_string(plan.pretrain_steps) + " steps)",
+             H, stat({sm.val_loss}), sm);
+  }
+}
+
+/// A row per variant, a column per converted kv-head count; `cell` writes one entry.
+void write_method_table(std::ostream& md, const Table& t, const std::function<std::string(const Variant&, int64_t)>& cell) {
+  const SweepPlan& plan = t.plan;
+  md << "| method | grouping |";
+  for (int64_t kv : plan.kv_heads)
+    if (kv < plan.n_head) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (int64_t kv : plan.kv_heads)
+    if (kv < plan.n_head) md << "---|";
+  md << "\n";
+  for (const Variant& v : plan.variants) {
+    md << "| " << v.method->name << " | " << to_string(v.grouping) << " |";
+    for (int64_t kv : plan.kv_heads)
+      if (kv < plan.n_head) md << " " << cell(v, kv) << " |";
+    md << "\n";
+  }
+}
+
+/// Figure 4 as tables: every variant's loss after uptraining (and before), and its conversion time.
+void write_method_tables(std::ostream& md, const Table& t) {
+  const double ha = t.plan.preset.headline_fraction;
+  md << "\n## Figure 4 — conversion methods (val loss after uptraining with α = " << ha << ", over seeds; α = 0, "
+        "before uptraining, in brackets)\n\n";
+  write_method_table(md, t, [&](const Variant& v, int64_t kv) {
+    return fmt_stat(t.losses(kv, v, ha)) + " (" + fmt("%.4f", t.losses(kv, v, 0).mean) + ")";
+  });
+  md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n";
+  write_method_table(md, t, [&](const Variant& v, int64_t kv) {
+    const CellResult& r = t.of(t.plan.find(CellKind::convert, kv, v, 0));
+    return r.convert_seconds ? fmt("%.3f", *r.convert_seconds) : std::string("–");
+  });
+}
+
+/// Figure 5 as a table: mean pooling's loss per α and kv-head count.
+void write_alpha_table(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  md << "\n## Figure 5 — uptraining proportion α (mean pooling, val loss)\n\n| α | steps |";
+  for (int64_t kv : plan.kv_heads) md << " " << plan.kv_name(kv) << " |";
+  md << "\n|---|---|";
+  for (size_t i = 0; i < plan.kv_heads.size(); i++) md << "---|";
+  md << "\n";
+  for (double a : plan.preset.fractions) {
+    md << "| " << a << " | " << std::llround(a * plan.pretrain_steps) << " |";
+    for (int64_t kv : plan.kv_heads) md << " " << fmt("%.4f", t.mean_losses(kv, a).mean) << " |";
+    md << "\n";
+  }
+}
+
+/// The variant with the lowest mean loss at α, with or without the reference (mean pooling).
+std::pair<std::string, double> best_variant(const Table& t, int64_t kv, double a, bool with_reference) {
+  std::string best;
+  double best_loss = INFINITY;
+  for (const Variant& v : t.plan.variants)
+    if ((with_reference || !(v == Variant{})) && t.losses(kv, v, a).mean < best_loss)
+      best_loss = t.losses(kv, v, a).mean, best = v.name();
+  return {best, best_loss};
+}
+
+/// The findings about one converted kv-head count: the paper's Fig. 4 and 5, and against from scratch.
+void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const double ha = p.headline_fraction;
+  const std::string name = plan.kv_name(kv);
+  const double mean = t.mean_losses(kv, ha).mean;
+  const Variant first{&method("first")}, rnd{&method("random")};
+  if (t.has(first) && t.has(rnd)) {
+    const double lf = t.losses(kv, first, ha).mean, lr = t.losses(kv, rnd, ha).mean;
+    md << "- " << name << ": mean pooling beats first head and random init (Fig. 4): " << yes(mean < lf && mean < lr)
+       << " (" << fmt("%.4f", mean) << " vs " << fmt("%.4f", lf) << ", " << fmt("%.4f", lr) << ")\n";
+  }
+  if (plan.variants.size() > 1)
+    for (double a : {0.0, ha}) {  // the best other conversion, at each α on its own
+      const auto [best, best_loss] = best_variant(t, kv, a, false);
+      const double m = t.mean_losses(kv, a).mean;
+      md << "- " << name << ": the best conversion method beats mean pooling at α = " << a << ": " << yes(best_loss < m)
+         << " (" << best << " " << fmt("%.4f", best_loss) << " vs mean " << fmt("%.4f", m) << ")\n";
+    }
+  if (p.scratch) {
+    const auto [best, best_loss] = best_variant(t, kv, ha, true);
+    const double scratch = t.of(plan.scratch(kv)).val_loss;
+    md << "- " << name << ": an uptrained model matches one trained from scratch at equal compute (best conversion "
+       << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
+       << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
+  }
+  const double a0 = t.mean_losses(kv, 0).mean, a1 = t.mean_losses(kv, ha).mean, a2 = t.mean_losses(kv, p.fractions.back()).mean;
+  md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
+     << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()
+     << " adds less than the first step did: " << yes(std::fabs(a1 - a2) < std::fabs(a0 - a1)) << " (→ " << fmt("%.4f", a2) << ")\n";
+}
+
+/// A decoding time as the findings quote it: the median, and the interquartile range when kept.
+std::string fmt_time(const DecodeTime& d) {
+  return fmt("%.2f", d.ms_per_sample) + (d.runs > 0 ? " [" + fmt("%.2f", d.sample_q1) + "–" + fmt("%.2f", d.sample_q3) + "]" : "");
+}
+
+/// How decoding time b compares with a: -1 faster, +1 slower, 0 not resolved (interquartile ranges
+/// overlap). Times from before ranges were kept (runs 0) compare medians (a tie counts as faster);
+/// medians_only says so.
+int compare_times(const DecodeTime& a, const DecodeTime& b, bool& medians_only) {
+  if (a.runs == 0 || b.runs == 0) {
+    medians_only = true;
+    return b.ms_per_sample > a.ms_per_sample ? 1 : -1;
+  }
+  return b.sample_q3 < a.sample_q1 ? -1 : b.sample_q1 > a.sample_q3 ? 1 : 0;
+}
+
+/// Whether each KV count decodes faster than the one above it: yes when every neighbouring pair's
+/// ranges of per-sample times are apart with the smaller KV faster; no when a pair's are apart the
+/// other way; otherwise not resolved (the spread does not order them). The ranges are interquartile
+/// (a run the machine slowed down once does not decide it). Times from before ranges were kept
+/// (runs 0) compare medians and say so. at picks the time (batch, context) from a cell's result.
+std::string decode_falls(const Table& t, const std::function<const DecodeTime&(const CellResult&)>& at) {
+  const std::vector<int64_t>& kvs = t.plan.kv_heads;
+  std::string detail, verdict = "**yes**";
+  bool medians_only = false;
+  for (size_t i = 0; i < kvs.size(); i++) {
+    const DecodeTime& d = at(t.costs(kvs[i]));
+    detail += (i ? ", " : "") + t.plan.kv_name(kvs[i]) + " " + fmt_time(d);
+    if (i == 0) continue;
+    const int c = compare_times(at(t.costs(kvs[i - 1])), d, medians_only);
+    if (c > 0) verdict = "**no**";
+    else if (c == 0 && verdict == "**yes**") verdict = "not resolved (interquartile ranges overlap)";
+  }
+  return verdict + " (ms per sample, median [interquartile range]: " + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
+}
+
+/// The frontier across sizes (the paper's Table 1): does a converted model (its best conversion at
+/// the headline α) have a lower loss than the smaller MHA model while decoding at least as fast at
+/// the serving batch (faster, or interquartile ranges overlapping)?
+std::string frontier(const Table& t, int64_t b) {
+  const SweepPlan& plan = t.plan;
+  const double ha = plan.preset.headline_fraction;
+  const CellResult& sm = t.of(plan.smaller());
+  const DecodeTime& ds = sm.decode.at(b);
+  std::vector<std::string> winners;
+  std::string detail;
+  bool medians_only = false;
+  for (int64_t kv : plan.kv_heads) {
+    if (kv == plan.n_head) continue;
+    const auto [best, loss] = best_variant(t, kv, ha, true);
+    const DecodeTime& d = t.costs(kv).decode.at(b);
+    const int c = compare_times(ds, d, medians_only);
+    const bool better = loss < sm.val_loss;
+    detail += "; " + plan.kv_name(kv) + " (" + best + ") " + fmt("%.4f", loss) + " at " + fmt_time(d) + ": " +
+              (better ? "better" : "worse") + ", " + (c < 0 ? "faster" : c > 0 ? "slower" : "as fast within the spread");
+    if (better && c <= 0) winners.push_back(plan.kv_name(kv));
+  }
+  std::string w;
+  for (const std::string& x : winners) w += (w.empty() ? "" : ", ") + x;
+  return std::string(winners.empty() ? "**no**" : "**yes**, " + w) + " (smaller MHA " + fmt("%.4f", sm.val_loss) + " at " +
+         fmt_time(ds) + " ms per sample" + detail + (medians_only ? "; medians only, no ranges recorded" : "") + ")";
+}
+
+/// The paper's findings checked on these numbers: per kv-head count, GQA against MQA, decoding time.
+void write_findings(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const std::vector<int64_t>& kvs = plan.kv_heads;
+  const double ha = plan.preset.headline_fraction, pre = t.of(plan.pretrain()).val_loss;
+  const int64_t b_hi = plan.preset.decode_batches.back();
+  md << "\n## The paper's findings, checked here\n\n";
+  for (int64_t kv : kvs)
+    if (kv != plan.n_head) write_kv_findings(md, t, kv);
+  if (kvs.size() >= 3) {
+    const int64_t g = kvs[1];
+    const double gap_g0 = t.mean_losses(g, 0).mean - pre, gap_m0 = t.mean_losses(1, 0).mean - pre;
+    md << "- At α = 0 the converted " << plan.kv_name(g) << " loses less than MQA (GQA is usable before uptraining, Fig. 5): "
+       << yes(gap_g0 < gap_m0) << " (+" << fmt("%.4f", gap_g0) << " vs +" << fmt("%.4f", gap_m0) << " over MHA)\n";
+    const double mha = t.mean_losses(plan.n_head, ha).mean, gq = t.mean_losses(g, ha).mean, mq = t.mean_losses(1, ha).mean;
+    md << "- After uptraining, " << plan.kv_name(g) << " sits between MQA and MHA in quality (Table 1): "
+       << yes(gq <= mq && gq >= mha - 0.01) << " (MHA " << fmt("%.4f", mha) << ", " << plan.kv_name(g) << " "
+       << fmt("%.4f", gq) << ", MQA " << fmt("%.4f", mq) << ")\n";
+  }
+  md << "- Decoding time per sample falls as KV heads are removed (batch " << b_hi << ", Fig. 6): "
+     << decode_falls(t, [&](const CellResult& r) -> const DecodeTime& { return r.decode.at(b_hi); }) << "\n";
+  const int64_t L = t.costs(plan.n_head).decode_long_context;
+  if (L > 0)
+    md << "- ... and at 4 × the trained context (" << L << " tokens, batch " << b_hi << "; speed only): "
+       << decode_falls(t, [&](const CellResult& r) -> const DecodeTime& { return r.decode_long.at(b_hi); }) << "\n";
+  if (plan.preset.smaller)
+    md << "- A converted model beats the smaller MHA model at equal or lower decoding time (batch " << b_hi
+       << "; the frontier across sizes, Table 1): " << frontier(t, b_hi) << "\n";
+}
+
+}  // namespace
+
+void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
+                     const ReportContext& ctx) {
+  const Table t{plan, results};
+  write_header(md, plan, ctx);
+  write_table1(md, t);
+  write_method_tables(md, t);
+  write_alpha_table(md, t);
+  write_findings(md, t);
+  md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
+        "`fig_methods.png` (Fig. 4). Every cell: `results.csv`.\n";
+}
+
+void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results) {
+  const Table t{plan, results};
+  const SweepPreset& p = plan.preset;
+  const std::vector<int64_t>& kvs = plan.kv_heads;
+  const double ha = p.headline_fraction;
+  const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat",
+                 sd = out / "smaller.dat";
+  {
+    std::ofstream f(td);
+    // columns: decode ms/sample at the smallest and largest batch, mean pooling's loss, the KV
+    // name, the best conversion's loss and its name (MHA: mean pooling's own row)
+    for (int64_t kv : kvs) {
+      const auto [best, best_loss] =
+          kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
+      f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
+        << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " " << best << "\n";
+    }
+    if (p.smaller) {
+      const CellResult& sm = t.of(plan.smaller());
+      std::ofstream sf(sd);
+      sf << sm.decode.at(p.decode_batches.front()).ms_per_sample << " " << sm.decode.at(p.decode_batches.back()).ms_per_sample
+         << " " << sm.val_loss << " smaller-MHA\n";
+    }
+    std::ofstream a(ad);
+    for (double al : p.fractions) {
+      a << al;
+      for (int64_t kv : kvs) a << " " << t.mean_losses(kv, al).mean;
+      a << "\n";
+    }
+    std::ofstream m(mdat);
+    m << "kv";
+    for (const Variant& v : plan.variants) m << " " << v.name();
+    m << "\n";
+    for (int64_t kv : kvs)
+      if (kv < plan.n_head) {
+        m << plan.kv_name(kv);
+        for (const Variant& v : plan.variants) m << " " << t.losses(kv, v, ha).mean;
+        m << "\n";
+      }
+  }
+  // The best conversion's method(s), named once in the key rather than at every point (the
+  // points sit close together and their labels covered each other).
+  std::vector<std::string> best_list;
+  for (int64_t kv : kvs)
+    if (kv < plan.n_head) {
+      const std::string b = best_variant(t, kv, ha, true).first;
+      if (std::find(best_list.begin(), best_list.end(), b) == best_list.end()) best_list.push_back(b);
+    }
+  std::string best_names;
+  for (const std::string& b : best_list) best_names += (best_names.empty() ? "" : ", ") + b;
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 1100,560 font 'sans,11'\nset grid\n";
+  gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
+  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion"
+     << (p.smaller ? "; a smaller MHA model" : "") << ")'\n"
+     << "set xlabel 'decode time per sample (ms)'\n"
+     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key outside right top\n";
+  gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
+     << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
+     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
+     << "title 'best conversion (" << best_names << "), batch " << p.decode_batches.back()
+     << "', '' every ::1 using 2:5:4 with labels left offset 1,0 font ',9' tc rgb '#c0392b' notitle";
+  if (p.smaller)
+    gp << ", " << gp_quote(sd.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
+       << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
+       << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,-1 font ',9' notitle";
+  gp << "\n";
+  gp << "unset logscale x\nset output " << gp_quote((out / "fig_alpha.png").string()) << "\n";
+  gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\n";
+  gp << "plot ";
+  for (size_t i = 0; i < kvs.size(); i++)
+    gp << (i ? ", " : "") << gp_quote(ad.string()) << " using 1:" << i + 2 << " with linespoints lw 2 pt 7 title '"
+       << plan.kv_name(kvs[i]) << "'";
+  // One colour per method, whatever its grouping; the similar grouping hatched. The key stands
+  // outside the bars: a study of every method has up to 13 of them per cluster.
+  static const char* const colours[] = {"#7f3fbf", "#2a9d8f", "#8ecae6", "#e9a23b",
+                                        "#d4c22a", "#2f6fb0", "#d7301f", "#555555"};
+  gp << "\nset output " << gp_quote((out / "fig_methods.png").string()) << "\n";
+  gp << "set terminal pngcairo size 1100,560 font 'sans,11'\n";
+  gp << "set title 'Conversion methods after uptraining (alpha = " << ha << ")'\nset xlabel ''\n"
+     << "set style data histograms\nset style histogram clustered gap 1\n"
+     << "set key outside right top\nset yrange [*:*]\n";
+  gp << "plot ";
+  for (size_t i = 0; i < plan.variants.size(); i++) {
+    const Variant& v = plan.variants[i];
+    const size_t c = static_cast<size_t>(std::find(p.methods.begin(), p.methods.end(), v.method->name) - p.methods.begin());
+    gp << (i ? ", " : "") << gp_quote(mdat.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)")
+       << " title columnheader lc rgb '" << colours[c % std::size(colours)] << "' fill "
+       << (v.grouping == Grouping::Contiguous ? "solid 0.85" : "pattern 4") << " border -1";
+  }
+  gp << "\n";
+  run_gnuplot(gp.str());
+  for (const fs::path& f : {td, ad, mdat, sd}) fs::remove(f);
+}
+
+}  // namespace tapelm

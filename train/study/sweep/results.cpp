@@ -1,0 +1,120 @@
+#include "train/study/sweep/results.h"
+
+#include <optional>
+
+namespace tapelm {
+
+namespace {
+
+const char* const step_key = "ms_per_token_step_b";
+const char* const sample_key = "ms_per_sample_b";
+const char* const q1_key = "ms_per_sample_q1_b";
+const char* const q3_key = "ms_per_sample_q3_b";
+const char* const runs_key = "runs_b";
+
+/// The batch size of key = <prefix><name><digits>; nothing when the key is another.
+std::optional<int64_t> batch_of(const std::string& key, const std::string& prefix, const char* name) {
+  const std::string head = prefix + name;
+  if (!key.starts_with(head) || key.size() == head.size() || key.size() - head.size() > 9) return std::nullopt;
+  int64_t b = 0;
+  for (size_t i = head.size(); i < key.size(); i++) {
+    if (key[i] < '0' || key[i] > '9') return std::nullopt;
+    b = 10 * b + (key[i] - '0');
+  }
+  return b;
+}
+
+}  // namespace
+
+nlohmann::json decode_times_to_json(const DecodeTimes& d, const std::string& prefix) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [b, t] : d) {
+    const std::string n = std::to_string(b);
+    j[prefix + step_key + n] = t.ms_per_token_step;
+    j[prefix + sample_key + n] = t.ms_per_sample;
+    if (t.runs > 0) {
+      j[prefix + q1_key + n] = t.sample_q1;
+      j[prefix + q3_key + n] = t.sample_q3;
+      j[prefix + runs_key + n] = t.runs;
+    }
+  }
+  return j;
+}
+
+DecodeTimes decode_times_from_json(const nlohmann::json& j, const std::string& prefix) {
+  DecodeTimes d;
+  for (const auto& [k, v] : j.items()) {
+    if (auto b = batch_of(k, prefix, step_key)) d[*b].ms_per_token_step = v.get<double>();
+    else if (auto b = batch_of(k, prefix, sample_key)) d[*b].ms_per_sample = v.get<double>();
+    else if (auto b = batch_of(k, prefix, q1_key)) d[*b].sample_q1 = v.get<double>();
+    else if (auto b = batch_of(k, prefix, q3_key)) d[*b].sample_q3 = v.get<double>();
+    else if (auto b = batch_of(k, prefix, runs_key)) d[*b].runs = v.get<int>();
+  }
+  return d;
+}
+
+nlohmann::json ShapeDecodeTimes::to_json() const {
+  nlohmann::json j = decode_times_to_json(decode);
+  if (long_context > 0) {
+    j["decode_long_context"] = long_context;
+    j.update(decode_times_to_json(decode_long, "decode_long_"));
+  }
+  return j;
+}
+
+ShapeDecodeTimes ShapeDecodeTimes::from_json(const nlohmann::json& j) {
+  ShapeDecodeTimes s{.decode = decode_times_from_json(j)};
+  if (j.contains("decode_long_context")) {
+    s.long_context = j["decode_long_context"].get<int64_t>();
+    s.decode_long = decode_times_from_json(j, "decode_long_");
+  }
+  return s;
+}
+
+nlohmann::json CellResult::to_json() const {
+  nlohmann::json j{{"id", cell.id()},
+                   {"kind", cell_kind_name(cell.kind)},
+                   {"kv_heads", cell.kv},
+                   {"method", cell.method_name()},
+                   {"alpha", cell.alpha},
+                   {"seed", cell.seed},
+                   {"steps", cell.steps},
+                   {"schedule", schedule},
+                   {"val_loss", val_loss},
+                   {"loss_before", loss_before ? nlohmann::json(*loss_before) : nlohmann::json()},
+                   {"perplexity", perplexity},
+                   {"train_seconds", train_seconds},
+                   {"params", params},
+                   {"forward_flops_per_token", forward_flops_per_token},
+                   {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
+  if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
+  j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long}.to_json());
+  return j;
+}
+
+CellResult CellResult::from_json(const nlohmann::json& j) {
+  CellResult r;
+  const CellKind kind = parse_cell_kind(j.at("kind").get<std::string>());
+  r.cell = {kind,
+            j.at("kv_heads").get<int64_t>(),
+            kind == CellKind::convert ? Variant::parse(j.at("method").get<std::string>()) : Variant{},
+            j.at("alpha").get<double>(),
+            j.at("seed").get<int>(),
+            j.at("steps").get<int64_t>()};
+  r.schedule = j.at("schedule").get<std::string>();
+  r.val_loss = j.at("val_loss").get<double>();
+  if (j.at("loss_before").is_number()) r.loss_before = j["loss_before"].get<double>();
+  r.perplexity = j.at("perplexity").get<double>();
+  r.train_seconds = j.at("train_seconds").get<double>();
+  if (j.contains("convert_seconds")) r.convert_seconds = j["convert_seconds"].get<double>();
+  r.params = j.at("params").get<int64_t>();
+  r.forward_flops_per_token = j.at("forward_flops_per_token").get<double>();
+  r.kv_cache_bytes_per_token = j.at("kv_cache_bytes_per_token").get<int64_t>();
+  ShapeDecodeTimes d = ShapeDecodeTimes::from_json(j);
+  r.decode = std::move(d.decode);
+  r.decode_long_context = d.long_context;
+  r.decode_long = std::move(d.decode_long);
+  return r;
+}
+
+}  // namespace tapelm

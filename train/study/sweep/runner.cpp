@@ -1,0 +1,451 @@
+#include "train/study/sweep/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "data/dataset.h"
+#include "data/io.h"
+#include "data/sampler.h"
+#include "nn/accounting.h"
+#include "train/bench.h"
+#include "train/formats/checkpoint.h"
+#include "train/study/plot.h"
+#include "train/run_dir.h"
+#include "train/study/sweep/report.h"
+#include "train/study/sweep/results.h"
+#include "train/trainer.h"
+#include "train/study/uptrain.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string fmt_eta(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char b[32];
+  if (t >= 3600) std::snprintf(b, sizeof b, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+  else std::snprintf(b, sizeof b, "%ldm%02lds", t / 60, t % 60);
+  return b;
+}
+
+/// Writes beside the file and renames, so that an interrupted sweep never leaves half a file.
+void write_atomic(const fs::path& p, const std::string& text) { write_file_atomic(p.string(), text); }
+
+void write_json_atomic(const fs::path& p, const json& j) { write_atomic(p, j.dump(1) + "\n"); }
+
+/// A state file of the sweep (sweep.json, cells/*.json, decode/*.json): a regular file of at most
+/// a megabyte holding one JSON object; anything else is a data Error naming the file and saying
+/// how to recover (the file is the sweep's own, so a bad one was damaged: remove it and re-run).
+json read_json(const fs::path& p) {
+  const std::string path = p.string(), fix = " (remove it and run the sweep again to redo what it held)";
+  require_regular_file(path, "sweep state file");
+  std::error_code ec;
+  if (fs::file_size(p, ec) > (1u << 20)) throw Error(ErrorKind::data, path + ": over a megabyte, not a sweep state file" + fix);
+  try {
+    json j = parse_config_json(read_file_bytes(path, "sweep state file"), path);
+    if (!j.is_object()) throw Error(ErrorKind::data, path + ": not a JSON object");
+    return j;
+  } catch (const Error& e) {
+    throw Error(ErrorKind::data, std::string(e.what()) + fix);
+  }
+}
+
+/// A finished cell's result file: it must hold that cell's result.
+CellResult read_cell(const fs::path& p, const Cell& c) {
+  const json j = read_json(p);
+  CellResult r;
+  try {
+    r = CellResult::from_json(j);
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::data, p.string() + ": not a cell result (" + cut_for_message(e.what(), 160) +
+                                     "); remove it and run the sweep again to redo the cell");
+  }
+  if (!(r.cell == c))
+    throw Error(ErrorKind::data, p.string() + ": holds cell " + cut_for_message(r.cell.id()) + ", not " + c.id() +
+                                     "; remove it and run the sweep again to redo the cell");
+  return r;
+}
+
+/// OUT/{runs,cells,decode}/ and OUT/sweep.json, locked for the whole sweep (OUT/.lock; each cell's
+/// run directory has its own lock, a separate file, so they do not collide); refuses a directory
+/// that holds another configuration.
+struct SweepDirs {
+  DirLock lock;  // first: a second sweep on OUT fails before anything in it is touched
+  fs::path out, runs, cells, decode;
+
+  SweepDirs(const std::string& out_dir, const json& stamp_meta)
+      : lock(out_dir), out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
+    std::error_code ec;
+    for (const fs::path& d : {out, runs, cells, decode}) {
+      fs::create_directories(d, ec);
+      if (!fs::is_directory(d)) throw Error(ErrorKind::io, d.string() + ": cannot create the sweep directory");
+    }
+    const fs::path stamp = out / "sweep.json";
+    if (fs::exists(stamp) || fs::is_symlink(stamp)) {
+      json old = read_json(stamp);
+      if (!old.contains("config") || old["config"] != stamp_meta["config"])
+        throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
+                                 old.value("preset", std::string("?")) + "); use another --out");
+    } else {
+      write_json_atomic(stamp, stamp_meta);
+    }
+  }
+  fs::path cell_file(const Cell& c) const { return cells / (c.id() + ".json"); }
+  bool finished(const Cell& c) const { return fs::exists(cell_file(c)); }
+};
+
+/// The first and third quartiles of v (linear interpolation between order statistics).
+std::pair<double, double> quartiles(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(pos);
+    const double f = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+  };
+  return {at(0.25), at(0.75)};
+}
+
+/// The decoding times' file name of a cell's model shape: kv<KV> for the study's model, smaller for
+/// the smaller MHA model.
+std::string shape_key(const Cell& c) { return c.kind == CellKind::smaller ? "smaller" : "kv" + std::to_string(c.kv); }
+
+/// Decoding times of every model shape of the study (each KV count; the smaller MHA model),
+/// measured once and kept in OUT/decode/<shape>.json (every cell of a shape decodes alike).
+/// Measured at the serving shape — a prompt of T/2 tokens prefilled, then T/2 greedy steps — at
+/// each batch size, and for a RoPE model also at 4·T (prompt 2·T, the serving batch): every shape
+/// in turn, run after run (so that a slow spell of the machine hits them alike), repeated until
+/// every neighbouring pair of KV counts has interquartile ranges apart, or the rounds or the time
+/// run out.
+class DecodeTimer {
+ public:
+  DecodeTimer(const SweepPlan& plan, fs::path dir) : plan_(plan), dir_(std::move(dir)) {
+    for (int64_t kv : plan.kv_heads) shapes_.push_back({kv, plan.find(CellKind::convert, kv, Variant{}, 0)});
+    if (plan.preset.smaller) shapes_.push_back({0, plan.smaller()});
+  }
+
+  const ShapeDecodeTimes& times(const Cell& c) {
+    const std::string key = shape_key(c);
+    auto known = cache_.find(key);
+    if (known != cache_.end()) return known->second;
+    const fs::path f = dir_ / (key + ".json");
+    if (fs::exists(f)) {
+      try {
+        ShapeDecodeTimes t = ShapeDecodeTimes::from_json(read_json(f));
+        if (complete(t)) return cache_[key] = t;  // else timed before this study's shapes were: again
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(ErrorKind::data, f.string() + ": not a decode time file (" + cut_for_message(e.what(), 160) + ")");
+      }
+    }
+    measure_all();
+    return cache_.at(key);
+  }
+
+ private:
+  struct Shape {
+    int64_t kv;  // 0: not on the KV ladder (the smaller model)
+    Cell cell;
+  };
+  using Series = std::map<std::string, std::vector<double>>;
+
+  int64_t long_context() const {
+    const GPTConfig& m = plan_.preset.pretrain.model;
+    return m.pos == PosKind::Rope ? 4 * m.block_size : 0;
+  }
+  bool complete(const ShapeDecodeTimes& t) const {
+    for (int64_t b : plan_.preset.decode_batches)
+      if (!t.decode.count(b)) return false;
+    return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back()));
+  }
+
+  /// Every shape at one batch and context, interleaved; the median and quartiles per shape.
+  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context) {
+    const int64_t P = std::max<int64_t>(1, context / 2);
+    const int min_rounds = std::max(3, plan_.preset.decode_iters), max_rounds = 5 * min_rounds;
+    Series sample_ms, step_ms;
+    const auto t0 = Clock::now();
+    for (int round = 0; round < max_rounds; round++) {
+      for (const Shape& s : shapes_) {
+        GPTConfig m = plan_.model_for(s.cell);
+        m.block_size = std::max(m.block_size, context);  // RoPE: the tables reach the long context
+        const DecodeResult r = bench_decode_shape(m, {b, P, context}, 1, round == 0 ? 1 : 0, 1);
+        const std::string k = shape_key(s.cell);
+        step_ms[k].push_back(r.step_median_s * 1e3);
+        sample_ms[k].push_back((r.prefill_median_s + r.step_median_s * static_cast<double>(context - P)) * 1e3 / static_cast<double>(b));
+      }
+      if (round + 1 < min_rounds) continue;
+      bool separated = true;
+      for (size_t i = 1; i < shapes_.size(); i++) {
+        if (shapes_[i].kv == 0) continue;
+        const auto [a1, a3] = quartiles(sample_ms[shape_key(shapes_[i - 1].cell)]);
+        const auto [c1, c3] = quartiles(sample_ms[shape_key(shapes_[i].cell)]);
+        separated = separated && (c3 < a1 || c1 > a3);
+      }
+      if (separated || seconds_since(t0) > 60) break;
+    }
+    std::map<std::string, DecodeTime> out;
+    for (auto& [k, s] : sample_ms) {
+      std::vector<double>& st = step_ms[k];
+      std::sort(s.begin(), s.end());
+      std::sort(st.begin(), st.end());
+      const size_t n = s.size();
+      auto med = [n](const std::vector<double>& v) { return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]); };
+      const auto [q1, q3] = quartiles(s);
+      out[k] = {med(st), med(s), q1, q3, static_cast<int>(n)};
+    }
+    return out;
+  }
+
+  void measure_all() {
+    std::map<std::string, ShapeDecodeTimes> d;
+    const int64_t T = plan_.preset.pretrain.model.block_size, L = long_context();
+    for (int64_t b : plan_.preset.decode_batches)
+      for (auto& [k, t] : measure(b, T)) d[k].decode[b] = t;
+    if (L > 0) {
+      const int64_t b = plan_.preset.decode_batches.back();
+      for (auto& [k, t] : measure(b, L)) {
+        d[k].long_context = L;
+        d[k].decode_long[b] = t;
+      }
+    }
+    for (auto& [k, t] : d) {
+      write_json_atomic(dir_ / (k + ".json"), t.to_json());
+      cache_[k] = t;
+    }
+  }
+
+  const SweepPlan& plan_;
+  fs::path dir_;
+  std::vector<Shape> shapes_;
+  std::map<std::string, ShapeDecodeTimes> cache_;
+};
+
+/// The converted model before uptraining is the same for every α and seed (but for random init,
+/// which depends on the seed): it is evaluated once.
+std::string conversion_key(const Cell& c) {
+  return std::to_string(c.kv) + c.variant.name() + (c.variant.method->fresh ? "_s" + std::to_string(c.seed) : "");
+}
+
+/// What running one cell gives.
+struct CellRun {
+  bool interrupted = false;
+  double val_loss = 0, train_seconds = 0;
+  std::optional<double> loss_before, convert_seconds;
+};
+
+/// Pretraining or training from scratch, then the whole val split outside the timed training.
+CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, const fs::path& run_dir,
+                   const std::string& label, bool quiet, const StopToken& stop) {
+  const TrainConfig tcfg = plan.train_config_for(c);
+  TrainOptions o;
+  o.quiet = quiet;
+  o.label = label;
+  o.resume = fs::exists(run_dir / "checkpoint.h5");
+  o.stop = stop;
+  o.final_eval = false;  // evaluated below, outside the timed training
+  TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
+  if (tr.interrupted) return {.interrupted = true};
+  std::unique_ptr<GPT> m = load_model((run_dir / "checkpoint.h5").string()).model;
+  CellRun r{.val_loss = evaluate_split(*m, corpus.val), .train_seconds = tr.seconds};
+  try {
+    plot_run(run_dir.string());
+  } catch (const std::exception& e) {
+    if (!quiet) std::printf("%sno loss plot: %s\n", label.c_str(), e.what());
+  }
+  return r;
+}
+
+/// The MHA row of a study that starts from a given model: the checkpoint copied as the row's own
+/// (the conversions read it from there, as they read a pretrained one), then the whole val split.
+CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  const fs::path ck = run_dir / "checkpoint.h5";
+  commit_files({{ck.string(), [&](const std::string& tmp) {
+                   fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+                   if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
+                 }}});
+  std::unique_ptr<GPT> m = load_model(ck.string()).model;
+  return {.val_loss = evaluate_split(*m, corpus.val)};
+}
+
+/// A given model and the corpus must agree: the corpus tokenized by the model's tokenizer (when the
+/// checkpoint holds one), its ids within the model's vocabulary.
+void check_source(const std::string& from, const Corpus& corpus, const std::string& data_path, int64_t vocab_size) {
+  if (corpus.tok.vocab_size() > vocab_size)
+    throw Error(ErrorKind::data, data_path + ": its tokenizer has " + std::to_string(corpus.tok.vocab_size()) + " ids, more than the " +
+                                     std::to_string(vocab_size) + " of " + from + "'s vocabulary (prepare it with the model's tokenizer)");
+  const H5File f = H5File::open_read(from);
+  if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
+    throw Error(ErrorKind::data, data_path + ": tokenized otherwise than by " + from +
+                                     "'s tokenizer (prepare it with --tokenizer-model and the model's tokenizer file)");
+}
+
+/// Converting the pretrained checkpoint and uptraining it; known_loss_before skips re-evaluating the conversion.
+CellRun uptrain_cell(const Cell& c, const SweepPlan& plan, const std::string& pretrained, const Corpus& corpus,
+                     const fs::path& run_dir, const std::string& label, std::optional<double> known_loss_before,
+                     const StopToken& stop) {
+  UptrainOptions o = plan.uptrain_options_for(c);
+  o.resume = fs::exists(run_dir / "checkpoint.h5") && c.steps > 0;
+  o.quiet = true;
+  o.label = label;
+  o.stop = stop;
+  if (known_loss_before) o.known_loss_before = *known_loss_before;
+  UptrainResult u = uptrain(pretrained, corpus, run_dir.string(), o);
+  if (stop.requested()) return {.interrupted = true, .loss_before = u.loss_before};
+  return {.val_loss = u.val_loss, .train_seconds = u.seconds, .loss_before = u.loss_before,
+          .convert_seconds = u.convert_seconds};
+}
+
+}  // namespace
+
+bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet,
+               const StopToken& stop) {
+  const auto t0 = Clock::now();
+  Corpus corpus = load_corpus(data_path);
+  SweepPreset preset = p;
+  if (p.from.empty()) preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
+  preset.pretrain.validate();
+  const TrainConfig& cfg = preset.pretrain;
+  const std::string data_name = fs::path(data_path).filename().string();
+  const SweepPlan plan(preset);  // first: an unknown method is refused before OUT is touched
+  if (!p.from.empty()) check_source(p.from, corpus, data_path, p.pretrain.model.vocab_size);
+  // so is a corpus too short to train on
+  check_window_fits(corpus.train.size(), cfg.model.block_size, data_path + ": the train split");
+  check_window_fits(corpus.val.size(), cfg.model.block_size, data_path + ": the val split");
+  json stamp{{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}};
+  if (!p.from.empty()) stamp["config"]["from"] = fs::path(p.from).filename().string();
+  if (!p.scratch) stamp["config"]["scratch"] = false;
+  const SweepDirs dirs(out_dir, stamp);
+
+  // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
+  const double eval_cost = 40;
+  double total = 0, done = 0;
+  for (const Cell& c : plan.cells) {
+    total += c.steps + eval_cost;
+    if (dirs.finished(c)) done += c.steps + eval_cost;
+  }
+  const double done_at_start = done;
+  if (!quiet) {
+    std::string kvs;
+    for (int64_t k : plan.kv_heads) kvs += (kvs.empty() ? "" : ", ") + std::to_string(k);
+    std::printf("sweep %s: %zu cells (%ld pretraining steps, KV in {%s}) in %s%s\n", p.name.c_str(), plan.cells.size(),
+                static_cast<long>(plan.pretrain_steps), kvs.c_str(), out_dir.c_str(),
+                done > 0 ? " (resuming: finished cells are skipped)" : "");
+  }
+
+  DecodeTimer decode(plan, dirs.decode);
+  const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
+  std::map<std::string, double> converted_loss;
+  for (const Cell& c : plan.cells)
+    if (c.kind == CellKind::convert && dirs.finished(c)) {
+      const CellResult r = read_cell(dirs.cell_file(c), c);
+      if (!r.loss_before)
+        throw Error(ErrorKind::data, dirs.cell_file(c).string() + ": a converted cell without loss_before; remove it and run "
+                                                                   "the sweep again to redo the cell");
+      converted_loss[conversion_key(c)] = *r.loss_before;
+    }
+  size_t index = 0;
+  for (const Cell& c : plan.cells) {
+    index++;
+    if (dirs.finished(c)) continue;
+    const fs::path run_dir = dirs.runs / c.id();
+    const std::string label = "[" + std::to_string(index) + "/" + std::to_string(plan.cells.size()) + " " + c.id() + "] ";
+    const auto tc = Clock::now();
+    CellRun run;
+    if (c.kind == CellKind::convert) {
+      auto known = converted_loss.find(conversion_key(c));
+      run = uptrain_cell(c, plan, pre_ck, corpus, run_dir, label,
+                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
+      if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
+    } else if (c.kind == CellKind::pretrain && !p.from.empty()) {
+      run = source_cell(p.from, corpus, run_dir);
+    } else {
+      run = train_cell(c, plan, corpus, run_dir, label, quiet, stop);
+    }
+    if (run.interrupted) return false;
+    const ModelCost cost = model_cost(plan.model_for(c));
+    const ShapeDecodeTimes& times = decode.times(c);
+    CellResult r{.cell = c,
+                 .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
+                 .val_loss = run.val_loss,
+                 .loss_before = run.loss_before,
+                 .perplexity = std::exp(run.val_loss),
+                 .train_seconds = run.train_seconds,
+                 .convert_seconds = run.convert_seconds,
+                 .params = cost.params,
+                 .forward_flops_per_token = cost.forward_flops_per_token,
+                 .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
+                 .decode = times.decode,
+                 .decode_long_context = times.long_context,
+                 .decode_long = times.decode_long};
+    write_json_atomic(dirs.cell_file(c), r.to_json());
+    std::error_code ec;
+    if (c.kind == CellKind::convert || c.kind == CellKind::scratch)
+      fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics (and the two MHA models); the disk is finite
+    done += c.steps + eval_cost;
+    const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
+    if (!quiet) {
+      char converted[48] = "";
+      if (r.loss_before) std::snprintf(converted, sizeof converted, " (converted: %.4f)", *r.loss_before);
+      std::printf("%sval loss %.4f%s in %.1fs | sweep %.0f%% | ETA %s\n", label.c_str(), r.val_loss, converted,
+                  seconds_since(tc), 100.0 * done / total, fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
+    }
+    std::fflush(stdout);
+    if (stop.requested()) return false;
+  }
+
+  std::vector<CellResult> results;
+  for (const Cell& c : plan.cells) {
+    // the decoding times of the cell's shape as the study measured them last (a cell file from
+    // before the study timed the serving batch or the long context has older ones)
+    CellResult r = read_cell(dirs.cell_file(c), c);
+    const ShapeDecodeTimes& times = decode.times(c);
+    r.decode = times.decode;
+    r.decode_long_context = times.long_context;
+    r.decode_long = times.decode_long;
+    results.push_back(std::move(r));
+  }
+  std::ostringstream csv;
+  write_results_csv(csv, plan, results);
+  write_atomic(dirs.out / "results.csv", csv.str());
+
+  char date[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::ostringstream md;
+  write_report_md(md, plan, results, {data_name, static_cast<size_t>(corpus.train.size()), static_cast<size_t>(corpus.val.size()), date});
+  bool plots = true;
+  try {
+    write_plots(out_dir, plan, results);
+  } catch (const std::exception& e) {
+    plots = false;
+    md << "\n(Plots not drawn: " << e.what() << ")\n";
+  }
+  write_atomic(dirs.out / "report.md", md.str());
+  if (!quiet) {
+    std::printf("\nsweep done in %s: %s/report.md%s\n\n", fmt_eta(seconds_since(t0)).c_str(), out_dir.c_str(),
+                plots ? " (plots: fig_tradeoff.png, fig_alpha.png, fig_methods.png)" : "");
+    const std::string s = md.str();
+    const size_t a = s.find("## Table 1"), b = s.find("## Figure 4");
+    std::printf("%s", s.substr(a, b - a).c_str());
+  }
+  return true;
+}
+
+}  // namespace tapelm

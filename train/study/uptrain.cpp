@@ -1,0 +1,110 @@
+#include "train/study/uptrain.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include "data/sampler.h"
+
+namespace tapelm {
+
+namespace fs = std::filesystem;
+
+UptrainSchedule parse_uptrain_schedule(const std::string& s) {
+  if (s == "rewarm") return UptrainSchedule::Rewarm;
+  if (s == "continue") return UptrainSchedule::Continue;
+  throw Error(ErrorKind::usage, "unknown uptraining schedule \"" + s + "\" (expected rewarm or continue)");
+}
+
+std::string to_string(UptrainSchedule s) { return s == UptrainSchedule::Rewarm ? "rewarm" : "continue"; }
+
+TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o) {
+  if (!(o.fraction >= 0 && o.fraction <= 10))
+    throw Error(ErrorKind::usage, "uptraining fraction " + std::to_string(o.fraction) + " is not in [0, 10]");
+  if (o.lr && !(*o.lr > 0 && std::isfinite(*o.lr)))  // 0, -1 and NaN were taken as "not given"
+    throw Error(ErrorKind::usage, "uptraining learning rate " + echo_json(*o.lr) + " is not positive and finite");
+  TrainConfig c = original;
+  c.model.n_kv_head = o.kv_heads;
+  c.model.validate();
+  const int64_t steps = std::llround(o.fraction * static_cast<double>(original.max_iters));
+  c.max_iters = steps;
+  c.seed = o.seed;
+  if (o.schedule == UptrainSchedule::Rewarm) {
+    c.learning_rate = o.lr ? *o.lr : original.learning_rate * o.rewarm_scale;
+    c.min_lr = std::min(original.min_lr, c.learning_rate);
+    c.warmup_iters = std::min(original.warmup_iters, std::max<int64_t>(1, steps / 10));
+    c.lr_decay_iters = std::max<int64_t>(1, steps);
+    c.decay_lr = true;
+  } else {
+    c.learning_rate = lr_at(original.max_iters, original.schedule());
+    c.min_lr = c.learning_rate;
+    c.warmup_iters = 0;
+    c.decay_lr = false;
+  }
+  c.eval_interval = std::max<int64_t>(1, std::min(original.eval_interval, std::max<int64_t>(1, steps / 4)));
+  c.checkpoint_interval = std::max<int64_t>(1, std::min(original.checkpoint_interval, std::max<int64_t>(1, steps)));
+  c.log_interval = std::max<int64_t>(1, std::min(original.log_interval, std::max<int64_t>(1, steps / 10)));
+  return c;
+}
+
+UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
+  if (o.resume && !fs::exists(RunDir(out_dir).checkpoint()))  // before converting, and before anything is made
+    throw Error(ErrorKind::train, out_dir + ": resuming, but there is no checkpoint.h5 to resume from");
+  // The run directory is locked before anything is read or converted: a second uptrain on the same
+  // --out fails here, not after minutes of calibration and conversion.
+  RunDir dir(out_dir);
+  dir.prepare();
+  LoadedModel loaded = load_model(from);
+  GPT& src = *loaded.model;
+  const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
+  GPTConfig same = original.model;
+  same.dropout = src.config().dropout;  // a training choice, not the model's
+  if (!(same == src.config()))
+    throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
+  UptrainResult r;
+  r.config = uptrain_config(original, o);
+  r.steps = r.config.max_iters;
+  const auto tc = std::chrono::steady_clock::now();
+  const std::optional<Calibration> calib =
+      calibration_for(src, o.kv_heads, o.variant,
+                      {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
+  const ConvertOptions co{.variant = o.variant, .seed = o.seed, .calib = calib ? &*calib : nullptr};
+  std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, co);
+  r.convert_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
+  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
+
+  TrainOptions to;
+  to.resume = o.resume;
+  to.quiet = o.quiet;
+  to.label = o.label;
+  to.stop = o.stop;
+  to.init_from = converted.get();
+  to.final_eval = false;  // evaluated below, outside the timed training
+  to.dir_locked = true;   // dir holds the lock
+  to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
+                                 {"kv_heads_from", src.config().n_kv_head},
+                                 {"kv_heads", o.kv_heads},
+                                 {"method", o.variant.method->name},
+                                 {"grouping", to_string(o.variant.grouping)},
+                                 {"fraction", o.fraction},
+                                 {"schedule", to_string(o.schedule)}}
+                      .dump();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r.steps == 0) {
+    // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
+    auto opt = r.config.make_optimizer(converted->named_parameters());
+    TrainState st;
+    st.extra_json = to.extra_json;
+    st.dropout_rng = converted->dropout_rng().state();
+    save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok);
+    r.val_loss = r.loss_before;
+    return r;
+  }
+  tapelm::train(r.config, corpus, out_dir, to);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint()).model;
+  r.val_loss = evaluate_split(*done, corpus.val);
+  return r;
+}
+
+}  // namespace tapelm

@@ -1,0 +1,59 @@
+#pragma once
+// Uptraining (Ainslie et al. 2023, §2.1): convert an MHA (or GQA) checkpoint to fewer key/value
+// heads, then continue training for a fraction α of the original run's steps with the original
+// run's training config. The optimizer starts fresh (K and V change shape).
+#include <optional>
+#include <string>
+
+#include "autograd/error.h"
+#include "train/study/convert/convert.h"
+#include "train/trainer.h"
+#include "train/train_config.h"
+
+namespace tapelm {
+
+enum class UptrainSchedule {
+  Rewarm,    // short warmup, then cosine to min_lr over the uptraining steps
+  Continue,  // the original run's final learning rate, constant
+};
+UptrainSchedule parse_uptrain_schedule(const std::string& s);
+std::string to_string(UptrainSchedule s);
+
+struct UptrainOptions {
+  int64_t kv_heads = 1;
+  Variant variant;                // conversion method and grouping
+  int64_t calib_tokens = 16384;  // calibration tokens from the corpus's train split (aligned, fit, similar)
+  uint64_t calib_seed = 0;       // which windows: fixed, so every seed of a study converts alike
+  double fraction = 0.05;  // α; 0: convert and evaluate only
+  UptrainSchedule schedule = UptrainSchedule::Rewarm;
+  std::optional<double> lr;  // rewarm: the peak (unset: the original run's peak × rewarm_scale); continue: ignored
+  double rewarm_scale = 0.5;  // re-warming a converged model to its full peak undoes part of its training
+  uint64_t seed = 1;       // batches, dropout, and the random conversion
+  bool resume = false;
+  bool quiet = false;
+  std::string label;
+  double known_loss_before = -1;  // >= 0: the converted model's val loss, already measured
+  StopToken stop;                 // requested: save after the current step and return
+  // The original run's training config when the source is weights only (an imported model);
+  // unset: the source's own /train config.
+  std::optional<TrainConfig> original;
+};
+
+struct UptrainResult {
+  int64_t steps = 0;          // α × the original max_iters
+  double val_loss = 0;        // on the whole val split, non-overlapping windows
+  double loss_before = 0;     // the converted model before any uptraining, same windows
+  double seconds = 0;         // training wall time
+  double convert_seconds = 0; // conversion wall time, calibration included
+  TrainConfig config;         // what the uptraining ran with
+};
+
+/// The config uptraining runs with, from the original run's. A fraction outside [0, 10] or a
+/// given learning rate that is not positive and finite is a usage Error naming the value.
+TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o);
+
+/// Converts `from`, uptrains into out_dir (checkpoint.h5, metrics.jsonl) and evaluates.
+UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o);
+
+
+}  // namespace tapelm
