@@ -145,4 +145,29 @@ TrainConfig read_train_config(const H5File& f) {
   }
 }
 
+TrainConfig source_train_config(const std::string& checkpoint, const std::string& config_path, const std::string& user) {
+  const H5File f = H5File::open_read(checkpoint);
+  const GPTConfig model = read_model_config(f);
+  if (has_train_config(f)) {
+    if (!config_path.empty())
+      throw Error(ErrorKind::usage, "--config: " + checkpoint + " holds its own training config, which " + user + " uses");
+    return read_train_config(f);
+  }
+  if (config_path.empty())
+    throw Error(ErrorKind::usage, checkpoint + ": weights only, without a training config (an imported model): give one with --config F.json");
+  return config_for_weights_only(model, read_config_file(config_path), config_path, checkpoint);
+}
+
+TrainConfig build_train_config(const std::string& config_path, bool resume, const std::string& run_dir,
+                               const std::vector<std::string>& sets, int64_t tokenizer_vocab, int threads) {
+  nlohmann::json j = nlohmann::json::object();
+  if (!config_path.empty()) j = read_config_file(config_path);
+  else if (resume) j = read_train_config(H5File::open_read((std::filesystem::path(run_dir) / "checkpoint.h5").string())).to_json();
+  else throw Error(ErrorKind::config, "train needs --config FILE.json (or --resume with a run directory)");
+  TrainConfig::apply_overrides(j, sets);
+  if (!j.contains("vocab_size")) j["vocab_size"] = tokenizer_vocab;
+  if (threads > 0) j["threads"] = threads;
+  return TrainConfig::from_json(j);
+}
+
 }  // namespace tapelm

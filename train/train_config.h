@@ -80,4 +80,16 @@ void save_training_checkpoint(const std::string& path, const GPT& model, const O
 /// The training config stored in a full checkpoint (checkpoint Error if there is none or it is bad).
 TrainConfig read_train_config(const H5File& f);
 
+/// The training config a checkpoint runs on with (uptrain, sweep --from): its own /train config,
+/// or, for a weights-only checkpoint (an imported model), config_path's training keys with the
+/// checkpoint's model keys. A usage Error when config_path is given for a checkpoint with its own
+/// config or missing for one without; `user` names who runs it in messages ("uptraining").
+TrainConfig source_train_config(const std::string& checkpoint, const std::string& config_path, const std::string& user);
+
+/// What `train` runs with: config_path's JSON (or, resuming without one, the run directory's
+/// checkpoint's config), then the --set overrides, the tokenizer's vocab_size when the config
+/// gives none, and threads when > 0.
+TrainConfig build_train_config(const std::string& config_path, bool resume, const std::string& run_dir,
+                               const std::vector<std::string>& sets, int64_t tokenizer_vocab, int threads);
+
 }  // namespace tapelm

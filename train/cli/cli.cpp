@@ -1,5 +1,6 @@
 #include "train/cli/cli.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,12 +19,10 @@
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "train/bench.h"
-#include "train/study/convert/convert.h"
+#include "train/study/convert_model.h"
 #include "train/eval.h"
-#include "train/formats/llama2c.h"
-#include "train/formats/gguf.h"
-#include "train/formats/hf.h"
 #include "train/formats/hf_tokenizer.h"
+#include "train/formats/registry.h"
 #include "train/study/plot.h"
 #include "train/study/sweep/runner.h"
 #include "train/study/uptrain.h"
@@ -62,9 +61,16 @@ void refuse_same_file(const std::string& in, const std::string& in_flag, const s
 // More tokens than any sample is read for: sample warns, as it will run for hours.
 constexpr int64_t sample_warn_tokens = 1000000;
 
+/// "llama2c, hf, gguf".
+std::string format_list() {
+  std::string out;
+  for (const std::string& n : formats::model_format_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 /// Registers a subcommand whose flags fill an Args (starting as `init`) held by the command itself.
 template <typename Args>
-Command command(CLI::App& app, const char* name, const char* help, void (*flags)(CLI::App&, Args&),
+Command command(CLI::App& app, const char* name, const std::string& help, void (*flags)(CLI::App&, Args&),
                 int (*run)(const Args&), Args init = {}) {
   auto args = std::make_shared<Args>(std::move(init));
   CLI::App* sub = app.add_subcommand(name, help);
@@ -98,20 +104,7 @@ int run_train(const TrainArgs& a) {
   std::string setup_error;
   try {  // in a multi-rank job every rank reads its own inputs; dist::agree ends the job if one fails
     corpus = load_corpus(a.data);
-    nlohmann::json j = nlohmann::json::object();
-    if (!a.config.empty()) {
-      j = read_config_file(a.config);
-    } else if (a.resume) {
-      H5File f = H5File::open_read((fs::path(a.out) / "checkpoint.h5").string());
-      j = read_train_config(f).to_json();
-    } else {
-      throw Error(ErrorKind::config, "train needs --config FILE.json (or --resume with a run directory)");
-    }
-    if (!j.is_object()) throw Error(ErrorKind::config, a.config + ": the config must be a JSON object");
-    TrainConfig::apply_overrides(j, a.sets);
-    if (!j.contains("vocab_size")) j["vocab_size"] = corpus.tok.vocab_size();
-    if (threads > 0) j["threads"] = threads;
-    cfg = TrainConfig::from_json(j);
+    cfg = build_train_config(a.config, a.resume, a.out, a.sets, corpus.tok.vocab_size(), threads);
     check_training_memory(cfg);
     check_window_fits(corpus.train.size(), cfg.model.block_size, a.data + ": the train split");
     check_window_fits(corpus.val.size(), cfg.model.block_size, a.data + ": the val split");
@@ -188,22 +181,9 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
 
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
-  std::optional<TrainConfig> original;
-  {
-    H5File f = H5File::open_read(a.from);
-    const GPTConfig model = read_model_config(f);
-    if (!has_train_config(f)) {
-      // a weights-only source (an imported model): the training config comes from --config, its
-      // model keys from the checkpoint
-      if (a.config.empty())
-        throw Error(ErrorKind::usage, a.from + ": weights only, without the original run's training config: give one with --config F.json");
-      original = config_for_weights_only(model, read_config_file(a.config), a.config, a.from);
-    } else if (!a.config.empty()) {
-      throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which uptraining uses");
-    }
-    if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
-      throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
-  }
+  const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+  if (const H5File f = H5File::open_read(a.from); has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
+    throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
   o.variant = {&method(a.method), parse_grouping(a.grouping)};
@@ -254,16 +234,7 @@ int run_sweep(const SweepArgs& a) {
   if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
   if (!a.groupings.empty()) p.groupings = split_list(a.groupings, "--groupings");
   if (!a.from.empty()) {
-    H5File f = H5File::open_read(a.from);
-    const GPTConfig model = read_model_config(f);
-    if (has_train_config(f)) {
-      if (!a.config.empty()) throw Error(ErrorKind::usage, "--config: " + a.from + " holds its own training config, which the study uses");
-      p.pretrain = read_train_config(f);
-    } else {
-      if (a.config.empty())
-        throw Error(ErrorKind::usage, a.from + ": weights only, without a training config: give the study's with --config F.json");
-      p.pretrain = config_for_weights_only(model, read_config_file(a.config), a.config, a.from);
-    }
+    p.pretrain = source_train_config(a.from, a.config, "the study");
     p.from = a.from;
     p.scratch = a.scratch;
     p.smaller = false;  // the study trains no model of its own here (but --scratch's)
@@ -547,28 +518,12 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
 
 int run_convert(const ConvertArgs& a) {
   refuse_same_file(a.from, "--from", a.out, "--out");
-  const Variant v{&method(a.method), parse_grouping(a.grouping)};
-  LoadedModel l = load_model(a.from);
-  GPT& src = *l.model;
-  const int64_t kv = src.config().n_kv_head;
-  if (conversion_calibrates(kv, a.kv_heads, v) && a.calib.empty())
-    throw Error(ErrorKind::usage, "--calib: converting by " + v.name() + " needs calibration data");
-  const auto t0 = std::chrono::steady_clock::now();
-  CalibrationSource cs{.tokens = a.calib_tokens, .seed = a.seed, .what = a.calib};
-  if (conversion_calibrates(kv, a.kv_heads, v)) {
-    // Text and corpora calibrate on their train split; token and parity files on all they hold.
-    const EvalData data = load_eval_data(a.calib, "train", src.config(), l.tok ? &*l.tok : nullptr);
-    cs.ids = data.ids;
-    for (const auto& b : data.ready) cs.batches.push_back(b.first);
-  }
-  const std::optional<Calibration> calib = calibration_for(src, a.kv_heads, v, cs);
-  std::unique_ptr<GPT> out = convert_kv_heads(src, a.kv_heads, {.variant = v, .seed = a.seed, .calib = calib ? &*calib : nullptr});
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  write_converted(a.out, *out, l.tok ? &*l.tok : nullptr,
-                  nlohmann::json{{"kv_heads_from", kv}, {"kv_heads", a.kv_heads}, {"method", a.method}, {"grouping", a.grouping}}.dump());
-  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(), (long)kv,
+  const ConvertModelResult r = convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads, .method = a.method,
+                                              .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens, .seed = a.seed});
+  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(), (long)r.kv_heads_from,
               (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
-              calib ? (", calibrated on " + std::to_string(calib->tokens) + " tokens").c_str() : "", secs, a.out.c_str());
+              r.converted.calib_tokens ? (", calibrated on " + std::to_string(r.converted.calib_tokens) + " tokens").c_str() : "",
+              r.converted.seconds, a.out.c_str());
   return 0;
 }
 
@@ -621,13 +576,6 @@ int run_inspect(const InspectArgs& a) {
   return 0;
 }
 
-std::string header_line(const llama2c::Header& h) {
-  return "version " + std::to_string(h.version) + ": dim " + std::to_string(h.dim) + ", " + std::to_string(h.n_layers) +
-         " layers, " + std::to_string(h.n_heads) + " heads, " + std::to_string(h.n_kv_heads) + " kv heads, hidden " +
-         std::to_string(h.hidden_dim) + ", vocab " + std::to_string(h.vocab_size) + ", max_seq_len " +
-         std::to_string(h.max_seq_len) + (h.shared_classifier ? ", shared classifier" : ", own classifier");
-}
-
 struct PrepareArgs {
   PrepareOptions o;
   std::string tokenizer_model;
@@ -676,95 +624,69 @@ int run_prepare(const PrepareArgs& a) {
 }
 
 struct ExportArgs {
-  std::string checkpoint, format = "llama2c", out, dtype = "f32";
-  int version = 0;
+  formats::ExportRequest r;
+  std::string format;
   CLI::Option *version_opt = nullptr, *dtype_opt = nullptr;
 };
 
+// "hf: f32, bf16, f16; gguf: ..." from the format table.
+std::string dtype_help() {
+  std::string out;
+  for (const formats::ModelFormat& f : formats::model_formats()) {
+    if (f.dtypes.empty()) continue;
+    out += (out.empty() ? "" : "; ") + std::string(f.name) + ":";
+    for (size_t i = 0; i < f.dtypes.size(); i++) out += (i ? ", " : " ") + f.dtypes[i];
+  }
+  return "the weights' type (default f32); " + out;
+}
+
+std::string format_help(const char* formats::ModelFormat::*field) {
+  std::string out;
+  for (const formats::ModelFormat& f : formats::model_formats()) out += (out.empty() ? "" : "; ") + std::string(f.name) + ": " + f.*field;
+  return out;
+}
+
 void export_flags(CLI::App& c, ExportArgs& a) {
-  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
-  c.add_option("--format", a.format, "llama2c, hf (a Hugging Face transformers model directory) or gguf (llama.cpp)")
-      ->required()
-      ->check(CLI::IsMember({"llama2c", "hf", "gguf"}));
-  a.version_opt = c.add_option("--version", a.version, "llama2c: file version 0 (what run.c reads, default) or 1")
-                      ->check(CLI::IsMember({0, 1}));
-  a.dtype_opt = c.add_option("--dtype", a.dtype, "hf: the weights' type, f32 (default), bf16 or f16; gguf: also q8_0")
-                    ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
-  c.add_option("--out", a.out, "llama2c: the model file (model.bin); hf: the model directory; gguf: the .gguf file")->required();
+  std::vector<std::string> dtypes;
+  for (const formats::ModelFormat& f : formats::model_formats())
+    for (const std::string& d : f.dtypes)
+      if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
+  c.add_option("--checkpoint", a.r.checkpoint, "checkpoint (HDF5)")->required();
+  c.add_option("--format", a.format, formats::describe_model_formats())->required()->check(CLI::IsMember(formats::model_format_names()));
+  a.version_opt = c.add_option("--version", a.r.version, "llama2c: file version 0 (what run.c reads, default) or 1")->check(CLI::IsMember({0, 1}));
+  a.dtype_opt = c.add_option("--dtype", a.r.dtype, dtype_help())->check(CLI::IsMember(dtypes));
+  c.add_option("--out", a.r.out, format_help(&formats::ModelFormat::out_help))->required();
 }
 
 int run_export(const ExportArgs& a) {
-  refuse_same_file(a.checkpoint, "--checkpoint", a.out, "--out");
-  if (a.format == "hf") {
-    if (a.version_opt->count()) throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format hf has none");
-    if (a.dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0 is for --format gguf");
-    const hf::ExportResult r = hf::export_model(a.checkpoint, a.out, a.dtype);
-    std::printf("exported %s to %s (%s, %s, %zu files)%s\n", a.checkpoint.c_str(), a.out.c_str(), r.architecture.c_str(),
-                a.dtype.c_str(), r.files.size(), r.note.empty() ? "" : ("; " + r.note).c_str());
-    return 0;
-  }
-  if (a.format == "gguf") {
-    if (a.version_opt->count()) throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format gguf writes GGUF 3");
-    const gguf::ExportResult r = gguf::export_model(a.checkpoint, a.out, a.dtype);
-    std::printf("exported %s to %s (GGUF, %s with the %s tokenizer, %s, %ld tensors, %.1f MB)\n", a.checkpoint.c_str(), a.out.c_str(),
-                r.architecture.c_str(), r.tokenizer.c_str(), a.dtype.c_str(), (long)r.tensors, r.bytes / 1e6);
-    return 0;
-  }
-  if (a.dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0 is for --format gguf");
-  if (a.dtype_opt->count()) throw Error(ErrorKind::usage, "--dtype is for --format hf and gguf; llama2.c files are float32");
-  std::string tok;
-  const llama2c::Header h = llama2c::export_model(a.checkpoint, a.version, a.out, &tok);
-  std::printf("exported %s to %s (llama2.c %s)%s\n", a.checkpoint.c_str(), a.out.c_str(), header_line(h).c_str(),
-              tok.empty() ? "" : (", its tokenizer to " + tok).c_str());
+  refuse_same_file(a.r.checkpoint, "--checkpoint", a.r.out, "--out");
+  const formats::ModelFormat& f = formats::model_format(a.format);
+  formats::check_export_flags(f, a.r, a.version_opt->count() > 0, a.dtype_opt->count() > 0);
+  std::printf("%s\n", f.export_model(a.r).c_str());
   return 0;
 }
 
 struct ImportArgs {
-  std::string format = "llama2c", model, tokenizer_model, tokenizer_bin, out;
+  formats::ImportRequest r;
+  std::string format;
 };
 
 void import_flags(CLI::App& c, ImportArgs& a) {
-  c.add_option("--format", a.format, "llama2c, hf (a Hugging Face transformers model directory) or gguf (llama.cpp)")
-      ->required()
-      ->check(CLI::IsMember({"llama2c", "hf", "gguf"}));
-  c.add_option("--model", a.model, "llama2c: the model file, version 0 or 1; hf: the model directory; gguf: the .gguf file")->required();
-  CLI::Option* model = c.add_option("--tokenizer-model", a.tokenizer_model,
-                                    "llama2c: sentencepiece model (.model) to store with the weights");
-  c.add_option("--tokenizer-bin", a.tokenizer_bin,
+  c.add_option("--format", a.format, formats::describe_model_formats())->required()->check(CLI::IsMember(formats::model_format_names()));
+  c.add_option("--model", a.r.model, format_help(&formats::ModelFormat::model_help))->required();
+  CLI::Option* model = c.add_option("--tokenizer-model", a.r.tokenizer_model, "llama2c: sentencepiece model (.model) to store with the weights");
+  c.add_option("--tokenizer-bin", a.r.tokenizer_bin,
                "llama2c: run.c's tokenizer.bin for the model, checked to hold the --tokenizer-model's pieces and scores")
       ->needs(model);
-  c.add_option("--out", a.out, "output checkpoint (HDF5, weights only)")->required();
+  c.add_option("--out", a.r.out, "output checkpoint (HDF5, weights only)")->required();
 }
 
 int run_import(const ImportArgs& a) {
-  refuse_same_file(a.model, "--model", a.out, "--out");
-  if (a.format != "llama2c") {  // hf and gguf carry their tokenizer with them
-    if (!a.tokenizer_model.empty() || !a.tokenizer_bin.empty())
-      throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for llama2c: " +
-                                        std::string(a.format == "hf" ? "an HF directory's" : "a GGUF file's") + " tokenizer is read from it");
-    if (std::filesystem::exists(a.out) && std::filesystem::is_directory(a.out))
-      throw Error(ErrorKind::usage, "--out " + a.out + " is a directory; the checkpoint is one HDF5 file");
-  }
-  if (a.format == "gguf") {
-    const gguf::ImportResult r = gguf::import_model(a.model, a.out);
-    std::printf("imported %s (GGUF, %s, %s%s) with %s to %s\n", a.model.c_str(), r.architecture.c_str(), r.types.c_str(),
-                r.dequantized ? ", Q8_0 dequantized to float32" : "",
-                r.tokenizer.empty() ? "no tokenizer" : ("its " + r.tokenizer + " tokenizer").c_str(), a.out.c_str());
-    return 0;
-  }
-  if (a.format == "hf") {
-    const hf::ImportResult r = hf::import_model(a.model, a.out);
-    const GPTConfig& c = r.hf.config;
-    std::printf("imported %s (%s: %ld layers, d %ld, %ld heads, %ld kv heads, vocab %ld; %s in %zu file%s)%s to %s\n",
-                a.model.c_str(), r.hf.architecture.c_str(), (long)c.n_layer, (long)c.n_embd, (long)c.n_head, (long)c.n_kv_head,
-                (long)c.vocab_size, r.dtypes.c_str(), r.weight_files.size(), r.weight_files.size() == 1 ? "" : "s",
-                r.tokenizer_file.empty() ? ", no tokenizer" : (" with tokenizer " + r.tokenizer_file).c_str(), a.out.c_str());
-    return 0;
-  }
-  if (!a.tokenizer_model.empty()) refuse_same_file(a.tokenizer_model, "--tokenizer-model", a.out, "--out");
-  const llama2c::Header h = llama2c::import_model(a.model, a.tokenizer_model, a.tokenizer_bin, a.out);
-  std::printf("imported %s (llama2.c %s)%s to %s\n", a.model.c_str(), header_line(h).c_str(),
-              a.tokenizer_model.empty() ? "" : (" with tokenizer " + a.tokenizer_model).c_str(), a.out.c_str());
+  refuse_same_file(a.r.model, "--model", a.r.out, "--out");
+  if (!a.r.tokenizer_model.empty()) refuse_same_file(a.r.tokenizer_model, "--tokenizer-model", a.r.out, "--out");
+  const formats::ModelFormat& f = formats::model_format(a.format);
+  formats::check_import_flags(f, a.r);
+  std::printf("%s\n", f.import_model(a.r).c_str());
   return 0;
 }
 
@@ -812,8 +734,8 @@ std::vector<Command> add_commands(CLI::App& app, const int& threads) {
           command(app, "inspect", "config, parameters, FLOPs and KV-cache bytes of a checkpoint", inspect_flags, run_inspect),
           command(app, "prepare", "tokenize text files into llm.c token shards, meta.json and the tokenizer", prepare_flags,
                   run_prepare),
-          command(app, "export", "write a checkpoint's model in another program's format (llama2.c, Hugging Face)", export_flags, run_export),
-          command(app, "import", "read another program's model (llama2.c, Hugging Face) into a checkpoint", import_flags, run_import),
+          command(app, "export", "write a checkpoint's model in another program's format (" + format_list() + ")", export_flags, run_export),
+          command(app, "import", "read another program's model (" + format_list() + ") into a checkpoint", import_flags, run_import),
           command(app, "bench", "speed of a training step or of KV-cache decoding", bench_flags, run_bench),
           command(app, "demo", "a tiny forward/backward with a gradient check", demo_flags, run_demo)};
 }

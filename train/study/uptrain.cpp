@@ -1,5 +1,7 @@
 #include "train/study/uptrain.h"
 
+#include "train/study/convert_model.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -64,13 +66,11 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   UptrainResult r;
   r.config = uptrain_config(original, o);
   r.steps = r.config.max_iters;
-  const auto tc = std::chrono::steady_clock::now();
-  const std::optional<Calibration> calib =
-      calibration_for(src, o.kv_heads, o.variant,
-                      {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
-  const ConvertOptions co{.variant = o.variant, .seed = o.seed, .calib = calib ? &*calib : nullptr};
-  std::unique_ptr<GPT> converted = convert_kv_heads(src, o.kv_heads, co);
-  r.convert_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
+  Converted c = calibrate_and_convert(
+      src, o.kv_heads, o.variant, o.seed,
+      {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
+  std::unique_ptr<GPT> converted = std::move(c.model);
+  r.convert_seconds = c.seconds;
   r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
 
   TrainOptions to;
