@@ -183,4 +183,27 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
+// ---- preconditions: a test that needs what this machine may lack reports itself skipped ---------
+
+using Precondition = boost::test_tools::assertion_result;
+
+/// chattr +i works on the temporary directory's file system (it needs root and ext4-like support).
+inline Precondition chattr_works(boost::unit_test::test_unit_id) {
+  const std::string f = (std::filesystem::temp_directory_path() / ("tapelm_chattr_probe_" + std::to_string(::getpid()))).string();
+  { std::ofstream(f) << "x"; }
+  const bool ok = std::system(("chattr +i " + f + " 2>/dev/null").c_str()) == 0;
+  if (ok) std::system(("chattr -i " + f).c_str());
+  std::filesystem::remove(f);
+  Precondition r(ok);
+  if (!ok) r.message() << "chattr +i is not available here (not root, or a file system without immutable files)";
+  return r;
+}
+
+/// gnuplot is on the PATH.
+inline Precondition gnuplot_works(boost::unit_test::test_unit_id) {
+  Precondition r(std::system("command -v gnuplot >/dev/null 2>&1") == 0);
+  if (!r) r.message() << "gnuplot is not installed (scripts/setup.sh installs gnuplot-nox)";
+  return r;
+}
+
 }  // namespace tapelm::test

@@ -55,6 +55,35 @@ std::set<std::string> proc_cpu_flags() {
   return {};
 }
 
+test::Precondition kernel_reports_flags(boost::unit_test::test_unit_id) {
+  test::Precondition r(!proc_cpu_flags().empty());
+  if (!r) r.message() << "no /proc/cpuinfo flags line (not x86 Linux): nothing to compare";
+  return r;
+}
+
+test::Precondition tapelm_chose_the_wait_policy(boost::unit_test::test_unit_id) {
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* marker = std::getenv(kSpinSetVar);
+  test::Precondition r(!std::getenv("OMP_WAIT_POLICY") && spin && marker && std::string(spin) == marker);
+  if (!r) r.message() << "the environment chose the OpenMP wait policy: nothing of tapelm's to check";
+  return r;
+}
+
+// qemu-user runs the binary as another CPU; CI must have it (scripts/setup.sh installs it), so
+// there the test runs and fails without it. AddressSanitizer's shadow memory does not start under
+// QEMU's user-mode emulation: the Release pass checks this.
+test::Precondition qemu_can_run_the_binary(boost::unit_test::test_unit_id) {
+#ifdef __SANITIZE_ADDRESS__
+  test::Precondition r(false);
+  r.message() << "an AddressSanitizer build: the Release pass checks this";
+  return r;
+#else
+  test::Precondition r(std::getenv("CI") != nullptr || std::system("command -v qemu-x86_64 >/dev/null 2>&1") == 0);
+  if (!r) r.message() << "qemu-x86_64 (Debian's qemu-user, installed by scripts/setup.sh) is missing";
+  return r;
+#endif
+}
+
 /// The OpenBLAS core the kernel's flags call for (OpenBLAS's own rule: the newest kernel set whose
 /// instructions the CPU has): "" when it has nothing past SSE.
 std::string best_core_from_flags(const std::set<std::string>& f) {
@@ -156,12 +185,8 @@ BOOST_AUTO_TEST_CASE(impossible_cores_are_errors_naming_the_problem) {
 }
 
 // Our cpuid reading against the flags the Linux kernel reports for the same CPU.
-BOOST_AUTO_TEST_CASE(cpuid_agrees_with_the_kernels_flags) {
+BOOST_AUTO_TEST_CASE(cpuid_agrees_with_the_kernels_flags, *boost::unit_test::precondition(kernel_reports_flags)) {
   const std::set<std::string> f = proc_cpu_flags();
-  if (f.empty()) {
-    BOOST_TEST_MESSAGE("no /proc/cpuinfo flags line (not x86 Linux): nothing to compare");
-    return;
-  }
   const CpuInfo& c = cpu_info();
   BOOST_TEST(c.avx == (f.count("avx") > 0));
   BOOST_TEST(c.fma == (f.count("fma") > 0));
@@ -339,13 +364,8 @@ BOOST_AUTO_TEST_CASE(the_spin_count_is_the_spin_time_over_one_pauses_cost) {
 // spins about 20 us and then sleeps, so while the main thread sleeps 50 ms the process uses almost
 // no CPU. Under libgomp's own default (300,000 pauses: 5.6 ms on a Zen 5 core, over 10 ms on an
 // Intel core with a 45 ns pause) the idle thread would burn milliseconds of that time.
-BOOST_AUTO_TEST_CASE(idle_openmp_threads_sleep_after_the_spin_tapelm_chose) {
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  const char* marker = std::getenv(kSpinSetVar);
-  if (std::getenv("OMP_WAIT_POLICY") || !spin || !marker || std::string(spin) != marker) {
-    BOOST_TEST_MESSAGE("the environment chose the OpenMP wait policy: nothing of tapelm's to check");
-    return;
-  }
+BOOST_AUTO_TEST_CASE(idle_openmp_threads_sleep_after_the_spin_tapelm_chose,
+                     *boost::unit_test::precondition(tapelm_chose_the_wait_policy)) {
   BOOST_TEST(contains(omp_wait_description(), "set by tapelm"), omp_wait_description());
   ThreadCount two(2);
   const int64_t n = 1 << 16;
@@ -385,12 +405,8 @@ BOOST_AUTO_TEST_CASE(inspect_says_how_openmp_threads_wait) {
 // extension. LZCNT is left out: the kernel shows it as "abm", and some virtual machines' kernels do
 // not show it although cpuid reports it (as on the AMD EPYC VM this was written on, where GCC's
 // -march=native, which reads cpuid, uses it).
-BOOST_AUTO_TEST_CASE(the_cpus_extensions_agree_with_the_kernels_flags) {
+BOOST_AUTO_TEST_CASE(the_cpus_extensions_agree_with_the_kernels_flags, *boost::unit_test::precondition(kernel_reports_flags)) {
   const std::set<std::string> f = proc_cpu_flags();
-  if (f.empty()) {
-    BOOST_TEST_MESSAGE("no /proc/cpuinfo flags line (not x86 Linux): nothing to compare");
-    return;
-  }
   const uint64_t cpu = isa_cpu();
   for (uint64_t bit = 1; bit <= kAvxvnni; bit <<= 1) {
     if (bit == kLzcnt) continue;
@@ -431,17 +447,8 @@ BOOST_AUTO_TEST_CASE(inspect_says_what_the_binary_was_compiled_for) {
 // anything beyond Haswell's set must stop before any of its code, in one line naming exactly what
 // is missing; a build within it must run. (Without the check, QEMU reports SIGILL for a
 // -march=native build made on an AVX-512 machine.)
-BOOST_AUTO_TEST_CASE(a_binary_run_on_a_cpu_without_its_extensions_stops_in_one_line) {
-#ifdef __SANITIZE_ADDRESS__
-  // AddressSanitizer's shadow memory does not start under QEMU's user-mode emulation.
-  BOOST_TEST_MESSAGE("an AddressSanitizer build: the Release pass checks this");
-  return;
-#endif
-  if (run_shell("command -v qemu-x86_64").code != 0) {
-    BOOST_TEST_MESSAGE("qemu-x86_64 (Debian's qemu-user, installed by scripts/setup.sh) is missing: not checked");
-    BOOST_TEST(std::getenv("CI") == nullptr, "CI must have qemu-user");
-    return;
-  }
+BOOST_AUTO_TEST_CASE(a_binary_run_on_a_cpu_without_its_extensions_stops_in_one_line,
+                     *boost::unit_test::precondition(qemu_can_run_the_binary)) {
   const uint64_t haswell = kSse42 | kPopcnt | kAvx | kAvx2 | kFma | kF16c | kBmi | kBmi2 | kLzcnt | kMovbe;
   const uint64_t beyond = isa_built() & ~haswell;
   const Run r = run_shell("qemu-x86_64 -cpu Haswell " + std::string(TAPELM_BINARY) + " --help 2>&1 | grep -v 'TCG doesn'");

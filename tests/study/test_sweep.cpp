@@ -429,8 +429,7 @@ BOOST_AUTO_TEST_CASE(a_rope_study_reports_the_long_context) {
   BOOST_TEST(header.ends_with(",decode_ms_per_token_step_b4_ctx64,decode_ms_per_sample_b4_ctx64"), header);
 }
 
-BOOST_AUTO_TEST_CASE(plots_are_drawn) {
-  if (!have_gnuplot()) return;
+BOOST_AUTO_TEST_CASE(plots_are_drawn, *boost::unit_test::precondition(test::gnuplot_works)) {
   TempDir d;
   const SweepPlan plan(hand_preset());
   write_plots(d.path.string(), plan, hand_results(plan));

@@ -366,99 +366,132 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
         "`fig_methods.png` (Fig. 4). Every cell: `results.csv`.\n";
 }
 
-void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results) {
-  const Table t{plan, results};
+namespace {
+
+// The best conversion's method of every GQA/MQA count, each once: "aligned-fit" or "fit, aligned-fit".
+std::string best_methods(const Table& t) {
+  std::vector<std::string> names;
+  for (int64_t kv : t.plan.kv_heads)
+    if (kv < t.plan.n_head) {
+      const std::string b = best_variant(t, kv, t.plan.preset.headline_fraction, true).first;
+      if (std::find(names.begin(), names.end(), b) == names.end()) names.push_back(b);
+    }
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The data files the plots read.
+struct PlotFiles {
+  fs::path tradeoff, alpha, methods, smaller;
+  explicit PlotFiles(const fs::path& out)
+      : tradeoff(out / "tradeoff.dat"), alpha(out / "alpha.dat"), methods(out / "methods.dat"), smaller(out / "smaller.dat") {}
+};
+
+void write_plot_data(const PlotFiles& files, const Table& t) {
+  const SweepPlan& plan = t.plan;
   const SweepPreset& p = plan.preset;
-  const std::vector<int64_t>& kvs = plan.kv_heads;
   const double ha = p.headline_fraction;
-  const fs::path out(out_dir), td = out / "tradeoff.dat", ad = out / "alpha.dat", mdat = out / "methods.dat",
-                 sd = out / "smaller.dat";
-  {
-    std::ofstream f(td);
-    // columns: decode ms/sample at the smallest and largest batch, mean pooling's loss, the KV
-    // name, the best conversion's loss and its name (MHA: mean pooling's own row)
-    for (int64_t kv : kvs) {
-      const auto [best, best_loss] =
-          kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
-      f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
-        << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " " << best << "\n";
-    }
-    if (p.smaller) {
-      const CellResult& sm = t.of(plan.smaller());
-      std::ofstream sf(sd);
-      sf << sm.decode.at(p.decode_batches.front()).ms_per_sample << " " << sm.decode.at(p.decode_batches.back()).ms_per_sample
-         << " " << sm.val_loss << " smaller-MHA\n";
-    }
-    std::ofstream a(ad);
-    for (double al : p.fractions) {
-      a << al;
-      for (int64_t kv : kvs) a << " " << t.mean_losses(kv, al).mean;
-      a << "\n";
-    }
-    std::ofstream m(mdat);
-    m << "kv";
-    for (const Variant& v : plan.variants) m << " " << v.name();
-    m << "\n";
-    for (int64_t kv : kvs)
-      if (kv < plan.n_head) {
-        m << plan.kv_name(kv);
-        for (const Variant& v : plan.variants) m << " " << t.losses(kv, v, ha).mean;
-        m << "\n";
-      }
+  std::ofstream f(files.tradeoff);
+  // columns: decode ms/sample at the smallest and largest batch, mean pooling's loss, the KV
+  // name, the best conversion's loss and its label (MHA: mean pooling's own row): the KV name,
+  // with the method when the best method differs between KV counts (the key names a single one)
+  const std::string single = best_methods(t);
+  for (int64_t kv : plan.kv_heads) {
+    const auto [best, best_loss] =
+        kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
+    f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
+      << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " "
+      << plan.kv_name(kv) << (single.find(',') == std::string::npos ? "" : ":" + best) << "\n";
   }
-  // The best conversion's method(s), named once in the key rather than at every point (the
-  // points sit close together and their labels covered each other).
-  std::vector<std::string> best_list;
-  for (int64_t kv : kvs)
+  if (p.smaller) {
+    const CellResult& sm = t.of(plan.smaller());
+    std::ofstream sf(files.smaller);
+    sf << sm.decode.at(p.decode_batches.front()).ms_per_sample << " " << sm.decode.at(p.decode_batches.back()).ms_per_sample << " "
+       << sm.val_loss << " smaller-MHA\n";
+  }
+  std::ofstream a(files.alpha);
+  for (double al : p.fractions) {
+    a << al;
+    for (int64_t kv : plan.kv_heads) a << " " << t.mean_losses(kv, al).mean;
+    a << "\n";
+  }
+  std::ofstream m(files.methods);
+  m << "kv";
+  for (const Variant& v : plan.variants) m << " " << v.name();
+  m << "\n";
+  for (int64_t kv : plan.kv_heads)
     if (kv < plan.n_head) {
-      const std::string b = best_variant(t, kv, ha, true).first;
-      if (std::find(best_list.begin(), best_list.end(), b) == best_list.end()) best_list.push_back(b);
+      m << plan.kv_name(kv);
+      for (const Variant& v : plan.variants) m << " " << t.losses(kv, v, ha).mean;
+      m << "\n";
     }
-  std::string best_names;
-  for (const std::string& b : best_list) best_names += (best_names.empty() ? "" : ", ") + b;
-  std::ostringstream gp;
-  gp << "set terminal pngcairo size 1100,560 font 'sans,11'\nset grid\n";
-  gp << "set output " << gp_quote((out / "fig_tradeoff.png").string()) << "\n";
-  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << ha << "; mean pooling and the best conversion"
-     << (p.smaller ? "; a smaller MHA model" : "") << ")'\n"
-     << "set xlabel 'decode time per sample (ms)'\n"
-     << "set ylabel 'val loss (nats/token)'\nset logscale x\nset key outside right top\n";
-  gp << "plot " << gp_quote(td.string()) << " using 1:3 with linespoints pt 7 ps 1.5 title 'batch " << p.decode_batches.front()
-     << "', '' using 1:3:4 with labels offset 0,1 notitle, '' using 2:3 with linespoints pt 5 ps 1.5 title 'batch "
-     << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,1 notitle, '' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 "
-     << "title 'best conversion (" << best_names << "), batch " << p.decode_batches.back()
-     << "', '' every ::1 using 2:5:4 with labels left offset 1,0 font ',9' tc rgb '#c0392b' notitle";
+}
+
+// Quality against decoding time: mean pooling at the smallest and the largest batch, the best
+// conversion at the largest, each point of it labelled with its method; the key below the frame.
+void tradeoff_script(std::ostream& gp, const PlotFiles& files, const Table& t, const fs::path& png) {
+  const SweepPreset& p = t.plan.preset;
+  gp << "set terminal pngcairo size 1000,640 font 'sans,11'\nset grid\nset output " << gp_quote(png.string()) << "\n";
+  gp << "set title 'Quality vs decoding time (uptrained, alpha = " << p.headline_fraction << ")'\n"
+     << "set xlabel 'decode time per sample (ms)'\nset ylabel 'val loss (nats/token)'\nset logscale x\n"
+     << "set key below horizontal\nset offsets graph 0.08, graph 0.08, graph 0.1, graph 0.1\n";
+  const std::string td = gp_quote(files.tradeoff.string());
+  // mean pooling's labels above its batch-1 points and right of its large-batch ones; the best
+  // conversion's (which sit below the large-batch curve, close together) left of its points
+  gp << "plot " << td << " using 1:3 with linespoints pt 7 ps 1.5 title 'mean pooling, batch " << p.decode_batches.front() << "', "
+     << "'' using 1:3:4 with labels offset 0,1.2 notitle, "
+     << "'' using 2:3 with linespoints pt 5 ps 1.5 title 'mean pooling, batch " << p.decode_batches.back() << "', "
+     << "'' using 2:3:4 with labels left offset 1.2,0 notitle, "
+     << "'' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 title 'best conversion (" << best_methods(t)
+     << "), batch " << p.decode_batches.back() << "', '' every ::1 using 2:5:6 with labels right offset -1.2,0 font ',9' tc rgb '#c0392b' notitle";
   if (p.smaller)
-    gp << ", " << gp_quote(sd.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
+    gp << ", " << gp_quote(files.smaller.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
        << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
-       << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,-1 font ',9' notitle";
+       << p.decode_batches.back() << "', '' using 2:3:4 with labels offset 0,-1.2 font ',9' notitle";
+  gp << "\nunset offsets\n";
+}
+
+void alpha_script(std::ostream& gp, const PlotFiles& files, const SweepPlan& plan, const fs::path& png) {
+  gp << "unset logscale x\nset key inside top right vertical\nset output " << gp_quote(png.string()) << "\n";
+  gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\nplot ";
+  for (size_t i = 0; i < plan.kv_heads.size(); i++)
+    gp << (i ? ", " : "") << gp_quote(files.alpha.string()) << " using 1:" << i + 2 << " with linespoints lw 2 pt 7 title '"
+       << plan.kv_name(plan.kv_heads[i]) << "'";
   gp << "\n";
-  gp << "unset logscale x\nset output " << gp_quote((out / "fig_alpha.png").string()) << "\n";
-  gp << "set title 'Uptraining proportion (mean pooling)'\nset xlabel 'alpha (fraction of pretraining steps)'\n";
-  gp << "plot ";
-  for (size_t i = 0; i < kvs.size(); i++)
-    gp << (i ? ", " : "") << gp_quote(ad.string()) << " using 1:" << i + 2 << " with linespoints lw 2 pt 7 title '"
-       << plan.kv_name(kvs[i]) << "'";
-  // One colour per method, whatever its grouping; the similar grouping hatched. The key stands
-  // outside the bars: a study of every method has up to 13 of them per cluster.
-  static const char* const colours[] = {"#7f3fbf", "#2a9d8f", "#8ecae6", "#e9a23b",
-                                        "#d4c22a", "#2f6fb0", "#d7301f", "#555555"};
-  gp << "\nset output " << gp_quote((out / "fig_methods.png").string()) << "\n";
-  gp << "set terminal pngcairo size 1100,560 font 'sans,11'\n";
-  gp << "set title 'Conversion methods after uptraining (alpha = " << ha << ")'\nset xlabel ''\n"
-     << "set style data histograms\nset style histogram clustered gap 1\n"
-     << "set key outside right top\nset yrange [*:*]\n";
-  gp << "plot ";
+}
+
+// One colour per method, whatever its grouping; the similar grouping hatched. The key stands
+// outside the bars: a study of every method has up to 13 of them per cluster.
+void methods_script(std::ostream& gp, const PlotFiles& files, const SweepPlan& plan, const fs::path& png) {
+  static const char* const colours[] = {"#7f3fbf", "#2a9d8f", "#8ecae6", "#e9a23b", "#d4c22a", "#2f6fb0", "#d7301f", "#555555"};
+  const SweepPreset& p = plan.preset;
+  gp << "set output " << gp_quote(png.string()) << "\nset terminal pngcairo size 1100,560 font 'sans,11'\n";
+  gp << "set title 'Conversion methods after uptraining (alpha = " << p.headline_fraction << ")'\nset xlabel ''\n"
+     << "set style data histograms\nset style histogram clustered gap 1\nset key outside right top\nset yrange [*:*]\nplot ";
   for (size_t i = 0; i < plan.variants.size(); i++) {
     const Variant& v = plan.variants[i];
     const size_t c = static_cast<size_t>(std::find(p.methods.begin(), p.methods.end(), v.method->name) - p.methods.begin());
-    gp << (i ? ", " : "") << gp_quote(mdat.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)")
+    gp << (i ? ", " : "") << gp_quote(files.methods.string()) << " using " << i + 2 << (i ? "" : ":xtic(1)")
        << " title columnheader lc rgb '" << colours[c % std::size(colours)] << "' fill "
        << (v.grouping == Grouping::Contiguous ? "solid 0.85" : "pattern 4") << " border -1";
   }
   gp << "\n";
+}
+
+}  // namespace
+
+void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results) {
+  const Table t{plan, results};
+  const fs::path out(out_dir);
+  const PlotFiles files(out);
+  write_plot_data(files, t);
+  std::ostringstream gp;
+  tradeoff_script(gp, files, t, out / "fig_tradeoff.png");
+  alpha_script(gp, files, plan, out / "fig_alpha.png");
+  methods_script(gp, files, plan, out / "fig_methods.png");
   run_gnuplot(gp.str());
-  for (const fs::path& f : {td, ad, mdat, sd}) fs::remove(f);
+  for (const fs::path& f : {files.tradeoff, files.alpha, files.methods, files.smaller}) fs::remove(f);
 }
 
 }  // namespace tapelm

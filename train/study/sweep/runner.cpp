@@ -314,137 +314,203 @@ CellRun uptrain_cell(const Cell& c, const SweepPlan& plan, const std::string& pr
 
 }  // namespace
 
-bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet,
-               const StopToken& stop) {
-  const auto t0 = Clock::now();
-  Corpus corpus = load_corpus(data_path);
-  SweepPreset preset = p;
-  if (p.from.empty()) preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
-  preset.pretrain.validate();
-  const TrainConfig& cfg = preset.pretrain;
-  const std::string data_name = fs::path(data_path).filename().string();
-  const SweepPlan plan(preset);  // first: an unknown method is refused before OUT is touched
-  if (!p.from.empty()) check_source(p.from, corpus, data_path, p.pretrain.model.vocab_size);
-  // so is a corpus too short to train on
-  check_window_fits(corpus.train.size(), cfg.model.block_size, data_path + ": the train split");
-  check_window_fits(corpus.val.size(), cfg.model.block_size, data_path + ": the val split");
-  json stamp{{"preset", p.name}, {"data", data_name}, {"config", cfg.to_json()}};
-  if (!p.from.empty()) stamp["config"]["from"] = fs::path(p.from).filename().string();
-  if (!p.scratch) stamp["config"]["scratch"] = false;
-  const SweepDirs dirs(out_dir, stamp);
+namespace {
 
-  // Work in training steps (an evaluation costs about a few dozen); finished cells count as done.
-  const double eval_cost = 40;
-  double total = 0, done = 0;
-  for (const Cell& c : plan.cells) {
-    total += c.steps + eval_cost;
-    if (dirs.finished(c)) done += c.steps + eval_cost;
-  }
-  const double done_at_start = done;
-  if (!quiet) {
-    std::string kvs;
-    for (int64_t k : plan.kv_heads) kvs += (kvs.empty() ? "" : ", ") + std::to_string(k);
-    std::printf("sweep %s: %zu cells (%ld pretraining steps, KV in {%s}) in %s%s\n", p.name.c_str(), plan.cells.size(),
-                static_cast<long>(plan.pretrain_steps), kvs.c_str(), out_dir.c_str(),
-                done > 0 ? " (resuming: finished cells are skipped)" : "");
-  }
-
-  DecodeTimer decode(plan, dirs.decode);
-  const std::string pre_ck = (dirs.runs / plan.pretrain().id() / "checkpoint.h5").string();
-  std::map<std::string, double> converted_loss;
-  for (const Cell& c : plan.cells)
-    if (c.kind == CellKind::convert && dirs.finished(c)) {
-      const CellResult r = read_cell(dirs.cell_file(c), c);
-      if (!r.loss_before)
-        throw Error(ErrorKind::data, dirs.cell_file(c).string() + ": a converted cell without loss_before; remove it and run "
-                                                                   "the sweep again to redo the cell");
-      converted_loss[conversion_key(c)] = *r.loss_before;
+// Progress in training steps (an evaluation costs about a few dozen); finished cells count as done.
+struct SweepProgress {
+  static constexpr double kEvalCost = 40;
+  Clock::time_point t0 = Clock::now();
+  double total = 0, done = 0, done_at_start = 0;
+  SweepProgress(const SweepPlan& plan, const SweepDirs& dirs) {
+    for (const Cell& c : plan.cells) {
+      total += c.steps + kEvalCost;
+      if (dirs.finished(c)) done += c.steps + kEvalCost;
     }
-  size_t index = 0;
-  for (const Cell& c : plan.cells) {
-    index++;
-    if (dirs.finished(c)) continue;
-    const fs::path run_dir = dirs.runs / c.id();
-    const std::string label = "[" + std::to_string(index) + "/" + std::to_string(plan.cells.size()) + " " + c.id() + "] ";
+    done_at_start = done;
+  }
+  // "sweep 42% | ETA 3m10s" after a cell of `steps` steps.
+  std::string advance(int64_t steps) {
+    done += steps + kEvalCost;
+    const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
+    char b[96];
+    std::snprintf(b, sizeof b, "sweep %.0f%% | ETA %s", 100.0 * done / total, fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
+    return b;
+  }
+};
+
+// One study run: its corpus, plan and directories, checked before anything is written.
+class SweepRun {
+ public:
+  SweepRun(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet, const StopToken& stop)
+      : p_(p), data_path_(data_path), out_dir_(out_dir), quiet_(quiet), stop_(stop), corpus_(load_corpus(data_path)),
+        preset_(with_vocab(p, corpus_)), plan_(preset_),  // an unknown method is refused before OUT is touched
+        dirs_(checked_dirs()), progress_(plan_, dirs_), decode_(plan_, dirs_.decode) {}
+
+  // Runs every unfinished cell; false when a signal stopped the study.
+  bool run_cells() {
+    if (!quiet_) announce();
+    const std::string pre_ck = (dirs_.runs / plan_.pretrain().id() / "checkpoint.h5").string();
+    read_converted_losses();
+    size_t index = 0;
+    for (const Cell& c : plan_.cells) {
+      index++;
+      if (dirs_.finished(c)) continue;
+      const std::string label = "[" + std::to_string(index) + "/" + std::to_string(plan_.cells.size()) + " " + c.id() + "] ";
+      if (!run_cell(c, pre_ck, label) || stop_.requested()) return false;
+    }
+    return true;
+  }
+
+  // results.csv, report.md and the plots of every cell.
+  void write_report() const;
+
+ private:
+  static SweepPreset with_vocab(const SweepPreset& p, const Corpus& corpus) {
+    SweepPreset preset = p;
+    if (p.from.empty()) preset.pretrain.model.vocab_size = corpus.tok.vocab_size();
+    preset.pretrain.validate();
+    return preset;
+  }
+
+  SweepDirs checked_dirs() const {
+    const TrainConfig& cfg = preset_.pretrain;
+    if (!p_.from.empty()) check_source(p_.from, corpus_, data_path_, p_.pretrain.model.vocab_size);
+    // so is a corpus too short to train on
+    check_window_fits(corpus_.train.size(), cfg.model.block_size, data_path_ + ": the train split");
+    check_window_fits(corpus_.val.size(), cfg.model.block_size, data_path_ + ": the val split");
+    json stamp{{"preset", p_.name}, {"data", data_name()}, {"config", cfg.to_json()}};
+    if (!p_.from.empty()) stamp["config"]["from"] = fs::path(p_.from).filename().string();
+    if (!p_.scratch) stamp["config"]["scratch"] = false;
+    return SweepDirs(out_dir_, stamp);
+  }
+
+  std::string data_name() const { return fs::path(data_path_).filename().string(); }
+
+  void announce() const {
+    std::string kvs;
+    for (int64_t k : plan_.kv_heads) kvs += (kvs.empty() ? "" : ", ") + std::to_string(k);
+    std::printf("sweep %s: %zu cells (%ld pretraining steps, KV in {%s}) in %s%s\n", p_.name.c_str(), plan_.cells.size(),
+                static_cast<long>(plan_.pretrain_steps), kvs.c_str(), out_dir_.c_str(),
+                progress_.done > 0 ? " (resuming: finished cells are skipped)" : "");
+  }
+
+  // The converted models' losses finished cells measured: a conversion is evaluated once per key.
+  void read_converted_losses() {
+    for (const Cell& c : plan_.cells)
+      if (c.kind == CellKind::convert && dirs_.finished(c)) {
+        const CellResult r = read_cell(dirs_.cell_file(c), c);
+        if (!r.loss_before)
+          throw Error(ErrorKind::data, dirs_.cell_file(c).string() + ": a converted cell without loss_before; remove it and run "
+                                                                      "the sweep again to redo the cell");
+        converted_loss_[conversion_key(c)] = *r.loss_before;
+      }
+  }
+
+  // Runs one cell and writes its result; false when a signal interrupted it.
+  bool run_cell(const Cell& c, const std::string& pre_ck, const std::string& label) {
+    const fs::path run_dir = dirs_.runs / c.id();
     const auto tc = Clock::now();
     CellRun run;
     if (c.kind == CellKind::convert) {
-      auto known = converted_loss.find(conversion_key(c));
-      run = uptrain_cell(c, plan, pre_ck, corpus, run_dir, label,
-                         known == converted_loss.end() ? std::nullopt : std::optional<double>(known->second), stop);
-      if (run.loss_before) converted_loss[conversion_key(c)] = *run.loss_before;
-    } else if (c.kind == CellKind::pretrain && !p.from.empty()) {
-      run = source_cell(p.from, corpus, run_dir);
+      auto known = converted_loss_.find(conversion_key(c));
+      run = uptrain_cell(c, plan_, pre_ck, corpus_, run_dir, label,
+                         known == converted_loss_.end() ? std::nullopt : std::optional<double>(known->second), stop_);
+      if (run.loss_before) converted_loss_[conversion_key(c)] = *run.loss_before;
+    } else if (c.kind == CellKind::pretrain && !p_.from.empty()) {
+      run = source_cell(p_.from, corpus_, run_dir);
     } else {
-      run = train_cell(c, plan, corpus, run_dir, label, quiet, stop);
+      run = train_cell(c, plan_, corpus_, run_dir, label, quiet_, stop_);
     }
     if (run.interrupted) return false;
-    const ModelCost cost = model_cost(plan.model_for(c));
-    const ShapeDecodeTimes& times = decode.times(c);
-    CellResult r{.cell = c,
-                 .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
-                 .val_loss = run.val_loss,
-                 .loss_before = run.loss_before,
-                 .perplexity = std::exp(run.val_loss),
-                 .train_seconds = run.train_seconds,
-                 .convert_seconds = run.convert_seconds,
-                 .params = cost.params,
-                 .forward_flops_per_token = cost.forward_flops_per_token,
-                 .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
-                 .decode = times.decode,
-                 .decode_long_context = times.long_context,
-                 .decode_long = times.decode_long};
-    write_json_atomic(dirs.cell_file(c), r.to_json());
+    const CellResult r = result_of(c, run);
+    write_json_atomic(dirs_.cell_file(c), r.to_json());
     std::error_code ec;
     if (c.kind == CellKind::convert || c.kind == CellKind::scratch)
       fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics (and the two MHA models); the disk is finite
-    done += c.steps + eval_cost;
-    const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
-    if (!quiet) {
+    const std::string where = progress_.advance(c.steps);
+    if (!quiet_) {
       char converted[48] = "";
       if (r.loss_before) std::snprintf(converted, sizeof converted, " (converted: %.4f)", *r.loss_before);
-      std::printf("%sval loss %.4f%s in %.1fs | sweep %.0f%% | ETA %s\n", label.c_str(), r.val_loss, converted,
-                  seconds_since(tc), 100.0 * done / total, fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
+      std::printf("%sval loss %.4f%s in %.1fs | %s\n", label.c_str(), r.val_loss, converted, seconds_since(tc), where.c_str());
     }
     std::fflush(stdout);
-    if (stop.requested()) return false;
+    return true;
   }
 
+  CellResult result_of(const Cell& c, const CellRun& run) const {
+    const ModelCost cost = model_cost(plan_.model_for(c));
+    const ShapeDecodeTimes& times = decode_.times(c);
+    return {.cell = c,
+            .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
+            .val_loss = run.val_loss,
+            .loss_before = run.loss_before,
+            .perplexity = std::exp(run.val_loss),
+            .train_seconds = run.train_seconds,
+            .convert_seconds = run.convert_seconds,
+            .params = cost.params,
+            .forward_flops_per_token = cost.forward_flops_per_token,
+            .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
+            .decode = times.decode,
+            .decode_long_context = times.long_context,
+            .decode_long = times.decode_long};
+  }
+
+  const SweepPreset& p_;
+  std::string data_path_, out_dir_;
+  bool quiet_;
+  StopToken stop_;
+  Corpus corpus_;
+  SweepPreset preset_;
+  SweepPlan plan_;
+  SweepDirs dirs_;
+  SweepProgress progress_;
+  mutable DecodeTimer decode_;
+  std::map<std::string, double> converted_loss_;
+};
+
+void SweepRun::write_report() const {
   std::vector<CellResult> results;
-  for (const Cell& c : plan.cells) {
+  for (const Cell& c : plan_.cells) {
     // the decoding times of the cell's shape as the study measured them last (a cell file from
     // before the study timed the serving batch or the long context has older ones)
-    CellResult r = read_cell(dirs.cell_file(c), c);
-    const ShapeDecodeTimes& times = decode.times(c);
+    CellResult r = read_cell(dirs_.cell_file(c), c);
+    const ShapeDecodeTimes& times = decode_.times(c);
     r.decode = times.decode;
     r.decode_long_context = times.long_context;
     r.decode_long = times.decode_long;
     results.push_back(std::move(r));
   }
   std::ostringstream csv;
-  write_results_csv(csv, plan, results);
-  write_atomic(dirs.out / "results.csv", csv.str());
-
+  write_results_csv(csv, plan_, results);
+  write_atomic(dirs_.out / "results.csv", csv.str());
   char date[32];
   std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
   std::ostringstream md;
-  write_report_md(md, plan, results, {data_name, static_cast<size_t>(corpus.train.size()), static_cast<size_t>(corpus.val.size()), date});
+  write_report_md(md, plan_, results, {data_name(), static_cast<size_t>(corpus_.train.size()), static_cast<size_t>(corpus_.val.size()), date});
   bool plots = true;
   try {
-    write_plots(out_dir, plan, results);
+    write_plots(out_dir_, plan_, results);
   } catch (const std::exception& e) {
     plots = false;
     md << "\n(Plots not drawn: " << e.what() << ")\n";
   }
-  write_atomic(dirs.out / "report.md", md.str());
-  if (!quiet) {
-    std::printf("\nsweep done in %s: %s/report.md%s\n\n", fmt_eta(seconds_since(t0)).c_str(), out_dir.c_str(),
-                plots ? " (plots: fig_tradeoff.png, fig_alpha.png, fig_methods.png)" : "");
-    const std::string s = md.str();
-    const size_t a = s.find("## Table 1"), b = s.find("## Figure 4");
-    std::printf("%s", s.substr(a, b - a).c_str());
-  }
+  write_atomic(dirs_.out / "report.md", md.str());
+  if (quiet_) return;
+  std::printf("\nsweep done in %s: %s/report.md%s\n\n", fmt_eta(seconds_since(progress_.t0)).c_str(), out_dir_.c_str(),
+              plots ? " (plots: fig_tradeoff.png, fig_alpha.png, fig_methods.png)" : "");
+  const std::string s = md.str();
+  const size_t a = s.find("## Table 1"), b = s.find("## Figure 4");
+  std::printf("%s", s.substr(a, b - a).c_str());
+}
+
+}  // namespace
+
+bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet,
+               const StopToken& stop) {
+  SweepRun run(p, data_path, out_dir, quiet, stop);
+  if (!run.run_cells()) return false;
+  run.write_report();
   return true;
 }
 
