@@ -191,12 +191,6 @@ bool TokenSeq::operator==(const std::vector<int32_t>& ids) const {
 
 // ---- writing ------------------------------------------------------------------------------------
 
-namespace {
-void put_u32(std::string& out, uint32_t v) {
-  for (int k = 0; k < 4; k++) out += static_cast<char>((v >> (8 * k)) & 0xFF);
-}
-}  // namespace
-
 ShardWriter::ShardWriter(std::string dir, std::string prefix, bool wide, int64_t max_tokens)
     : dir_(std::move(dir)), prefix_(std::move(prefix)), wide_(wide), max_tokens_(std::max<int64_t>(1, max_tokens)) {}
 
@@ -221,10 +215,8 @@ void ShardWriter::open_next() {
 void ShardWriter::close_current() {
   auto* f = static_cast<std::FILE*>(file_);
   const std::string path = (fs::path(dir_) / shards_.back().first).string();
-  std::string h;
-  put_u32(h, static_cast<uint32_t>(wide_ ? wide_token_file_magic : token_file_magic));
-  put_u32(h, static_cast<uint32_t>(wide_ ? wide_token_file_version : token_file_version));
-  put_u32(h, static_cast<uint32_t>(in_current_));
+  const std::string h = token_file_header(wide_ ? wide_token_file_magic : token_file_magic,
+                                          wide_ ? wide_token_file_version : token_file_version, static_cast<uint32_t>(in_current_));
   bool ok = std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(h.data(), 1, h.size(), f) == h.size() && std::fflush(f) == 0 &&
             ::fsync(::fileno(f)) == 0;
   const int err = errno;

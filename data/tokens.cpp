@@ -18,6 +18,14 @@ int32_t get_i32(const std::string& b, size_t at) {
 
 }  // namespace
 
+std::string token_file_header(int32_t magic, int32_t version, uint32_t count) {
+  std::string h;
+  put_u32(h, static_cast<uint32_t>(magic));
+  put_u32(h, static_cast<uint32_t>(version));
+  put_u32(h, count);
+  return h;
+}
+
 std::string token_file_bytes(const std::vector<int32_t>& ids, const std::string& path) {
   const std::string what = "token file " + path + ": ";
   if (ids.size() > size_t(INT32_MAX))
@@ -28,9 +36,7 @@ std::string token_file_bytes(const std::vector<int32_t>& ids, const std::string&
                       " does not fit uint16 [0, 65535]");
   std::string bytes;
   bytes.reserve(token_file_header_bytes + 2 * ids.size());
-  put_u32(bytes, token_file_magic);
-  put_u32(bytes, token_file_version);
-  put_u32(bytes, static_cast<uint32_t>(ids.size()));
+  bytes += token_file_header(token_file_magic, token_file_version, static_cast<uint32_t>(ids.size()));
   bytes.resize(token_file_header_bytes, '\0');
   for (int32_t id : ids) {
     bytes += static_cast<char>(id & 0xFF);

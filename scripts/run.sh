@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-tiny}"
 bash scripts/setup.sh
-bash scripts/build.sh
+TAPELM_TARGET=tapelm bash scripts/build.sh
 ./build/tapelm sweep --preset "$preset" --data corpora/tinyshakespeare.txt --out "runs/sweep-$preset"
 echo
 echo "report: runs/sweep-$preset/report.md"

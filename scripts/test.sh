@@ -1,23 +1,20 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: the layering check (and its own
-# self-test), the unit tests (CTest) in the Release build, then again in a build with
-# AddressSanitizer and UndefinedBehaviorSanitizer, where any report fails the run.
+# self-test), then the unit tests (CTest) twice from one build: against the Release build, and
+# against a copy of tapelm built with AddressSanitizer and UndefinedBehaviorSanitizer, where any
+# report fails the run (TAPELM_SKIP_SANITIZERS=1 skips that pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/check_layers.sh --self-test
 bash scripts/check_layers.sh
 bash scripts/setup.sh
-bash scripts/build.sh
-(cd build && ctest --output-on-failure -j"$(nproc)")
-
-if [ "${TAPELM_SKIP_SANITIZERS:-0}" != "1" ]; then
+sanitize=ON
+[ "${TAPELM_SKIP_SANITIZERS:-0}" = "1" ] && sanitize=OFF
+bash scripts/build.sh -DTAPELM_SANITIZE=$sanitize -DTAPELM_BENCH=OFF
+cd build
+echo "== Release pass =="
+ctest --output-on-failure -j"$(nproc)" -L release
+if [ "$sanitize" = ON ]; then
   echo "== sanitizer pass (address, undefined) =="
-  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DTAPELM_SANITIZE=ON -DTAPELM_BENCH=OFF > build-asan.log 2>&1 \
-    || { cat build-asan.log; exit 1; }
-  cmake --build build-asan -j"$(nproc)" 2>&1 | tail -n 3
-  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
-  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-  # The robustness suite's own ASan and LSan options (libhdf5's error paths) are its test's
-  # environment: see CMakeLists.txt.
-  (cd build-asan && ctest --output-on-failure -j"$(nproc)")
+  ctest --output-on-failure -j"$(nproc)" -L sanitize
 fi

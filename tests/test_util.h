@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
@@ -24,11 +25,46 @@
 
 namespace tapelm::test {
 
+/// A program the tests run, named by ctest's environment (the sanitizer pass names its
+/// instrumented builds), else the file beside the test binary.
+inline std::string program(const char* env, const char* name) {
+  if (const char* p = std::getenv(env); p && *p) return p;
+  return (std::filesystem::canonical("/proc/self/exe").parent_path() / name).string();
+}
+
+}  // namespace tapelm::test
+
+/// The tapelm binary under test, and the MPI suite's worker.
+#define TAPELM_BINARY (::tapelm::test::program("TAPELM_BINARY", "tapelm"))
+#define TAPELM_MPI_WORKER (::tapelm::test::program("TAPELM_MPI_WORKER", "tapelm_mpi_worker"))
+
+namespace tapelm::test {
+
 /// Gradient-checks f on the inputs and reports the worst element when it fails.
 inline void check_grad(const std::string& what, const std::function<Var(const std::vector<Var>&)>& f,
                        const std::vector<Tensor>& inputs, GradCheckOptions opt = {}) {
   GradCheckResult r = gradcheck(f, inputs, opt);
   BOOST_TEST(r.ok, what << ": worst ratio " << r.worst_ratio << " at " << r.detail);
+}
+
+/// True in the sanitizer pass: the rooms linked into this binary are instrumented with ASan.
+extern "C" void __asan_init() __attribute__((weak));
+inline bool sanitized() { return &__asan_init != nullptr; }
+
+/// Writes bytes to path as they are.
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A file's bytes.
+inline std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Same shape and the same bits in every element.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<size_t>(a.numel())) == 0;
 }
 
 /// The directory holding the project's test data.

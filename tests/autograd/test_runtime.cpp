@@ -73,15 +73,14 @@ test::Precondition tapelm_chose_the_wait_policy(boost::unit_test::test_unit_id) 
 // there the test runs and fails without it. AddressSanitizer's shadow memory does not start under
 // QEMU's user-mode emulation: the Release pass checks this.
 test::Precondition qemu_can_run_the_binary(boost::unit_test::test_unit_id) {
-#ifdef __SANITIZE_ADDRESS__
-  test::Precondition r(false);
-  r.message() << "an AddressSanitizer build: the Release pass checks this";
-  return r;
-#else
+  if (test::sanitized()) {
+    test::Precondition r(false);
+    r.message() << "an AddressSanitizer build: the Release pass checks this";
+    return r;
+  }
   test::Precondition r(std::getenv("CI") != nullptr || std::system("command -v qemu-x86_64 >/dev/null 2>&1") == 0);
   if (!r) r.message() << "qemu-x86_64 (Debian's qemu-user, installed by scripts/setup.sh) is missing";
   return r;
-#endif
 }
 
 /// The OpenBLAS core the kernel's flags call for (OpenBLAS's own rule: the newest kernel set whose

@@ -33,10 +33,6 @@ std::string read_bytes(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 // The first 20,000 characters of the corpus: enough for windows of 16, small enough that the
 // closing whole-val-split evaluation costs nothing.
 std::string small_corpus(const TempDir& d) {

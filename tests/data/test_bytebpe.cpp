@@ -69,8 +69,6 @@ Tokenizer layout_tokenizer(const json& layout, const std::string& bos = "", cons
   return Tokenizer(ByteBpe::from_json(layout_json(layout["overrides"]), layout["name"].get<std::string>(), bos, eos));
 }
 
-void write_bytes(const std::string& path, const std::string& b) { std::ofstream(path, std::ios::binary) << b; }
-
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(bytebpe)

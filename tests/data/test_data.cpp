@@ -30,13 +30,12 @@
 
 using namespace tapelm;
 using test::TempDir;
+using test::write_bytes;
 namespace fs = std::filesystem;
 
 namespace {
 
 std::string shakespeare_path() { return std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt"; }
-
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 std::string le32(int32_t v) {
   std::string s;

@@ -47,10 +47,6 @@ void take_a_step(const NamedParams& params, Optimizer& opt) {
   opt.step(1e-3);
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()) == 0;
-}
-
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -70,11 +66,6 @@ void save_tiny(const std::string& path, const std::string& optimizer = "adamw", 
   st.step = 1;
   st.tokens_seen = 16;
   save_training_checkpoint(path, model, *opt, cfg, st, tokenizer());
-}
-
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // A copy of the full checkpoint src at dst with edit applied to each tensor as it is copied (the

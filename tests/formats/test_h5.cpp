@@ -19,6 +19,7 @@
 namespace fs = std::filesystem;
 using namespace tapelm;
 using test::TempDir;
+using test::file_bytes;
 
 namespace {
 
@@ -29,11 +30,6 @@ ssize_t open_hdf5_objects() { return H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
 /// Runs f and checks that it throws a one-line checkpoint Error whose message contains every part.
 void expect_h5_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
   test::expect_throw(f, ErrorKind::checkpoint, parts);
-}
-
-std::vector<char> file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 void put_file_bytes(const std::string& path, const std::vector<char>& bytes) {

@@ -39,8 +39,6 @@ const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_g
 
 std::string hfx(const std::string& name) { return fixture_path("hf/" + name); }
 
-void write_bytes(const std::string& path, const std::string& b) { std::ofstream(path, std::ios::binary) << b; }
-
 // Every tensor of a model directory (single file or shards) by name, as stored bytes.
 std::map<std::string, std::string> stored_tensors(const std::string& dir) {
   std::map<std::string, std::string> out;

@@ -25,7 +25,7 @@ namespace lc = tapelm::llama2c;  // the suite's name is a namespace of its own
 
 namespace {
 
-const std::vector<std::string> kModels{"gqa_tied", "gqa_untied", "spm_tied"};
+const std::vector<std::string> kLlama2cModels{"gqa_tied", "gqa_untied", "spm_tied"};
 
 std::string l2c(const std::string& name) { return fixture_path("llama2c/" + name); }
 std::string bin(const std::string& model, int version) { return l2c(model + ".v" + std::to_string(version) + ".bin"); }
@@ -37,8 +37,6 @@ std::pair<size_t, size_t> v0_table_range(const GPTConfig& c) {
   const int64_t before = c.vocab_size * d + L * (d + d * d + 2 * d * kv + d * d + d + 3 * d * c.mlp_hidden) + d;
   return {28 + 4 * before, 28 + 4 * (before + 2 * c.block_size * hd / 2)};
 }
-
-void write_bytes(const std::string& path, const std::string& b) { std::ofstream(path, std::ios::binary) << b; }
 
 template <class T> void put(std::string& b, size_t off, T v) { std::memcpy(b.data() + off, &v, sizeof v); }
 
@@ -58,7 +56,7 @@ BOOST_AUTO_TEST_CASE(rope_rows_move_between_half_split_and_interleaved) {
 }
 
 BOOST_AUTO_TEST_CASE(import_reproduces_llama2c_logits) {
-  for (const std::string& name : kModels)
+  for (const std::string& name : kLlama2cModels)
     for (int version : {0, 1}) {
       BOOST_TEST_CONTEXT(name << " v" << version) {
         lc::Model m = lc::read_model(bin(name, version));
@@ -86,7 +84,7 @@ BOOST_AUTO_TEST_CASE(import_reproduces_llama2c_logits) {
 }
 
 BOOST_AUTO_TEST_CASE(greedy_continuation_matches_pytorch) {
-  for (const std::string& name : kModels) {
+  for (const std::string& name : kLlama2cModels) {
     lc::Model m = lc::read_model(bin(name, 0));
     H5File f = H5File::open_read(l2c(name + ".h5"));
     const std::vector<int32_t> prompt = f.read_ints("/expected/greedy_prompt"), want = f.read_ints("/expected/greedy");
@@ -103,7 +101,7 @@ BOOST_AUTO_TEST_CASE(greedy_continuation_matches_pytorch) {
 
 BOOST_AUTO_TEST_CASE(export_writes_llama2c_bytes) {
   // From the tapelm-layout weights, not from an import: export alone must give export.py's bytes.
-  for (const std::string& name : kModels) {
+  for (const std::string& name : kLlama2cModels) {
     BOOST_TEST_CONTEXT(name) {
       std::unique_ptr<GPT> m = load_model(l2c(name + ".h5")).model;
       BOOST_TEST((lc::model_bytes(*m, 1) == bytes_of(bin(name, 1))), "version 1 bytes differ");
@@ -132,7 +130,7 @@ BOOST_AUTO_TEST_CASE(export_writes_llama2c_bytes) {
 
 BOOST_AUTO_TEST_CASE(import_then_export_is_byte_identical) {
   TempDir d;
-  for (const std::string& name : kModels)
+  for (const std::string& name : kLlama2cModels)
     for (int version : {0, 1}) {
       BOOST_TEST_CONTEXT(name << " v" << version) {
         const std::string ck = d / (name + std::to_string(version) + ".h5"), out = d / (name + std::to_string(version) + ".bin");

@@ -14,6 +14,7 @@
 
 using namespace tapelm;
 namespace tt = boost::test_tools;
+using test::same_bits;
 
 namespace {
 
@@ -27,10 +28,6 @@ void set_grad(const Var& p, const std::vector<float>& g) {
 void set_grad(const Var& p, const Tensor& g) {
   BOOST_REQUIRE(g.shape() == p.shape());
   std::memcpy(p.grad().data(), g.data(), sizeof(float) * g.numel());
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()) == 0;
 }
 
 NamedParams clone_params(const NamedParams& ps) {
