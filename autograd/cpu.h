@@ -6,8 +6,8 @@
 // does not know (a Xeon newer than the library) gets its `Prescott` SSE3 kernels, a fifth of the
 // speed, and nothing says so. OpenBLAS reads OPENBLAS_CORETYPE only while it loads, so the guard
 // re-executes the program once (same pid, same arguments, same environment plus that variable)
-// before anything else runs; under mpirun every rank does so before MPI_Init. See README
-// "BLAS kernels".
+// before anything else runs; under mpirun every rank does so before MPI_Init. See
+// docs/guide/blas.md.
 #include <cstdint>
 #include <string>
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GGUF end to end (README "llama.cpp: GGUF in and out"): a llama-style MHA model trained by tapelm
+# GGUF end to end (docs/guide/gguf.md): a llama-style MHA model trained by tapelm
 # on tinyshakespeare with a 512-piece BPE tokenizer (configs/hf_llama.json: 4 layers, 4 heads,
 # d 128), converted to GQA (2 KV heads) and MQA (1) by aligned-fit and uptrained for 5 % of its
 # steps, each exported to GGUF (f32 and q8_0) and run by llama.cpp itself (npm's node-llama-cpp,

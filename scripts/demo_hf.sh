@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hugging Face in and out, end to end (README "Hugging Face models in and out"): a llama-layout and a
+# Hugging Face in and out, end to end (docs/guide/huggingface.md): a llama-layout and a
 # GPT-2-layout model trained by tapelm on tinyshakespeare with a 512-piece BPE tokenizer, exported
 # as HF model directories, imported back, the study run on the imported llama model
 # (sweep --from), its best GQA conversion uptrained and exported, and the exports' greedy text
