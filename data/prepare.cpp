@@ -154,9 +154,26 @@ struct Piece {
   bool drop_space = false; // a continuation that starts at a space the dummy prefix stands for
 };
 
-// Splits [begin, end) of a file into pieces of at most `chunk` bytes, cut where encoding the
-// parts equals encoding the whole: before a space that follows a non-space (sentencepiece's
-// pieces never cross it), else after a newline, else at a UTF-8 boundary.
+// Text held whole when no cut is safe (Tokenizer::can_cut_before): a run of text that long with no
+// place to cut is refused.
+constexpr int64_t kMaxUncut = int64_t(1) << 30;
+
+// The last i in (from, s.size()) where tok may cut s, or npos.
+size_t last_cut(const Tokenizer& tok, std::string_view s, size_t from = 0) {
+  for (size_t i = s.size(); i-- > from + 1;)
+    if (tok.can_cut_before(s, i)) return i;
+  return std::string::npos;
+}
+
+Error no_cut(const Tokenizer& tok, const std::string& file, int64_t at) {
+  return Error(ErrorKind::data, "data file " + file + ": no place within " + std::to_string(kMaxUncut >> 20) + " MiB from byte " +
+                                    std::to_string(at) + " where the " + tok.kind_name() +
+                                    " tokenizer's ids of the parts equal those of the whole (docs/tokenizers.md): split the text into documents (--doc-sep)");
+}
+
+// Splits [begin, end) of a file into pieces of about `chunk` bytes, each cut where the tokenizer
+// says encoding the parts equals encoding the whole (Tokenizer::can_cut_before); where no such
+// place is near, the piece grows until there is one (or the segment ends).
 class Chunker {
  public:
   Chunker(const std::vector<std::string>& files, const Tokenizer& tok, int64_t chunk)
@@ -168,26 +185,16 @@ class Chunker {
   }
   bool next(Piece& p) {
     if (pos_ >= end_) return false;
-    std::string s = read_range(files_[file_], pos_, std::min(chunk_, end_ - pos_));
-    if (pos_ + static_cast<int64_t>(s.size()) < end_) {
-      size_t cut = std::string::npos;
-      if (!tok_.as<CharTokenizer>()) {
-        for (size_t i = s.size() - 1; i > s.size() / 2; i--)
-          if (s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n') {
-            cut = i;
-            break;
-          }
-        if (cut == std::string::npos) {
-          const size_t nl = s.rfind('\n');
-          if (nl != std::string::npos && nl > 0) cut = nl + 1;
-        }
+    std::string s;
+    for (int64_t window = chunk_;; window *= 2) {
+      s = read_range(files_[file_], pos_, std::min(window, end_ - pos_));
+      if (pos_ + static_cast<int64_t>(s.size()) >= end_) break;  // the rest of the segment, whole
+      const size_t cut = last_cut(tok_, s);
+      if (cut != std::string::npos) {
+        s.resize(cut);
+        break;
       }
-      if (cut == std::string::npos) {
-        cut = s.size();
-        while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) cut--;  // s[cut] starts a character
-        if (cut == 0) cut = s.size();
-      }
-      s.resize(cut);
+      if (window >= kMaxUncut) throw no_cut(tok_, files_[file_], pos_);
     }
     check_utf8(s, files_[file_], pos_);
     p.file = file_;
@@ -211,9 +218,9 @@ class Chunker {
   bool first_ = true, doc_start_ = true, continues_ = false;
 };
 
-// A sentencepiece tokenizer's ids for text, encoded `step` bytes at a time, cut before a space
-// that follows a word as the tasks are (sentencepiece's pieces never cross it), so the ids are
-// those of one call: sentencepiece's encoder slows down on long inputs.
+// A tokenizer's ids for text, encoded about `step` bytes at a time, cut where the tasks are
+// (Tokenizer::can_cut_before), so the ids are those of one call: sentencepiece's encoder slows
+// down on long inputs.
 std::vector<int32_t> encode_in_steps(const Tokenizer& tok, const std::string& text, size_t step) {
   if (tok.as<CharTokenizer>() || text.size() <= step) return tok.encode(text);
   std::vector<int32_t> out;
@@ -222,15 +229,10 @@ std::vector<int32_t> encode_in_steps(const Tokenizer& tok, const std::string& te
   while (pos < text.size()) {
     size_t end = text.size();
     if (pos + step < text.size()) {
-      end = std::string::npos;
-      for (size_t i = pos + step; i > pos + 1; i--)
-        if (text[i] == ' ' && text[i - 1] != ' ' && text[i - 1] != '\n') {
-          end = i;
-          break;
-        }
-      if (end == std::string::npos) {  // no word boundary: the next one, or the end
+      end = last_cut(tok, std::string_view(text).substr(0, pos + step + 1), pos);
+      if (end == std::string::npos) {  // none before: the next one, or the end
         for (size_t i = pos + step + 1; i < text.size() && end == std::string::npos; i++)
-          if (text[i] == ' ' && text[i - 1] != ' ' && text[i - 1] != '\n') end = i;
+          if (tok.can_cut_before(text, i)) end = i;
         if (end == std::string::npos) end = text.size();
       }
     }
@@ -338,17 +340,23 @@ struct Split {
 };
 
 /// Where one document splits into train and val: nanoGPT's int(n * 0.9) code points for the char
-/// tokenizer (a single file splits as it always has), else by bytes, moved to the next space so
-/// that both parts encode as the whole did.
+/// tokenizer (a single file splits as it always has), else by bytes, moved on to the next place
+/// where the parts encode as the whole did (Tokenizer::can_cut_before); none: all is train.
 int64_t one_document_cut(const PrepareOptions& o, const Doc& d, const Tokenizer& tok) {
   if (!(o.val_fraction > 0)) return d.end;
   const std::string& path = o.texts[d.file];
   if (!tok.as<CharTokenizer>()) {
-    int64_t cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
-    const std::string s = read_range(path, cut, std::min<int64_t>(1 << 20, d.end - cut));
-    size_t i = 1;
-    while (i < s.size() && !(s[i] == ' ' && s[i - 1] != ' ' && s[i - 1] != '\n')) i++;
-    return cut + static_cast<int64_t>(std::min(i, s.size()));
+    const int64_t cut = d.begin + static_cast<int64_t>(static_cast<double>(d.end - d.begin) * (1.0 - o.val_fraction));
+    // windows of 1 MiB overlapping by 64 KiB: a cut is judged with the bytes around it in view
+    constexpr int64_t window = 1 << 20, overlap = 64 << 10;
+    for (int64_t at = std::max(d.begin, cut - overlap);; at += window - 2 * overlap) {
+      const std::string s = read_range(path, at, std::min(window, d.end - at));
+      const bool last = at + static_cast<int64_t>(s.size()) >= d.end;
+      const size_t stop = last ? s.size() : s.size() - overlap;
+      for (size_t i = static_cast<size_t>(std::max<int64_t>(1, cut - at)); i < stop; i++)
+        if (tok.can_cut_before(s, i)) return at + static_cast<int64_t>(i);
+      if (last) return d.end;
+    }
   }
   int64_t n = 0;  // code points = tokens
   for (int64_t at = d.begin; at < d.end; at += 16 << 20)

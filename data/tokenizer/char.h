@@ -31,6 +31,10 @@ class CharTokenizer : public TokenizerModel {
   std::string piece(int32_t id) const override;
   /// {"type":"char","symbols":[...]}, for tokenizer.json and checkpoint attributes.
   const std::string& serialized() const override { return json_; }
+  /// One id per character: any character boundary.
+  bool can_cut_before(std::string_view text, size_t i) const override {
+    return (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+  }
   std::string to_json() const { return json_; }
   /// The vocabulary: symbol i is the code point of id i.
   const std::vector<char32_t>& symbols() const { return symbols_; }

@@ -51,6 +51,12 @@ class SentencePiece : public TokenizerModel {
   bool adds_dummy_prefix() const override { return dummy_prefix_; }
   /// The `.model` file's bytes.
   const std::string& serialized() const override { return bytes_; }
+  /// Before a space that follows a character other than a space or newline: sentencepiece's
+  /// pieces never cross a word's leading space (its ▁), and the continuation's dummy prefix
+  /// stands for the space it is cut at.
+  bool can_cut_before(std::string_view text, size_t i) const override {
+    return text[i] == ' ' && text[i - 1] != ' ' && text[i - 1] != '\n';
+  }
 
   ~SentencePiece() override;
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "autograd/error.h"
@@ -48,6 +49,11 @@ class TokenizerModel {
   virtual bool adds_dummy_prefix() const { return false; }
   /// What to store to rebuild it (the registry's deserialize reads it back).
   virtual const std::string& serialized() const = 0;
+  /// True when text may be cut before byte i (0 < i, i + 1 < text.size()) with encode(text[..i))
+  /// followed by the continuation's ids (see Tokenizer::can_cut_before) equal to encode(text),
+  /// for any text with these bytes around i: decided from the bytes next to i alone. False unless
+  /// the kind can prove it (docs/tokenizers.md says why each rule is safe).
+  virtual bool can_cut_before(std::string_view text, size_t i) const { return false; }
 };
 
 /// Any tokenizer tapelm trains with, behind one interface: the char tokenizer, a sentencepiece
@@ -107,6 +113,12 @@ class Tokenizer {
   /// True when encoding prefixes text with a space (sentencepiece's add_dummy_prefix): text
   /// encoded in pieces then must start each later piece at a space, dropping it (see prepare).
   bool adds_dummy_prefix() const { return m_ && m_->adds_dummy_prefix(); }
+  /// True when text may be cut before byte i so that its two parts, encoded apart (the second as
+  /// a continuation: without its first space when adds_dummy_prefix()), give the ids of the
+  /// whole. Needs one byte of context after i: false when i == 0 or i + 1 >= text.size().
+  bool can_cut_before(std::string_view text, size_t i) const {
+    return m_ && i > 0 && i + 1 < text.size() && m_->can_cut_before(text, i);
+  }
 
   /// Same kind and same serialized bytes.
   bool operator==(const Tokenizer& o) const;

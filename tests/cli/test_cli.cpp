@@ -139,6 +139,10 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
                "fifo.json: the config is not a regular file");
   fs::remove(d / "fifo.json");
   expect_error(run_cli("bench --set n_layer=1000000000"), "parameters");
+  // sizes outside their range are refused, not replaced by the defaults (they once ran, exit 0)
+  expect_error(run_cli("bench --mode decode --batch -3"), "--batch");
+  expect_error(run_cli("bench --mode decode --batch 0"), "--batch");
+  expect_error(run_cli("bench --mode decode --context 0"), "--decode-len: Value 0 not in range");
   // every integer key is range-checked, naming it
   expect_error(train_with(cfg, " --set n_embd=4611686018427387904"), "n_embd");
   // seeds and threads: the same rule for flags and keys

@@ -7,12 +7,16 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
 
 #include "data/dataset.h"
 #include "data/io.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/bytebpe/byte_bpe.h"
+#include "data/tokenizer/utf8.h"
 #include "train/formats/hf_tokenizer.h"
 #include "test_util.h"
 
@@ -104,6 +108,122 @@ BOOST_AUTO_TEST_CASE(ids_equal_hugging_face_on_four_layouts) {
   BOOST_TEST(gpt2.encode(" \u00BD\u00B2\u0663").front() != want.front());  // GPT-2's pattern keeps " ½²٣" whole
   // GPT-2's count for tinyshakespeare, as nanoGPT's prepare.py reports it (301,966 train + 36,059 val)
   BOOST_TEST(cases()["layouts"][0]["corpus"]["tokens"] == 338025);
+}
+
+// Split with every behavior, inverted or not, and patterns that match the empty string (which
+// once repeated text: "Hello World" came back as "Hello Hello World"): the ids of Hugging Face's
+// own tokenizers library (split/cases.json, from split/make_split_fixtures.mjs).
+BOOST_AUTO_TEST_CASE(split_behaviors_and_empty_matches_equal_hugging_face) {
+  const json c = json::parse(read_file_bytes(bx("split/cases.json"), "fixture"));
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  BOOST_TEST(c["layouts"].size() == 18u);
+  for (const json& layout : c["layouts"]) {
+    const json pre = {{"type", "Sequence"}, {"pretokenizers", json::array({layout["split"], byte_level})}};
+    const auto tok = ByteBpe::from_json(layout_json({{"pre_tokenizer", pre}}), layout["name"].get<std::string>(), "", "");
+    for (size_t i = 0; i < c["texts"].size(); i++) {
+      const std::string text = c["texts"][i].get<std::string>();
+      BOOST_TEST_CONTEXT(layout["name"].get<std::string>() << " on \"" << text << "\"") {
+        BOOST_TEST(compare(tok->encode(text), ids_of(layout["ids"][i])) == "equal");
+      }
+    }
+  }
+}
+
+// The classes tokenizer.json patterns use match what Oniguruma (Hugging Face tokenizers' regex
+// engine) matches, on every code point: onig/onig_classes.txt is what the Rust library gave for
+// each (onig/make_onig_classes.mjs). PCRE2's own tables differ (U+180E is \s there; Unicode 14
+// against 16). Each class runs as a Split with behavior Removed: the code points that decode(encode)
+// drops from a text are the class's.
+BOOST_AUTO_TEST_CASE(pattern_classes_match_oniguruma_on_every_code_point) {
+  std::map<std::string, std::vector<bool>> want;
+  std::istringstream in(read_file_bytes(bx("onig/onig_classes.txt"), "fixture"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    std::string name, range;
+    f >> name;
+    std::vector<bool>& m = want[name];
+    m.assign(0x110000, false);
+    while (f >> range) {
+      const size_t dash = range.find('-');
+      const uint32_t lo = std::stoul(range.substr(0, dash), nullptr, 16);
+      const uint32_t hi = dash == std::string::npos ? lo : std::stoul(range.substr(dash + 1), nullptr, 16);
+      for (uint32_t c = lo; c <= hi; c++) m[c] = true;
+    }
+  }
+  // a class in a bracket, negated, and a union as the GPT-2 and Llama 3 patterns write them
+  std::vector<bool>& u = want["[^\\s\\p{L}\\p{N}]"];
+  u.assign(0x110000, false);
+  for (uint32_t c = 0; c < 0x110000; c++) u[c] = !(want["\\s"][c] || want["\\p{L}"][c] || want["\\p{N}"][c]) && (c < 0xD800 || c >= 0xE000);
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  for (const char* name : {"\\s", "\\S", "\\d", "\\w", "\\p{L}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}", "\\p{M}",
+                           "\\p{N}", "\\p{Nd}", "\\p{P}", "\\p{S}", "[^\\s\\p{L}\\p{N}]"}) {
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_REQUIRE(want.count(name));
+      const json split = {{"type", "Split"}, {"pattern", {{"Regex", name}}}, {"behavior", "Removed"}, {"invert", false}};
+      const json pre = {{"type", "Sequence"}, {"pretokenizers", json::array({split, byte_level})}};
+      // GPT-2's 256 byte tokens and no merges: the class alone decides what comes back
+      json t = json::parse(layout_json({{"pre_tokenizer", pre}}));
+      json bytes = json::object();
+      for (auto it = t["model"]["vocab"].begin(); it != t["model"]["vocab"].end(); ++it)
+        if (it.value().get<int>() < 256) bytes[it.key()] = it.value();
+      t["model"]["vocab"] = bytes;
+      t["model"]["merges"] = json::array();
+      t["added_tokens"] = json::array();
+      const auto tok = ByteBpe::from_json(t.dump(), name, "", "");
+      std::vector<bool> got(0x110000, true);  // removed unless seen again
+      for (uint32_t c = 0xD800; c < 0xE000; c++) got[c] = false;  // surrogates: no text holds them
+      for (uint32_t from = 0; from < 0x110000; from += 512) {
+        std::string text;
+        for (uint32_t c = from; c < from + 512; c++)
+          if (c < 0xD800 || c >= 0xE000) utf8_append(text, c);
+        if (text.empty()) continue;
+        for (char32_t c : utf8_decode(tok->decode(tok->encode(text)))) got[c] = false;
+      }
+      size_t differ = 0;
+      uint32_t first = 0;
+      for (uint32_t c = 0; c < 0x110000; c++)
+        if (got[c] != want[name][c] && differ++ == 0) first = c;
+      BOOST_TEST(differ == 0u, differ << " code points differ, the first U+" << std::hex << first);
+    }
+  }
+}
+
+// Added tokens whose text is not ASCII encode and decode as Hugging Face's library does
+// (added/cases.json): its ByteLevel decoder maps "wörld" through the byte-level alphabet (ö is in
+// it: the byte 0xF6, invalid UTF-8, so U+FFFD) and passes "日本x" through as UTF-8.
+BOOST_AUTO_TEST_CASE(non_ascii_added_tokens_decode_as_hugging_face_does) {
+  const json c = json::parse(read_file_bytes(bx("added/cases.json"), "fixture"));
+  const auto tok = ByteBpe::from_json(layout_json({{"added_tokens", c["added_tokens"]}}), "added", "", "");
+  const std::vector<int32_t> ids = ids_of(c["ids"]);
+  BOOST_TEST(compare(tok->encode(c["text"].get<std::string>()), ids) == "equal");
+  BOOST_TEST(tok->decode(ids) == c["decoded"].get<std::string>());
+  for (const json& e : c["each"]) BOOST_TEST(tok->decode({e[0].get<int32_t>()}) == e[1].get<std::string>());
+}
+
+// A pattern that backtracks exponentially is refused in one line naming it, at once, not run for
+// minutes (PCRE2's match limit, scaled with the text).
+BOOST_AUTO_TEST_CASE(a_backtracking_pattern_is_refused_naming_it) {
+  const json split = {{"type", "Split"}, {"pattern", {{"Regex", "(?:a+)+b|."}}}, {"behavior", "Isolated"}, {"invert", false}};
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  const auto tok = ByteBpe::from_json(
+      layout_json({{"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", json::array({split, byte_level})}}}}), "tok.json", "", "");
+  BOOST_TEST(tok->encode("ab c").size() > 0u);  // short texts still run
+  expect_throw([&] { tok->encode(std::string(2000, 'a') + "c"); }, ErrorKind::data,
+               {"tok.json: pre_tokenizer.pretokenizers[0].pattern", "backtracks too much"});
+}
+
+// Without tokenizer_config.json the ids come from config.json, where Llama 3.1 writes
+// eos_token_id as a list: the first is the one tapelm uses (as the model import does).
+BOOST_AUTO_TEST_CASE(eos_token_id_as_a_list_names_the_first) {
+  TempDir d;
+  write_bytes(d / "tokenizer.json", layout_json(json::object()));
+  write_bytes(d / "config.json", R"({"bos_token_id": 50256, "eos_token_id": [198, 50256]})");
+  const Tokenizer t = hf::read_tokenizer_file(d / "tokenizer.json");
+  BOOST_TEST(t.eos_id() == 198);
+  BOOST_TEST(t.bos_id() == 50256);
+  write_bytes(d / "config.json", R"({"eos_token_id": ["x"]})");
+  expect_throw([&] { hf::read_tokenizer_file(d / "tokenizer.json"); }, ErrorKind::data, {"config.json", "eos_token_id", "not an integer"});
 }
 
 BOOST_AUTO_TEST_CASE(decode_inverts_encode_and_streams_by_bytes) {
@@ -208,8 +328,8 @@ BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
       {[](json& t) { t["added_tokens"][0]["id"] = 7; }, {"added_tokens[0]", "model.vocab gives it 50256"}},
       {[](json& t) { t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(?<"}}}, {"behavior", "Isolated"}}; },
        {"pre_tokenizer.pattern", "does not compile"}},
-      {[](json& t) { t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Removed"}}; },
-       {"pre_tokenizer.behavior", "Removed"}},
+      {[](json& t) { t["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Dropped"}}; },
+       {"pre_tokenizer.behavior", "Dropped"}},
       {[](json& t) { t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {t["pre_tokenizer"], {{"type", "Digits"}}}}}; },
        {"after the ByteLevel step"}},
   };
@@ -221,6 +341,18 @@ BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
     BOOST_TEST_CONTEXT("case " << i) { expect_throw([&] { ByteBpe::from_json(t.dump(), "tok.json", "", ""); }, ErrorKind::data, parts); }
   }
   expect_throw([&] { ByteBpe::from_json("{\"model\": [", "tok.json", "", ""); }, ErrorKind::data, {"tok.json", "JSON"});
+  // a Sequence normalizer 70,000 levels deep (once a segfault; memory grew with the depth squared)
+  {
+    std::string deep;
+    for (int k = 0; k < 70000; k++) deep += R"({"type":"Sequence","normalizers":[)";
+    deep += "null";
+    for (int k = 0; k < 70000; k++) deep += "]}";
+    std::string text = base.dump();
+    const size_t at = text.find(R"("normalizer":null)");
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    text.replace(at, 17, "\"normalizer\":" + deep);
+    expect_throw([&] { ByteBpe::from_json(text, "tok.json", "", ""); }, ErrorKind::data, {"tok.json", "nested deeper than 32 levels"});
+  }
   expect_throw([&] { ByteBpe::from_json(base.dump(), "tok.json", "<s>", ""); }, ErrorKind::data, {"<s>", "neither"});
   // invalid UTF-8 text is refused, as sentencepiece's is
   const auto tok = ByteBpe::from_json(base.dump(), "tok.json", "", "");
@@ -237,6 +369,71 @@ BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
   write_bytes(d / "vocab.json", R"({"a": 0})");
   expect_error(run_cli("prepare --text " + (d / "t.txt") + " --out " + (d / "c") + " --tokenizer-model " + (d / "vocab.json") + " --quiet"),
                "merges.txt");
+}
+
+// prepare encodes long texts in pieces, cut only where a tokenizer proves the parts encode as the
+// whole (docs/tokenizers.md). Property: for random texts built from whitespace runs of every kind
+// (tab, CR, no-break and ideographic space, U+180E, runs of them), digits, punctuation,
+// contractions and letters, prepare's ids are each whole document's, under every layout tapelm
+// runs: the four of cases.json, o200k's (Removed with invert), DeepSeek V3's three splits, a
+// prefix space, an added token with a space inside, and patterns it knows nothing about (never cut).
+BOOST_AUTO_TEST_CASE(prepare_ids_equal_each_whole_documents_for_random_texts) {
+  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  auto split = [](const std::string& pattern, const std::string& behavior, bool invert) {
+    return json{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", behavior}, {"invert", invert}};
+  };
+  auto seq = [&](std::vector<json> steps) {
+    steps.push_back(byte_level);
+    return json{{"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", steps}}}};
+  };
+  std::vector<std::pair<std::string, json>> layouts;
+  for (const json& l : cases()["layouts"]) layouts.push_back({l["name"].get<std::string>(), l["overrides"]});
+  layouts.push_back({"o200k, Removed + invert", seq({split("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", "Removed", true)})});
+  layouts.push_back({"DeepSeek V3", seq({split(R"(\p{N}{1,3})", "Isolated", false), split("[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+", "Isolated", false),
+                                         split("[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+", "Isolated", false)})});
+  layouts.push_back({"GPT-2, prefix space", {{"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}}}}});
+  json added = json::parse(layout_json(json::object()))["added_tokens"];
+  added.push_back({{"id", 50257}, {"content", "x ab"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                   {"normalized", false}, {"special", false}});
+  layouts.push_back({"GPT-2, added token with a space", {{"added_tokens", added}}});
+  layouts.push_back({"unknown: whitespace runs", seq({split(R"(\s+)", "Isolated", false)})});
+  layouts.push_back({"unknown: no split", seq({})});
+  const std::vector<std::string> bits{" ", " ", " ", "  ", "   ", "\t", "\t\t", "\r\n", "\n", "\n\n", " \n", "\u00a0", "\u3000",
+                                      "\u180e", " \t ", "\u2003", "ab", "x", "The", "hello", "ROMEO", "\u65e5\u672c", "\u00dcber",
+                                      "1", "12345", ".", ",", "'s", "'LL", "!?", "--", "/", "\u0301"};
+  std::mt19937 rng(20261126);
+  for (const auto& [name, overrides] : layouts) {
+    for (int trial = 0; trial < 1; trial++) {
+      std::vector<std::string> docs(3);
+      for (std::string& doc : docs) {
+        const size_t n = 300 + rng() % 400;
+        for (size_t k = 0; k < n; k++) doc += bits[rng() % bits.size()];
+      }
+      TempDir d;
+      write_bytes(d / "t.txt", docs[0] + "<|doc|>" + docs[1] + "<|doc|>" + docs[2]);
+      const Tokenizer tok(ByteBpe::from_json(layout_json(overrides), name, "", ""));
+      PrepareOptions o;
+      o.texts = {d / "t.txt"};
+      o.out_dir = d / "c";
+      o.tokenizer = "bpe";
+      o.given = tok;
+      o.doc_sep = "<|doc|>";
+      o.val_fraction = 0.34;
+      o.chunk_bytes = 40;   // cut into many pieces
+      o.encode_bytes = 12;  // each encoded in several calls
+      prepare_corpus(o);
+      const Corpus c = load_corpus(d / "c");
+      std::vector<int32_t> want_train, want_val;
+      for (size_t i = 0; i < 3; i++) {
+        const std::vector<int32_t> e = tok.encode(docs[i]);
+        (i < 2 ? want_train : want_val).insert((i < 2 ? want_train : want_val).end(), e.begin(), e.end());
+      }
+      BOOST_TEST_CONTEXT(name << ", trial " << trial) {
+        BOOST_TEST(compare(c.train.to_vector(), want_train) == "equal");
+        BOOST_TEST(compare(c.val.to_vector(), want_val) == "equal");
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(prepare_train_sample_export_and_import_with_gpt2s_tokenizer) {

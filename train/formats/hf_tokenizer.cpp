@@ -81,9 +81,14 @@ Tokenizer read_tokenizer_file(const std::string& path) {
     // Ids name tokens through the vocabulary and the added tokens.
     auto token_of = [&](const char* key, std::string& out) {
       if (!c.is_object() || !c.contains(key) || c[key].is_null()) return false;
-      if (!c[key].is_number_integer())
-        throw Error(ErrorKind::data, "model config " + c_path.string() + ": " + key + " is not an integer: " + c[key].dump().substr(0, 60));
-      const int64_t id = c[key].get<int64_t>();
+      json v = c[key];
+      if (v.is_array()) {  // several ids (Llama 3.1's eos_token_id): the first, as the model import takes it
+        if (v.empty()) return false;
+        v = json(v[0]);
+      }
+      if (!v.is_number_integer())
+        throw Error(ErrorKind::data, "model config " + c_path.string() + ": " + key + " is not an integer: " + cut_for_message(c[key].dump(), 60));
+      const int64_t id = v.get<int64_t>();
       if (probe.contains("added_tokens") && probe["added_tokens"].is_array())
         for (const json& a : probe["added_tokens"])
           if (a.is_object() && a.value("id", json()) == id && a.contains("content") && a["content"].is_string()) {

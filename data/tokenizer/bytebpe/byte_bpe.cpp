@@ -116,13 +116,7 @@ ByteBpe::~ByteBpe() = default;
 
 std::shared_ptr<const ByteBpe> ByteBpe::from_json(const std::string& tokenizer_json, const std::string& what,
                                                   const std::string& bos, const std::string& eos) {
-  json j;
-  try {
-    j = json::parse(tokenizer_json);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::data, what + ": does not parse as JSON: " + e.what());
-  }
-  return from_parsed(std::move(j), what, bos, eos);
+  return from_parsed(bytebpe::parse_json(tokenizer_json, what), what, bos, eos);
 }
 
 std::shared_ptr<const ByteBpe> ByteBpe::from_parsed(nlohmann::json tokenizer, const std::string& what, const std::string& bos,
@@ -139,12 +133,7 @@ std::shared_ptr<const ByteBpe> ByteBpe::from_parsed(nlohmann::json tokenizer, co
 }
 
 std::shared_ptr<const ByteBpe> ByteBpe::deserialize(const std::string& bytes) {
-  json s;
-  try {
-    s = json::parse(bytes);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::data, std::string("byte-level BPE tokenizer does not parse as JSON: ") + e.what());
-  }
+  json s = bytebpe::parse_json(bytes, "byte-level BPE tokenizer");
   if (!s.is_object() || s.value("type", json()) != "byte_bpe" || !s.contains("tokenizer") || !s["bos"].is_string() ||
       !s["eos"].is_string())
     throw Error(ErrorKind::data, "byte-level BPE tokenizer: expected {\"type\":\"byte_bpe\",\"bos\",\"eos\",\"tokenizer\"}");
@@ -154,12 +143,7 @@ std::shared_ptr<const ByteBpe> ByteBpe::deserialize(const std::string& bytes) {
 
 json ByteBpe::gpt2_tokenizer(const std::string& vocab_json, const std::string& merges_txt, const std::string& vocab_what,
                              const std::string& merges_what) {
-  json vocab;
-  try {
-    vocab = json::parse(vocab_json);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::data, vocab_what + ": does not parse as JSON: " + e.what());
-  }
+  json vocab = bytebpe::parse_json(vocab_json, vocab_what);
   if (!vocab.is_object()) throw Error(ErrorKind::data, vocab_what + ": is not a JSON object of token -> id");
   json merges = json::array();
   size_t line_no = 0;
@@ -262,6 +246,24 @@ std::string ByteBpe::piece(int32_t id) const { return m_->bpe.pieces().at(static
 bool ByteBpe::is_special(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) == 2; }
 bool ByteBpe::is_added(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) != 0; }
 const std::string& ByteBpe::serialized() const { return m_->serialized; }
+
+bool ByteBpe::can_cut_before(std::string_view text, size_t i) const {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (!letter(text[i - 1]) || !letter(text[i + 1])) return false;
+  if (!(text[i] == ' ' ? m_->pre.cuts_at_space() : text[i] == '\n' && m_->pre.cuts_at_newline())) return false;
+  // The normalizer (none or NFC) never joins across an ASCII space or newline; an added token,
+  // matched in the raw text first, may: no occurrence may start before i and end after it, and
+  // the text must show every byte such an occurrence could cover (m_->added is longest first).
+  const size_t longest = m_->added.empty() ? 0 : m_->added.front().content.size();
+  if (longest > 1 && (i + 1 < longest || i + longest > text.size() + 1)) return false;
+  for (const bytebpe::Added& a : m_->added) {
+    const size_t n = a.content.size();
+    const size_t from = i >= n ? i - n + 1 : 0;
+    const size_t to = std::min(i + n - 1, text.size());
+    if (n > 1 && to > from && text.substr(from, to - from).find(a.content) != std::string_view::npos) return false;
+  }
+  return true;
+}
 std::vector<std::string> ByteBpe::merges() const { return m_->bpe.merges(); }
 std::string ByteBpe::pre_tokenizer() const { return m_->pre.describe(); }
 

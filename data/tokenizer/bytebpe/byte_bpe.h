@@ -57,6 +57,9 @@ class ByteBpe : public TokenizerModel {
   PieceKind piece_kind(int32_t id) const override;
   /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
   const std::string& serialized() const override;
+  /// Before a ' ' (or '\n') between two ASCII letters, when the pre-tokenizer is one that splits
+  /// there (PreTokenizer::cuts_at_space) and no added token's text spans the cut.
+  bool can_cut_before(std::string_view text, size_t i) const override;
 
   /// The bytes one id stands for (added tokens: their text), before any UTF-8 repair.
   const std::string& token_bytes(int32_t id) const;

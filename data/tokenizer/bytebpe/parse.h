@@ -12,6 +12,23 @@ namespace tapelm::bytebpe {
 
 using json = nlohmann::json;
 
+/// A tokenizer.json document: nested deeper than 32 levels (the deepest real layout has 5), or not
+/// JSON -> data Error starting with `what`. The limit is checked as the parser opens each level,
+/// before anything recursive (parsing a pipeline, freeing the document) runs over it.
+inline json parse_json(const std::string& text, const std::string& what) {
+  constexpr int max_depth = 32;
+  auto check = [&](int depth, json::parse_event_t ev, json&) {
+    if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) && depth >= max_depth)
+      throw Error(ErrorKind::data, what + ": JSON nested deeper than " + std::to_string(max_depth) + " levels");
+    return true;
+  };
+  try {
+    return json::parse(text, check);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::data, what + ": does not parse as JSON: " + e.what());
+  }
+}
+
 struct Parser {
   std::string what;  // the file, as messages name it
   [[noreturn]] void fail(const std::string& field, const std::string& why) const {

@@ -14,6 +14,16 @@ namespace tapelm::bytebpe {
 
 struct Regex;  // a compiled pattern (pre_tokenizer.cpp)
 
+/// What a Split step does with its matches (Hugging Face's SplitDelimiterBehavior).
+enum class SplitBehavior { isolated, removed, merged_with_previous, merged_with_next, contiguous };
+
+/// A tokenizer.json pattern (Oniguruma's syntax, as Hugging Face runs it) as a PCRE2 pattern that
+/// matches the same: every class escape (\s \d \w \h \p{..} and their negations) becomes the code
+/// points Oniguruma gives it (onig_classes.h: PCRE2's own tables differ, e.g. \s and U+180E, and
+/// follow another Unicode version). A class tapelm has no table for, a nested class or an
+/// intersection -> data Error naming `where`.
+std::string onig_to_pcre2(const std::string& pattern, const std::string& where);
+
 class PreTokenizer {
  public:
   /// The steps a tokenizer.json's "pre_tokenizer" value asks for; the last must be ByteLevel.
@@ -24,6 +34,13 @@ class PreTokenizer {
   /// Splits text into pre-tokens (views into text, or into strings kept in `owned` when the
   /// byte-level step adds a prefix space).
   void split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned) const;
+  /// Where a text may be cut with the pre-tokens of the parts, side by side, those of the whole
+  /// (docs/tokenizers.md): before a ' ' between two ASCII letters when every step is a split
+  /// tapelm knows (the GPT-2, cl100k/Llama 3, Qwen2, o200k and DeepSeek V3 patterns, digits, CJK
+  /// runs) and one of them splits words; also before a '\n' between two ASCII letters unless the
+  /// byte-level step adds a prefix space. Both false for any other pipeline.
+  bool cuts_at_space() const { return cut_space_; }
+  bool cuts_at_newline() const { return cut_newline_; }
 
  private:
   enum class Kind { split, bytelevel };
@@ -32,9 +49,14 @@ class PreTokenizer {
     std::shared_ptr<Regex> re;      // split; bytelevel with use_regex (GPT-2's pattern)
     bool add_prefix_space = false;  // bytelevel
     std::string source;             // what the file said, for describe()
+    SplitBehavior behavior = SplitBehavior::isolated;  // split
+    bool invert = false;                               // split: the matches are the text between
+    std::string pattern;                               // split: as the file gives it (Regex)
   };
   void add(const Parser& p, const json& t, const std::string& field);
+  void decide_cuts();
   std::vector<Step> steps_;
+  bool cut_space_ = false, cut_newline_ = false;
 };
 
 }  // namespace tapelm::bytebpe
