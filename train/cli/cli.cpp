@@ -269,8 +269,9 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_option("--config", a.config, "config JSON (model keys, batch_size)");
   c.add_option("--set", a.sets, "override a config key: key=value (repeatable)");
   c.add_option("--mode", a.mode, "train or decode")->check(CLI::IsMember({"train", "decode"}));
-  c.add_option("--batch", a.batch, "batch (default: batch_size for train, 1 for decode)");
-  c.add_option("--decode-len,--context", a.decode_len, "decode: positions each sequence reaches, prompt included (default: block_size)");
+  c.add_option("--batch", a.batch, "batch (default: batch_size for train, 1 for decode)")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  c.add_option("--decode-len,--context", a.decode_len, "decode: positions each sequence reaches, prompt included (default: block_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c.add_option("--prompt", a.prompt, "decode: prompt tokens per sequence, prefilled in one forward (default 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   c.add_option("--iters", a.iters, "timed iterations");

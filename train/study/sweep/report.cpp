@@ -438,13 +438,15 @@ void tradeoff_script(std::ostream& gp, const PlotFiles& files, const Table& t, c
      << "set key below horizontal\nset offsets graph 0.08, graph 0.08, graph 0.1, graph 0.1\n";
   const std::string td = gp_quote(files.tradeoff.string());
   // mean pooling's labels above its batch-1 points and right of its large-batch ones; the best
-  // conversion's (which sit below the large-batch curve, close together) left of its points
+  // conversion's (which sit below the large-batch curve, close together) left of its points,
+  // alternately below and above them, so that neighbours' labels do not overlap
   gp << "plot " << td << " using 1:3 with linespoints pt 7 ps 1.5 title 'mean pooling, batch " << p.decode_batches.front() << "', "
      << "'' using 1:3:4 with labels offset 0,1.2 notitle, "
      << "'' using 2:3 with linespoints pt 5 ps 1.5 title 'mean pooling, batch " << p.decode_batches.back() << "', "
      << "'' using 2:3:4 with labels left offset 1.2,0 notitle, "
      << "'' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 title 'best conversion (" << best_methods(t)
-     << "), batch " << p.decode_batches.back() << "', '' every ::1 using 2:5:6 with labels right offset -1.2,0 font ',9' tc rgb '#c0392b' notitle";
+     << "), batch " << p.decode_batches.back() << "', '' every 2::1 using 2:5:6 with labels right offset -1.2,-0.8 font ',9' tc rgb '#c0392b' notitle"
+     << ", '' every 2::2 using 2:5:6 with labels right offset -1.2,0.8 font ',9' tc rgb '#c0392b' notitle";
   if (p.smaller)
     gp << ", " << gp_quote(files.smaller.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
        << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
