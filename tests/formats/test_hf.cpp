@@ -258,6 +258,8 @@ BOOST_AUTO_TEST_CASE(hostile_safetensors_headers_are_refused_naming_the_fault) {
   refused("not an object", st_file("[1,2]", 0), "not a JSON object");
   refused("duplicate", st_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
           "tensor 'a' appears twice");
+  // a key repeated inside one entry (once: the last one won; the safetensors library refuses it)
+  refused("duplicate key in an entry", st_file(R"({"a":{"dtype":"F32","shape":[1],"shape":[2],"data_offsets":[0,8]}})", 8), "has the key 'shape' twice");
   refused("unknown dtype", st_file(R"({"a":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", 8), "unknown dtype 'F17'");
   refused("no shape", st_file(R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", 8), "has no shape");
   refused("negative dim", st_file(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "non-negative integer");
@@ -313,6 +315,12 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
       {"kv", [](auto& j) { j["num_key_value_heads"] = 3; }, "num_key_value_heads 3 does not divide num_attention_heads 4"},
       {"window", [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; j["sliding_window"] = 16; },
        "sliding_window 16 is shorter than the context"},
+      // Mistral without the key: transformers' default window, 4096 (once imported as full attention)
+      {"mistral_default_window",
+       [](auto& j) { j["architectures"] = {"MistralForCausalLM"}; j.erase("sliding_window"); j["max_position_embeddings"] = 8192; },
+       "no sliding_window (Mistral's default is 4096) is shorter than the context (max_position_embeddings 8192)"},
+      // beyond GGUF's context_length range (once accepted, then sample died of std::bad_alloc)
+      {"positions", [](auto& j) { j["max_position_embeddings"] = 2147483647; }, "max_position_embeddings 2147483647 is beyond the 16777216"},
       {"quantized", [](auto& j) { j["quantization_config"] = {{"bits", 4}}; }, "quantization_config"},
       {"missing", [](auto& j) { j.erase("hidden_size"); }, "has no hidden_size"},
   };

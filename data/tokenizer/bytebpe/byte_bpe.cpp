@@ -24,7 +24,7 @@ struct Pipeline {
   std::string serialized;
   Normalizer normalizer;
   std::vector<Added> added;         // longest first: at one position the longest wins
-  std::vector<uint8_t> added_kind;  // id -> 0 vocabulary token, 1 added token, 2 added special token
+  std::vector<uint8_t> added_kind;  // id -> 0 vocabulary token, 1 added token, 2 added special token, 3 no token
   PreTokenizer pre;
   Bpe bpe;
   std::vector<std::string> bytes;  // id -> what it decodes to
@@ -79,8 +79,10 @@ void build(Pipeline& m, const json& j, const std::string& what, const std::strin
   parse_added(p, j.contains("added_tokens") ? j["added_tokens"] : json(nullptr), m);
   std::vector<std::string>& pieces = m.bpe.pieces();
   m.added_kind.resize(pieces.size(), 0);
+  // An id with no token (the tiktoken conversions have a few below their special tokens) is
+  // never produced and decodes to nothing, as in Hugging Face's library.
   for (size_t id = 0; id < pieces.size(); id++)
-    if (pieces[id].empty()) p.fail("the vocabulary", "has no token with id " + std::to_string(id) + " (ids must be dense)");
+    if (pieces[id].empty()) m.added_kind[id] = 3;
   m.normalizer = Normalizer::parse(p, j.contains("normalizer") ? j["normalizer"] : json(nullptr), "normalizer");
   if (!j.contains("pre_tokenizer") || j["pre_tokenizer"].is_null())
     p.fail("pre_tokenizer", "is missing: byte-level BPE needs a ByteLevel pre-tokenizer");
@@ -234,6 +236,7 @@ std::string ByteBpe::decode_next(int32_t, int32_t id) const {
 }
 
 PieceKind ByteBpe::piece_kind(int32_t id) const {
+  if (m_->added_kind.at(static_cast<size_t>(id)) == 3) return PieceKind::unused;
   if (is_special(id) || id == m_->bos || id == m_->eos) return PieceKind::control;
   return is_added(id) ? PieceKind::user_defined : PieceKind::normal;
 }
@@ -242,9 +245,15 @@ const std::string& ByteBpe::token_bytes(int32_t id) const { return m_->bytes.at(
 int32_t ByteBpe::vocab_size() const { return static_cast<int32_t>(m_->bpe.pieces().size()); }
 int32_t ByteBpe::bos_id() const { return m_->bos; }
 int32_t ByteBpe::eos_id() const { return m_->eos; }
-std::string ByteBpe::piece(int32_t id) const { return m_->bpe.pieces().at(static_cast<size_t>(id)); }
+std::string ByteBpe::piece(int32_t id) const {
+  const std::string& s = m_->bpe.pieces().at(static_cast<size_t>(id));
+  return s.empty() ? "[PAD" + std::to_string(id) + "]" : s;  // no token: named as llama.cpp's converter names it
+}
 bool ByteBpe::is_special(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) == 2; }
-bool ByteBpe::is_added(int32_t id) const { return m_->added_kind.at(static_cast<size_t>(id)) != 0; }
+bool ByteBpe::is_added(int32_t id) const {
+  const uint8_t k = m_->added_kind.at(static_cast<size_t>(id));
+  return k == 1 || k == 2;
+}
 const std::string& ByteBpe::serialized() const { return m_->serialized; }
 
 bool ByteBpe::can_cut_before(std::string_view text, size_t i) const {

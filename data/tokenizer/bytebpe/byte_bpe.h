@@ -48,7 +48,8 @@ class ByteBpe : public TokenizerModel {
   std::vector<int32_t> encode(const std::string& utf8) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   std::string decode_next(int32_t prev, int32_t id) const override;
-  /// Number of ids (vocabulary and added tokens; dense).
+  /// Number of ids: the largest id + 1 (an id with no token is unused: PieceKind::unused, decodes
+  /// to nothing).
   int32_t vocab_size() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
