@@ -311,6 +311,25 @@ BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
   BOOST_TEST((!fs::exists(d / "p2") || fs::is_empty(d / "p2")));
 }
 
+// An --out that exists and is not a regular file (a FIFO here, a device such as /dev/null as root)
+// is refused and left as it is: the rename into place once replaced it with a regular file.
+BOOST_AUTO_TEST_CASE(an_output_that_is_a_fifo_is_refused_and_left_alone) {
+  TempDir d;
+  const std::string ck = parity_fixture("mha.h5"), bin = std::string(TAPELM_BINARY) + " ";
+  for (const char* f : {"e.gguf", "i.h5", "c.h5"}) BOOST_TEST_REQUIRE(::mkfifo((d / f).c_str(), 0600) == 0, f);
+  const std::vector<std::string> cmds = {
+      bin + "export --checkpoint " + fixture_path("gguf/llama_gpt2mini.h5") + " --format gguf --out " + (d / "e.gguf"),
+      bin + "import --format llama2c --model " + fixture_path("llama2c/gqa_tied.v1.bin") + " --out " + (d / "i.h5"),
+      bin + "convert --from " + ck + " --kv-heads 1 --out " + (d / "c.h5")};
+  const std::vector<Run> runs = run_shell_batch(cmds, 2, 60);
+  for (size_t i = 0; i < cmds.size(); i++) {
+    BOOST_TEST(runs[i].code == 1, cmds[i] << ": exit " << runs[i].code);
+    BOOST_TEST(is_one_error_line(runs[i]), cmds[i] << ": " << runs[i].err);
+    BOOST_TEST(runs[i].err.find("not a regular file") != std::string::npos, cmds[i] << ": " << runs[i].err);
+  }
+  for (const char* f : {"e.gguf", "i.h5", "c.h5"}) BOOST_TEST(fs::is_fifo(d / f), f);
+}
+
 // An output that is its own input is refused before anything is read: convert --out equal to
 // --from and import --out equal to --model silently overwrote their input.
 BOOST_AUTO_TEST_CASE(an_output_that_is_the_input_is_refused) {
