@@ -414,35 +414,34 @@ BOOST_AUTO_TEST_CASE(prepare_ids_equal_each_whole_documents_for_random_texts) {
                                       "1", "12345", ".", ",", "'s", "'LL", "!?", "--", "/", "\u0301"};
   std::mt19937 rng(20261126);
   for (const auto& [name, overrides] : layouts) {
-    for (int trial = 0; trial < 1; trial++) {
-      std::vector<std::string> docs(3);
-      for (std::string& doc : docs) {
-        const size_t n = 300 + rng() % 400;
-        for (size_t k = 0; k < n; k++) doc += bits[rng() % bits.size()];
-      }
-      TempDir d;
-      write_bytes(d / "t.txt", docs[0] + "<|doc|>" + docs[1] + "<|doc|>" + docs[2]);
-      const Tokenizer tok(ByteBpe::from_parsed(layout_doc(overrides), name, "", ""));
-      PrepareOptions o;
-      o.texts = {d / "t.txt"};
-      o.out_dir = d / "c";
-      o.tokenizer = "bpe";
-      o.given = tok;
-      o.doc_sep = "<|doc|>";
-      o.val_fraction = 0.34;
-      o.chunk_bytes = 40;   // cut into many pieces
-      o.encode_bytes = 12;  // each encoded in several calls
-      prepare_corpus(o);
-      const Corpus c = load_corpus(d / "c");
-      std::vector<int32_t> want_train, want_val;
-      for (size_t i = 0; i < 3; i++) {
-        const std::vector<int32_t> e = tok.encode(docs[i]);
-        (i < 2 ? want_train : want_val).insert((i < 2 ? want_train : want_val).end(), e.begin(), e.end());
-      }
-      BOOST_TEST_CONTEXT(name << ", trial " << trial) {
-        BOOST_TEST(compare(c.train.to_vector(), want_train) == "equal");
-        BOOST_TEST(compare(c.val.to_vector(), want_val) == "equal");
-      }
+    std::vector<std::string> docs(3);
+    for (std::string& doc : docs) {
+      const size_t n = 300 + rng() % 400;
+      for (size_t k = 0; k < n; k++) doc += bits[rng() % bits.size()];
+    }
+    TempDir d;
+    write_bytes(d / "t.txt", docs[0] + "<|doc|>" + docs[1] + "<|doc|>" + docs[2]);
+    const Tokenizer tok(ByteBpe::from_parsed(layout_doc(overrides), name, "", ""));
+    PrepareOptions o;
+    o.texts = {d / "t.txt"};
+    o.out_dir = d / "c";
+    o.tokenizer = "bpe";
+    o.given = tok;
+    o.doc_sep = "<|doc|>";
+    o.val_fraction = 0.34;
+    o.chunk_bytes = 40;   // cut into many pieces
+    o.encode_bytes = 12;  // each encoded in several calls
+    prepare_corpus(o);
+    const Corpus c = load_corpus(d / "c");
+    std::vector<int32_t> want_train, want_val;
+    for (size_t i = 0; i < 3; i++) {
+      const std::vector<int32_t> e = tok.encode(docs[i]);
+      std::vector<int32_t>& w = i < 2 ? want_train : want_val;
+      w.insert(w.end(), e.begin(), e.end());
+    }
+    BOOST_TEST_CONTEXT(name) {
+      BOOST_TEST(compare(c.train.to_vector(), want_train) == "equal");
+      BOOST_TEST(compare(c.val.to_vector(), want_val) == "equal");
     }
   }
 }
