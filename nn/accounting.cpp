@@ -1,5 +1,6 @@
 #include "nn/accounting.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,16 +36,60 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   return m;
 }
 
-double available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
+namespace {
+// The first number after `key` in a /proc-style file of "key value" lines (kB units), or -1.
+double proc_field_kb(const char* file, const std::string& key) {
+  std::ifstream in(file);
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream s(line);
     std::string name;
     double kb = 0;
-    if (s >> name >> kb && name == "MemAvailable:") return kb * 1024;
+    if (s >> name >> kb && name == key) return kb;
   }
-  return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  return -1;
+}
+// A one-number file (cgroup v2's memory.max, memory.current): its value, or -1 ("max", absent).
+double file_number(const std::string& path) {
+  std::ifstream in(path);
+  double v = -1;
+  if (!(in >> v)) return -1;
+  return v;
+}
+// This process's cgroup v2 directory ("0::/path" in /proc/self/cgroup).
+std::string cgroup_dir() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return "/sys/fs/cgroup" + line.substr(3);
+  return "";
+}
+}  // namespace
+
+double available_memory_bytes() {
+  const double kb = proc_field_kb("/proc/meminfo", "MemAvailable:");
+  double avail = kb >= 0 ? kb * 1024
+                         : static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  // A container's limit (cgroup v2), less what the group already uses.
+  const std::string cg = cgroup_dir();
+  if (!cg.empty()) {
+    const double max = file_number(cg + "/memory.max"), cur = file_number(cg + "/memory.current");
+    if (max >= 0 && cur >= 0) avail = std::min(avail, std::max(0.0, max - cur));
+  }
+  // An address-space limit (ulimit -v), less the address space already mapped.
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const double vm = std::max(0.0, proc_field_kb("/proc/self/status", "VmSize:")) * 1024;
+    avail = std::min(avail, std::max(0.0, static_cast<double>(lim.rlim_cur) - vm));
+  }
+  return avail;
+}
+
+double prefill_bytes(const GPTConfig& c, int64_t batch, int64_t T, int threads) {
+  const double rows = static_cast<double>(batch) * static_cast<double>(T);
+  const double per_row = 7.0 * static_cast<double>(c.n_embd) + 3.0 * static_cast<double>(c.mlp_hidden);
+  return 4.0 * (rows * per_row + static_cast<double>(threads) * 32.0 * static_cast<double>(T) +
+                static_cast<double>(batch) * static_cast<double>(c.vocab_size));
 }
 
 std::string byte_size_str(double bytes) {

@@ -19,9 +19,15 @@ struct ModelCost {
 /// size gives absurd (saturated) figures rather than an overflow.
 ModelCost model_cost(const GPTConfig& c, int64_t T = 0);
 
-/// Bytes of memory available to this process now: /proc/meminfo's MemAvailable, else the
-/// physical memory.
+/// Bytes of memory available to this process now: /proc/meminfo's MemAvailable (else the physical
+/// memory), lowered to what a cgroup v2 limit (memory.max − memory.current) or an address-space
+/// limit (RLIMIT_AS − VmSize) leaves.
 double available_memory_bytes();
+/// Bytes a no-grad forward of `batch` × T tokens holds at its peak beside the weights and the KV
+/// cache (a prefill): one block's activations at a time (residual, norm, q, k, v, attention
+/// output, projection: 7 rows of d; the MLP's 3 hidden rows), each thread's attention scratch of
+/// one 32-query block, and the last position's logits.
+double prefill_bytes(const GPTConfig& c, int64_t batch, int64_t T, int threads);
 /// "1.50 GB": a byte count for messages.
 std::string byte_size_str(double bytes);
 /// Throws a config Error "<what> needs <size>, more than the <size> of memory available" when

@@ -235,6 +235,15 @@ inline Precondition chattr_works(boost::unit_test::test_unit_id) {
   return r;
 }
 
+/// The program under test is not built with AddressSanitizer, which maps terabytes of shadow
+/// memory and so cannot start under an address-space limit (prlimit --as).
+inline Precondition runs_under_an_address_space_limit(boost::unit_test::test_unit_id) {
+  const std::string bin = TAPELM_BINARY;
+  Precondition r(bin.find("_asan") == std::string::npos && std::system("command -v prlimit >/dev/null 2>&1") == 0);
+  if (!r) r.message() << "the binary under test is sanitized (or prlimit is missing): an address-space limit stops it at start";
+  return r;
+}
+
 /// gnuplot is on the PATH.
 inline Precondition gnuplot_works(boost::unit_test::test_unit_id) {
   Precondition r(std::system("command -v gnuplot >/dev/null 2>&1") == 0);

@@ -181,12 +181,17 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride();
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
-  const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
+  // Without kept probabilities or dropout (inference), a query block's rows are all that is ever
+  // live: the scratch is one block, kQueryBlock × Tk per thread, not Tq × Tk (80,000² floats in a
+  // long prefill). attention_scratch_bytes counts it.
+  const bool block_scratch = !probs && p_drop == 0;
+  const int64_t qb = s.causal || block_scratch ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
   const bool big = s.B * s.KV > 1 || s.Tq * s.Tk * s.hd * s.H > (1 << 16);
   SerialBlas serial;
   parallel_if(big && s.B * s.KV > 1, [&] {
     // Per-thread buffers: the probabilities when the caller keeps none, and their dropped copy.
-    std::vector<float> scratch(probs ? 0 : s.Tq * s.Tk), pd(p_drop > 0 ? s.Tq * s.Tk : 0);
+    std::vector<float> scratch(probs ? 0 : (block_scratch ? std::min(qb, s.Tq) : s.Tq) * s.Tk),
+        pd(p_drop > 0 ? s.Tq * s.Tk : 0);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
       for (int64_t g = 0; g < s.KV; g++) {
@@ -204,10 +209,10 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
           // and P·V at T = 256). Entries past a row's limit are zero, as the backward expects.
           for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
             const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
-            float* Pb = P + i0 * s.Tk;
+            float* Pb = block_scratch ? P : P + i0 * s.Tk;  // the block's first row
             if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, RS, 0.f, Pb, s.Tk);
             for (int64_t i = i0; i < i0 + nb; i++) {
-              float* row = P + i * s.Tk;
+              float* row = Pb + (i - i0) * s.Tk;
               const int64_t lim = key_limit(s, i);
               float mx = -INFINITY;
               for (int64_t j = 0; j < lim; j++)

@@ -173,6 +173,23 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   BOOST_TEST(train_with(cfg, " --set optimizer=" + std::string(100000, 'y')).err.size() < 300u);
 }
 
+// Under an address-space limit of 1.5 GB (a container's or `ulimit -v`'s): a prefill of 16,000
+// tokens (one layer, d 32, two KV heads) held a 16,000² float scratch per thread, 2 GB on two
+// threads, and died of std::bad_alloc inside the parallel region (terminate, signal 6); one query
+// block of scratch (32 × 16,000 floats) fits. A model too large for the limit is refused by the
+// memory check, which counted only the machine's free memory (bad_alloc after 25 s).
+BOOST_AUTO_TEST_CASE(memory_limits_bound_the_prefill_and_are_counted,
+                     *boost::unit_test::precondition(test::runs_under_an_address_space_limit)) {
+  TempDir d;
+  std::ofstream(d / "cfg.json") << R"({"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16001})";
+  const std::string limit = "prlimit --as=" + std::to_string(1500ll << 20) + " ";
+  const Run r = run_cli("bench --mode decode --config " + (d / "cfg.json") + " --prompt 16000 --context 16001 --iters 1 --warmup 0", limit);
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("prefill") != std::string::npos, r.out);
+  const Run big = run_cli("bench --config " + (d / "cfg.json") + " --set block_size=64 --batch 1000000", limit);
+  expect_error(big, "of memory available");
+}
+
 BOOST_AUTO_TEST_CASE(sample_masks_ids_the_tokenizer_lacks_and_streams) {
   TempDir d;
   // 31 distinct characters, a model of 65 ids: train warns, sample never draws ids 31..64

@@ -352,11 +352,14 @@ int run_bench(const BenchArgs& a) {
     // decoding holds the weights, the batch's KV cache and one prefill's activations, not training state
     const ModelCost cost = model_cost(cfg.model);
     const int64_t context = a.decode_len > 0 ? a.decode_len : cfg.model.block_size;
-    check_memory(4.0 * static_cast<double>(cost.params) + static_cast<double>(batch) * static_cast<double>(context) *
-                                                                static_cast<double>(cost.kv_cache_bytes_per_token),
+    check_memory(4.0 * static_cast<double>(cost.params) +
+                     static_cast<double>(batch) * static_cast<double>(context) * static_cast<double>(cost.kv_cache_bytes_per_token) +
+                     prefill_bytes(cfg.model, batch, a.prompt, get_num_threads()),
                  available_memory_bytes(), "decoding " + std::to_string(batch) + " sequences of " + std::to_string(context) + " positions");
     return run_bench_decode(a, cfg, batch);
   }
+  cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
+  cfg.eval_iters = 0;
   check_training_memory(cfg);
   const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed);
   const ModelCost cost = model_cost(cfg.model);

@@ -2,6 +2,7 @@
 // parses, agrees across MPI ranks, dispatches, and turns errors into one line.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 #include <optional>
 #include <sstream>
 
@@ -95,6 +96,8 @@ int main(int argc, char** argv) {
   } catch (const dist::AgreedError& e) {  // every rank has it; one reports
     if (e.print_here) std::fprintf(stderr, "tapelm: error: %s\n", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {  // the memory checks before the work undercounted, or others took it
+    return fail("out of memory: an allocation failed (less memory free than the check before the work counted)");
   } catch (const std::exception& e) {  // tapelm's Error, a library's error, or a broken invariant
     return fail(e.what());
   }
