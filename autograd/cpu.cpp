@@ -197,10 +197,26 @@ std::string canonical_blas_core(const std::string& name) {
   return "";
 }
 
-BlasCoreDecision decide_blas_core(const std::string& chosen, const CpuInfo& cpu, const char* openblas_env,
-                                  const char* tapelm_env, const char* reexec_from) {
+namespace {
+// An environment value as messages show it: control bytes as '?', and a long value (none of the
+// meaningful ones is over 20 characters) cut to its first 32, with its length.
+std::string env_shown(const char* v) {
+  std::string s = v ? v : "";
+  const size_t n = s.size();
+  if (n > 64) s = s.substr(0, 32);
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return n > 64 ? s + "... (" + std::to_string(n) + " characters)" : s;
+}
+}  // namespace
+
+BlasCoreDecision decide_blas_core(const std::string& chosen, const CpuInfo& cpu, const char* openblas_env_raw,
+                                  const char* tapelm_env, const char* reexec_from_raw) {
   BlasCoreDecision d;
-  const std::string mode = tapelm_env ? tapelm_env : "";
+  const std::string mode = env_shown(tapelm_env), openblas_shown = env_shown(openblas_env_raw),
+                    reexec_shown = env_shown(reexec_from_raw);
+  const char* openblas_env = openblas_env_raw ? openblas_shown.c_str() : nullptr;
+  const char* reexec_from = reexec_from_raw ? reexec_shown.c_str() : nullptr;
   const std::string best = best_blas_core(cpu);
   const int have = cpu_level(cpu), chosen_level = blas_core_level(chosen);
   const std::string supports = "this CPU supports " + std::string(level_name(have)) +

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "data/io.h"
+
 // Exported by libsentencepiece (its logging.h is not installed): the trainer's progress lines
 // are INFO and its warnings go to stderr too; its errors come back as a status, and tapelm
 // prints one line.
@@ -56,13 +58,24 @@ void pb_float(std::string& b, int field, float f) {
 
 }  // namespace
 
+Tokenizer SentencePiece::load_file(const std::string& path) {
+  const std::string bytes = read_file_bytes(path, "sentencepiece model");
+  try {
+    return load(bytes);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::data, path + ": " + e.what());
+  }
+}
+
 SentencePiece::SentencePiece() : sp_(std::make_unique<Processor>()) {}
 SentencePiece::~SentencePiece() = default;
 
 Tokenizer SentencePiece::load(const std::string& bytes) {
   std::shared_ptr<SentencePiece> m(new SentencePiece());
   const auto st = m->sp_->sp.LoadFromSerializedProto(bytes);
-  if (!st.ok()) throw Error(ErrorKind::data, "not a sentencepiece model: " + one_line(st.ToString()));
+  // sentencepiece's status names its own source line ("Internal: ./src/…cc(232) [model_proto->…]"),
+  // which tells a user nothing: say what failed.
+  if (!st.ok()) throw Error(ErrorKind::data, "not a sentencepiece model (its bytes are no ModelProto sentencepiece can read)");
   if (m->sp_->sp.GetPieceSize() <= 0) throw Error(ErrorKind::data, "sentencepiece model has no pieces");
   m->bytes_ = bytes;
   // add_dummy_prefix is in the model's normalizer spec, which the processor does not expose:

@@ -30,6 +30,8 @@ class SentencePiece : public TokenizerModel {
  public:
   /// A model from its serialized proto (a `.model` file's bytes); unparsable -> data Error.
   static Tokenizer load(const std::string& model_bytes);
+  /// A model from a `.model` file; errors name the file.
+  static Tokenizer load_file(const std::string& path);
   /// Trains a model on the given sentences (lines); a vocabulary the sample cannot support, or
   /// below 259 -> data Error (one line, sentencepiece's reason).
   static Tokenizer train(const std::vector<std::string>& sentences, const SentencePieceOptions& o);

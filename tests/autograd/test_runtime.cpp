@@ -181,6 +181,14 @@ BOOST_AUTO_TEST_CASE(impossible_cores_are_errors_naming_the_problem) {
   const BlasCoreDecision too_new = decide_blas_core("Haswell", cpu_with(2), nullptr, "SkylakeX", nullptr);
   BOOST_TEST(too_new.action == BlasCoreDecision::error);
   BOOST_TEST(contains(too_new.message, "AVX-512"), too_new.message);
+  // A 5,000-character value (was echoed whole) and control bytes are shown cut, with the length.
+  const std::string long_value(5000, 'x');
+  const BlasCoreDecision garbage = decide_blas_core("Haswell", cpu_with(2), nullptr, long_value.c_str(), nullptr);
+  BOOST_TEST(garbage.action == BlasCoreDecision::error);
+  BOOST_TEST(garbage.message.size() < 200u, garbage.message.size());
+  BOOST_TEST(contains(garbage.message, "(5000 characters)"), garbage.message);
+  const BlasCoreDecision control = decide_blas_core("Haswell", cpu_with(2), nullptr, "a\nb\x1b[2J", nullptr);
+  BOOST_TEST(contains(control.message, "TAPELM_BLAS_CORE=a?b?[2J"), control.message);
 }
 
 // Our cpuid reading against the flags the Linux kernel reports for the same CPU.

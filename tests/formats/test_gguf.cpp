@@ -213,6 +213,14 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
   };
   std::string u64s;
   Builder::u64(u64s, 1);
+  auto claiming = [](uint32_t blocks, uint32_t d) {
+    Builder b;
+    b.kv_str("general.architecture", "llama").kv_u32("llama.block_count", blocks).kv_u32("llama.embedding_length", d)
+        .kv_u32("llama.attention.head_count", 4).kv_u32("llama.feed_forward_length", 4 * d).kv_u32("llama.context_length", 16)
+        .kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).tensor("token_embd.weight", {32, 8}, 0, 0);
+    b.data = std::string(1024, '\0');
+    return b.bytes();
+  };
   const std::vector<std::pair<std::string, std::string>> bad{
       {good.substr(0, 2), "GGUF's magic"},
       {"GGUX" + good.substr(4), "GGUF's magic"},
@@ -241,11 +249,18 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
       {Builder().bytes(), "general.architecture is missing"},
       {Builder().llama().kv_str("llama.rope.scaling.type", "linear").bytes(), "rope scaling"},
       {Builder().llama().kv_u32("llama.expert_count", 8).bytes(), "mixture of experts"},
+      // checked like key_length (was accepted and ignored): 16 is not 32 / 4
+      {Builder().llama().kv_u32("llama.attention.value_length", 16).bytes(), "key llama.attention.value_length is set"},
       {Builder().llama().bytes(), "token_embd.weight is missing"},
       {[] { Builder b; b.llama().tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
        "missing blk.0.attn_norm.weight"},
       {[] { Builder b; b.llama().kv_u32("llama.attention.head_count_kv", 3).tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
        "do not divide"},
+      // 1 KB files claiming 65,536 blocks, or one block of d 16,384 and 64 layers' worth of
+      // width: the tensor table is checked against the claim before anything is allocated (was
+      // 58 s to refuse, and std::bad_alloc)
+      {claiming(65536, 32), "llama.block_count is 65536, but the file holds 1 tensors"},
+      {claiming(1, 16384), "mis-shaped token_embd.weight [8, 32] (expected [8, 16384])"},
   };
   for (size_t i = 0; i < bad.size(); i++) {
     BOOST_TEST_CONTEXT("case " << i << ": " << bad[i].second) {
@@ -253,6 +268,31 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
       expect_error(run_cli("import --format gguf --model " + (d / "bad.gguf") + " --out " + (d / "out.h5")), bad[i].second);
       BOOST_TEST(!fs::exists(d / "out.h5"));
     }
+  }
+}
+
+// A gpt2 vocabulary with a token that is not UTF-8 (was the JSON library's raw "type_error.316")
+// and a token type outside 1-6 (was accepted): patched in place in an exported file. The array
+// after a key is: value type 9 (u32), element type (u32), count (u64), then the elements.
+BOOST_AUTO_TEST_CASE(a_bad_gpt2_vocabulary_is_named) {
+  TempDir d;
+  gg::export_model(gx("gpt2_gpt2mini.h5"), d / "good.gguf", "f32");
+  const std::string good = read_file_bytes(d / "good.gguf", "good");
+  auto first_element = [&](const std::string& key) {
+    const size_t at = good.find(key);
+    BOOST_TEST_REQUIRE(at != std::string::npos);
+    return at + key.size() + 4 + 4 + 8;
+  };
+  std::string bad_utf8 = good;
+  bad_utf8[first_element("tokenizer.ggml.tokens") + 8] = '\xff';  // past the first string's u64 length
+  std::string bad_type = good;
+  const int32_t nine = 9;
+  std::memcpy(&bad_type[first_element("tokenizer.ggml.token_type")], &nine, 4);
+  for (const auto& [bytes, why] : {std::pair{bad_utf8, "tokenizer.ggml.tokens[0] is not valid UTF-8"},
+                                   std::pair{bad_type, "tokenizer.ggml.token_type[0] is not a token type 1-6"}}) {
+    write_file_atomic(d / "bad.gguf", bytes);
+    expect_error(run_cli("import --format gguf --model " + (d / "bad.gguf") + " --out " + (d / "out.h5")), why);
+    BOOST_TEST(!fs::exists(d / "out.h5"));
   }
 }
 

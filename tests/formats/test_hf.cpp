@@ -373,8 +373,80 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
   idx.replace(idx.find("model-00002-of-00003"), 20, "../../etc/passwd0000");
   write_bytes(sh + "/model.safetensors.index.json", idx);
   expect_error(import_of(sh), "not a file name in");
+  // an index naming a tensor its shard does not hold (was accepted)
+  const std::string named = d / "named";
+  fs::copy(hfx("mistral_mqa_f16_sharded"), named, fs::copy_options::recursive);
+  nlohmann::json index = nlohmann::json::parse(slurp(named + "/model.safetensors.index.json"));
+  index["weight_map"]["model.layers.0.mlp.extra.weight"] = "model-00001-of-00003.safetensors";
+  write_bytes(named + "/model.safetensors.index.json", index.dump());
+  expect_error(import_of(named), "puts tensor 'model.layers.0.mlp.extra.weight' in");
+  // a config claiming 64 layers of d 65,536 (13 TB) over the 0.2 MB fixture: the tensors' shapes
+  // are checked against the claim before anything is allocated (was refused after 49 s at 3.7 GB,
+  // once the model was built)
+  const std::string huge = copy_model("huge");
+  edit_config(huge, [](auto& j) {
+    j["hidden_size"] = 65536, j["intermediate_size"] = 196608, j["num_hidden_layers"] = 64;
+    j["num_attention_heads"] = 512, j["num_key_value_heads"] = 512;
+  });
+  expect_error(import_of(huge), "mis-shaped model.embed_tokens.weight [300, 32] (expected [300, 65536])");
+  // a corrupt sentencepiece model beside the weights: named, without sentencepiece's source line
+  const std::string spm = d / "spm";
+  fs::copy(hfx("llama_gqa_bf16_spm"), spm, fs::copy_options::recursive);
+  write_bytes(spm + "/tokenizer.model", "garbage");
+  const Run corrupt = import_of(spm);
+  expect_error(corrupt, spm + "/tokenizer.model: not a sentencepiece model");
+  BOOST_TEST(corrupt.err.find("Internal") == std::string::npos, corrupt.err);
   expect_error(import_of(d / "nowhere"), "not a directory");
   BOOST_TEST(!fs::exists(d / "out.h5"));
+}
+
+// Exports replace a directory whole or not at all. A weight beyond F16's range (1e5) and a q8_0
+// block beyond its scale's (2e7 / 127 > 65504) are refused naming the tensor (both were written
+// as Inf, exit 0, and tapelm's own import then refused the file), and the failed export leaves the
+// earlier export's files as they were, byte for byte (the export once renamed file by file, so a
+// kill between renames mixed a new config.json with old weights). A later export with another
+// tokenizer, or none, leaves none of the earlier one's files (a stale tokenizer.model beside a
+// new tokenizer.json was read first, and sample printed garbage).
+BOOST_AUTO_TEST_CASE(exports_replace_a_directory_whole_or_not_at_all) {
+  TempDir d;
+  tapelm::hf::import_model(hfx("llama_gqa_bf16_spm"), d / "spm.h5");
+  auto tree = [](const std::string& dir) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename() != ".lock") files[e.path().filename().string()] = slurp(e.path().string());
+    return files;
+  };
+  auto with_weight = [&](const std::string& name, int64_t count, float v) {
+    LoadedModel lm = load_model(d / "spm.h5");
+    for (auto& [n, p] : lm.model->named_parameters())
+      if (n == "blocks.0.attn.wo.weight") std::fill(p.val().data(), p.val().data() + count, v);
+    write_converted(d / name, *lm.model, lm.tok ? &*lm.tok : nullptr, "{}");
+    return d / name;
+  };
+  const std::string big = with_weight("big.h5", 1, 1e5f), huge = with_weight("huge.h5", 32, 2e7f);
+  Run r = run_cli("export --format hf --dtype f32 --checkpoint " + (d / "spm.h5") + " --out " + (d / "out"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  const auto first = tree(d / "out");
+  BOOST_TEST(first.count("tokenizer.model") == 1u);
+  expect_error(run_cli("export --format hf --dtype f16 --checkpoint " + big + " --out " + (d / "out")),
+               "tensor model.layers.0.self_attn.o_proj.weight holds 100000.000000 at element 0, beyond F16's range");
+  BOOST_TEST((tree(d / "out") == first));
+  expect_error(run_cli("export --format gguf --dtype f16 --checkpoint " + big + " --out " + (d / "x.gguf")), "beyond F16's range");
+  expect_error(run_cli("export --format gguf --dtype q8_0 --checkpoint " + huge + " --out " + (d / "x.gguf")),
+               "beyond what a q8_0 block's F16 scale can hold");
+  BOOST_TEST(!fs::exists(d / "x.gguf"));
+  // another tokenizer: the old one's file is gone
+  r = run_cli("export --format hf --checkpoint " + fixture_path("gguf/gpt2_gpt2mini.h5") + " --out " + (d / "out"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  BOOST_TEST(!fs::exists(d / "out/tokenizer.model"));
+  BOOST_TEST(fs::exists(d / "out/tokenizer.json"));
+  // no tokenizer: no tokenizer file
+  LoadedModel bare = load_model(d / "spm.h5");
+  save_model(d / "bare.h5", *bare.model);
+  r = run_cli("export --format hf --checkpoint " + (d / "bare.h5") + " --out " + (d / "out"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  for (const char* f : {"tokenizer.model", "tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"})
+    BOOST_TEST(!fs::exists(d / ("out/" + std::string(f))), f);
 }
 
 // The directory's tokenizer.json is read (byte-level BPE) or the import is refused naming the

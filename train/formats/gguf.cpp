@@ -10,6 +10,7 @@
 #include "data/tokenizer/bytebpe/byte_bpe.h"
 #include "data/tokenizer/sentencepiece.h"
 #include "data/tokenizer/tokenizer.h"
+#include "data/tokenizer/utf8.h"
 #include "nn/accounting.h"
 #include "nn/gpt.h"
 #include "train/formats/checkpoint.h"
@@ -186,9 +187,15 @@ Tokenizer bpe_tokenizer(const File& g) {
   const int64_t eos = g.find_key("tokenizer.ggml.eos_token_id") ? g.count("tokenizer.ggml.eos_token_id", -1, V - 1) : -1;
   json vocab = json::object(), added = json::array();
   for (int64_t i = 0; i < V; i++) {
+    // A gpt2 vocabulary's tokens are byte-alphabet text, always valid UTF-8 (was a raw JSON
+    // library message); token types as the sentencepiece path checks them.
+    if (const size_t bad = utf8_first_invalid(tokens[i]); bad != std::string::npos)
+      g.fail("tokenizer.ggml.tokens[" + std::to_string(i) + "] is not valid UTF-8 (byte " + std::to_string(bad) + ")");
     if (vocab.contains(tokens[i])) g.fail("tokenizer.ggml.tokens[" + std::to_string(i) + "] repeats an earlier token");
     vocab[tokens[i]] = i;
     const double t = types[i];
+    if (t != static_cast<int>(t) || t < 1 || t > 6)
+      g.fail("tokenizer.ggml.token_type[" + std::to_string(i) + "] is not a token type 1-6");
     if (t == 3 || t == 4)  // control and user-defined tokens: added tokens, special when control or BOS/EOS
       added.push_back({{"id", i}, {"content", tokens[i]}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
                        {"normalized", false}, {"special", t == 3 || i == bos || i == eos}});

@@ -300,7 +300,7 @@ std::optional<Tokenizer> read_tokenizer(const std::string& dir, std::string& fil
   const fs::path spm = fs::path(dir) / "tokenizer.model";
   if (fs::exists(spm)) {
     file = spm.string();
-    return SentencePiece::load(read_file_bytes(file, "sentencepiece model"));
+    return SentencePiece::load_file(file);
   }
   for (const char* name : {"tokenizer.json", "vocab.json"}) {  // byte-level BPE
     const fs::path p = fs::path(dir) / name;

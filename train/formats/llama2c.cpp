@@ -405,7 +405,7 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
   Model m = read_model(model_path);
   Tokenizer tok;
   if (!tokenizer_model.empty()) {
-    tok = SentencePiece::load(read_file_bytes(tokenizer_model, "sentencepiece model"));
+    tok = SentencePiece::load_file(tokenizer_model);
     if (tok.vocab_size() != m.header.vocab_size)
       throw Error(ErrorKind::data, "sentencepiece model " + tokenizer_model + " has " + std::to_string(tok.vocab_size()) +
                                        " pieces, the model's vocab_size is " + std::to_string(m.header.vocab_size));
