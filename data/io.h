@@ -48,6 +48,10 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+/// A 16-hex-digit digest of a file's bytes (non-cryptographic: it tells files apart, it does not
+/// authenticate them); `what` names the file in errors.
+std::string file_digest(const std::string& path, const std::string& what);
+
 /// What writes one output's content, given the temporary path beside it to write (HDF5 writes by
 /// path); it throws an Error naming the output when it fails.
 using PathWriter = std::function<void(const std::string& tmp)>;

@@ -583,7 +583,20 @@ BOOST_AUTO_TEST_CASE(a_sweep_starts_from_a_given_model) {
                "2 key/value heads for 4 query heads");
   expect_error(run_cli("sweep --preset micro --from " + (d / "mha.h5") + " --data " + text + " --out " + (d / "o")), "--config");
   expect_error(run_cli("sweep --preset micro --config " + (d / "train.json") + " --data " + text + " --out " + (d / "o")), "--from");
+  // a damaged model is named as given, before OUT exists (was named as the copy inside OUT)
+  const std::string whole = slurp(d / "mha.h5");
+  write_bytes(d / "cut.h5", whole.substr(0, whole.size() / 2));
+  expect_error(run_cli("sweep --preset micro --from " + (d / "cut.h5") + " --config " + (d / "train.json") + " --data " + text +
+                       " --out " + (d / "o")),
+               d / "cut.h5");
   BOOST_TEST(!fs::exists(d / "o"));
+  // another model under the same path is another study: the finished one is not resumed (it was,
+  // exit 0, when the study recorded only the file's name)
+  LoadedModel other = load_model(d / "mha.h5");
+  other.model->named_parameters().front().second.val().data()[0] += 1.0f;
+  write_converted(d / "mha.h5", *other.model, other.tok ? &*other.tok : nullptr, "{}");
+  expect_error(run_cli("sweep --preset micro --methods mean,fit --quiet" + from + " --out " + (d / "sw")),
+               "holds a sweep from another model (mha.h5 with digest");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -98,7 +98,13 @@ struct SweepDirs {
     const fs::path stamp = out / "sweep.json";
     if (fs::exists(stamp) || fs::is_symlink(stamp)) {
       json old = read_json(stamp);
-      if (!old.contains("config") || old["config"] != stamp_meta["config"])
+      const json& now = stamp_meta["config"];
+      if (old.contains("config") && old["config"].is_object() && now.contains("from_digest") &&
+          old["config"].value("from_digest", std::string()) != now["from_digest"].get<std::string>())
+        throw Error(ErrorKind::usage, out_dir + " holds a sweep from another model (" + old["config"].value("from", std::string("?")) +
+                                          " with digest " + old["config"].value("from_digest", std::string("none")) +
+                                          "; --from has digest " + now["from_digest"].get<std::string>() + "); use another --out");
+      if (!old.contains("config") || old["config"] != now)
         throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
                                  old.value("preset", std::string("?")) + "); use another --out");
     } else {
@@ -290,6 +296,7 @@ void check_source(const std::string& from, const Corpus& corpus, const std::stri
   if (corpus.tok.vocab_size() > vocab_size)
     throw Error(ErrorKind::data, data_path + ": its tokenizer has " + std::to_string(corpus.tok.vocab_size()) + " ids, more than the " +
                                      std::to_string(vocab_size) + " of " + from + "'s vocabulary (prepare it with the model's tokenizer)");
+  load_model(from);  // a damaged model is refused here, named as given, before OUT exists
   const H5File f = H5File::open_read(from);
   if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
     throw Error(ErrorKind::data, data_path + ": tokenized otherwise than by " + from +
@@ -379,7 +386,10 @@ class SweepRun {
     check_window_fits(corpus_.train.size(), cfg.model.block_size, data_path_ + ": the train split");
     check_window_fits(corpus_.val.size(), cfg.model.block_size, data_path_ + ": the val split");
     json stamp{{"preset", p_.name}, {"data", data_name()}, {"config", cfg.to_json()}};
-    if (!p_.from.empty()) stamp["config"]["from"] = fs::path(p_.from).filename().string();
+    if (!p_.from.empty()) {  // by name and content: another model under the same path is another study
+      stamp["config"]["from"] = fs::path(p_.from).filename().string();
+      stamp["config"]["from_digest"] = file_digest(p_.from, "sweep --from checkpoint");
+    }
     if (!p_.scratch) stamp["config"]["scratch"] = false;
     return SweepDirs(out_dir_, stamp);
   }
