@@ -12,6 +12,7 @@
 
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/gguf.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -24,6 +25,8 @@ namespace {
 
 constexpr int kCheckpointVariants = 200;  // each run through `eval` and `inspect`
 constexpr int kTokenVariants = 100;       // each run through `eval`
+constexpr int kGgufVariants = 120;        // of two exported GGUF files, each run through `import`
+constexpr int kSafetensorsVariants = 60;  // of an HF model's model.safetensors, each run through `import`
 constexpr int kKills = 8;
 
 std::string binary() { return std::string(TAPELM_BINARY) + " --threads 1"; }
@@ -106,7 +109,7 @@ struct Case {
 };
 
 struct FuzzResults {
-  std::vector<Case> checkpoint_cases, token_cases;
+  std::vector<Case> checkpoint_cases, token_cases, model_cases;
   double seconds = 0;
 };
 
@@ -156,12 +159,40 @@ const FuzzResults& fuzz_results() {
       tok_variants.emplace_back(path, what);
     }
 
+    // Other programs' model files: GGUF (a sentencepiece llama in f32, a gpt2-vocabulary GPT-2
+    // in q8_0, whose metadata are mostly the vocabulary) and an HF directory's safetensors.
+    std::vector<std::pair<std::string, std::string>> model_variants;
+    std::vector<std::string> gguf_bytes;
+    for (const auto& [h5, dtype] : {std::pair{"llama_spm.h5", "f32"}, std::pair{"gpt2_gpt2mini.h5", "q8_0"}}) {
+      const std::string out = d / (std::string(dtype) + ".gguf");
+      gguf::export_model(fixture_path(std::string("gguf/") + h5), out, dtype);
+      gguf_bytes.push_back(read_bytes(out));
+    }
+    for (int i = 0; i < kGgufVariants; i++) {
+      std::string what;
+      const std::string path = d / ("g" + std::to_string(i) + ".gguf");
+      write_bytes(path, corrupt(gguf_bytes[i % 2], i / 2, 16384, rng, what));
+      model_variants.emplace_back(path, what);
+    }
+    const std::string hf_src = fixture_path("hf/llama_mha_f32"), st_bytes = read_bytes(hf_src + "/model.safetensors");
+    for (int i = 0; i < kSafetensorsVariants; i++) {
+      std::string what;
+      const std::string dir = d / ("hf" + std::to_string(i));
+      fs::create_directories(dir);
+      fs::copy_file(hf_src + "/config.json", dir + "/config.json");
+      write_bytes(dir + "/model.safetensors", corrupt(st_bytes, i, 1024, rng, what));
+      model_variants.emplace_back(dir, what);
+    }
+
     std::vector<std::string> cmds;
     for (const auto& [path, what] : ck_variants) {
       cmds.push_back(binary() + " eval --checkpoint " + path + " --data " + tok + " --json");
       cmds.push_back(binary() + " inspect " + path);
     }
     for (const auto& [path, what] : tok_variants) cmds.push_back(binary() + " eval --checkpoint " + ck + " --data " + path + " --json");
+    for (const auto& [path, what] : model_variants)
+      cmds.push_back(binary() + " import --format " + (path.ends_with(".gguf") ? "gguf" : "hf") + " --model " + path + " --out " +
+                     path + ".h5");
     const std::vector<Run> runs = run_shell_batch(cmds);
     FuzzResults r;
     size_t k = 0;
@@ -171,6 +202,8 @@ const FuzzResults& fuzz_results() {
     }
     for (const auto& [path, what] : tok_variants)
       r.token_cases.push_back({fs::path(path).filename().string() + ", " + what + ", eval", runs[k++], true});
+    for (const auto& [path, what] : model_variants)
+      r.model_cases.push_back({fs::path(path).filename().string() + ", " + what + ", import", runs[k++], false});
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }();
@@ -219,6 +252,12 @@ BOOST_AUTO_TEST_CASE(corrupted_checkpoints_never_evaluate_to_a_non_finite_loss) 
 BOOST_AUTO_TEST_CASE(corrupted_token_files_exit_0_or_give_one_error_line) {
   check_outcomes("corrupted token files", fuzz_results().token_cases);
   check_finite("corrupted token files", fuzz_results().token_cases);
+}
+
+// GGUF files and safetensors, flipped, truncated and zeroed: every import is one error line or a
+// checkpoint written (an import checks every tensor for finiteness before it writes).
+BOOST_AUTO_TEST_CASE(corrupted_gguf_and_safetensors_imports_exit_0_or_give_one_error_line) {
+  check_outcomes("corrupted GGUF and safetensors files", fuzz_results().model_cases);
 }
 
 // SIGKILL at seeded moments of a run that saves after every step: the checkpoint left behind
