@@ -327,38 +327,49 @@ ExportResult export_model(const std::string& checkpoint, const std::string& out,
   return r;
 }
 
-ImportResult import_model(const std::string& path, const std::string& out) {
-  const File g(path);
-  ImportResult r;
+namespace {
+formats::OpenedModel open_file(const std::string& path, ImportResult& r) {
+  auto owned = std::make_unique<File>(path);
+  const File& g = *owned;
   const std::string a = g.string("general.architecture");
   const formats::FamilyInfo* fam = formats::find_family(a);
   if (!fam || a != fam->name) g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama, qwen2 and gpt2");
   r.architecture = a;
   refuse_unsupported_keys(g, a);
-  const GPTConfig c = config_of(g, fam->family);
+  formats::OpenedModel m;
+  m.path = path;
+  m.format = "gguf";
+  m.what = "GGUF file " + path;
+  m.config = config_of(g, fam->family);
   // The metadata's sizes against the tensor table, before any memory is committed to them.
-  const auto layout = formats::layout(c, fam->family, formats::Format::gguf);
-  const formats::LoadRules rules{a + " as its metadata describes it", ErrorKind::data, {}};
-  formats::check_tensors(layout, g, rules);
-  const int64_t params = model_cost(c).params;
-  check_memory(4.0 * static_cast<double>(params), available_memory_bytes(),
-               "GGUF file " + path + " (" + std::to_string(params) + " parameters in float32)");
-  GPT model(c);
-  formats::TensorMap into = formats::tensors_of(model);
-  formats::load(layout, g, rules, into);
-  r.types = formats::stored_dtypes(layout, g);
+  m.layout = formats::layout(m.config, fam->family, formats::Format::gguf);
+  m.rules = {a + " as its metadata describes it", ErrorKind::data, {}};
+  formats::check_tensors(m.layout, g, m.rules);
+  m.dtypes = r.types = formats::stored_dtypes(m.layout, g);
   r.dequantized = r.types.find("Q8_0") != std::string::npos;
-
-  std::optional<Tokenizer> tok;
   const std::string tm = g.string("tokenizer.ggml.model", false);
-  if (tm == "llama") tok = spm_tokenizer(g);
-  else if (tm == "gpt2") tok = bpe_tokenizer(g);
+  if (tm == "llama") m.tok = spm_tokenizer(g);
+  else if (tm == "gpt2") m.tok = bpe_tokenizer(g);
   else if (!tm.empty()) g.fail("tokenizer.ggml.model \"" + cut_for_message(tm) + "\": tapelm reads llama (sentencepiece) and gpt2 (byte-level BPE)");
-  if (tok && tok->vocab_size() > c.vocab_size)
-    g.fail("its vocabulary has " + std::to_string(tok->vocab_size()) + " tokens, more than token_embd's " + std::to_string(c.vocab_size));
+  if (m.tok && m.tok->vocab_size() > m.config.vocab_size)
+    g.fail("its vocabulary has " + std::to_string(m.tok->vocab_size()) + " tokens, more than token_embd's " + std::to_string(m.config.vocab_size));
   r.tokenizer = tm;
-  nlohmann::json from{{"format", "gguf"}, {"architecture", a}, {"types", r.types}};
-  write_imported(out, model, tok ? &*tok : nullptr, from.dump(), {});
+  m.from = {{"format", "gguf"}, {"architecture", a}, {"types", r.types}};
+  m.src = std::move(owned);
+  return m;
+}
+}  // namespace
+
+formats::OpenedModel open_model(const std::string& path) {
+  ImportResult r;
+  return open_file(path, r);
+}
+
+ImportResult import_model(const std::string& path, const std::string& out) {
+  ImportResult r;
+  const formats::OpenedModel m = open_file(path, r);
+  const std::unique_ptr<GPT> model = m.load();
+  write_imported(out, *model, m.tok ? &*m.tok : nullptr, m.from.dump(), {});
   return r;
 }
 

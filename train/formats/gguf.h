@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "train/formats/model_source.h"
+
 namespace tapelm {
 class GPT;
 }
@@ -51,6 +53,8 @@ struct ImportResult {
 /// unknown value or tensor types, duplicate keys or tensors, missing or extra tensors, rope
 /// scaling: a data Error naming the file and the key or tensor, and nothing is written.
 ImportResult import_model(const std::string& path, const std::string& out);
+/// The file opened and checked as import_model reads it, its tensors not yet read.
+formats::OpenedModel open_model(const std::string& path);
 
 /// Rounds every matrix of the model as export_model stores it in dtype (norm weights and biases
 /// untouched): what llama.cpp's weights hold, for comparing its logits with tapelm's.

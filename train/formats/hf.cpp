@@ -356,45 +356,58 @@ void tokenizer_files(const std::optional<Tokenizer>& tok, int64_t block_size, st
 
 }  // namespace
 
-ImportResult import_model(const std::string& dir, const std::string& out) {
+namespace {
+// Opens the directory, filling r with what an import reports.
+formats::OpenedModel open_dir(const std::string& dir, ImportResult& r) {
   if (!fs::is_directory(dir)) throw Error(ErrorKind::data, "HF model directory " + dir + ": not a directory");
-  ImportResult r;
   r.hf = read_config((fs::path(dir) / "config.json").string());
-  const GPTConfig& cfg = r.hf.config;
-  const std::unique_ptr<safetensors::ModelFiles> src = safetensors::ModelFiles::open(dir);
+  formats::OpenedModel m;
+  m.path = dir;
+  m.format = "hf";
+  m.what = "HF model " + dir;
+  m.config = r.hf.config;
+  std::unique_ptr<safetensors::ModelFiles> src = safetensors::ModelFiles::open(dir);
   r.weight_files = src->files();
   formats::LayoutOptions lo;
   if (r.hf.family == Family::gpt2 && src->find("transformer.wte.weight")) lo.hf_prefix = "transformer.";
-  const auto layout = formats::layout(cfg, r.hf.family, formats::Format::hf, lo);
-  const std::string emb = layout.front().name;
-  const formats::TensorSource::Info* emb_info = src->find(emb);
-  formats::LoadRules rules{r.hf.architecture + " as config.json describes it", ErrorKind::data,
-                           [&](const formats::TensorSource::Info& t) {
-                             if (buffer(t.name)) return true;
-                             // a tied head stored anyway must be the embedding itself
-                             if (t.name != "lm_head.weight" || !cfg.tie_embeddings || !emb_info) return false;
-                             if (t.shape == emb_info->shape && t.dtype == emb_info->dtype && src->bytes(t) == src->bytes(*emb_info)) return true;
-                             throw Error(ErrorKind::data, "HF model " + dir + ": lm_head.weight differs from " + emb +
-                                                              " but config.json ties them (tie_word_embeddings)");
-                           }};
-  formats::check_tensors(layout, *src, rules);  // the config's sizes against the files, before any memory is committed
-  const ModelCost cost = model_cost(cfg);
-  check_memory(4.0 * static_cast<double>(cost.params), available_memory_bytes(),
-               "HF model " + dir + " (" + std::to_string(cost.params) + " parameters in float32)");
-  GPT model(cfg);
-  model.eval();
-  formats::TensorMap into = formats::tensors_of(model);
-  formats::load(layout, *src, rules, into);
-  r.dtypes = formats::stored_dtypes(layout, *src);
+  m.layout = formats::layout(m.config, r.hf.family, formats::Format::hf, lo);
+  const safetensors::ModelFiles* files = src.get();
+  const std::string emb = m.layout.front().name;
+  const bool tied = m.config.tie_embeddings;
+  m.rules = {r.hf.architecture + " as config.json describes it", ErrorKind::data,
+             [files, emb, tied, dir](const formats::TensorSource::Info& t) {
+               if (buffer(t.name)) return true;
+               // a tied head stored anyway must be the embedding itself
+               const formats::TensorSource::Info* e = files->find(emb);
+               if (t.name != "lm_head.weight" || !tied || !e) return false;
+               if (t.shape == e->shape && t.dtype == e->dtype && files->bytes(t) == files->bytes(*e)) return true;
+               throw Error(ErrorKind::data, "HF model " + dir + ": lm_head.weight differs from " + emb +
+                                                " but config.json ties them (tie_word_embeddings)");
+             }};
+  formats::check_tensors(m.layout, *src, m.rules);  // the config's sizes against the files, before any memory is committed
+  m.dtypes = r.dtypes = formats::stored_dtypes(m.layout, *src);
+  m.src = std::move(src);
+  m.tok = read_tokenizer(dir, r.tokenizer_file);
+  if (m.tok && m.tok->vocab_size() > m.config.vocab_size)
+    throw Error(ErrorKind::data, r.tokenizer_file + ": " + std::to_string(m.tok->vocab_size()) + " tokens, more than the model's vocab_size " +
+                                     std::to_string(m.config.vocab_size));
+  m.from = {{"format", "hf"}, {"architecture", r.hf.architecture}, {"dtype", r.dtypes}};
+  if (r.hf.bos_token_id >= 0) m.from["bos_token_id"] = r.hf.bos_token_id;
+  if (r.hf.eos_token_id >= 0) m.from["eos_token_id"] = r.hf.eos_token_id;
+  return m;
+}
+}  // namespace
 
-  const std::optional<Tokenizer> tok = read_tokenizer(dir, r.tokenizer_file);
-  if (tok && tok->vocab_size() > cfg.vocab_size)
-    throw Error(ErrorKind::data, r.tokenizer_file + ": " + std::to_string(tok->vocab_size()) + " tokens, more than the model's vocab_size " +
-                                     std::to_string(cfg.vocab_size));
-  json from{{"format", "hf"}, {"architecture", r.hf.architecture}, {"dtype", r.dtypes}};
-  if (r.hf.bos_token_id >= 0) from["bos_token_id"] = r.hf.bos_token_id;
-  if (r.hf.eos_token_id >= 0) from["eos_token_id"] = r.hf.eos_token_id;
-  write_imported(out, model, tok ? &*tok : nullptr, from.dump(), {});
+formats::OpenedModel open_model(const std::string& dir) {
+  ImportResult r;
+  return open_dir(dir, r);
+}
+
+ImportResult import_model(const std::string& dir, const std::string& out) {
+  ImportResult r;
+  const formats::OpenedModel m = open_dir(dir, r);
+  const std::unique_ptr<GPT> model = m.load();
+  write_imported(out, *model, m.tok ? &*m.tok : nullptr, m.from.dump(), {});
   return r;
 }
 

@@ -20,6 +20,7 @@
 
 #include "nn/config.h"
 #include "train/formats/layout.h"
+#include "train/formats/model_source.h"
 
 namespace tapelm::hf {
 
@@ -59,6 +60,8 @@ struct ImportResult {
 /// config, a shard named in the index but absent: a data Error naming the file and tensor, and
 /// nothing is written.
 ImportResult import_model(const std::string& dir, const std::string& out);
+/// The directory opened and checked as import_model reads it, its tensors not yet read.
+formats::OpenedModel open_model(const std::string& dir);
 
 /// What export_model wrote.
 struct ExportResult {

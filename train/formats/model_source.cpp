@@ -1,0 +1,89 @@
+#include "train/formats/model_source.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "nn/accounting.h"
+#include "nn/gpt.h"
+#include "train/formats/checkpoint.h"
+#include "train/formats/gguf.h"
+#include "train/formats/hf.h"
+
+namespace fs = std::filesystem;
+
+namespace tapelm::formats {
+
+void OpenedModel::read(TensorMap& into) const {
+  std::vector<float> buf;
+  for (const FileTensor& t : layout) {
+    if (t.extra) continue;
+    bool wanted = false;
+    for (const auto& part : t.parts) wanted = wanted || into.count(part.first);
+    if (!wanted) continue;
+    buf.resize(static_cast<size_t>(shape_numel(t.shape)));
+    src->read_f32(*src->find(t.name), buf.data());
+    store_file_values(t, buf.data(), into);
+  }
+}
+
+std::unique_ptr<GPT> OpenedModel::load() const {
+  const int64_t params = model_cost(config).params;
+  check_memory(4.0 * static_cast<double>(params), available_memory_bytes(),
+               what + " (" + std::to_string(params) + " parameters in float32)");
+  auto model = std::make_unique<GPT>(config);
+  model->eval();
+  TensorMap into = tensors_of(*model);
+  read(into);
+  return model;
+}
+
+namespace {
+// A tapelm checkpoint as a source that owns its file.
+class OwnedCheckpoint : public TensorSource {
+ public:
+  explicit OwnedCheckpoint(const std::string& path) : f_(H5File::open_read(path)), s_(f_) {}
+  std::string what() const override { return s_.what(); }
+  const std::vector<Info>& tensors() const override { return s_.tensors(); }
+  const Info* find(const std::string& name) const override { return s_.find(name); }
+  void read_f32(const Info& t, float* out) const override { s_.read_f32(t, out); }
+  const H5File& file() const { return f_; }
+
+ private:
+  H5File f_;
+  CheckpointSource s_;
+};
+
+OpenedModel open_checkpoint(const std::string& path) {
+  OpenedModel m;
+  m.path = path;
+  m.format = "tapelm";
+  m.what = "checkpoint " + path;
+  auto src = std::make_unique<OwnedCheckpoint>(path);
+  m.config = read_model_config(src->file());
+  if (has_tokenizer(src->file())) m.tok = read_tokenizer(src->file());
+  m.layout = parameter_layout(m.config);
+  m.rules = {"the model its config describes", ErrorKind::checkpoint, {}};
+  check_tensors(m.layout, *src, m.rules);
+  m.src = std::move(src);
+  m.from = {{"format", "tapelm"}};
+  m.dtypes = stored_dtypes(m.layout, *m.src);
+  return m;
+}
+
+bool starts_with_gguf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::string(magic, 4) == "GGUF";
+}
+}  // namespace
+
+OpenedModel open_model(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return hf::open_model(path);
+  if (fs::is_regular_file(path, ec) && starts_with_gguf(path)) return gguf::open_model(path);
+  return open_checkpoint(path);
+}
+
+}  // namespace tapelm::formats

@@ -1,0 +1,49 @@
+#pragma once
+// A model of any format tapelm reads — a tapelm checkpoint, a Hugging Face directory, a GGUF
+// file — opened and checked but not loaded: its config, tokenizer and tensor source, so that a
+// command may read the whole model (import, eval) or one block at a time (a conversion of a model
+// larger than memory). Every tensor's name and shape is checked against the config when the model
+// is opened, before any memory is committed to it.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/tokenizer/tokenizer.h"
+#include "nn/config.h"
+#include "train/formats/layout.h"
+#include "train/formats/tensor_source.h"
+
+namespace tapelm {
+class GPT;
+}
+
+namespace tapelm::formats {
+
+struct OpenedModel {
+  std::string path;
+  std::string format;  // "tapelm", "hf", "gguf"
+  std::string what;    // how messages name it: "HF model DIR", "GGUF file F", "checkpoint F"
+  GPTConfig config;
+  std::optional<Tokenizer> tok;
+  std::unique_ptr<TensorSource> src;  // owns the open files
+  std::vector<FileTensor> layout;     // the config's tensors as the source names them
+  LoadRules rules;
+  nlohmann::json from;                // what the file was: written as a checkpoint's imported_from
+  std::string dtypes;                 // the stored dtypes of the layout's tensors, e.g. "BF16"
+
+  /// Reads every tensor of `into` (tapelm parameter names → tensors of their shapes) the layout
+  /// maps: the whole model, or a part of it (one block). A file tensor is read whole when any of
+  /// its parts is asked for (GPT-2's fused q|k|v holds one block's three).
+  void read(TensorMap& into) const;
+  /// Builds the whole model in float32 and reads it (after the memory check, naming the model).
+  std::unique_ptr<GPT> load() const;
+};
+
+/// Opens `path` as what it is: a directory with config.json (Hugging Face), a file starting with
+/// "GGUF", else an HDF5 tapelm checkpoint. Errors name the path and the key or tensor.
+OpenedModel open_model(const std::string& path);
+
+}  // namespace tapelm::formats
