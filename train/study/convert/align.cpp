@@ -80,45 +80,45 @@ double aligned_distance(const Mat& wa, const Mat& wb, const Mat& S, bool rope_pl
 }  // namespace
 
 void align_kv_heads(GPT& model, int64_t rep, const Calibration& c) {
-  const GPTConfig& cfg = model.config();
+  for (int64_t l = 0; l < model.config().n_layer; l++) align_kv_heads(*model.blocks[l]->attn, model.config(), rep, c.gram[l]);
+}
+
+void align_kv_heads(const Attention& at, const GPTConfig& cfg, int64_t rep, const Mat& S) {
   const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim(), rq = cfg.n_head / KV;
   const bool rope = cfg.pos == PosKind::Rope;
   if (rep <= 1) return;
-  for (int64_t l = 0; l < cfg.n_layer; l++) {
-    const Attention& at = *model.blocks[l]->attn;
-    const Mat& S = c.gram[l];
-    const Proj wq = proj(*at.wq), wk = proj(*at.wk), wv = proj(*at.wv);
-    Tensor& wo = at.wo->weight.val();
-    for (int64_t g = 0; g < KV / rep; g++) {
-      std::vector<Mat> K, V;
-      for (int64_t m = 0; m < rep; m++) {
-        K.push_back(rows_of(wk, g * rep + m, hd));
-        V.push_back(rows_of(wv, g * rep + m, hd));
-      }
-      // Keys: k' = Ωᵀ k and q' = Ωᵀ q for every query head reading the kv head: q'·k' = q·k.
-      // With RoPE, Ω is made of rotations on RoPE's own planes, so RoPE(Ωᵀ q) = Ωᵀ RoPE(q).
-      const std::vector<Mat> ok = generalised_procrustes(K, S, rope);
-      // Values: v' = Ωᵀ v and wo's columns Wo_h' = Wo_h Ω: Wo_h' v' = Wo_h v.
-      const std::vector<Mat> ov = generalised_procrustes(V, S, false);
-      for (int64_t m = 0; m < rep; m++) {
-        const int64_t i = g * rep + m;
-        const Mat okt = la::transpose(ok[m]), ovt = la::transpose(ov[m]);
-        set_rows(wk, i, hd, la::matmul(okt, K[m]));
-        set_rows(wv, i, hd, la::matmul(ovt, V[m]));
-        for (int64_t h = i * rq; h < (i + 1) * rq; h++) {
-          set_rows(wq, h, hd, la::matmul(okt, rows_of(wq, h, hd)));
-          set_cols(wo, h, hd, la::matmul(cols_of(wo, h, hd), ov[m]));
-        }
+  const Proj wq = proj(*at.wq), wk = proj(*at.wk), wv = proj(*at.wv);
+  Tensor& wo = at.wo->weight.val();
+  for (int64_t g = 0; g < KV / rep; g++) {
+    std::vector<Mat> K, V;
+    for (int64_t m = 0; m < rep; m++) {
+      K.push_back(rows_of(wk, g * rep + m, hd));
+      V.push_back(rows_of(wv, g * rep + m, hd));
+    }
+    // Keys: k' = Ωᵀ k and q' = Ωᵀ q for every query head reading the kv head: q'·k' = q·k.
+    // With RoPE, Ω is made of rotations on RoPE's own planes, so RoPE(Ωᵀ q) = Ωᵀ RoPE(q).
+    const std::vector<Mat> ok = generalised_procrustes(K, S, rope);
+    // Values: v' = Ωᵀ v and wo's columns Wo_h' = Wo_h Ω: Wo_h' v' = Wo_h v.
+    const std::vector<Mat> ov = generalised_procrustes(V, S, false);
+    for (int64_t m = 0; m < rep; m++) {
+      const int64_t i = g * rep + m;
+      const Mat okt = la::transpose(ok[m]), ovt = la::transpose(ov[m]);
+      set_rows(wk, i, hd, la::matmul(okt, K[m]));
+      set_rows(wv, i, hd, la::matmul(ovt, V[m]));
+      for (int64_t h = i * rq; h < (i + 1) * rq; h++) {
+        set_rows(wq, h, hd, la::matmul(okt, rows_of(wq, h, hd)));
+        set_cols(wo, h, hd, la::matmul(cols_of(wo, h, hd), ov[m]));
       }
     }
   }
 }
 
 std::vector<int64_t> similar_order(const GPT& model, int64_t layer, int64_t rep, const Calibration& c) {
-  const GPTConfig& cfg = model.config();
+  return similar_order(*model.blocks[layer]->attn, model.config(), rep, c.gram[layer]);
+}
+
+std::vector<int64_t> similar_order(const Attention& at, const GPTConfig& cfg, int64_t rep, const Mat& S) {
   const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim();
-  const Attention& at = *model.blocks[layer]->attn;
-  const Mat& S = c.gram[layer];
   std::vector<Mat> K, V;
   for (int64_t i = 0; i < KV; i++) {
     K.push_back(rows_of(proj(*at.wk), i, hd));
@@ -165,14 +165,16 @@ std::vector<int64_t> similar_order(const GPT& model, int64_t layer, int64_t rep,
 }
 
 void permute_kv_heads(GPT& model, int64_t layer, const std::vector<int64_t>& perm) {
-  const GPTConfig& cfg = model.config();
+  permute_kv_heads(*model.blocks[layer]->attn, model.config(), perm);
+}
+
+void permute_kv_heads(const Attention& at, const GPTConfig& cfg, const std::vector<int64_t>& perm) {
   const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim(), rq = cfg.n_head / KV;
   std::vector<int64_t> sorted = perm;
   std::sort(sorted.begin(), sorted.end());
   std::vector<int64_t> iota(KV);
   std::iota(iota.begin(), iota.end(), 0);
   if (sorted != iota) throw Error(ErrorKind::internal, "permute_kv_heads: not a permutation of the kv heads");
-  const Attention& at = *model.blocks[layer]->attn;
   // Rows of a head-major projection (weight or bias), `unit` heads per kv head.
   auto permute_rows = [&](Tensor& t, int64_t unit) {
     const int64_t row = t.ndim() == 2 ? t.dim(1) : 1, block = unit * hd * row;

@@ -22,4 +22,10 @@ std::vector<int64_t> similar_order(const GPT& model, int64_t layer, int64_t rep,
 /// wq, columns of wo): new kv head j is old kv head perm[j].
 void permute_kv_heads(GPT& model, int64_t layer, const std::vector<int64_t>& perm);
 
+/// The same three steps on one layer's attention, with that layer's calibration second moments
+/// S (what a conversion that holds one block at a time calls).
+void align_kv_heads(const Attention& at, const GPTConfig& cfg, int64_t rep, const la::Mat& S);
+std::vector<int64_t> similar_order(const Attention& at, const GPTConfig& cfg, int64_t rep, const la::Mat& S);
+void permute_kv_heads(const Attention& at, const GPTConfig& cfg, const std::vector<int64_t>& perm);
+
 }  // namespace tapelm
