@@ -6,7 +6,12 @@
 #include <filesystem>
 #include <functional>
 
+#include "data/tokens.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/gguf.h"
+#include "train/formats/hf.h"
+#include "train/formats/model_source.h"
+#include "train/study/convert_model.h"
 #include "train/study/convert/convert.h"
 #include "train/study/convert/align.h"
 #include "train/eval.h"
@@ -626,6 +631,47 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
   BOOST_TEST(ok.code == 0, ok.err);
   BOOST_TEST(ok.out.find("by fit (similar groups, calibrated on 64 tokens)") != std::string::npos, ok.out);
   BOOST_TEST(load_model(d / "fit.h5").model->config().n_kv_head == 1);
+}
+
+// convert holds one block at a time; the in-memory conversion (what uptrain and the sweep run)
+// holds the whole model. Same source, same calibration windows and seed: the same bits, for every
+// method and grouping, from every format (a Llama with RoPE read from an HF directory and a
+// checkpoint; GPT-2s with learned positions, biases and fused q|k|v from a GGUF file and an HF
+// directory), to 2 and 1 kv heads.
+BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
+  TempDir d;
+  tapelm::hf::import_model(fixture_path("hf/llama_mha_f32"), d / "llama.h5");
+  tapelm::gguf::export_model(fixture_path("gguf/gpt2_gpt2mini.h5"), d / "gpt2.gguf", "f32");
+  const std::vector<std::string> sources{fixture_path("hf/llama_mha_f32"), d / "llama.h5", d / "gpt2.gguf",
+                                         fixture_path("hf/gpt2_hub_layout")};
+  std::vector<int32_t> ids(600);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>((i * 37 + i / 7) % 300);
+  write_token_file(d / "calib.bin", ids);
+  for (const std::string& from : sources) {
+    const formats::OpenedModel opened = formats::open_model(from);
+    const std::unique_ptr<GPT> whole = opened.load();
+    for (const char* m : {"mean", "first", "random", "mean-norm", "aligned", "fit", "aligned-fit"})
+      for (const char* g : {"contiguous", "similar"})
+        for (const int64_t G : {int64_t{2}, int64_t{1}}) {
+          BOOST_TEST_CONTEXT(from << ", " << m << ", " << g << ", " << G << " kv heads") {
+            const ConvertRequest r{.from = from, .out = d / "streamed.h5", .kv_heads = G, .method = m, .grouping = g,
+                                   .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
+            const ConvertModelResult res = convert_model(r);
+            const Variant v{&tapelm::method(m), parse_grouping(g)};
+            CalibrationSource cs{.tokens = 64, .seed = 3, .what = r.calib};
+            const EvalData data = load_eval_data(r.calib, "train", whole->config(), nullptr);
+            cs.ids = data.ids;
+            for (const auto& b : data.ready) cs.batches.push_back(b.first);
+            const Converted in_memory = calibrate_and_convert(*whole, G, v, 3, cs);
+            BOOST_TEST(res.calib_tokens == in_memory.calib_tokens);
+            const LoadedModel streamed = load_model(d / "streamed.h5");
+            BOOST_TEST((streamed.model->config() == in_memory.model->config()));
+            const auto a = streamed.model->named_parameters(), b = in_memory.model->named_parameters();
+            BOOST_TEST_REQUIRE(a.size() == b.size());
+            for (size_t i = 0; i < a.size(); i++) BOOST_TEST(same_bits(a[i].second.val(), b[i].second.val()), a[i].first);
+          }
+        }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {

@@ -508,7 +508,8 @@ struct ConvertArgs {
 };
 
 void convert_flags(CLI::App& c, ConvertArgs& a) {
-  c.add_option("--from", a.from, "source checkpoint")->required();
+  c.add_option("--from", a.from, "source model: a checkpoint, a Hugging Face directory or a GGUF file (read one block at a time)")
+      ->required();
   c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old)")->required();
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
   c.add_option("--grouping", a.grouping, "contiguous or similar (similar K/V heads share a group)")
@@ -523,11 +524,12 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
 int run_convert(const ConvertArgs& a) {
   refuse_same_file(a.from, "--from", a.out, "--out");
   const ConvertModelResult r = convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads, .method = a.method,
-                                              .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens, .seed = a.seed});
+                                              .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens, .seed = a.seed,
+                                              .progress = true});
   std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s\n", a.from.c_str(), (long)r.kv_heads_from,
               (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
-              r.converted.calib_tokens ? (", calibrated on " + std::to_string(r.converted.calib_tokens) + " tokens").c_str() : "",
-              r.converted.seconds, a.out.c_str());
+              r.calib_tokens ? (", calibrated on " + std::to_string(r.calib_tokens) + " tokens").c_str() : "",
+              r.seconds, a.out.c_str());
   return 0;
 }
 

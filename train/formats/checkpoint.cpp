@@ -343,6 +343,39 @@ void write_converted(const std::string& path, const GPT& model, const Tokenizer*
   });
 }
 
+ModelWriter::ModelWriter(H5File& f, const std::string& path, const GPTConfig& c) : f_(f), path_(path) {
+  for (const auto& [name, shape] : parameter_shapes(c)) pending_[name] = shape;
+}
+
+void ModelWriter::tensor(const std::string& name, const Tensor& t) {
+  auto it = pending_.find(name);
+  if (it == pending_.end() || it->second != t.shape())
+    throw Error(ErrorKind::internal, path_ + ": parameter " + name + " " + shape_str(t.shape()) + " is not one the config has yet to write");
+  if (const std::string bad = non_finite(t); !bad.empty())
+    throw Error(ErrorKind::checkpoint, name + " holds " + bad + "; not writing " + path_ + " (any checkpoint already there is kept)");
+  f_.write_tensor(kModel + "/" + name, t);
+  pending_.erase(it);
+}
+
+void ModelWriter::check_complete() const {
+  if (!pending_.empty()) throw Error(ErrorKind::internal, path_ + ": parameter " + pending_.begin()->first + " was never written");
+}
+
+void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok,
+                              const std::string& converted_from_json, const std::function<void(ModelWriter&)>& fill) {
+  write_h5_atomic(path, [&](H5File& f) {
+    f.write_attr(kRoot, "format", std::string("tapelm"));
+    f.write_attr(kRoot, "format_version", kFormatVersion);
+    f.write_attr(kRoot, "config", c.to_json().dump());
+    f.write_attr(kRoot, "converted_from", converted_from_json);
+    if (tok) write_tokenizer(f, *tok);
+    f.create_group(kModel);
+    ModelWriter w(f, path, c);
+    fill(w);
+    w.check_complete();
+  });
+}
+
 void write_imported(const std::string& path, const GPT& model, const Tokenizer* tok, const std::string& imported_from_json,
                     const std::vector<std::pair<std::string, Tensor>>& extras) {
   check_savable(path, model, nullptr, "");

@@ -13,6 +13,7 @@
 //
 // A file with only / and /model is a valid (weights-only) checkpoint. Other files written
 // beside the format (eval's gradients, convert's output) are written here too.
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -128,6 +129,26 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 /// when tok is not null and the root attribute converted_from (a JSON description).
 void write_converted(const std::string& path, const GPT& model, const Tokenizer* tok,
                      const std::string& converted_from_json);
+/// Receives a converted model's parameters one at a time (write_converted_streamed).
+class ModelWriter {
+ public:
+  ModelWriter(H5File& f, const std::string& path, const GPTConfig& c);
+  /// Writes parameter `name` (as named_parameters() names it, of its config shape); a NaN or Inf
+  /// value is a checkpoint Error naming it, and nothing is committed.
+  void tensor(const std::string& name, const Tensor& t);
+  /// Throws unless every parameter of the config was written once.
+  void check_complete() const;
+
+ private:
+  H5File& f_;
+  std::string path_;
+  std::map<std::string, Shape> pending_;
+};
+/// write_converted for a model that is never whole in memory: the root attributes and tokenizer,
+/// then the parameters `fill` hands to the writer as they are ready; committed atomically when
+/// fill returns with every parameter written.
+void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok,
+                              const std::string& converted_from_json, const std::function<void(ModelWriter&)>& fill);
 /// Writes a weights-only checkpoint of a model imported from another format atomically, with the
 /// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
 /// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model

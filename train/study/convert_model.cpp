@@ -3,8 +3,12 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
+#include "autograd/runtime.h"
+#include "nn/accounting.h"
 #include "train/eval.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/model_source.h"
 
 namespace tapelm {
 
@@ -18,24 +22,119 @@ Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t 
   return c;
 }
 
-ConvertModelResult convert_model(const ConvertRequest& r) {
-  const Variant v{&method(r.method), parse_grouping(r.grouping)};
-  LoadedModel l = load_model(r.from);
-  GPT& src = *l.model;
-  ConvertModelResult out;
-  out.kv_heads_from = src.config().n_kv_head;
-  CalibrationSource cs{.tokens = r.calib_tokens, .seed = r.seed, .what = r.calib};
-  if (conversion_calibrates(out.kv_heads_from, r.kv_heads, v)) {
-    if (r.calib.empty()) throw Error(ErrorKind::usage, "--calib: converting by " + v.name() + " needs calibration data");
-    // Text and corpora calibrate on their train split; token and parity files on all they hold.
-    const EvalData data = load_eval_data(r.calib, "train", src.config(), l.tok ? &*l.tok : nullptr);
-    cs.ids = data.ids;
-    for (const auto& b : data.ready) cs.batches.push_back(b.first);
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// The calibration batches converting by v needs, as calibration_for draws them.
+std::vector<Index> calibration_windows(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v) {
+  if (r.calib.empty()) throw Error(ErrorKind::usage, "--calib: converting by " + v.name() + " needs calibration data");
+  // Text and corpora calibrate on their train split; token and parity files on all they hold.
+  const EvalData data = load_eval_data(r.calib, "train", src.config, src.tok ? &*src.tok : nullptr);
+  std::vector<Index> batches;
+  for (const auto& b : data.ready) batches.push_back(b.first);
+  if (batches.empty()) batches = calibration_batches(data.ids, src.config.block_size, r.calib_tokens, r.seed, r.calib);
+  return batches;
+}
+
+/// Memory a streamed conversion holds at its peak: the tensors outside the blocks, a block three
+/// times (the source's, its aligned copy, the converted one), and with calibration every batch's
+/// hidden states, one batch's forward and the second-moment matrix.
+void check_streaming_memory(const formats::OpenedModel& src, const std::vector<Index>& batches) {
+  const GPTConfig& c = src.config;
+  double outside = 0, block = 0;
+  for (const auto& [name, shape] : parameter_shapes(c))
+    (name.rfind("blocks.", 0) == 0 ? block : outside) += static_cast<double>(shape_numel(shape));
+  block /= static_cast<double>(c.n_layer);
+  double tokens = 0, biggest = 0;
+  for (const Index& b : batches) {
+    tokens += static_cast<double>(b.numel());
+    biggest = std::max(biggest, static_cast<double>(b.shape[0]));
   }
-  out.converted = calibrate_and_convert(src, r.kv_heads, v, r.seed, cs);
-  write_converted(r.out, *out.converted.model, l.tok ? &*l.tok : nullptr,
-                  nlohmann::json{{"kv_heads_from", out.kv_heads_from}, {"kv_heads", r.kv_heads}, {"method", r.method}, {"grouping", r.grouping}}
-                      .dump());
+  const double d = static_cast<double>(c.n_embd);
+  const double need = 4 * (outside + 3 * block) + 4 * tokens * d +
+                      (batches.empty() ? 0 : prefill_bytes(c, static_cast<int64_t>(biggest), c.block_size, get_num_threads()) +
+                                                 8 * (d + 1) * (d + 1));
+  check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
+}
+
+/// The embedding of a batch, as GPT::forward starts (dropout is off in evaluation).
+Tensor embed(const formats::TensorMap& outer, const GPTConfig& c, const Index& idx) {
+  Var x = embedding(Var(outer.at("wte.weight")), idx);
+  if (c.pos == PosKind::Learned) x = add(x, slice(Var(outer.at("wpe.weight")), 0, 0, idx.shape[1]));
+  return x.val();
+}
+
+}  // namespace
+
+ConvertModelResult convert_model(const ConvertRequest& r) {
+  const auto t0 = Clock::now();
+  const Variant v{&method(r.method), parse_grouping(r.grouping)};
+  const formats::OpenedModel src = formats::open_model(r.from);
+  const GPTConfig& c = src.config;
+  const int64_t G = r.kv_heads, L = c.n_layer, d = c.n_embd;
+  if (G <= 0 || c.n_kv_head % G != 0)
+    throw Error(ErrorKind::config, "cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
+                                       ": the new count must divide the old");
+  GPTConfig nc = c;
+  nc.n_kv_head = G;
+  const bool calibrates = conversion_calibrates(c.n_kv_head, G, v);
+  const std::vector<Index> batches = calibrates ? calibration_windows(r, src, v) : std::vector<Index>{};
+  check_streaming_memory(src, batches);
+  ConvertModelResult out;
+  out.kv_heads_from = c.n_kv_head;
+  for (const Index& b : batches) out.calib_tokens += b.numel();
+  const double block_flops = (model_cost(c).forward_flops_per_token - 2.0 * static_cast<double>(d) * static_cast<double>(c.vocab_size)) /
+                             static_cast<double>(L) * static_cast<double>(out.calib_tokens);
+  const nlohmann::json from{{"kv_heads_from", c.n_kv_head}, {"kv_heads", G}, {"method", r.method}, {"grouping", r.grouping}};
+  write_converted_streamed(r.out, nc, src.tok ? &*src.tok : nullptr, from.dump(), [&](ModelWriter& w) {
+    NoGrad ng;
+    formats::TensorMap outer;  // everything outside the blocks: copied as it is
+    for (const auto& [name, shape] : parameter_shapes(c))
+      if (name.rfind("blocks.", 0) != 0) outer.emplace(name, Tensor::empty(shape));
+    src.read(outer);
+    for (const auto& [name, t] : outer) w.tensor(name, t);
+    std::vector<Tensor> xs;  // each calibration batch's hidden state at the current block's input
+    for (const Index& b : batches) xs.push_back(embed(outer, c, b));
+    outer.clear();  // written, and embedded: not needed again
+    Rng rng(r.seed ^ 0xC0DE);
+    const auto dropout_rng = std::make_shared<Rng>(0);
+    for (int64_t l = 0; l < L; l++) {
+      const auto tb = Clock::now();
+      Block blk(c, dropout_rng), converted(nc, dropout_rng);
+      blk.eval();
+      const std::string prefix = "blocks." + std::to_string(l) + ".";
+      formats::TensorMap mine;
+      for (const auto& [n, p] : blk.named_parameters()) mine.emplace(prefix + n, p.val());
+      src.read(mine);
+      const double read_s = since(tb);
+      std::optional<la::Mat> S;
+      const auto tc = Clock::now();
+      if (calibrates) {  // this block's second moments, and the next block's inputs
+        S.emplace(d + 1, d + 1);
+        for (size_t i = 0; i < batches.size(); i++) {
+          Tensor attn_in;
+          Var y = blk.forward(Var(xs[i]), nullptr, &attn_in);
+          accumulate_gram(*S, attn_in.reshape({batches[i].numel(), d}));
+          if (l + 1 < L) xs[i] = y.val();
+        }
+        finish_gram(*S, out.calib_tokens);
+      }
+      const double calib_s = since(tc);
+      const auto tv = Clock::now();
+      convert_block(blk, converted, c, G, v, S ? &*S : nullptr, rng);
+      for (const auto& [n, p] : converted.named_parameters()) w.tensor(prefix + n, p.val());
+      const double convert_s = since(tv), done = since(t0);
+      if (r.progress)
+        std::printf("block %ld/%ld: read %.1fs, calibration forward %.1fs%s, conversion %.1fs; %.0fs so far, about %.0fs left\n",
+                    static_cast<long>(l + 1), static_cast<long>(L), read_s, calib_s,
+                    calibrates ? (" (" + std::to_string(static_cast<int>(block_flops / std::max(calib_s, 1e-9) / 1e9)) + " GFLOP/s)").c_str() : "",
+                    convert_s, done, done / static_cast<double>(l + 1) * static_cast<double>(L - l - 1));
+      std::fflush(stdout);
+    }
+  });
+  out.seconds = since(t0);
   return out;
 }
 

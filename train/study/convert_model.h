@@ -22,19 +22,27 @@ Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t 
 
 /// What `tapelm convert` does.
 struct ConvertRequest {
-  std::string from, out;
+  std::string from, out;        // from: a checkpoint, an HF directory or a GGUF file
   int64_t kv_heads = 0;
   std::string method = "mean", grouping = "contiguous";
   std::string calib;            // calibration data, as eval reads it (text: its train split); needed by calibrated variants
   int64_t calib_tokens = 16384;
   uint64_t seed = 0;            // --method random and the calibration windows
+  bool progress = false;        // a line per block: times, calibration GFLOP/s, time left
 };
 struct ConvertModelResult {
   int64_t kv_heads_from = 0;
-  Converted converted;
+  int64_t calib_tokens = 0;     // 0: no calibration
+  double seconds = 0;
 };
-/// Reads the checkpoint, converts it and writes the result with the source's tokenizer and a
-/// converted_from note; a calibrated variant without calibration data is a usage Error.
+/// Converts the model at r.from one block at a time — read block l, form its calibration second
+/// moments from the hidden states of the calibration windows, convert its K/V, write it, run it
+/// forward for block l + 1's inputs, free it — so that a model larger than memory converts in the
+/// memory of one block and the hidden states. The result is bit for bit what
+/// calibrate_and_convert gives on the whole model (convert_block per block, the same draws), and
+/// is written with the source's tokenizer and a converted_from note. A calibrated variant without
+/// calibration data is a usage Error; a conversion whose block and hidden states do not fit in
+/// memory is refused before any work.
 ConvertModelResult convert_model(const ConvertRequest& r);
 
 }  // namespace tapelm
