@@ -38,22 +38,25 @@ std::vector<Index> calibration_windows(const ConvertRequest& r, const formats::O
   return batches;
 }
 
-/// Memory a streamed conversion holds at its peak: the tensors outside the blocks, a block three
-/// times (the source's, its aligned copy, the converted one), and with calibration every batch's
+/// Memory a streamed conversion holds at its peak: the tensors outside the blocks, a block and its
+/// attention twice more (the aligned copy, the converted one), and with calibration every batch's
 /// hidden states, one batch's forward and the second-moment matrix.
 void check_streaming_memory(const formats::OpenedModel& src, const std::vector<Index>& batches) {
   const GPTConfig& c = src.config;
-  double outside = 0, block = 0;
-  for (const auto& [name, shape] : parameter_shapes(c))
+  double outside = 0, block = 0, attention = 0;
+  for (const auto& [name, shape] : parameter_shapes(c)) {
     (name.rfind("blocks.", 0) == 0 ? block : outside) += static_cast<double>(shape_numel(shape));
+    if (name.find(".attn.") != std::string::npos) attention += static_cast<double>(shape_numel(shape));
+  }
   block /= static_cast<double>(c.n_layer);
+  attention /= static_cast<double>(c.n_layer);
   double tokens = 0, biggest = 0;
   for (const Index& b : batches) {
     tokens += static_cast<double>(b.numel());
     biggest = std::max(biggest, static_cast<double>(b.shape[0]));
   }
   const double d = static_cast<double>(c.n_embd);
-  const double need = 4 * (outside + 3 * block) + 4 * tokens * d +
+  const double need = 4 * (outside + block + 2 * attention) + 4 * tokens * d +
                       (batches.empty() ? 0 : prefill_bytes(c, static_cast<int64_t>(biggest), c.block_size, get_num_threads()) +
                                                  8 * (d + 1) * (d + 1));
   check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
@@ -102,7 +105,7 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
     const auto dropout_rng = std::make_shared<Rng>(0);
     for (int64_t l = 0; l < L; l++) {
       const auto tb = Clock::now();
-      Block blk(c, dropout_rng), converted(nc, dropout_rng);
+      Block blk(c, dropout_rng);
       blk.eval();
       const std::string prefix = "blocks." + std::to_string(l) + ".";
       formats::TensorMap mine;
@@ -123,8 +126,11 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
       }
       const double calib_s = since(tc);
       const auto tv = Clock::now();
-      convert_block(blk, converted, c, G, v, S ? &*S : nullptr, rng);
-      for (const auto& [n, p] : converted.named_parameters()) w.tensor(prefix + n, p.val());
+      Attention converted(nc, dropout_rng);  // the block's attention converted; the rest is written as read
+      convert_attention(*blk.attn, converted, c, G, v, S ? &*S : nullptr, rng);
+      for (const auto& [n, p] : blk.named_parameters())
+        if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, p.val());
+      for (const auto& [n, p] : converted.named_parameters()) w.tensor(prefix + "attn." + n, p.val());
       const double convert_s = since(tv), done = since(t0);
       if (r.progress)
         std::printf("block %ld/%ld: read %.1fs, calibration forward %.1fs%s, conversion %.1fs; %.0fs so far, about %.0fs left\n",

@@ -39,7 +39,7 @@ struct ConvertModelResult {
 /// moments from the hidden states of the calibration windows, convert its K/V, write it, run it
 /// forward for block l + 1's inputs, free it — so that a model larger than memory converts in the
 /// memory of one block and the hidden states. The result is bit for bit what
-/// calibrate_and_convert gives on the whole model (convert_block per block, the same draws), and
+/// calibrate_and_convert gives on the whole model (convert_attention per layer, the same draws), and
 /// is written with the source's tokenizer and a converted_from note. A calibrated variant without
 /// calibration data is a usage Error; a conversion whose block and hidden states do not fit in
 /// memory is refused before any work.

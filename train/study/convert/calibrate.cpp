@@ -55,7 +55,10 @@ std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t t
   if (n < tokens)
     throw Error(ErrorKind::data, what + ": " + std::to_string(n) + " tokens, fewer than the " + std::to_string(tokens) +
                                      " calibration tokens asked for");
-  const int64_t windows = (tokens + T - 1) / T, per_batch = 32;
+  // Up to 32 windows per forward, and at most kCalibrationForwardTokens tokens unless one window
+  // is longer: one batch's activations stay bounded (4,096 Llama-2-7B tokens hold about 1 GB in
+  // the MLP), however wide the model.
+  const int64_t windows = (tokens + T - 1) / T, per_batch = std::clamp<int64_t>(kCalibrationForwardTokens / T, 1, 32);
   Rng rng(seed ^ 0xCA1B0u);
   std::vector<Index> out;
   for (int64_t w0 = 0; w0 < windows; w0 += per_batch) {

@@ -31,7 +31,10 @@ void accumulate_gram(la::Mat& g, const Tensor& x);
 /// Mirrors g's last column into its last row and divides by the token count.
 void finish_gram(la::Mat& g, int64_t tokens);
 
-/// `tokens` tokens of `ids` as windows of T at seeded random starts, batches of up to 32 windows.
+/// Tokens a calibration batch holds at most (unless one window is longer).
+constexpr int64_t kCalibrationForwardTokens = 4096;
+/// `tokens` tokens of `ids` as windows of T at seeded random starts, batches of up to 32 windows
+/// and kCalibrationForwardTokens tokens.
 /// Data shorter than one window or than `tokens` -> a data Error naming `what`.
 std::vector<Index> calibration_batches(const TokenSeq& ids, int64_t T, int64_t tokens, uint64_t seed,
                                        const std::string& what);

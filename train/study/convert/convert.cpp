@@ -23,10 +23,10 @@ void copy_parameters(const Module& src, const Module& dst, const std::unordered_
     if (!skip.count(d[i].second.val().data())) d[i].second.val() = s[i].second.val().clone();
 }
 
-/// The tensors of a block's attention K and V projections: what pooling writes.
-std::unordered_set<const float*> kv_tensors(const Block& b) {
+/// The tensors of an attention's K and V projections: what pooling writes.
+std::unordered_set<const float*> kv_tensors(const Attention& a) {
   std::unordered_set<const float*> kv;
-  for (const auto& lin : {b.attn->wk, b.attn->wv}) {
+  for (const auto& lin : {a.wk, a.wv}) {
     kv.insert(lin->weight.val().data());
     if (lin->bias.defined()) kv.insert(lin->bias.val().data());
   }
@@ -35,28 +35,28 @@ std::unordered_set<const float*> kv_tensors(const Block& b) {
 
 }  // namespace
 
-void convert_block(const Block& src, const Block& out, const GPTConfig& c, int64_t G, const Variant& v, const la::Mat* S,
-                   Rng& rng) {
+void convert_attention(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
+                       const la::Mat* S, Rng& rng) {
   const MethodRow& m = *v.method;
   const int64_t rep = c.n_kv_head / G, hd = c.head_dim();
   if (rep == 1 && !m.fresh) {
     copy_parameters(src, out);
     return;
   }
-  // The function-preserving steps work on a copy of the source's block.
-  std::unique_ptr<Block> work;
+  // The function-preserving steps work on a copy of the source's attention.
+  std::unique_ptr<Attention> work;
   const bool similar = v.grouping == Grouping::Similar && rep > 1;
   if (similar || m.aligns) {
-    if (!S) throw Error(ErrorKind::internal, "convert_block: " + v.name() + " without calibration statistics");
-    work = std::make_unique<Block>(c, std::make_shared<Rng>(0));
+    if (!S) throw Error(ErrorKind::internal, "convert_attention: " + v.name() + " without calibration statistics");
+    work = std::make_unique<Attention>(c, std::make_shared<Rng>(0));
     copy_parameters(src, *work);
-    if (similar) permute_kv_heads(*work->attn, c, similar_order(*work->attn, c, rep, *S));
-    if (m.aligns) align_kv_heads(*work->attn, c, rep, *S);
+    if (similar) permute_kv_heads(*work, c, similar_order(*work, c, rep, *S));
+    if (m.aligns) align_kv_heads(*work, c, rep, *S);
   }
-  const Block& from = work ? *work : src;
+  const Attention& from = work ? *work : src;
   copy_parameters(from, out, kv_tensors(out));
-  pool_kv(*from.attn, *out.attn, m, rep, hd, rng);
-  if (m.fits) fit_kv(*from.attn, *out.attn, rep, hd, *S);
+  pool_kv(from, out, m, rep, hd, rng);
+  if (m.fits) fit_kv(from, out, rep, hd, *S);
 }
 
 std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOptions& o) {
@@ -69,15 +69,16 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOp
   auto out = std::make_unique<GPT>(nc, o.seed);
   const bool calibrates = conversion_calibrates(c.n_kv_head, G, o.variant);
   if (calibrates) check_calibration(src, o.calib, o.variant);
-  // Outside the blocks everything is copied; each block is converted on its own, the method's
-  // random draws in layer order.
-  std::unordered_set<const float*> block_tensors;
+  // Outside the attentions everything is copied; each attention is converted on its own, the
+  // method's random draws in layer order.
+  std::unordered_set<const float*> attention_tensors;
   for (const auto& b : out->blocks)
-    for (const auto& [n, p] : b->named_parameters()) block_tensors.insert(p.val().data());
-  copy_parameters(src, *out, block_tensors);
+    for (const auto& [n, p] : b->attn->named_parameters()) attention_tensors.insert(p.val().data());
+  copy_parameters(src, *out, attention_tensors);
   Rng rng(o.seed ^ 0xC0DE);
   for (int64_t l = 0; l < c.n_layer; l++)
-    convert_block(*src.blocks[l], *out->blocks[l], c, G, o.variant, o.calib && calibrates ? &o.calib->gram[l] : nullptr, rng);
+    convert_attention(*src.blocks[l]->attn, *out->blocks[l]->attn, c, G, o.variant, o.calib && calibrates ? &o.calib->gram[l] : nullptr,
+                      rng);
   return out;
 }
 

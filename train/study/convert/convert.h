@@ -25,12 +25,12 @@ struct ConvertOptions {
 /// A new model with n_kv_head = G; G must divide the source's n_kv_head.
 std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOptions& o);
 
-/// One block of that conversion: `out`, a block of the new config, from `src`, a block of config
-/// c. S: the layer's calibration second moments (null when the variant does not calibrate); rng:
-/// the method's random draws, one stream through the layers in order (Rng(seed ^ 0xC0DE)).
-/// convert_kv_heads is this on every block; a conversion that holds one block at a time calls it
-/// directly and gets the same bits.
-void convert_block(const Block& src, const Block& out, const GPTConfig& c, int64_t G, const Variant& v, const la::Mat* S,
-                   Rng& rng);
+/// One layer of that conversion: `out`, an attention of the new config, from `src`, an attention
+/// of config c (all else in a block is copied as it is). S: the layer's calibration second moments
+/// (null when the variant does not calibrate); rng: the method's random draws, one stream through
+/// the layers in order (Rng(seed ^ 0xC0DE)). convert_kv_heads is this on every layer; a conversion
+/// that holds one block at a time calls it directly and gets the same bits.
+void convert_attention(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
+                       const la::Mat* S, Rng& rng);
 
 }  // namespace tapelm
