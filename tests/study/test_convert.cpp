@@ -8,6 +8,7 @@
 
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/float16.h"
 #include "train/formats/gguf.h"
 #include "train/formats/hf.h"
 #include "train/formats/model_source.h"
@@ -672,6 +673,45 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
           }
         }
   }
+}
+
+// A BF16 source converts to a BF16 checkpoint (stored as 16-bit bits with an encoding attribute,
+// widened when read): each weight is the in-memory conversion's rounded to bf16 (round to nearest
+// even, as float16.h's f32_to_bf16 and PyTorch's .to(torch.bfloat16)); --dtype f32 keeps them all.
+BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
+  TempDir d;
+  const std::string from = fixture_path("hf/llama_gqa_bf16_spm");
+  const formats::OpenedModel opened = formats::open_model(from);
+  BOOST_TEST(opened.dtypes == "BF16");
+  const std::unique_ptr<GPT> whole = opened.load();
+  const Converted mem = calibrate_and_convert(*whole, 1, {&tapelm::method("mean"), Grouping::Contiguous}, 0, {});
+  for (const char* dtype : {"", "f32", "f16"}) {
+    BOOST_TEST_CONTEXT("--dtype " << dtype) {
+      const ConvertModelResult r = convert_model({.from = from, .out = d / "c.h5", .kv_heads = 1, .dtype = dtype});
+      BOOST_TEST(r.dtype == (*dtype ? dtype : "bf16"));
+      const LoadedModel back = load_model(d / "c.h5");
+      BOOST_TEST(back.tok.has_value());
+      const auto a = back.model->named_parameters(), b = mem.model->named_parameters();
+      BOOST_TEST_REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); i++) {
+        const Tensor& x = a[i].second.val();
+        const Tensor& y = b[i].second.val();
+        bool same = x.numel() == y.numel();
+        for (int64_t j = 0; same && j < x.numel(); j++) {
+          const float want = r.dtype == "bf16" ? bf16_to_f32(f32_to_bf16(y[j])) : r.dtype == "f16" ? f16_to_f32(f32_to_f16(y[j])) : y[j];
+          same = std::memcmp(x.data() + j, &want, 4) == 0;
+        }
+        BOOST_TEST(same, a[i].first);
+      }
+    }
+  }
+  // f16 cannot hold 1e5: refused naming the tensor, nothing written
+  LoadedModel big = load_model(d / "c.h5");
+  big.model->named_parameters().back().second.val()[0] = 1e5f;
+  write_converted(d / "big.h5", *big.model, big.tok ? &*big.tok : nullptr, "{}");
+  fs::remove(d / "c.h5");
+  expect_error(run_cli("convert --from " + (d / "big.h5") + " --kv-heads 1 --dtype f16 --out " + (d / "c.h5")), "beyond f16's range");
+  BOOST_TEST(!fs::exists(d / "c.h5"));
 }
 
 BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {

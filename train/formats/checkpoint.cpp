@@ -150,7 +150,7 @@ CheckpointSource::CheckpointSource(const H5File& f, const std::string& group) : 
   if (!f.exists(group)) throw Error(ErrorKind::checkpoint, f.path() + ": missing group " + group);
   for (const std::string& n : f.list_datasets_recursive(group)) {
     at_[n] = infos_.size();
-    infos_.push_back({n, f.dataset_shape(group + "/" + n), "F32"});
+    infos_.push_back({n, f.dataset_shape(group + "/" + n), f.tensor_encoding(group + "/" + n)});
   }
 }
 
@@ -343,7 +343,10 @@ void write_converted(const std::string& path, const GPT& model, const Tokenizer*
   });
 }
 
-ModelWriter::ModelWriter(H5File& f, const std::string& path, const GPTConfig& c) : f_(f), path_(path) {
+ModelWriter::ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, const std::string& dtype)
+    : f_(f), path_(path), dtype_(dtype) {
+  if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
+    throw Error(ErrorKind::usage, "--dtype " + dtype + ": a checkpoint holds f32, bf16 or f16 weights");
   for (const auto& [name, shape] : parameter_shapes(c)) pending_[name] = shape;
 }
 
@@ -353,7 +356,8 @@ void ModelWriter::tensor(const std::string& name, const Tensor& t) {
     throw Error(ErrorKind::internal, path_ + ": parameter " + name + " " + shape_str(t.shape()) + " is not one the config has yet to write");
   if (const std::string bad = non_finite(t); !bad.empty())
     throw Error(ErrorKind::checkpoint, name + " holds " + bad + "; not writing " + path_ + " (any checkpoint already there is kept)");
-  f_.write_tensor(kModel + "/" + name, t);
+  if (dtype_ == "f32") f_.write_tensor(kModel + "/" + name, t);
+  else f_.write_tensor_16(kModel + "/" + name, t, dtype_);
   pending_.erase(it);
 }
 
@@ -361,8 +365,8 @@ void ModelWriter::check_complete() const {
   if (!pending_.empty()) throw Error(ErrorKind::internal, path_ + ": parameter " + pending_.begin()->first + " was never written");
 }
 
-void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok,
-                              const std::string& converted_from_json, const std::function<void(ModelWriter&)>& fill) {
+void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::string& converted_from_json,
+                              const std::string& dtype, const std::function<void(ModelWriter&)>& fill) {
   write_h5_atomic(path, [&](H5File& f) {
     f.write_attr(kRoot, "format", std::string("tapelm"));
     f.write_attr(kRoot, "format_version", kFormatVersion);
@@ -370,7 +374,7 @@ void write_converted_streamed(const std::string& path, const GPTConfig& c, const
     f.write_attr(kRoot, "converted_from", converted_from_json);
     if (tok) write_tokenizer(f, *tok);
     f.create_group(kModel);
-    ModelWriter w(f, path, c);
+    ModelWriter w(f, path, c, dtype);
     fill(w);
     w.check_complete();
   });

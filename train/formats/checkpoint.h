@@ -132,7 +132,9 @@ void write_converted(const std::string& path, const GPT& model, const Tokenizer*
 /// Receives a converted model's parameters one at a time (write_converted_streamed).
 class ModelWriter {
  public:
-  ModelWriter(H5File& f, const std::string& path, const GPTConfig& c);
+  /// dtype: "f32", or "bf16" / "f16" (H5File::write_tensor_16: stored as 16-bit bits, widened
+  /// when read).
+  ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, const std::string& dtype = "f32");
   /// Writes parameter `name` (as named_parameters() names it, of its config shape); a NaN or Inf
   /// value is a checkpoint Error naming it, and nothing is committed.
   void tensor(const std::string& name, const Tensor& t);
@@ -142,13 +144,14 @@ class ModelWriter {
  private:
   H5File& f_;
   std::string path_;
+  std::string dtype_;
   std::map<std::string, Shape> pending_;
 };
 /// write_converted for a model that is never whole in memory: the root attributes and tokenizer,
 /// then the parameters `fill` hands to the writer as they are ready; committed atomically when
 /// fill returns with every parameter written.
-void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok,
-                              const std::string& converted_from_json, const std::function<void(ModelWriter&)>& fill);
+void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::string& converted_from_json,
+                              const std::string& dtype, const std::function<void(ModelWriter&)>& fill);
 /// Writes a weights-only checkpoint of a model imported from another format atomically, with the
 /// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
 /// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model

@@ -1,5 +1,7 @@
 #include "train/formats/h5file.h"
 
+#include "train/formats/float16.h"
+
 #include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
@@ -374,9 +376,44 @@ Tensor H5File::read_tensor(const std::string& obj) const {
   if (cls != H5T_FLOAT && cls != H5T_INTEGER)
     raise(prefix, "is " + type_name(d.type.get()) + ", expected a numeric dataset");
   Tensor t = allocate(prefix, d.shape, [&] { return Tensor::empty(d.shape); });
+  const std::string enc = tensor_encoding(p);
+  if (enc == "BF16" || enc == "F16") {  // 16-bit floats stored as their bits: widened
+    std::vector<uint16_t> bits = allocate(prefix, d.shape, [&] { return std::vector<uint16_t>(static_cast<size_t>(d.numel)); });
+    if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data()) < 0)
+      fail("cannot read dataset " + p + h5_detail());
+    for (int64_t i = 0; i < d.numel; i++) t[i] = enc == "BF16" ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+    return t;
+  }
   if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
     fail("cannot read dataset " + p + h5_detail());
   return t;
+}
+
+std::string H5File::tensor_encoding(const std::string& obj) const {
+  if (!has_attr(obj, "encoding")) return "F32";
+  const std::string p = norm(obj), e = read_attr_string(p, "encoding");
+  Handle ds(open_dataset(p));
+  Handle type(H5Dget_type(ds.get()));
+  const bool u16 = type.ok() && H5Tget_class(type.get()) == H5T_INTEGER && H5Tget_size(type.get()) == 2 &&
+                   H5Tget_sign(type.get()) == H5T_SGN_NONE;
+  if ((e != "bf16" && e != "f16") || !u16)
+    fail(p + ": encoding \"" + e.substr(0, 40) + "\" on a " + (type.ok() ? type_name(type.get()) : std::string("?")) +
+         " dataset (tapelm writes bf16 or f16 on unsigned 16-bit integers)");
+  return e == "bf16" ? "BF16" : "F16";
+}
+
+void H5File::write_tensor_16(const std::string& obj, const Tensor& t, const std::string& encoding) {
+  if (!t.defined()) fail("cannot write " + norm(obj) + ": undefined tensor");
+  if (encoding != "bf16" && encoding != "f16") fail("cannot write " + norm(obj) + ": no 16-bit encoding " + encoding);
+  std::vector<uint16_t> bits(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); i++) {
+    bits[i] = encoding == "bf16" ? f32_to_bf16(t[i]) : f32_to_f16(t[i]);
+    if (encoding == "f16" && (bits[i] & 0x7c00u) == 0x7c00u)
+      throw Error(ErrorKind::data, path_ + ": " + norm(obj) + " holds " + std::to_string(t[i]) + " at element " + std::to_string(i) +
+                                       ", beyond f16's range (65504): write it as bf16 or f32");
+  }
+  write_dataset(obj, t.shape(), H5T_STD_U16LE, H5T_NATIVE_UINT16, bits.data());
+  write_attr(obj, "encoding", encoding);
 }
 
 void H5File::write_dataset(const std::string& obj, const Shape& shape, int64_t file_type, int64_t mem_type,

@@ -51,6 +51,12 @@ class H5File {
   Tensor read_tensor(const std::string& obj) const;
   /// Writes a float32 dataset, creating intermediate groups and replacing an existing dataset.
   void write_tensor(const std::string& obj, const Tensor& t);
+  /// Writes t rounded to 16 bits: encoding "bf16" or "f16", stored as an unsigned 16-bit dataset
+  /// with the attribute encoding naming it (HDF5 has no bfloat16 type). A value beyond f16's range
+  /// is a data Error naming the dataset. read_tensor widens such a dataset back to float32.
+  void write_tensor_16(const std::string& obj, const Tensor& t, const std::string& encoding);
+  /// How a dataset's floats are stored: "F32" (or any HDF5 number type), "BF16" or "F16".
+  std::string tensor_encoding(const std::string& obj) const;
   /// Reads an integer dataset as int32 (any integer type; values must fit); shape is optional.
   std::vector<int32_t> read_ints(const std::string& obj, Shape* shape = nullptr) const;
   /// Writes an int32 dataset of the given shape.

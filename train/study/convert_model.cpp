@@ -91,7 +91,9 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   const double block_flops = (model_cost(c).forward_flops_per_token - 2.0 * static_cast<double>(d) * static_cast<double>(c.vocab_size)) /
                              static_cast<double>(L) * static_cast<double>(out.calib_tokens);
   const nlohmann::json from{{"kv_heads_from", c.n_kv_head}, {"kv_heads", G}, {"method", r.method}, {"grouping", r.grouping}};
-  write_converted_streamed(r.out, nc, src.tok ? &*src.tok : nullptr, from.dump(), [&](ModelWriter& w) {
+  // --dtype, else the source's when all its tensors are one 16-bit type, else float32
+  out.dtype = !r.dtype.empty() ? r.dtype : src.dtypes == "BF16" ? "bf16" : src.dtypes == "F16" ? "f16" : "f32";
+  write_converted_streamed(r.out, nc, src.tok ? &*src.tok : nullptr, from.dump(), out.dtype, [&](ModelWriter& w) {
     NoGrad ng;
     formats::TensorMap outer;  // everything outside the blocks: copied as it is
     for (const auto& [name, shape] : parameter_shapes(c))

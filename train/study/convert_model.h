@@ -29,11 +29,13 @@ struct ConvertRequest {
   int64_t calib_tokens = 16384;
   uint64_t seed = 0;            // --method random and the calibration windows
   bool progress = false;        // a line per block: times, calibration GFLOP/s, time left
+  std::string dtype;            // "f32", "bf16", "f16"; empty: the source's 16-bit type, else f32
 };
 struct ConvertModelResult {
   int64_t kv_heads_from = 0;
   int64_t calib_tokens = 0;     // 0: no calibration
   double seconds = 0;
+  std::string dtype;            // how the weights were written
 };
 /// Converts the model at r.from one block at a time — read block l, form its calibration second
 /// moments from the hidden states of the calibration windows, convert its K/V, write it, run it
