@@ -300,6 +300,8 @@ void File::read_f32(const Info& info, float* v) const {
       v[i] = t.type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
     }
   }
+  const uint64_t at = static_cast<uint64_t>(data_ - map_.data()) + t.offset;
+  map_.release(at, at + t.bytes);  // read once: out of the resident set (safetensors.cpp)
   for (uint64_t i = 0; i < t.count; i++)
     if (!std::isfinite(v[i])) fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
 }

@@ -181,6 +181,9 @@ void File::read_f32(const TensorInfo& t, float* out) const {
   } else {
     fail(path_, "tensor '" + cut_for_message(t.name) + "' has dtype " + t.dtype + "; weights are read from F32, F16, BF16 or F64");
   }
+  // Read once: its pages leave this process (they stay in the page cache), so that reading a
+  // model larger than memory tensor by tensor does not grow the resident set by the file's size.
+  map_->release(data_start_ + t.begin, data_start_ + t.end);
 }
 
 namespace {
