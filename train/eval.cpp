@@ -1,5 +1,7 @@
 #include "train/eval.h"
 
+#include "train/streamed.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -78,6 +80,30 @@ EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ra
     sums[1] += static_cast<double>(n);
   }
   if (split_across_ranks) dist::allreduce_sum(sums, 2);
+  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<int64_t>(sums[1])};
+}
+
+EvalResult evaluate_streamed(const formats::OpenedModel& m, const EvalBatches& batches) {
+  NoGrad ng;
+  const StreamedModel sm(m);
+  std::vector<Tensor> xs;
+  std::vector<Index> ys;
+  Index x, y;
+  for (size_t i = 0; i < batches.size(); i++) {
+    batches.fill(i, x, y);
+    if (count_targets(y) == 0) continue;
+    xs.push_back(sm.embed(x));
+    ys.push_back(y);
+  }
+  sm.for_each_block([&](const Block& b, int64_t) {
+    for (Tensor& h : xs) h = b.forward(Var(h), nullptr).val();
+  });
+  double sums[2] = {0, 0};
+  for (size_t i = 0; i < xs.size(); i++) {
+    const int64_t n = count_targets(ys[i]);
+    sums[0] += static_cast<double>(cross_entropy(sm.logits(xs[i]), ys[i]).item()) * static_cast<double>(n);
+    sums[1] += static_cast<double>(n);
+  }
   return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<int64_t>(sums[1])};
 }
 

@@ -10,6 +10,7 @@
 #include "data/shards.h"
 #include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
+#include "train/formats/model_source.h"
 
 namespace tapelm {
 
@@ -45,6 +46,12 @@ class EvalBatches {
 /// collective in a multi-rank job) each rank evaluates every N-th batch and the sums are reduced,
 /// so every rank gets the number one process would.
 EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ranks = false);
+
+/// evaluate() on a model opened but not loaded (StreamedModel): every batch's hidden state goes
+/// through one block at a time, so the memory is one block and the hidden states of all the
+/// batches (tokens × d floats), not the model. The same ops as GPT::loss on each batch: the same
+/// loss, bit for bit.
+EvalResult evaluate_streamed(const formats::OpenedModel& m, const EvalBatches& batches);
 
 /// As evaluate, recording the tape: adds d(mean loss)/d(parameter) into every parameter's grad.
 EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches);

@@ -22,6 +22,7 @@
 #include "train/study/convert_model.h"
 #include "train/eval.h"
 #include "train/formats/hf_tokenizer.h"
+#include "train/formats/model_source.h"
 #include "train/formats/registry.h"
 #include "train/study/plot.h"
 #include "train/study/sweep/runner.h"
@@ -407,13 +408,15 @@ int run_bench(const BenchArgs& a) {
 
 struct EvalArgs {
   std::string checkpoint, data, split = "val", grad_out;
-  int64_t batch = 16;
-  bool json = false;
+  int64_t batch = 16, tokens = 0;
+  bool json = false, stream = false;
 };
 
 void eval_flags(CLI::App& c, EvalArgs& a) {
-  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5)")->required();
+  c.add_option("--checkpoint", a.checkpoint, "model: a checkpoint, a Hugging Face directory or a GGUF file")->required();
   c.add_option("--data", a.data, "text file, token file (.bin), prepared directory or parity file (.h5)")->required();
+  c.add_option("--tokens", a.tokens, "evaluate the first windows holding this many tokens (0: all)")->check(CLI::NonNegativeNumber);
+  c.add_flag("--stream", a.stream, "read the model one block at a time (also when it does not fit in memory in float32)");
   c.add_option("--split", a.split, "for text: train, val or all")->check(CLI::IsMember({"train", "val", "all"}));
   c.add_option("--grad-out", a.grad_out, "write d loss / d parameter to this HDF5 file");
   c.add_option("--batch", a.batch, "windows per forward pass");
@@ -421,22 +424,46 @@ void eval_flags(CLI::App& c, EvalArgs& a) {
 }
 
 int run_eval(const EvalArgs& a) {
-  LoadedModel l = load_model(a.checkpoint);
-  GPT& model = *l.model;
   if (a.batch <= 0) throw Error(ErrorKind::usage, "--batch must be positive");
-  const EvalData data = load_eval_data(a.data, a.split, model.config(), l.tok ? &*l.tok : nullptr);
+  const formats::OpenedModel m = formats::open_model(a.checkpoint);
+  EvalData data = load_eval_data(a.data, a.split, m.config, m.tok ? &*m.tok : nullptr);
+  if (a.tokens > 0) {
+    if (!data.ready.empty()) throw Error(ErrorKind::usage, "--tokens: " + a.data + " holds ready-made batches");
+    data.starts.resize(std::min(data.starts.size(), static_cast<size_t>((a.tokens + data.T - 1) / data.T)));
+  }
   const bool grads = !a.grad_out.empty();
-  const EvalResult r = grads ? evaluate_with_grads(model, data.batches(a.batch)) : evaluate(model, data.batches(a.batch));
+  const double whole = 4.0 * static_cast<double>(model_cost(m.config).params);
+  // Streamed when asked, or when the float32 model does not fit: one block at a time, the hidden
+  // states of every window kept (tokens × d floats).
+  const bool stream = a.stream || whole > available_memory_bytes();
+  const auto t0 = std::chrono::steady_clock::now();
+  EvalResult r;
+  if (stream) {
+    if (grads) throw Error(ErrorKind::usage, "--grad-out needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
+    const double tokens = static_cast<double>(data.starts.size() * data.T), d = static_cast<double>(m.config.n_embd);
+    check_memory(whole / static_cast<double>(m.config.n_layer) * 2 + 4 * tokens * d +
+                     prefill_bytes(m.config, a.batch, data.T, get_num_threads()) +
+                     4.0 * static_cast<double>(a.batch * data.T) * static_cast<double>(m.config.vocab_size),
+                 available_memory_bytes(), "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
+    r = evaluate_streamed(m, data.batches(a.batch));
+  }
+  std::unique_ptr<GPT> loaded = stream ? nullptr : m.load();
+  if (!stream) r = grads ? evaluate_with_grads(*loaded, data.batches(a.batch)) : evaluate(*loaded, data.batches(a.batch));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Finite weights can still overflow in the forward pass; a NaN loss is no result to print.
   if (!std::isfinite(r.loss))
     throw Error(ErrorKind::checkpoint, a.checkpoint + ": the loss on " + a.data + " is " +
                                            (std::isnan(r.loss) ? "NaN" : "Inf") + " (the model overflows)");
-  if (grads) write_gradients(a.grad_out, model, r.loss);
+  if (grads) write_gradients(a.grad_out, *loaded, r.loss);
   if (a.json) {
     nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}};
+    if (stream) j["streamed"] = true, j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", r.loss, (long)r.targets, std::exp(r.loss));
+    if (stream)
+      std::printf("streamed one block at a time: %.1f s, %.1f tokens/s, %.1f GFLOP/s\n", seconds, static_cast<double>(r.targets) / seconds,
+                  model_cost(m.config, data.T).forward_flops_per_token * static_cast<double>(r.targets) / seconds / 1e9);
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include "train/eval.h"
 #include "train/formats/checkpoint.h"
 #include "train/formats/model_source.h"
+#include "train/streamed.h"
 
 namespace tapelm {
 
@@ -62,13 +63,6 @@ void check_streaming_memory(const formats::OpenedModel& src, const std::vector<I
   check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
 }
 
-/// The embedding of a batch, as GPT::forward starts (dropout is off in evaluation).
-Tensor embed(const formats::TensorMap& outer, const GPTConfig& c, const Index& idx) {
-  Var x = embedding(Var(outer.at("wte.weight")), idx);
-  if (c.pos == PosKind::Learned) x = add(x, slice(Var(outer.at("wpe.weight")), 0, 0, idx.shape[1]));
-  return x.val();
-}
-
 }  // namespace
 
 ConvertModelResult convert_model(const ConvertRequest& r) {
@@ -95,24 +89,14 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   out.dtype = !r.dtype.empty() ? r.dtype : src.dtypes == "BF16" ? "bf16" : src.dtypes == "F16" ? "f16" : "f32";
   write_converted_streamed(r.out, nc, src.tok ? &*src.tok : nullptr, from.dump(), out.dtype, [&](ModelWriter& w) {
     NoGrad ng;
-    formats::TensorMap outer;  // everything outside the blocks: copied as it is
-    for (const auto& [name, shape] : parameter_shapes(c))
-      if (name.rfind("blocks.", 0) != 0) outer.emplace(name, Tensor::empty(shape));
-    src.read(outer);
-    for (const auto& [name, t] : outer) w.tensor(name, t);
+    StreamedModel sm(src);
+    for (const auto& [name, t] : sm.outer()) w.tensor(name, t);  // everything outside the blocks, as it is
     std::vector<Tensor> xs;  // each calibration batch's hidden state at the current block's input
-    for (const Index& b : batches) xs.push_back(embed(outer, c, b));
-    outer.clear();  // written, and embedded: not needed again
+    for (const Index& b : batches) xs.push_back(sm.embed(b));
+    sm.drop_outer();
     Rng rng(r.seed ^ 0xC0DE);
-    const auto dropout_rng = std::make_shared<Rng>(0);
-    for (int64_t l = 0; l < L; l++) {
-      const auto tb = Clock::now();
-      Block blk(c, dropout_rng);
-      blk.eval();
-      const std::string prefix = "blocks." + std::to_string(l) + ".";
-      formats::TensorMap mine;
-      for (const auto& [n, p] : blk.named_parameters()) mine.emplace(prefix + n, p.val());
-      src.read(mine);
+    auto tb = Clock::now();
+    sm.for_each_block([&](const Block& blk, int64_t l) {
       const double read_s = since(tb);
       std::optional<la::Mat> S;
       const auto tc = Clock::now();
@@ -128,19 +112,23 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
       }
       const double calib_s = since(tc);
       const auto tv = Clock::now();
-      Attention converted(nc, dropout_rng);  // the block's attention converted; the rest is written as read
+      Attention converted(nc, std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
       convert_attention(*blk.attn, converted, c, G, v, S ? &*S : nullptr, rng);
+      const std::string prefix = "blocks." + std::to_string(l) + ".";
       for (const auto& [n, p] : blk.named_parameters())
         if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, p.val());
       for (const auto& [n, p] : converted.named_parameters()) w.tensor(prefix + "attn." + n, p.val());
       const double convert_s = since(tv), done = since(t0);
-      if (r.progress)
+      if (r.progress) {
+        const std::string rate =
+            calibrates ? " (" + std::to_string(static_cast<int>(block_flops / std::max(calib_s, 1e-9) / 1e9)) + " GFLOP/s)" : "";
         std::printf("block %ld/%ld: read %.1fs, calibration forward %.1fs%s, conversion %.1fs; %.0fs so far, about %.0fs left\n",
-                    static_cast<long>(l + 1), static_cast<long>(L), read_s, calib_s,
-                    calibrates ? (" (" + std::to_string(static_cast<int>(block_flops / std::max(calib_s, 1e-9) / 1e9)) + " GFLOP/s)").c_str() : "",
-                    convert_s, done, done / static_cast<double>(l + 1) * static_cast<double>(L - l - 1));
-      std::fflush(stdout);
-    }
+                    static_cast<long>(l + 1), static_cast<long>(L), read_s, calib_s, rate.c_str(), convert_s, done,
+                    done / static_cast<double>(l + 1) * static_cast<double>(L - l - 1));
+        std::fflush(stdout);
+      }
+      tb = Clock::now();
+    });
   });
   out.seconds = since(t0);
   return out;

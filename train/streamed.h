@@ -1,0 +1,36 @@
+#pragma once
+// A model run one block at a time from an opened file (train/formats/model_source.h): what a
+// conversion or an evaluation of a model larger than memory holds is the tensors outside the
+// blocks, one block, and the hidden states of the tokens it runs. Each step is the op GPT::forward
+// runs, on the same shapes: the results are GPT's, bit for bit.
+#include <functional>
+#include <vector>
+
+#include "nn/gpt.h"
+#include "train/formats/model_source.h"
+
+namespace tapelm {
+
+class StreamedModel {
+ public:
+  /// Reads the tensors outside the blocks (embeddings, final norm, head).
+  explicit StreamedModel(const formats::OpenedModel& m);
+  const GPTConfig& config() const { return m_.config; }
+  /// The embedding of ids [B, T] (GPT::forward's first step; dropout is off in evaluation).
+  Tensor embed(const Index& idx) const;
+  /// Reads each block in turn into an eval-mode Block and calls f(block, layer), then frees it.
+  void for_each_block(const std::function<void(const Block&, int64_t)>& f) const;
+  /// Logits [B, T, V] of the last block's output, as GPT::forward ends.
+  Var logits(const Tensor& x) const;
+  /// The tensors outside the blocks, by parameter name.
+  const formats::TensorMap& outer() const { return outer_; }
+  /// Frees them (embed and logits then throw): a conversion needs them only at the start.
+  void drop_outer() { outer_.clear(); }
+
+ private:
+  const formats::OpenedModel& m_;
+  formats::TensorMap outer_;
+  std::shared_ptr<Norm> ln_f_;
+};
+
+}  // namespace tapelm
