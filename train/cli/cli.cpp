@@ -433,17 +433,19 @@ int run_eval(const EvalArgs& a) {
   }
   const bool grads = !a.grad_out.empty();
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params);
-  // Streamed when asked, or when the float32 model does not fit: one block at a time, the hidden
-  // states of every window kept (tokens × d floats).
-  const bool stream = a.stream || whole > available_memory_bytes();
+  const double batch_bytes = prefill_bytes(m.config, a.batch, data.T, get_num_threads()) +
+                             4.0 * static_cast<double>(a.batch * data.T) * static_cast<double>(m.config.vocab_size);
+  // Streamed when asked, or when the float32 model and one batch's forward would take more than
+  // 90 % of the memory available (MemAvailable is an estimate: a 23.7 GB model on a machine
+  // reporting 24 GB was killed by the OOM killer): one block at a time, the hidden states of every
+  // window kept (tokens × d floats).
+  const bool stream = a.stream || whole + batch_bytes > 0.9 * available_memory_bytes();
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
   if (stream) {
     if (grads) throw Error(ErrorKind::usage, "--grad-out needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
     const double tokens = static_cast<double>(data.starts.size() * data.T), d = static_cast<double>(m.config.n_embd);
-    check_memory(whole / static_cast<double>(m.config.n_layer) * 2 + 4 * tokens * d +
-                     prefill_bytes(m.config, a.batch, data.T, get_num_threads()) +
-                     4.0 * static_cast<double>(a.batch * data.T) * static_cast<double>(m.config.vocab_size),
+    check_memory(whole / static_cast<double>(m.config.n_layer) * 2 + 4 * tokens * d + batch_bytes,
                  available_memory_bytes(), "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
     r = evaluate_streamed(m, data.batches(a.batch));
   }
