@@ -138,10 +138,16 @@ void check_savable(const std::string& path, const GPT& model, const Optimizer* o
                                            " (any checkpoint already there is kept)");
 }
 
-void write_model(H5File& f, const GPT& model, const std::string& group) {
+namespace {
+void write_root(H5File& f, const GPTConfig& c) {
   f.write_attr(kRoot, "format", std::string("tapelm"));
   f.write_attr(kRoot, "format_version", kFormatVersion);
-  f.write_attr(kRoot, "config", model.config().to_json().dump());
+  f.write_attr(kRoot, "config", c.to_json().dump());
+}
+}  // namespace
+
+void write_model(H5File& f, const GPT& model, const std::string& group) {
+  write_root(f, model.config());
   f.create_group(group);
   for (const auto& [name, p] : model.named_parameters()) f.write_tensor(group + "/" + name, p.val());
 }
@@ -368,9 +374,7 @@ void ModelWriter::check_complete() const {
 void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::string& converted_from_json,
                               const std::string& dtype, const std::function<void(ModelWriter&)>& fill) {
   write_h5_atomic(path, [&](H5File& f) {
-    f.write_attr(kRoot, "format", std::string("tapelm"));
-    f.write_attr(kRoot, "format_version", kFormatVersion);
-    f.write_attr(kRoot, "config", c.to_json().dump());
+    write_root(f, c);
     f.write_attr(kRoot, "converted_from", converted_from_json);
     if (tok) write_tokenizer(f, *tok);
     f.create_group(kModel);

@@ -367,9 +367,7 @@ formats::OpenedModel open_model(const std::string& path) {
 
 ImportResult import_model(const std::string& path, const std::string& out) {
   ImportResult r;
-  const formats::OpenedModel m = open_file(path, r);
-  const std::unique_ptr<GPT> model = m.load();
-  write_imported(out, *model, m.tok ? &*m.tok : nullptr, m.from.dump(), {});
+  open_file(path, r).write_imported(out);
   return r;
 }
 

@@ -405,9 +405,7 @@ formats::OpenedModel open_model(const std::string& dir) {
 
 ImportResult import_model(const std::string& dir, const std::string& out) {
   ImportResult r;
-  const formats::OpenedModel m = open_dir(dir, r);
-  const std::unique_ptr<GPT> model = m.load();
-  write_imported(out, *model, m.tok ? &*m.tok : nullptr, m.from.dump(), {});
+  open_dir(dir, r).write_imported(out);
   return r;
 }
 

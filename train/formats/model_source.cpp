@@ -38,6 +38,11 @@ std::unique_ptr<GPT> OpenedModel::load() const {
   return model;
 }
 
+void OpenedModel::write_imported(const std::string& out) const {
+  const std::unique_ptr<GPT> model = load();
+  tapelm::write_imported(out, *model, tok ? &*tok : nullptr, from.dump(), {});
+}
+
 namespace {
 // A tapelm checkpoint as a source that owns its file.
 class OwnedCheckpoint : public TensorSource {

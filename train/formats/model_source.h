@@ -40,6 +40,9 @@ struct OpenedModel {
   void read(TensorMap& into) const;
   /// Builds the whole model in float32 and reads it (after the memory check, naming the model).
   std::unique_ptr<GPT> load() const;
+  /// What `import` does with it: load, then write a weights-only checkpoint with the tokenizer and
+  /// `from` as imported_from.
+  void write_imported(const std::string& out) const;
 };
 
 /// Opens `path` as what it is: a directory with config.json (Hugging Face), a file starting with

@@ -28,15 +28,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// The calibration batches converting by v needs, as calibration_for draws them.
-std::vector<Index> calibration_windows(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v) {
+/// The calibration source converting by v reads: text and corpora calibrate on their train split;
+/// token and parity files on all they hold.
+CalibrationSource calibration_source(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v) {
   if (r.calib.empty()) throw Error(ErrorKind::usage, "--calib: converting by " + v.name() + " needs calibration data");
-  // Text and corpora calibrate on their train split; token and parity files on all they hold.
   const EvalData data = load_eval_data(r.calib, "train", src.config, src.tok ? &*src.tok : nullptr);
-  std::vector<Index> batches;
-  for (const auto& b : data.ready) batches.push_back(b.first);
-  if (batches.empty()) batches = calibration_batches(data.ids, src.config.block_size, r.calib_tokens, r.seed, r.calib);
-  return batches;
+  CalibrationSource cs{.ids = data.ids, .tokens = r.calib_tokens, .seed = r.seed, .what = r.calib};
+  for (const auto& b : data.ready) cs.batches.push_back(b.first);
+  return cs;
 }
 
 /// Memory a streamed conversion holds at its peak: the tensors outside the blocks, a block and its
@@ -77,7 +76,8 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   GPTConfig nc = c;
   nc.n_kv_head = G;
   const bool calibrates = conversion_calibrates(c.n_kv_head, G, v);
-  const std::vector<Index> batches = calibrates ? calibration_windows(r, src, v) : std::vector<Index>{};
+  const std::vector<Index> batches =
+      calibrates ? calibration_windows(calibration_source(r, src, v), c.block_size) : std::vector<Index>{};
   check_streaming_memory(src, batches);
   ConvertModelResult out;
   out.kv_heads_from = c.n_kv_head;

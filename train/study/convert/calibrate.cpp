@@ -80,10 +80,14 @@ bool conversion_calibrates(int64_t kv, int64_t G, const Variant& v) {
   return v.needs_calibration() && G > 0 && G < kv && kv % G == 0;
 }
 
+std::vector<Index> calibration_windows(const CalibrationSource& source, int64_t T) {
+  if (!source.batches.empty()) return source.batches;
+  return calibration_batches(source.ids, T, source.tokens, source.seed, source.what);
+}
+
 std::optional<Calibration> calibration_for(GPT& model, int64_t G, const Variant& v, const CalibrationSource& source) {
   if (!conversion_calibrates(model.config().n_kv_head, G, v)) return std::nullopt;
-  if (!source.batches.empty()) return calibrate(model, source.batches);
-  return calibrate(model, calibration_batches(source.ids, model.config().block_size, source.tokens, source.seed, source.what));
+  return calibrate(model, calibration_windows(source, model.config().block_size));
 }
 
 }  // namespace tapelm

@@ -49,6 +49,9 @@ struct CalibrationSource {
   std::string what;            // names the data in errors
 };
 
+/// The batches a calibration runs: source.batches as given, else windows of T drawn from source.ids.
+std::vector<Index> calibration_windows(const CalibrationSource& source, int64_t T);
+
 /// True when converting a model with `kv` kv heads to G by `v` reads calibration activations:
 /// the variant needs them and the groups have more than one member.
 bool conversion_calibrates(int64_t kv, int64_t G, const Variant& v);
