@@ -167,13 +167,13 @@ void sync_path(const std::string& path, bool directory) {
     throw Error(ErrorKind::data, "cannot write " + path + ": cannot sync it to disk: " + std::strerror(err));
 }
 
-void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) {
-  for (const auto& [path, writer] : files) {
+void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write) {
+  for (const std::string& path : paths) {
     remove_stale_temps(path);
     require_replaceable(path);
   }
   // Temps and backups are removed if a signal ends the process (guards) or on any error (below).
-  std::vector<std::string> temps, backups(files.size());
+  std::vector<std::string> temps, backups(paths.size());
   std::vector<std::unique_ptr<TempFileGuard>> guards;
   auto remove_all = [&] {
     std::error_code ec;
@@ -182,16 +182,16 @@ void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) 
       if (!b.empty()) fs::remove(b, ec);
   };
   try {
-    for (const auto& [path, writer] : files) {
+    for (const std::string& path : paths) {
       temps.push_back(temp_path_for(path));
       guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
-      writer(temps.back());
-      sync_path(temps.back());
     }
+    write(temps);
+    for (const std::string& t : temps) sync_path(t);
     // The files go together or not at all: each one replaced is kept as a hard link first, so a
     // later rename that fails (a directory, an immutable file) puts the earlier ones back.
-    for (size_t i = 0; i < files.size(); i++) {
-      const std::string& path = files[i].first;
+    for (size_t i = 0; i < paths.size(); i++) {
+      const std::string& path = paths[i];
       if (!fs::exists(path)) continue;
       backups[i] = temp_path_for(path);
       guards.push_back(std::make_unique<TempFileGuard>(backups[i]));
@@ -201,16 +201,16 @@ void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) 
         throw Error(ErrorKind::data, "cannot write " + path + ": cannot keep the old file while replacing it: " + std::strerror(err));
       }
     }
-    for (size_t i = 0; i < files.size(); i++) {
+    for (size_t i = 0; i < paths.size(); i++) {
       std::error_code ec;
-      fs::rename(temps[i], files[i].first, ec);
+      fs::rename(temps[i], paths[i], ec);
       if (!ec) continue;
       for (size_t j = 0; j < i; j++) {  // undo: the old file back, or no file where there was none
         std::error_code undo;
-        if (!backups[j].empty()) fs::rename(backups[j], files[j].first, undo);
-        else fs::remove(files[j].first, undo);
+        if (!backups[j].empty()) fs::rename(backups[j], paths[j], undo);
+        else fs::remove(paths[j], undo);
       }
-      throw Error(ErrorKind::data, "cannot write " + files[i].first + ": " + ec.message());
+      throw Error(ErrorKind::data, "cannot write " + paths[i] + ": " + ec.message());
     }
   } catch (...) {
     remove_all();
@@ -218,8 +218,16 @@ void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) 
   }
   remove_all();  // the backups (the temps are renamed away)
   std::set<std::string> dirs;
-  for (const auto& [path, writer] : files) dirs.insert(parent_of(path));
+  for (const std::string& path : paths) dirs.insert(parent_of(path));
   for (const std::string& d : dirs) sync_path(d, true);
+}
+
+void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) {
+  std::vector<std::string> paths;
+  for (const auto& f : files) paths.push_back(f.first);
+  commit_together(paths, [&](const std::vector<std::string>& temps) {
+    for (size_t i = 0; i < files.size(); i++) files[i].second(temps[i]);
+  });
 }
 
 void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files) {

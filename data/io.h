@@ -65,6 +65,10 @@ using StreamWriter = std::function<void(std::FILE*)>;
 /// not a regular file (a directory, a device such as /dev/null, a FIFO) is refused before anything
 /// is written.
 void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files);
+/// The same rule for outputs written together, all open at once (a model streamed into several
+/// shards): write(temps) fills the temporary paths, in the order of `paths`; then all are synced
+/// and renamed into place together.
+void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write);
 /// commit_files with each file's bytes streamed by its writer.
 void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files);
 /// commit_files with each file's bytes in memory.

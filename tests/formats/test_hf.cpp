@@ -66,7 +66,13 @@ BOOST_AUTO_TEST_CASE(import_reproduces_reference_logits) {
   for (const Fixture& fx : kModels) {
     BOOST_TEST_CONTEXT(fx.name) {
       TempDir d;
-      tapelm::hf::import_model(hfx(fx.name), d / "ck.h5");
+      const tapelm::hf::ImportResult imported = tapelm::hf::import_model(hfx(fx.name), d / "ck.h5");
+      // a BF16 (F16) model is kept in BF16 (F16): the checkpoint is not twice the model's size
+      const std::string kept = imported.dtypes == "BF16" ? "bf16" : imported.dtypes == "F16" ? "f16" : "f32";
+      BOOST_TEST(imported.kept == kept);
+      const H5File ck = H5File::open_read(d / "ck.h5");
+      const std::string stored = kept == "f32" ? "F32" : kept == "bf16" ? "BF16" : "F16";
+      for (const std::string& n : ck.list_datasets_recursive("/model")) BOOST_TEST(ck.tensor_encoding("/model/" + n) == stored, n);
       LoadedModel l = load_model(d / "ck.h5");
       H5File f = H5File::open_read(hfx(fx.name + ".expected.h5"));
       Shape s;

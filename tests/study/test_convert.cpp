@@ -5,6 +5,9 @@
 #include <csignal>
 #include <filesystem>
 #include <functional>
+#include <random>
+#include <set>
+#include <chrono>
 
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
@@ -712,6 +715,114 @@ BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
   fs::remove(d / "c.h5");
   expect_error(run_cli("convert --from " + (d / "big.h5") + " --kv-heads 1 --dtype f16 --out " + (d / "c.h5")), "beyond f16's range");
   BOOST_TEST(!fs::exists(d / "c.h5"));
+}
+
+namespace {
+// Every file of directory a (ignoring dot-files: the lock) equals b's, and neither has another.
+void expect_same_directory(const std::string& a, const std::string& b, const std::string& what) {
+  std::set<std::string> na, nb;
+  for (const auto& e : fs::directory_iterator(a))
+    if (e.path().filename().string()[0] != '.') na.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(b))
+    if (e.path().filename().string()[0] != '.') nb.insert(e.path().filename().string());
+  BOOST_TEST((na == nb), what << ": the directories hold other files");
+  for (const std::string& n : na)
+    if (nb.count(n)) BOOST_TEST((file_bytes(a + "/" + n) == file_bytes(b + "/" + n)), what << ": " << n << " differs");
+}
+}  // namespace
+
+// convert --format hf|gguf streams the converted blocks into the shards and the GGUF file: the
+// same bytes `export` writes from the converted checkpoint, for every dtype each format holds.
+// What a format cannot hold is refused before any work, and nothing is written.
+BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_converted_checkpoint_writes) {
+  TempDir d;
+  std::vector<int32_t> ids(600);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>((i * 37 + i / 7) % 300);
+  write_token_file(d / "calib.bin", ids);
+  fs::create_directories(d / "ckpt");
+  fs::create_directories(d / "conv");
+  fs::create_directories(d / "exp");
+  for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5")})
+    for (const char* m : {"mean", "aligned-fit"}) {
+      const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = 1, .method = m, .calib = d / "calib.bin", .calib_tokens = 64,
+                                .seed = 3, .dtype = "f32"};
+      convert_model(base);
+      for (const char* dtype : {"f32", "bf16", "f16"}) {
+        BOOST_TEST_CONTEXT(from << ", " << m << ", hf " << dtype) {
+          ConvertRequest r = base;
+          r.out = d / "hf_conv", r.dtype = dtype, r.format = "hf";
+          convert_model(r);
+          tapelm::hf::export_model(d / "ckpt/m.h5", d / "hf_exp", dtype);
+          expect_same_directory(d / "hf_conv", d / "hf_exp", "hf " + std::string(dtype));
+        }
+      }
+      if (!formats::open_model(from).tok) continue;  // llama.cpp needs the vocabulary (refused below)
+      for (const char* dtype : {"f32", "f16", "bf16", "q8_0"}) {
+        BOOST_TEST_CONTEXT(from << ", " << m << ", gguf " << dtype) {
+          ConvertRequest r = base;
+          r.out = d / "conv/m.gguf", r.dtype = dtype, r.format = "gguf";  // general.name is the stem: "m" in both
+          convert_model(r);
+          tapelm::gguf::export_model(d / "ckpt/m.h5", d / "exp/m.gguf", dtype);
+          BOOST_TEST((file_bytes(d / "conv/m.gguf") == file_bytes(d / "exp/m.gguf")));
+        }
+      }
+    }
+  const std::string cmd = "convert --kv-heads 2 --method aligned-fit --calib " + (d / "calib.bin") + " --out " + (d / "refused");
+  expect_error(run_cli(cmd + " --from " + fixture_path("hf/llama_mha_f32") + " --format gguf"), "has no tokenizer");
+  expect_error(run_cli(cmd + " --from " + fixture_path("gguf/gpt2_gpt2mini.h5") + " --format hf"), "has no HF config with fewer KV heads");
+  expect_error(run_cli(cmd + " --from " + fixture_path("gguf/llama_spm.h5") + " --dtype q8_0"), "only --format gguf holds q8_0");
+  BOOST_TEST(!fs::exists(d / "refused"));
+}
+
+// SIGKILL at seeded moments of a streamed conversion into an HF directory (and a GGUF file)
+// that already holds an earlier conversion: what is left is the old output or the new, byte
+// for byte, never a mixture or a partial file.
+BOOST_AUTO_TEST_CASE(a_killed_streamed_conversion_leaves_the_old_output_or_the_new) {
+  TempDir d;
+  LoadedModel spm = load_model(fixture_path("gguf/llama_spm.h5"));
+  GPTConfig c = spm.model->config();
+  c.n_layer = 6, c.n_embd = 256, c.n_head = 4, c.n_kv_head = 4, c.mlp_hidden = 768;
+  GPT big(c);
+  write_converted(d / "big.h5", big, &*spm.tok, "{}");
+  std::vector<int32_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>((i * 37 + i / 7) % 500);
+  write_token_file(d / "calib.bin", ids);
+  auto cmd = [&](int kv, const std::string& format, const std::string& out) {
+    return std::string(TAPELM_BINARY) + " convert --from " + (d / "big.h5") + " --kv-heads " + std::to_string(kv) +
+           " --method aligned-fit --calib " + (d / "calib.bin") + " --calib-tokens 2048 --format " + format + " --out " + out;
+  };
+  for (const std::string format : {"hf", "gguf"}) {
+    // in directories of their own: a GGUF file's general.name is its stem
+    const std::string name = format == "hf" ? "/m" : "/m.gguf", old_out = d / ("old" + name), new_out = d / ("new" + name),
+                      out = d / ("out" + name);
+    for (const char* dir : {"old", "new", "out"}) fs::create_directories(d / dir);
+    BOOST_TEST_REQUIRE(run_shell(cmd(1, format, old_out)).code == 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Run ref = run_shell(cmd(2, format, new_out));
+    const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    BOOST_TEST_REQUIRE(ref.code == 0, ref.err);
+    BOOST_TEST_MESSAGE(format << ": the conversion takes " << ref_s << " s");
+    std::mt19937_64 rng(format == "hf" ? 7 : 8);
+    int killed = 0, old_left = 0;
+    for (int k = 0; k < 5; k++) {
+      fs::remove_all(out);
+      fs::copy(old_out, out, fs::copy_options::recursive);
+      char delay[32];
+      std::snprintf(delay, sizeof delay, "%.3f", ref_s * 1.1 * static_cast<double>(rng() % 1000) / 1000.0);  // some after the end
+      const Run kill = run_shell("{ " + cmd(2, format, out) + " >/dev/null 2>&1 & p=$!; sleep " + delay + "; kill -9 $p; wait $p; echo $?; }");
+      killed += kill.out == "137\n";
+      const std::string& like = format == "hf" ? (fs::exists(out + "/config.json") && slurp(out + "/config.json") == slurp(old_out + "/config.json") ? old_out : new_out)
+                                               : (file_bytes(out) == file_bytes(old_out) ? old_out : new_out);
+      old_left += like == old_out;
+      BOOST_TEST_CONTEXT(format << ", kill " << k << " after " << delay << " s") {
+        if (format == "hf") expect_same_directory(out, like, "the output");
+        else BOOST_TEST((file_bytes(out) == file_bytes(like)));
+      }
+    }
+    BOOST_TEST_MESSAGE(format << ": 5 kills, " << killed << " while running, " << old_left << " left the old output");
+    BOOST_TEST(killed >= 3, "most kills must hit a running conversion");
+    BOOST_TEST(old_left >= 1, "some kills must land before the commit");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {

@@ -531,7 +531,7 @@ int run_sample(const SampleArgs& a) {
 }
 
 struct ConvertArgs {
-  std::string from, method = "mean", out, grouping = "contiguous", calib, dtype;
+  std::string from, method = "mean", out, grouping = "contiguous", calib, dtype, format = "tapelm";
   int64_t kv_heads = 0, calib_tokens = 16384;
   uint64_t seed = 0;
 };
@@ -546,9 +546,11 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
   c.add_option("--calib", a.calib,
                "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
-  c.add_option("--out", a.out, "output checkpoint")->required();
-  c.add_option("--dtype", a.dtype, "weights as f32, bf16 or f16 (default: the source's 16-bit type, else f32)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  c.add_option("--out", a.out, "the converted model: a checkpoint, an HF directory or a GGUF file (--format)")->required();
+  c.add_option("--format", a.format, "what --out is: tapelm (a checkpoint, default), hf (a Hugging Face directory) or gguf")
+      ->check(CLI::IsMember({"tapelm", "hf", "gguf"}));
+  c.add_option("--dtype", a.dtype, "weights as f32, bf16 or f16, or q8_0 in gguf (default: the source's 16-bit type, else f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
   c.add_option("--seed", a.seed, "seed for --method random and the calibration windows")->check(seed_range);
 }
 
@@ -556,7 +558,7 @@ int run_convert(const ConvertArgs& a) {
   refuse_same_file(a.from, "--from", a.out, "--out");
   const ConvertModelResult r = convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads, .method = a.method,
                                               .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens, .seed = a.seed,
-                                              .progress = true, .dtype = a.dtype});
+                                              .progress = true, .dtype = a.dtype, .format = a.format});
   std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s (%s)\n", a.from.c_str(), (long)r.kv_heads_from,
               (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
               r.calib_tokens ? (", calibrated on " + std::to_string(r.calib_tokens) + " tokens").c_str() : "",

@@ -6,6 +6,7 @@
 
 #include "nn/accounting.h"
 #include "train/formats/layout.h"
+#include "train/formats/model_sink.h"
 #include "data/tokenizer/char.h"
 
 namespace tapelm {
@@ -74,15 +75,7 @@ std::string hparam_changes(const std::string& path, const std::string& type, con
   return out;
 }
 
-// "" when every element of t is finite, else the first offender ("NaN at index 7").
-std::string non_finite(const Tensor& t) {
-  const float* d = t.data();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; i++)
-    if (!std::isfinite(d[i]))
-      return std::string(std::isnan(d[i]) ? "NaN" : d[i] > 0 ? "Inf" : "-Inf") + " at index " + std::to_string(i);
-  return "";
-}
+using formats::non_finite;
 
 // A tensor read from obj must be finite: a NaN or Inf weight would load and evaluate to a
 // plausible or a meaningless loss, so it is refused like a corrupted file.
@@ -371,11 +364,11 @@ void ModelWriter::check_complete() const {
   if (!pending_.empty()) throw Error(ErrorKind::internal, path_ + ": parameter " + pending_.begin()->first + " was never written");
 }
 
-void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::string& converted_from_json,
-                              const std::string& dtype, const std::function<void(ModelWriter&)>& fill) {
+void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
+                    const std::string& dtype, const formats::SinkFill& fill) {
   write_h5_atomic(path, [&](H5File& f) {
     write_root(f, c);
-    f.write_attr(kRoot, "converted_from", converted_from_json);
+    f.write_attr(kRoot, note.first, note.second);
     if (tok) write_tokenizer(f, *tok);
     f.create_group(kModel);
     ModelWriter w(f, path, c, dtype);

@@ -27,6 +27,7 @@
 #include "nn/gpt.h"
 #include "optim/optim.h"
 #include "train/formats/h5file.h"
+#include "train/formats/model_sink.h"
 #include "train/formats/tensor_source.h"
 
 namespace tapelm {
@@ -129,15 +130,15 @@ CheckpointInfo inspect_checkpoint(const std::string& path);
 /// when tok is not null and the root attribute converted_from (a JSON description).
 void write_converted(const std::string& path, const GPT& model, const Tokenizer* tok,
                      const std::string& converted_from_json);
-/// Receives a converted model's parameters one at a time (write_converted_streamed).
-class ModelWriter {
+/// Receives a converted model's parameters one at a time (write_streamed).
+class ModelWriter : public formats::ModelSink {
  public:
   /// dtype: "f32", or "bf16" / "f16" (H5File::write_tensor_16: stored as 16-bit bits, widened
   /// when read).
   ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, const std::string& dtype = "f32");
   /// Writes parameter `name` (as named_parameters() names it, of its config shape); a NaN or Inf
   /// value is a checkpoint Error naming it, and nothing is committed.
-  void tensor(const std::string& name, const Tensor& t);
+  void tensor(const std::string& name, const Tensor& t) override;
   /// Throws unless every parameter of the config was written once.
   void check_complete() const;
 
@@ -147,11 +148,12 @@ class ModelWriter {
   std::string dtype_;
   std::map<std::string, Shape> pending_;
 };
-/// write_converted for a model that is never whole in memory: the root attributes and tokenizer,
-/// then the parameters `fill` hands to the writer as they are ready; committed atomically when
-/// fill returns with every parameter written.
-void write_converted_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::string& converted_from_json,
-                              const std::string& dtype, const std::function<void(ModelWriter&)>& fill);
+/// A weights-only checkpoint of a model that is never whole in memory (a conversion or an import
+/// streamed block by block): the root attributes, the note (a root attribute: converted_from or
+/// imported_from, and its JSON) and the tokenizer, then the parameters `fill` hands to the writer
+/// as they are ready; committed atomically when fill returns with every parameter written.
+void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
+                    const std::string& dtype, const formats::SinkFill& fill);
 /// Writes a weights-only checkpoint of a model imported from another format atomically, with the
 /// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
 /// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model

@@ -292,39 +292,51 @@ void round_like_export(GPT& model, const std::string& dtype) {
   }
 }
 
-ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
+void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what) {
   check_dtype(dtype);
   if (fs::is_directory(out)) throw Error(ErrorKind::usage, "--out " + out + " is a directory; GGUF is one file");
-  const LoadedModel l = load_model(checkpoint, 8.0);
-  const GPTConfig& c = l.model->config();
-  const Family f = family_for_gguf(c, checkpoint);
+  family_for_gguf(c, what);
+  if (!tok) refuse(what, "has no tokenizer: llama.cpp needs the vocabulary in the file");
+  if (tok->vocab_size() > c.vocab_size)
+    refuse(what, "the tokenizer has " + std::to_string(tok->vocab_size()) + " ids, more than the model's " + std::to_string(c.vocab_size));
+  if (tok->vocab_size() != c.vocab_size)
+    refuse(what, "the model has " + std::to_string(c.vocab_size) + " ids and its tokenizer " + std::to_string(tok->vocab_size()) +
+                     ": llama.cpp needs one token per id");
+}
+
+ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+                         const formats::SinkFill& fill) {
+  check_writable(out, c, tok, dtype, what);
+  const Family f = family_for_gguf(c, what);
   ExportResult r;
   r.architecture = formats::family_info(f).name;
-  if (!l.tok) refuse(checkpoint, "has no tokenizer: llama.cpp needs the vocabulary in the file");
-  if (l.tok->vocab_size() > c.vocab_size)
-    refuse(checkpoint, "the tokenizer has " + std::to_string(l.tok->vocab_size()) + " ids, more than the model's " + std::to_string(c.vocab_size));
-  if (l.tok->vocab_size() != c.vocab_size)
-    refuse(checkpoint, "the model has " + std::to_string(c.vocab_size) + " ids and its tokenizer " + std::to_string(l.tok->vocab_size()) +
-                           ": llama.cpp needs one token per id");
   Meta m;
   m.str("general.architecture", r.architecture);
-  m.str("general.name", fs::path(checkpoint).stem().string());
+  m.str("general.name", fs::path(what).stem().string());
   m.u32("general.file_type", file_type(dtype));
   if (dtype == "q8_0") m.u32("general.quantization_version", 2);
   config_meta(m, c, f);
-  tokenizer_meta(m, *l.tok, checkpoint, r);
+  tokenizer_meta(m, *tok, what, r);
 
-  const formats::TensorMap params = formats::tensors_of(*l.model);
+  const std::vector<formats::FileTensor> layout = formats::layout(c, f, formats::Format::gguf);
   std::vector<OutTensor> ts;
-  for (const formats::FileTensor& t : formats::layout(c, f, formats::Format::gguf)) {
+  for (const formats::FileTensor& t : layout) {
     const TensorType type = t.matrix ? matrix_type(dtype, t.shape.back()) : T_F32;
-    ts.push_back({t.name, std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()), type,
-                  [t, &params] { return formats::file_values(t, params); }});
+    ts.push_back({t.name, std::vector<uint64_t>(t.shape.rbegin(), t.shape.rend()), type, nullptr});
   }
   r.tensors = static_cast<int64_t>(ts.size());
   r.bytes = file_size(m, ts);
-  write_files_atomic_streamed({{out, [&](std::FILE* file) { write(file, m, ts, out); }}});
+  const std::vector<uint64_t> at = tensor_offsets(m, ts);
+  std::vector<formats::Placement> placements;
+  for (size_t i = 0; i < ts.size(); i++)
+    placements.push_back({layout[i], 0, at[i], [&t = ts[i], &out](const std::vector<float>& v) { return tensor_bytes(t, v, out); }});
+  formats::write_placed(c, {}, {{out, head_bytes(m, ts)}}, placements, fill);
   return r;
+}
+
+ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
+  const formats::OpenedModel m = formats::open_model(checkpoint);
+  return write_model(out, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); });
 }
 
 namespace {
@@ -367,7 +379,9 @@ formats::OpenedModel open_model(const std::string& path) {
 
 ImportResult import_model(const std::string& path, const std::string& out) {
   ImportResult r;
-  open_file(path, r).write_imported(out);
+  const formats::OpenedModel m = open_file(path, r);
+  r.kept = m.kept_dtype();
+  m.write_imported(out);
   return r;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "train/formats/model_sink.h"
 #include "train/formats/model_source.h"
 
 namespace tapelm {
@@ -31,7 +32,16 @@ struct ExportResult {
   uint64_t bytes = 0;
 };
 
-/// Writes the checkpoint's model and tokenizer as one GGUF file, atomically. dtype: "f32", "f16",
+/// Throws what write_model would refuse before writing (a dtype, a family or a tokenizer llama.cpp
+/// has no form for), naming `what`.
+void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what);
+/// Writes a model of config c and its tokenizer as one GGUF file (as export_model), its parameters
+/// pushed by fill in any order and written to their places as they come; `what` names the model
+/// in refusals and general.name is its stem.
+ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+                         const formats::SinkFill& fill);
+/// Writes the checkpoint's model (or any model open_model reads) and tokenizer as one GGUF file,
+/// atomically, one tensor at a time. dtype: "f32", "f16",
 /// "bf16" or "q8_0" for the matrices (norm weights and biases stay f32, as llama.cpp's converter
 /// keeps them; a q8_0 matrix whose rows are not a multiple of 32 is written f16). A model llama.cpp
 /// cannot run as it is (another combination of norm, MLP and positions; the exact GELU; a
@@ -44,6 +54,7 @@ struct ImportResult {
   std::string tokenizer;     // "llama", "gpt2", or "" when the file has none
   std::string types;         // the stored tensor types, e.g. "F32, Q8_0"
   bool dequantized = false;  // q8_0 tensors were widened to float32
+  std::string kept;          // the checkpoint's weights: "f32", "bf16" or "f16"
 };
 /// Reads a GGUF file (llama, qwen2 or gpt2 architecture; F32, F16, BF16 and Q8_0 tensors,
 /// widened to float32) and writes a weights-only checkpoint with its tokenizer: llama.cpp's

@@ -337,7 +337,8 @@ uint64_t out_bytes(const OutTensor& t) {
   return tensor_bytes(t.type, n);
 }
 
-// The header, metadata and tensor table, padded to the alignment.
+}  // namespace
+
 std::string head_bytes(const Meta& meta, const std::vector<OutTensor>& tensors) {
   std::string head;
   auto put32 = [&](uint32_t v) { head.append(reinterpret_cast<const char*>(&v), 4); };
@@ -361,9 +362,7 @@ std::string head_bytes(const Meta& meta, const std::vector<OutTensor>& tensors) 
   return head;
 }
 
-// One tensor's bytes as its type stores them.
-std::string tensor_data(const OutTensor& t, const std::string& what) {
-  const std::vector<float> v = t.values();
+std::string tensor_bytes(const OutTensor& t, const std::vector<float>& v, const std::string& what) {
   std::string b;
   if (t.type == T_F32) {
     b.assign(reinterpret_cast<const char*>(v.data()), v.size() * 4);
@@ -385,7 +384,15 @@ std::string tensor_data(const OutTensor& t, const std::string& what) {
   return b;
 }
 
-}  // namespace
+std::vector<uint64_t> tensor_offsets(const Meta& meta, const std::vector<OutTensor>& tensors) {
+  uint64_t at = head_bytes(meta, tensors).size();
+  std::vector<uint64_t> out;
+  for (const OutTensor& t : tensors) {
+    out.push_back(at);
+    at += padded(out_bytes(t));
+  }
+  return out;
+}
 
 uint64_t file_size(const Meta& meta, const std::vector<OutTensor>& tensors) {
   uint64_t n = head_bytes(meta, tensors).size();
@@ -398,7 +405,7 @@ void write(std::FILE* f, const Meta& meta, const std::vector<OutTensor>& tensors
     if (std::fwrite(b.data(), 1, b.size(), f) != b.size()) throw Error(ErrorKind::data, "cannot write " + what + ": " + std::strerror(errno));
   };
   put(head_bytes(meta, tensors));
-  for (const OutTensor& t : tensors) put(tensor_data(t, what));
+  for (const OutTensor& t : tensors) put(tensor_bytes(t, t.values(), what));
 }
 
 }  // namespace tapelm::gguf

@@ -125,6 +125,13 @@ struct OutTensor {
 
 /// The whole file's size.
 uint64_t file_size(const Meta& meta, const std::vector<OutTensor>& tensors);
+/// The header, metadata and tensor table, padded to the alignment.
+std::string head_bytes(const Meta& meta, const std::vector<OutTensor>& tensors);
+/// Where each tensor's data starts in the file.
+std::vector<uint64_t> tensor_offsets(const Meta& meta, const std::vector<OutTensor>& tensors);
+/// One tensor's bytes as its type stores them (padded to the alignment), from its float32 values;
+/// a value F16 cannot hold is a data Error naming the tensor, as write's.
+std::string tensor_bytes(const OutTensor& t, const std::vector<float>& values, const std::string& what);
 /// Writes the whole file to f (`what` names it in errors). A value F16 cannot hold -> data Error
 /// naming the tensor and the value, as quantize_q8_0's.
 void write(std::FILE* f, const Meta& meta, const std::vector<OutTensor>& tensors, const std::string& what);

@@ -325,7 +325,7 @@ bool hf_model_file(const std::string& n) {
 }
 
 // The tokenizer files of an export, and what could not be written.
-void tokenizer_files(const std::optional<Tokenizer>& tok, int64_t block_size, std::vector<std::pair<std::string, std::string>>& files,
+void tokenizer_files(const Tokenizer* tok, int64_t block_size, std::vector<std::pair<std::string, std::string>>& files,
                      std::string& note) {
   auto add = [&](const std::string& name, std::string bytes) { files.emplace_back(name, std::move(bytes)); };
   if (tok && tok->kind() == TokenizerKind::sentencepiece) {
@@ -405,56 +405,73 @@ formats::OpenedModel open_model(const std::string& dir) {
 
 ImportResult import_model(const std::string& dir, const std::string& out) {
   ImportResult r;
-  open_dir(dir, r).write_imported(out);
+  const formats::OpenedModel m = open_dir(dir, r);
+  r.kept = m.kept_dtype();
+  m.write_imported(out);
   return r;
 }
 
-ExportResult export_model(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
-  static const std::map<std::string, std::pair<std::string, std::string>> dtypes{
-      {"f32", {"F32", "float32"}}, {"bf16", {"BF16", "bfloat16"}}, {"f16", {"F16", "float16"}}};
-  auto dt = dtypes.find(dtype);
-  if (dt == dtypes.end()) throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": HF export writes f32, bf16 or f16");
+namespace {
+// --dtype: safetensors' dtype and config.json's torch_dtype.
+const std::map<std::string, std::pair<std::string, std::string>> kDtypes{
+    {"f32", {"F32", "float32"}}, {"bf16", {"BF16", "bfloat16"}}, {"f16", {"F16", "float16"}}};
+}  // namespace
+
+void check_writable(const std::string& dir, const GPTConfig& c, const std::string& dtype, const std::string& what) {
+  if (!kDtypes.count(dtype)) throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": HF export writes f32, bf16 or f16");
   if (fs::exists(dir) && !fs::is_directory(dir)) throw Error(ErrorKind::data, "HF model directory " + dir + ": exists and is not a directory");
-  const GPTConfig cfg = read_model_config(H5File::open_read(checkpoint));
+  architecture_for(c, what);
+}
+
+ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+                         const formats::SinkFill& fill, uint64_t max_shard_bytes) {
+  check_writable(dir, cfg, dtype, what);
+  const auto dt = kDtypes.find(dtype);
   ExportResult r;
-  r.architecture = architecture_for(cfg, checkpoint);
-  const Family f = formats::family_of(cfg, checkpoint);
-  const LoadedModel l = load_model(checkpoint, 8.0);
+  r.architecture = architecture_for(cfg, what);
+  const Family f = formats::family_of(cfg, what);
   if (formats::family_info(f).all_biases && !cfg.bias) r.note = "biases written as zeros (GPT-2's layout has them everywhere)";
 
-  const formats::TensorMap params = formats::tensors_of(*l.model);
+  const std::vector<formats::FileTensor> layout = formats::layout(cfg, f, formats::Format::hf, {.hf_prefix = "transformer."});
   std::vector<safetensors::OutTensor> tensors;
-  for (const formats::FileTensor& t : formats::layout(cfg, f, formats::Format::hf, {.hf_prefix = "transformer."}))
-    tensors.push_back({t.name, t.shape, [t, &params] { return formats::file_values(t, params); }});
-  const safetensors::ShardPlan plan = safetensors::plan_shards(tensors, dt->second.first, max_shard_bytes);
+  for (const formats::FileTensor& t : layout) tensors.push_back({t.name, t.shape, nullptr});
+  const std::string& st = dt->second.first;
+  const safetensors::ShardPlan plan = safetensors::plan_shards(tensors, st, max_shard_bytes);
 
-  const int64_t bos = l.tok ? l.tok->bos_id() : -1, eos = l.tok ? l.tok->eos_id() : -1;
-  std::vector<std::pair<std::string, std::string>> small{{"config.json", config_json(l.model->config(), r.architecture, dt->second.second, bos, eos).dump(2) + "\n"}};
+  const int64_t bos = tok ? tok->bos_id() : -1, eos = tok ? tok->eos_id() : -1;
+  std::vector<std::pair<std::string, std::string>> small{{"config.json", config_json(cfg, r.architecture, dt->second.second, bos, eos).dump(2) + "\n"}};
   nlohmann::ordered_json gen = nlohmann::ordered_json::object();
   if (bos >= 0) gen["bos_token_id"] = bos;
   if (eos >= 0) gen["eos_token_id"] = eos;
   small.emplace_back("generation_config.json", gen.dump(2) + "\n");
   if (!plan.index_json.empty()) small.emplace_back("model.safetensors.index.json", plan.index_json);
-  tokenizer_files(l.tok, cfg.block_size, small, r.note);
+  tokenizer_files(tok, cfg.block_size, small, r.note);
 
   // Written whole beside the directory and swapped in: never a new config.json beside old weights.
   DirectoryCommit out(dir, "HF model", hf_model_file, ErrorKind::data);
-  std::vector<std::pair<std::string, StreamWriter>> files;
-  for (const auto& [name, bytes] : small)
-    files.emplace_back((out.dir() / name).string(), [&bytes = bytes](std::FILE* f) {
-      if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) throw Error(ErrorKind::data, "cannot write");
-    });
-  const std::map<std::string, std::string> meta{{"format", "pt"}};
+  std::vector<std::pair<std::string, std::string>> whole;
+  for (const auto& [name, bytes] : small) whole.emplace_back((out.dir() / name).string(), bytes);
+  std::vector<formats::PlacedFile> placed;
+  std::vector<formats::Placement> placements;
+  size_t next = 0;  // the shards hold the layout's tensors in order
   for (size_t i = 0; i < plan.shards.size(); i++) {
+    placed.push_back({(out.dir() / plan.names[i]).string(), safetensors::header_bytes(plan.shards[i], st, {{"format", "pt"}})});
+    const std::vector<uint64_t> at = safetensors::data_offsets(plan.shards[i], st, placed.back().header.size());
     const std::string p = (fs::path(dir) / plan.names[i]).string();
-    files.emplace_back((out.dir() / plan.names[i]).string(),
-                       [p, &shard = plan.shards[i], &st = dt->second.first, &meta](std::FILE* f) { safetensors::write(f, shard, st, meta, p); });
+    for (size_t j = 0; j < plan.shards[i].size(); j++, next++)
+      placements.push_back({layout[next], i, at[j], [t = plan.shards[i][j], &st, p](const std::vector<float>& v) { return safetensors::encode(t, v, st, p); }});
   }
-  write_files_atomic_streamed(files);
+  formats::write_placed(cfg, whole, placed, placements, fill);
   out.commit();
   for (const auto& [name, bytes] : small) r.files.push_back((fs::path(dir) / name).string());
   for (const std::string& n : plan.names) r.files.push_back((fs::path(dir) / n).string());
   return r;
+}
+
+ExportResult export_model(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
+  const formats::OpenedModel m = formats::open_model(checkpoint);
+  return write_model(dir, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); },
+                     max_shard_bytes);
 }
 
 }  // namespace tapelm::hf

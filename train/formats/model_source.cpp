@@ -9,6 +9,7 @@
 #include "train/formats/checkpoint.h"
 #include "train/formats/gguf.h"
 #include "train/formats/hf.h"
+#include "train/formats/model_sink.h"
 
 namespace fs = std::filesystem;
 
@@ -27,6 +28,23 @@ void OpenedModel::read(TensorMap& into) const {
   }
 }
 
+void OpenedModel::push_each(ModelSink& sink) const {
+  std::set<std::string> params;
+  for (const auto& [name, shape] : parameter_shapes(config)) params.insert(name);
+  std::vector<float> buf;
+  for (const FileTensor& t : layout) {
+    if (t.extra) continue;
+    buf.resize(static_cast<size_t>(shape_numel(t.shape)));
+    src->read_f32(*src->find(t.name), buf.data());
+    TensorMap parts;
+    for (const auto& [name, shape] : t.parts)
+      if (params.count(name)) parts.emplace(name, Tensor::empty(shape));
+    store_file_values(t, buf.data(), parts);
+    for (const auto& [name, shape] : t.parts)
+      if (params.count(name)) sink.tensor(name, parts.at(name));
+  }
+}
+
 std::unique_ptr<GPT> OpenedModel::load() const {
   const int64_t params = model_cost(config).params;
   check_memory(4.0 * static_cast<double>(params), available_memory_bytes(),
@@ -38,9 +56,10 @@ std::unique_ptr<GPT> OpenedModel::load() const {
   return model;
 }
 
+std::string OpenedModel::kept_dtype() const { return dtypes == "BF16" ? "bf16" : dtypes == "F16" ? "f16" : "f32"; }
+
 void OpenedModel::write_imported(const std::string& out) const {
-  const std::unique_ptr<GPT> model = load();
-  tapelm::write_imported(out, *model, tok ? &*tok : nullptr, from.dump(), {});
+  write_streamed(out, config, tok ? &*tok : nullptr, {"imported_from", from.dump()}, kept_dtype(), [&](ModelSink& s) { push_each(s); });
 }
 
 namespace {

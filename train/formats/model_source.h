@@ -22,6 +22,8 @@ class GPT;
 
 namespace tapelm::formats {
 
+class ModelSink;
+
 struct OpenedModel {
   std::string path;
   std::string format;  // "tapelm", "hf", "gguf"
@@ -38,10 +40,16 @@ struct OpenedModel {
   /// maps: the whole model, or a part of it (one block). A file tensor is read whole when any of
   /// its parts is asked for (GPT-2's fused q|k|v holds one block's three).
   void read(TensorMap& into) const;
+  /// Reads the model one file tensor at a time and pushes each parameter to the sink: what an
+  /// export or a streamed import holds is one tensor.
+  void push_each(ModelSink& sink) const;
   /// Builds the whole model in float32 and reads it (after the memory check, naming the model).
   std::unique_ptr<GPT> load() const;
-  /// What `import` does with it: load, then write a weights-only checkpoint with the tokenizer and
-  /// `from` as imported_from.
+  /// The dtype a checkpoint keeps its weights in without losing or doubling bytes: "bf16" or "f16"
+  /// when every tensor is stored so, else "f32".
+  std::string kept_dtype() const;
+  /// What `import` does with it: a weights-only checkpoint with the tokenizer and `from` as
+  /// imported_from, written one tensor at a time in kept_dtype() (a BF16 model stays BF16).
   void write_imported(const std::string& out) const;
 };
 

@@ -37,7 +37,7 @@ std::string import_hf(const ImportRequest& r) {
   return "imported " + r.model + " (" + i.hf.architecture + ": " + std::to_string(c.n_layer) + " layers, d " + std::to_string(c.n_embd) +
          ", " + std::to_string(c.n_head) + " heads, " + std::to_string(c.n_kv_head) + " kv heads, vocab " + std::to_string(c.vocab_size) +
          "; " + i.dtypes + " in " + std::to_string(i.weight_files.size()) + " file" + (i.weight_files.size() == 1 ? "" : "s") + ")" +
-         (i.tokenizer_file.empty() ? ", no tokenizer" : " with tokenizer " + i.tokenizer_file) + " to " + r.out;
+         (i.tokenizer_file.empty() ? ", no tokenizer" : " with tokenizer " + i.tokenizer_file) + " to " + r.out + " (" + i.kept + ")";
 }
 
 std::string export_hf(const ExportRequest& r) {
@@ -49,7 +49,7 @@ std::string export_hf(const ExportRequest& r) {
 std::string import_gguf(const ImportRequest& r) {
   const gguf::ImportResult i = gguf::import_model(r.model, r.out);
   return "imported " + r.model + " (GGUF, " + i.architecture + ", " + i.types + (i.dequantized ? ", Q8_0 dequantized to float32" : "") +
-         ") with " + (i.tokenizer.empty() ? "no tokenizer" : "its " + i.tokenizer + " tokenizer") + " to " + r.out;
+         ") with " + (i.tokenizer.empty() ? "no tokenizer" : "its " + i.tokenizer + " tokenizer") + " to " + r.out + " (" + i.kept + ")";
 }
 
 std::string export_gguf(const ExportRequest& r) {

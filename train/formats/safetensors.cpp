@@ -220,33 +220,41 @@ std::string header_bytes(const std::vector<OutTensor>& tensors, const std::strin
   return out + s;
 }
 
+std::string encode(const OutTensor& t, const std::vector<float>& v, const std::string& dtype, const std::string& what) {
+  const int esize = out_size(dtype);
+  if (v.size() * static_cast<uint64_t>(esize) != out_bytes(t, esize))
+    throw Error(ErrorKind::internal, what + ": tensor " + t.name + " came out the wrong size");
+  if (esize == 4) return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  const bool bf = dtype == "BF16";
+  std::string b(v.size() * 2, '\0');
+  for (size_t j = 0; j < v.size(); j++) {
+    const uint16_t h = bf ? f32_to_bf16(v[j]) : f32_to_f16(v[j]);
+    if ((h & 0x7c00u) == 0x7c00u && !bf)
+      throw Error(ErrorKind::data, "cannot write " + what + ": tensor " + t.name + " holds " + std::to_string(v[j]) + " at element " +
+                                       std::to_string(j) + ", beyond F16's range (65504): export as bf16 or f32");
+    std::memcpy(&b[2 * j], &h, 2);
+  }
+  return b;
+}
+
+std::vector<uint64_t> data_offsets(const std::vector<OutTensor>& tensors, const std::string& dtype, uint64_t header_size) {
+  const int esize = out_size(dtype);
+  std::vector<uint64_t> at;
+  for (const OutTensor& t : tensors) {
+    at.push_back(header_size);
+    header_size += out_bytes(t, esize);
+  }
+  return at;
+}
+
 void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::string& dtype,
            const std::map<std::string, std::string>& metadata, const std::string& what) {
-  auto put = [&](const void* p, size_t n) {
-    if (n && std::fwrite(p, 1, n, f) != n) throw Error(ErrorKind::data, "cannot write " + what + ": " + std::strerror(errno));
+  auto put = [&](const std::string& b) {
+    if (!b.empty() && std::fwrite(b.data(), 1, b.size(), f) != b.size())
+      throw Error(ErrorKind::data, "cannot write " + what + ": " + std::strerror(errno));
   };
-  const std::string h = header_bytes(tensors, dtype, metadata);
-  put(h.data(), h.size());
-  const int esize = out_size(dtype);
-  std::vector<uint16_t> buf;
-  for (const OutTensor& t : tensors) {
-    const std::vector<float> v = t.values();
-    if (v.size() * static_cast<uint64_t>(esize) != out_bytes(t, esize))
-      throw Error(ErrorKind::internal, what + ": tensor " + t.name + " came out the wrong size");
-    if (esize == 4) {
-      put(v.data(), v.size() * 4);
-      continue;
-    }
-    const bool bf = dtype == "BF16";
-    buf.resize(v.size());
-    for (size_t j = 0; j < v.size(); j++) {
-      buf[j] = bf ? f32_to_bf16(v[j]) : f32_to_f16(v[j]);
-      if ((buf[j] & 0x7c00u) == 0x7c00u && !bf)
-        throw Error(ErrorKind::data, "cannot write " + what + ": tensor " + t.name + " holds " + std::to_string(v[j]) + " at element " +
-                                         std::to_string(j) + ", beyond F16's range (65504): export as bf16 or f32");
-    }
-    put(buf.data(), buf.size() * 2);
-  }
+  put(header_bytes(tensors, dtype, metadata));
+  for (const OutTensor& t : tensors) put(encode(t, t.values(), dtype, what));
 }
 
 ShardPlan plan_shards(const std::vector<OutTensor>& tensors, const std::string& dtype, uint64_t max_bytes) {

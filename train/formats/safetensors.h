@@ -107,6 +107,11 @@ struct OutTensor {
 /// reference writer's layout: entries in data order, padded with spaces to a multiple of 8).
 std::string header_bytes(const std::vector<OutTensor>& tensors, const std::string& dtype,
                          const std::map<std::string, std::string>& metadata);
+/// One tensor's bytes as dtype stores them, from its float32 values (F16 overflow refused as write
+/// refuses it).
+std::string encode(const OutTensor& t, const std::vector<float>& values, const std::string& dtype, const std::string& what);
+/// Where each tensor's data starts in the file, after a header of header_size bytes.
+std::vector<uint64_t> data_offsets(const std::vector<OutTensor>& tensors, const std::string& dtype, uint64_t header_size);
 /// Writes the whole file (header, then each tensor converted to dtype) to f; `what` names it in
 /// errors. A value F16 cannot hold (beyond 65504) is refused, naming the tensor and the value.
 void write(std::FILE* f, const std::vector<OutTensor>& tensors, const std::string& dtype,

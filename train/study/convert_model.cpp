@@ -8,6 +8,8 @@
 #include "nn/accounting.h"
 #include "train/eval.h"
 #include "train/formats/checkpoint.h"
+#include "train/formats/gguf.h"
+#include "train/formats/hf.h"
 #include "train/formats/model_source.h"
 #include "train/streamed.h"
 
@@ -62,6 +64,88 @@ void check_streaming_memory(const formats::OpenedModel& src, const std::vector<I
   check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
 }
 
+/// What a streamed conversion runs on.
+struct ConvertBlocks {
+  const ConvertRequest& r;
+  const formats::OpenedModel& src;
+  const GPTConfig& nc;  // the converted model's
+  const Variant& v;
+  const std::vector<Index>& batches;  // calibration windows (none: the variant does not calibrate)
+  int64_t calib_tokens;
+  Clock::time_point t0;
+};
+
+/// Pushes the converted model to w: the tensors outside the blocks as read, then block by block
+/// its calibration second moments (from the hidden states at its input, which its forward then
+/// advances), its converted attention and the rest as read, with a progress line per block.
+void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
+  const GPTConfig& c = p.src.config;
+  const int64_t L = c.n_layer, d = c.n_embd;
+  const double block_flops = (model_cost(c).forward_flops_per_token - 2.0 * static_cast<double>(d) * static_cast<double>(c.vocab_size)) /
+                             static_cast<double>(L) * static_cast<double>(p.calib_tokens);
+  NoGrad ng;
+  StreamedModel sm(p.src);
+  for (const auto& [name, t] : sm.outer()) w.tensor(name, t);  // everything outside the blocks, as it is
+  std::vector<Tensor> xs;  // each calibration batch's hidden state at the current block's input
+  for (const Index& b : p.batches) xs.push_back(sm.embed(b));
+  sm.drop_outer();
+  Rng rng(p.r.seed ^ 0xC0DE);
+  auto tb = Clock::now();
+  sm.for_each_block([&](const Block& blk, int64_t l) {
+    const double read_s = since(tb);
+    std::optional<la::Mat> S;
+    const auto tc = Clock::now();
+    if (!p.batches.empty()) {  // this block's second moments, and the next block's inputs
+      S.emplace(d + 1, d + 1);
+      for (size_t i = 0; i < p.batches.size(); i++) {
+        Tensor attn_in;
+        Var y = blk.forward(Var(xs[i]), nullptr, &attn_in);
+        accumulate_gram(*S, attn_in.reshape({p.batches[i].numel(), d}));
+        if (l + 1 < L) xs[i] = y.val();
+      }
+      finish_gram(*S, p.calib_tokens);
+    }
+    const double calib_s = since(tc);
+    const auto tv = Clock::now();
+    Attention converted(p.nc, std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
+    convert_attention(*blk.attn, converted, c, p.nc.n_kv_head, p.v, S ? &*S : nullptr, rng);
+    const std::string prefix = "blocks." + std::to_string(l) + ".";
+    for (const auto& [n, q] : blk.named_parameters())
+      if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, q.val());
+    for (const auto& [n, q] : converted.named_parameters()) w.tensor(prefix + "attn." + n, q.val());
+    const double convert_s = since(tv), done = since(p.t0);
+    if (p.r.progress) {
+      const std::string rate = S ? " (" + std::to_string(static_cast<int>(block_flops / std::max(calib_s, 1e-9) / 1e9)) + " GFLOP/s)" : "";
+      std::printf("block %ld/%ld: read %.1fs, calibration forward %.1fs%s, conversion %.1fs; %.0fs so far, about %.0fs left\n",
+                  static_cast<long>(l + 1), static_cast<long>(L), read_s, calib_s, rate.c_str(), convert_s, done,
+                  done / static_cast<double>(l + 1) * static_cast<double>(L - l - 1));
+      std::fflush(stdout);
+    }
+    tb = Clock::now();
+  });
+}
+
+/// With fill: writes the converted model as r.format asks — a tapelm checkpoint (with its
+/// converted_from note), an HF directory or a GGUF file. Without: only refuses what that format
+/// cannot hold, before any work.
+void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::OpenedModel& src, const nlohmann::json& from,
+                  const std::string& dtype, const formats::SinkFill* fill) {
+  const Tokenizer* tok = src.tok ? &*src.tok : nullptr;
+  const std::string what = src.what + " converted to " + std::to_string(nc.n_kv_head) + " kv heads";
+  if (r.format == "hf") {
+    if (!fill) hf::check_writable(r.out, nc, dtype, what);
+    else hf::write_model(r.out, nc, tok, dtype, what, *fill);
+  } else if (r.format == "gguf") {
+    if (!fill) gguf::check_writable(r.out, nc, tok, dtype, what);
+    else gguf::write_model(r.out, nc, tok, dtype, r.out, *fill);
+  } else if (r.format.empty() || r.format == "tapelm") {
+    if (dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
+    if (fill) write_streamed(r.out, nc, tok, {"converted_from", from.dump()}, dtype, *fill);
+  } else {
+    throw Error(ErrorKind::usage, "--format " + r.format + ": convert writes tapelm, hf or gguf");
+  }
+}
+
 }  // namespace
 
 ConvertModelResult convert_model(const ConvertRequest& r) {
@@ -69,67 +153,25 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   const Variant v{&method(r.method), parse_grouping(r.grouping)};
   const formats::OpenedModel src = formats::open_model(r.from);
   const GPTConfig& c = src.config;
-  const int64_t G = r.kv_heads, L = c.n_layer, d = c.n_embd;
+  const int64_t G = r.kv_heads;
   if (G <= 0 || c.n_kv_head % G != 0)
     throw Error(ErrorKind::config, "cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
                                        ": the new count must divide the old");
   GPTConfig nc = c;
   nc.n_kv_head = G;
+  const nlohmann::json from{{"kv_heads_from", c.n_kv_head}, {"kv_heads", G}, {"method", r.method}, {"grouping", r.grouping}};
+  ConvertModelResult out;
+  out.dtype = !r.dtype.empty() ? r.dtype : src.kept_dtype();
+  write_output(r, nc, src, from, out.dtype, nullptr);
   const bool calibrates = conversion_calibrates(c.n_kv_head, G, v);
   const std::vector<Index> batches =
       calibrates ? calibration_windows(calibration_source(r, src, v), c.block_size) : std::vector<Index>{};
   check_streaming_memory(src, batches);
-  ConvertModelResult out;
   out.kv_heads_from = c.n_kv_head;
   for (const Index& b : batches) out.calib_tokens += b.numel();
-  const double block_flops = (model_cost(c).forward_flops_per_token - 2.0 * static_cast<double>(d) * static_cast<double>(c.vocab_size)) /
-                             static_cast<double>(L) * static_cast<double>(out.calib_tokens);
-  const nlohmann::json from{{"kv_heads_from", c.n_kv_head}, {"kv_heads", G}, {"method", r.method}, {"grouping", r.grouping}};
-  // --dtype, else the source's when all its tensors are one 16-bit type, else float32
-  out.dtype = !r.dtype.empty() ? r.dtype : src.dtypes == "BF16" ? "bf16" : src.dtypes == "F16" ? "f16" : "f32";
-  write_converted_streamed(r.out, nc, src.tok ? &*src.tok : nullptr, from.dump(), out.dtype, [&](ModelWriter& w) {
-    NoGrad ng;
-    StreamedModel sm(src);
-    for (const auto& [name, t] : sm.outer()) w.tensor(name, t);  // everything outside the blocks, as it is
-    std::vector<Tensor> xs;  // each calibration batch's hidden state at the current block's input
-    for (const Index& b : batches) xs.push_back(sm.embed(b));
-    sm.drop_outer();
-    Rng rng(r.seed ^ 0xC0DE);
-    auto tb = Clock::now();
-    sm.for_each_block([&](const Block& blk, int64_t l) {
-      const double read_s = since(tb);
-      std::optional<la::Mat> S;
-      const auto tc = Clock::now();
-      if (calibrates) {  // this block's second moments, and the next block's inputs
-        S.emplace(d + 1, d + 1);
-        for (size_t i = 0; i < batches.size(); i++) {
-          Tensor attn_in;
-          Var y = blk.forward(Var(xs[i]), nullptr, &attn_in);
-          accumulate_gram(*S, attn_in.reshape({batches[i].numel(), d}));
-          if (l + 1 < L) xs[i] = y.val();
-        }
-        finish_gram(*S, out.calib_tokens);
-      }
-      const double calib_s = since(tc);
-      const auto tv = Clock::now();
-      Attention converted(nc, std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
-      convert_attention(*blk.attn, converted, c, G, v, S ? &*S : nullptr, rng);
-      const std::string prefix = "blocks." + std::to_string(l) + ".";
-      for (const auto& [n, p] : blk.named_parameters())
-        if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, p.val());
-      for (const auto& [n, p] : converted.named_parameters()) w.tensor(prefix + "attn." + n, p.val());
-      const double convert_s = since(tv), done = since(t0);
-      if (r.progress) {
-        const std::string rate =
-            calibrates ? " (" + std::to_string(static_cast<int>(block_flops / std::max(calib_s, 1e-9) / 1e9)) + " GFLOP/s)" : "";
-        std::printf("block %ld/%ld: read %.1fs, calibration forward %.1fs%s, conversion %.1fs; %.0fs so far, about %.0fs left\n",
-                    static_cast<long>(l + 1), static_cast<long>(L), read_s, calib_s, rate.c_str(), convert_s, done,
-                    done / static_cast<double>(l + 1) * static_cast<double>(L - l - 1));
-        std::fflush(stdout);
-      }
-      tb = Clock::now();
-    });
-  });
+  const ConvertBlocks plan{r, src, nc, v, batches, out.calib_tokens, t0};
+  const formats::SinkFill fill = [&](formats::ModelSink& w) { convert_blocks(plan, w); };
+  write_output(r, nc, src, from, out.dtype, &fill);
   out.seconds = since(t0);
   return out;
 }

@@ -29,7 +29,8 @@ struct ConvertRequest {
   int64_t calib_tokens = 16384;
   uint64_t seed = 0;            // --method random and the calibration windows
   bool progress = false;        // a line per block: times, calibration GFLOP/s, time left
-  std::string dtype;            // "f32", "bf16", "f16"; empty: the source's 16-bit type, else f32
+  std::string dtype;            // "f32", "bf16", "f16" (gguf: "q8_0" too); empty: the source's 16-bit type, else f32
+  std::string format;           // what is written: "tapelm" (or empty: a checkpoint), "hf" (a directory), "gguf"
 };
 struct ConvertModelResult {
   int64_t kv_heads_from = 0;
