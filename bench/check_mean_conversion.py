@@ -6,9 +6,9 @@ tensor is the source's, byte for byte.
 
   bench/check_mean_conversion.py SRC_DIR OUT_DIR [--blocks 0 15 31]
 
-The mean is formed in float64 and rounded once to the output's dtype; tapelm sums in float32 then
-rounds, so an element may differ by one unit in the last place of bf16 where the float32 sum sits
-on a rounding boundary. The script reports how many elements are equal and fails on any larger
+Needs numpy (Debian's python3-numpy). The mean is formed in float64, rounded to float32 and then to the output's dtype; tapelm
+sums in float32, so an element may differ by one unit in the last place of bf16 where the float32
+sums differ. The script reports how many elements are equal and fails on any larger
 difference, on a tensor missing, or on another tensor that differs.
 """
 import argparse
@@ -52,7 +52,7 @@ class Dir:
 
     def f64(self, name):
         dtype, shape, b = self.raw(name)
-        if dtype == "BF16":
+        if dtype == "BF16":  # the upper half of a float32
             x = (np.frombuffer(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
         elif dtype == "F16":
             x = np.frombuffer(b, dtype=np.float16).astype(np.float32)
@@ -62,20 +62,19 @@ class Dir:
 
 
 def round_to(dtype, x):
-    """float64 -> the dtype's values (round to nearest even), as float64."""
+    """float64 -> float32 -> the dtype (round to nearest even), as float64."""
     f = x.astype(np.float32)
     if dtype == "F32":
         return f.astype(np.float64)
     if dtype == "F16":
         return f.astype(np.float16).astype(np.float64)
     u = f.view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000  # bf16's round to nearest even on the dropped half
     return u.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
 def ulp_bf16(x):
-    e = np.floor(np.log2(np.maximum(np.abs(x), 1e-30)))
-    return 2.0 ** (e - 7)
+    return 2.0 ** (np.floor(np.log2(np.maximum(np.abs(x), 1e-30))) - 7)
 
 
 def main():
@@ -97,14 +96,14 @@ def main():
             _, w = src.f64(name)
             dtype, got = out.f64(name)
             want = round_to(dtype, w.reshape(kv, r, hd, -1).mean(axis=1).reshape(kv * hd, -1))
-            if got.shape != want.shape:
-                print(f"{name}: shape {got.shape}, expected {want.shape}")
+            if tuple(got.shape) != tuple(want.shape):
+                print(f"{name}: shape {tuple(got.shape)}, expected {tuple(want.shape)}")
                 bad += 1
                 continue
             diff = np.abs(got - want)
             equal = int((diff == 0).sum())
-            tol = ulp_bf16(want) if dtype == "BF16" else 0
-            worst = float((diff / np.maximum(ulp_bf16(want), 1e-300)).max())
+            tol = ulp_bf16(want) if dtype == "BF16" else np.zeros_like(want)
+            worst = float((diff / ulp_bf16(want)).max())
             ok = bool((diff <= tol).all())
             bad += not ok
             print(f"{name}: {equal}/{diff.size} elements equal, worst {worst:.2f} ulp of bf16 -> {'ok' if ok else 'FAIL'}")

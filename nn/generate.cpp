@@ -56,16 +56,16 @@ std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt,
   return out;
 }
 
-void generate_stream(const GPT& model, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
+void generate_stream(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
                      const SampleOptions& opt, uint64_t seed, const TokenSink& sink) {
   if (prompts.empty() || prompts[0].empty()) throw Error(ErrorKind::usage, "generate: empty prompt");
-  const int64_t B = static_cast<int64_t>(prompts.size()), T = model.config().block_size;
+  const int64_t B = static_cast<int64_t>(prompts.size()), T = model.decoder_config().block_size;
   const size_t t0 = prompts[0].size();
   for (const auto& p : prompts)
     if (p.size() != t0) throw Error(ErrorKind::usage, "generate: prompts of different lengths");
   std::vector<std::vector<int32_t>> ctx = prompts;  // the tail of each sequence the model can still see
   Rng rng(seed);
-  KVCache cache = model.make_cache(B, T);
+  KVCache cache = make_kv_cache(model.decoder_config(), B, T);
   auto feed_last = [&](int64_t count) {
     Index ids;
     ids.shape = {B, count};
@@ -90,7 +90,7 @@ void generate_stream(const GPT& model, const std::vector<std::vector<int32_t>>& 
   }
 }
 
-std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> generate(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts,
                                            int64_t n_new, const SampleOptions& opt, uint64_t seed) {
   std::vector<std::vector<int32_t>> seqs = prompts;
   generate_stream(model, prompts, n_new, opt, seed, [&](const std::vector<int32_t>& next) {

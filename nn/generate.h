@@ -26,10 +26,10 @@ std::vector<int32_t> sample_next(const Tensor& logits, const SampleOptions& opt,
 /// `sink` as they are drawn. Within block_size one forward per token reuses the cache; past it the
 /// context is cropped to the last block_size tokens as nanoGPT does (re-filling the cache each
 /// step). Keeps only that context, so n_new is not bounded by memory.
-void generate_stream(const GPT& model, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
+void generate_stream(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
                      const SampleOptions& opt, uint64_t seed, const TokenSink& sink);
 /// generate_stream, collected: prompt + new tokens per sequence.
-std::vector<std::vector<int32_t>> generate(const GPT& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<std::vector<int32_t>> generate(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts,
                                            int64_t n_new, const SampleOptions& opt, uint64_t seed);
 
 }  // namespace tapelm

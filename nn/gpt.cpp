@@ -76,18 +76,20 @@ Var GPT::loss(const Index& idx, const Index& targets, const Index* key_keep) con
   return cross_entropy(forward(idx, key_keep), targets);
 }
 
-KVCache GPT::make_cache(int64_t batch, int64_t max_len) const {
-  if (batch <= 0 || max_len <= 0 || max_len > cfg_.block_size)
+KVCache make_kv_cache(const GPTConfig& cfg, int64_t batch, int64_t max_len) {
+  if (batch <= 0 || max_len <= 0 || max_len > cfg.block_size)
     throw Error(ErrorKind::shape, "gpt: cache for batch " + std::to_string(batch) + " and " + std::to_string(max_len) +
-                     " positions (block_size " + std::to_string(cfg_.block_size) + ")");
+                     " positions (block_size " + std::to_string(cfg.block_size) + ")");
   KVCache c;
   c.batch = batch;
   c.max_len = max_len;
-  const int64_t KV = cfg_.n_kv_head, hd = cfg_.head_dim();
-  for (int64_t l = 0; l < cfg_.n_layer; l++)
+  const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim();
+  for (int64_t l = 0; l < cfg.n_layer; l++)
     c.layers.push_back({Tensor::zeros({batch, KV, max_len, hd}), Tensor::zeros({batch, KV, max_len, hd})});
   return c;
 }
+
+KVCache GPT::make_cache(int64_t batch, int64_t max_len) const { return make_kv_cache(cfg_, batch, max_len); }
 
 Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   NoGrad ng;

@@ -14,7 +14,21 @@ struct KVCache {
   int64_t bytes() const;
 };
 
-class GPT : public Module {
+/// An empty cache of config c for `batch` sequences of up to max_len (<= block_size) positions.
+KVCache make_kv_cache(const GPTConfig& c, int64_t batch, int64_t max_len);
+
+/// What generation runs: a model fed ids at a cache's position. GPT holds its weights; a model
+/// larger than memory reads each block as it goes (train/streamed.h).
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual const GPTConfig& decoder_config() const = 0;
+  /// Feeds ids [B, t] at positions cache.len.. (prefill when t > 1), returns the logits of the
+  /// last position [B, V]. No tape.
+  virtual Tensor decode_step(const Index& idx, KVCache& cache) const = 0;
+};
+
+class GPT : public Module, public Decoder {
  public:
   /// Builds the model and draws its init (docs/formats.md §1) from seed.
   explicit GPT(const GPTConfig& cfg, uint64_t seed = 1337);
@@ -33,9 +47,8 @@ class GPT : public Module {
 
   /// An empty cache for `batch` sequences of up to max_len (<= block_size) positions.
   KVCache make_cache(int64_t batch, int64_t max_len) const;
-  /// Feeds ids [B, t] at positions cache.len.. (prefill when t > 1), returns the logits of the
-  /// last position [B, V]. No tape.
-  Tensor decode_step(const Index& idx, KVCache& cache) const;
+  Tensor decode_step(const Index& idx, KVCache& cache) const override;
+  const GPTConfig& decoder_config() const override { return cfg_; }
 
   /// The dropout stream: its state is part of the training state.
   Rng& dropout_rng() { return *rng_; }

@@ -14,28 +14,41 @@ StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m) {
   if (ln_f_->bias.defined()) ln_f_->bias.val() = outer_.at("ln_f.bias");
 }
 
-Tensor StreamedModel::embed(const Index& idx) const {
+Tensor StreamedModel::embed(const Index& idx, int64_t pos0) const {
   if (outer_.empty()) throw Error(ErrorKind::internal, "StreamedModel::embed after drop_outer");
-  const int64_t T = idx.shape.at(1);
-  if (T > m_.config.block_size)
-    throw Error(ErrorKind::shape, "gpt: sequence of " + std::to_string(T) + " positions exceeds block_size " +
+  if (idx.shape.size() != 2) throw Error(ErrorKind::shape, "gpt: token ids must be [B, T], got " + shape_str(idx.shape));
+  const int64_t T = idx.shape[1];
+  if (pos0 + T > m_.config.block_size)
+    throw Error(ErrorKind::shape, "gpt: sequence of " + std::to_string(pos0 + T) + " positions exceeds block_size " +
                                       std::to_string(m_.config.block_size));
   Var x = embedding(Var(outer_.at("wte.weight")), idx);
-  if (m_.config.pos == PosKind::Learned) x = add(x, slice(Var(outer_.at("wpe.weight")), 0, 0, T));
+  if (m_.config.pos == PosKind::Learned) x = add(x, slice(Var(outer_.at("wpe.weight")), 0, pos0, pos0 + T));
   return x.val();
 }
 
 void StreamedModel::for_each_block(const std::function<void(const Block&, int64_t)>& f) const {
-  const auto dropout_rng = std::make_shared<Rng>(0);
+  if (!block_) {
+    block_ = std::make_unique<Block>(m_.config, std::make_shared<Rng>(0));
+    block_->eval();
+  }
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
-    Block blk(m_.config, dropout_rng);
-    blk.eval();
     const std::string prefix = "blocks." + std::to_string(l) + ".";
     formats::TensorMap mine;
-    for (const auto& [n, p] : blk.named_parameters()) mine.emplace(prefix + n, p.val());
+    for (const auto& [n, p] : block_->named_parameters()) mine.emplace(prefix + n, p.val());
     m_.read(mine);
-    f(blk, l);
+    f(*block_, l);
   }
+}
+
+Tensor StreamedModel::decode_step(const Index& idx, KVCache& cache) const {
+  NoGrad ng;
+  if (idx.shape.size() != 2 || idx.shape[0] != cache.batch)
+    throw Error(ErrorKind::shape, "gpt: decode ids " + shape_str(idx.shape) + " for a cache of batch " + std::to_string(cache.batch));
+  const int64_t B = idx.shape[0], t = idx.shape[1], pos = cache.len;
+  Var x(embed(idx, pos));
+  for_each_block([&](const Block& b, int64_t l) { x = b.forward_cached(x, cache.layers[static_cast<size_t>(l)], pos); });
+  cache.len += t;
+  return logits(reshape(slice(x, 1, t - 1, t), {B, m_.config.n_embd}).val()).val();
 }
 
 Var StreamedModel::logits(const Tensor& x) const {

@@ -11,15 +11,21 @@
 
 namespace tapelm {
 
-class StreamedModel {
+class StreamedModel : public Decoder {
  public:
   /// Reads the tensors outside the blocks (embeddings, final norm, head).
   explicit StreamedModel(const formats::OpenedModel& m);
   const GPTConfig& config() const { return m_.config; }
-  /// The embedding of ids [B, T] (GPT::forward's first step; dropout is off in evaluation).
-  Tensor embed(const Index& idx) const;
-  /// Reads each block in turn into an eval-mode Block and calls f(block, layer), then frees it.
+  /// The embedding of ids [B, T] at positions pos0.. (GPT::forward's first step; dropout is off
+  /// in evaluation).
+  Tensor embed(const Index& idx, int64_t pos0 = 0) const;
+  /// Reads each block in turn into an eval-mode Block (one, reused) and calls f(block, layer).
   void for_each_block(const std::function<void(const Block&, int64_t)>& f) const;
+  /// GPT::decode_step, reading every block from the file at each step: sampling from a model
+  /// larger than memory (each token costs a read of the whole model, from the page cache when it
+  /// fits there).
+  Tensor decode_step(const Index& idx, KVCache& cache) const override;
+  const GPTConfig& decoder_config() const override { return m_.config; }
   /// Logits [B, T, V] of the last block's output, as GPT::forward ends.
   Var logits(const Tensor& x) const;
   /// The tensors outside the blocks, by parameter name.
@@ -31,6 +37,7 @@ class StreamedModel {
   const formats::OpenedModel& m_;
   formats::TensorMap outer_;
   std::shared_ptr<Norm> ln_f_;
+  mutable std::unique_ptr<Block> block_;  // the block being run, its tensors read anew for each layer
 };
 
 }  // namespace tapelm

@@ -7,7 +7,10 @@
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "data/tokens.h"
+#include "nn/generate.h"
 #include "train/eval.h"
+#include "train/formats/model_source.h"
+#include "train/streamed.h"
 #include "train/formats/h5file.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
@@ -218,6 +221,34 @@ BOOST_AUTO_TEST_CASE(streamed_evaluation_gives_the_loaded_models_loss_bit_for_bi
     }
   expect_error(run_cli("eval --checkpoint " + (d / "llama.h5") + " --data " + (d / "ids.bin") + " --stream --grad-out " + (d / "g.h5")),
                "--grad-out needs the whole model in memory");
+}
+
+// sample --stream reads every block from the file for each token: the same ops as the loaded
+// model's decode_step, so the same draws, greedy and seeded, through the prefill, one token at a
+// time and past block_size (the window cropped and refilled); for a BF16 Llama from an HF
+// directory, a Qwen2 (q/k/v biases) checkpoint and a GPT-2 (learned positions) GGUF file.
+BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
+  TempDir d;
+  Run exp = run_cli("export --format gguf --dtype f32 --checkpoint " + fixture_path("gguf/gpt2_gpt2mini.h5") + " --out " + (d / "gpt2.gguf"));
+  BOOST_TEST_REQUIRE(exp.code == 0, exp.err);
+  for (const std::string& model : {fixture_path("hf/llama_gqa_bf16_spm"), fixture_path("gguf/qwen2_qwen2mini.h5"), d / "gpt2.gguf"}) {
+    const formats::OpenedModel m = formats::open_model(model);
+    const std::unique_ptr<GPT> loaded = m.load();
+    const StreamedModel streamed(m);
+    const int64_t n = m.config.block_size + 20;
+    const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
+    SampleOptions greedy, drawn;
+    greedy.greedy = true;
+    drawn.temperature = 0.8, drawn.top_k = 20;
+    for (const SampleOptions& o : {greedy, drawn})
+      BOOST_TEST(generate(streamed, {prompt, prompt}, n, o, 5) == generate(*loaded, {prompt, prompt}, n, o, 5), model << (o.greedy ? ", greedy" : ", drawn"));
+  }
+  const std::string base = "sample --checkpoint " + fixture_path("hf/llama_gqa_bf16_spm") + " --prompt ROMEO --tokens 40 --seed 3";
+  const Run whole = run_cli(base), streamed = run_cli(base + " --stream");
+  BOOST_TEST_REQUIRE(whole.code == 0, whole.err);
+  BOOST_TEST_REQUIRE(streamed.code == 0, streamed.err);
+  BOOST_TEST(whole.out == streamed.out);
+  BOOST_TEST(streamed.err.find("one block at a time") != std::string::npos, streamed.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -20,6 +20,7 @@
 #include "nn/generate.h"
 #include "train/bench.h"
 #include "train/study/convert_model.h"
+#include "train/streamed.h"
 #include "train/eval.h"
 #include "train/formats/hf_tokenizer.h"
 #include "train/formats/model_source.h"
@@ -475,11 +476,12 @@ struct SampleArgs {
   int64_t tokens = 500, top_k = 0;
   double temperature = 0.8;
   uint64_t seed = 1337;
-  bool greedy = false;
+  bool greedy = false, stream = false;
 };
 
 void sample_flags(CLI::App& c, SampleArgs& a) {
-  c.add_option("--checkpoint", a.checkpoint, "checkpoint (HDF5) with a tokenizer")->required();
+  c.add_option("--checkpoint", a.checkpoint, "model with a tokenizer: a checkpoint, a Hugging Face directory or a GGUF file")->required();
+  c.add_flag("--stream", a.stream, "read the model one block at a time for every token (also when it does not fit in memory in float32)");
   c.add_option("--prompt", a.prompt, "text to continue (default: a newline)");
   c.add_option("--tokens", a.tokens, "tokens to generate");
   c.add_option("--temperature", a.temperature, "softmax temperature");
@@ -489,19 +491,33 @@ void sample_flags(CLI::App& c, SampleArgs& a) {
 }
 
 int run_sample(const SampleArgs& a) {
-  LoadedModel l = load_model(a.checkpoint);
-  if (!l.tok)
-    throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
+  const formats::OpenedModel m = formats::open_model(a.checkpoint);
+  if (!m.tok) throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
-  l.model->eval();
+  const Tokenizer* tok = &*m.tok;
+  // Streamed when asked, or when the float32 model and the cache would take more than 90 % of the
+  // memory available (as eval decides): each token then reads every block from the file.
+  const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
+               cache = static_cast<double>(make_kv_cache(m.config, 1, 1).bytes()) * static_cast<double>(m.config.block_size) +
+                       prefill_bytes(m.config, 1, m.config.block_size, get_num_threads());
+  const bool stream = a.stream || whole + cache > 0.9 * available_memory_bytes();
+  std::unique_ptr<Decoder> model;
+  if (stream) {
+    check_memory(whole / static_cast<double>(m.config.n_layer) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
+    std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
+                 byte_size_str(whole).c_str());
+    model = std::make_unique<StreamedModel>(m);
+  } else {
+    model = m.load();
+  }
   std::vector<int32_t> prompt;
-  const int32_t bos = l.tok->bos_id();
+  const int32_t bos = tok->bos_id();
   try {
     // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
     // prompt is then BOS alone
     if (bos >= 0) prompt.push_back(bos);
     if (bos < 0 || a.prompt != "\n") {
-      const std::vector<int32_t> p = l.tok->encode(a.prompt.empty() ? "\n" : a.prompt);
+      const std::vector<int32_t> p = tok->encode(a.prompt.empty() ? "\n" : a.prompt);
       prompt.insert(prompt.end(), p.begin(), p.end());
     }
   } catch (const std::exception& e) {
@@ -514,15 +530,15 @@ int run_sample(const SampleArgs& a) {
   so.greedy = a.greedy;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
-  so.vocab_limit = l.tok->vocab_size();  // the model's ids past the tokenizer's cannot be printed
+  so.vocab_limit = tok->vocab_size();  // the model's ids past the tokenizer's cannot be printed
   so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
   // fwrite, not fputs: a byte-level token may be a NUL byte, or part of a character the next completes
   const auto put = [](const std::string& s) { std::fwrite(s.data(), 1, s.size(), stdout); };
-  put(l.tok->decode(prompt));
+  put(tok->decode(prompt));
   std::fflush(stdout);
   int32_t prev = prompt.back();
-  generate_stream(*l.model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
-    put(l.tok->decode_next(prev, next[0]));
+  generate_stream(*model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
+    put(tok->decode_next(prev, next[0]));
     prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
   });

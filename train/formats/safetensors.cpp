@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "autograd/error.h"
+#include "autograd/runtime.h"
 #include "data/io.h"
 #include "nn/config.h"
 #include "train/formats/float16.h"
@@ -168,10 +169,13 @@ void File::read_f32(const TensorInfo& t, float* out) const {
     std::memcpy(out, p, static_cast<size_t>(n) * 4);
   } else if (t.dtype == "BF16" || t.dtype == "F16") {
     const bool bf = t.dtype == "BF16";
-    for (int64_t i = 0; i < n; i++) {
-      const uint16_t h = static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8));
-      out[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
-    }
+    const int64_t chunk = int64_t(1) << 20;  // a large tensor is widened (and its pages faulted in) on every thread
+    parallel_for((n + chunk - 1) / chunk, [&](int64_t c) {
+      for (int64_t i = c * chunk, end = std::min(n, i + chunk); i < end; i++) {
+        const uint16_t h = static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8));
+        out[i] = bf ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+    });
   } else if (t.dtype == "F64") {
     for (int64_t i = 0; i < n; i++) {
       double d;
