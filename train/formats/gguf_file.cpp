@@ -1,10 +1,12 @@
 #include "train/formats/gguf_file.h"
 
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 
+#include "autograd/runtime.h"
 #include "train/formats/float16.h"
 
 namespace tapelm::gguf {
@@ -294,16 +296,19 @@ void File::read_f32(const Info& info, float* v) const {
     const std::vector<float> d = dequantize_q8_0(b, static_cast<int64_t>(t.count));
     std::copy(d.begin(), d.end(), v);
   } else {
-    for (uint64_t i = 0; i < t.count; i++) {
-      uint16_t h;
-      std::memcpy(&h, b + 2 * i, 2);
-      v[i] = t.type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
-    }
+    const int64_t n = static_cast<int64_t>(t.count), chunk = int64_t(1) << 20;
+    parallel_for((n + chunk - 1) / chunk, [&](int64_t c) {
+      for (int64_t i = c * chunk, end = std::min(n, i + chunk); i < end; i++) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * i, 2);
+        v[i] = t.type == T_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    });
   }
   const uint64_t at = static_cast<uint64_t>(data_ - map_.data()) + t.offset;
   map_.release(at, at + t.bytes);  // read once: out of the resident set (safetensors.cpp)
-  for (uint64_t i = 0; i < t.count; i++)
-    if (!std::isfinite(v[i])) fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
+  if (const int64_t i = formats::first_non_finite(v, static_cast<int64_t>(t.count)); i >= 0)
+    fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
 }
 
 // ---- writing --------------------------------------------------------------------------------------

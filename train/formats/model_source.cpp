@@ -22,6 +22,10 @@ void OpenedModel::read(TensorMap& into) const {
     bool wanted = false;
     for (const auto& part : t.parts) wanted = wanted || into.count(part.first);
     if (!wanted) continue;
+    if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0) {  // the file's values are the parameter's: read in place
+      src->read_f32(*src->find(t.name), into.at(t.parts[0].first).data());
+      continue;
+    }
     buf.resize(static_cast<size_t>(shape_numel(t.shape)));
     src->read_f32(*src->find(t.name), buf.data());
     store_file_values(t, buf.data(), into);

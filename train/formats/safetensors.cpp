@@ -362,11 +362,9 @@ const formats::TensorSource::Info* ModelFiles::find(const std::string& name) con
 void ModelFiles::read_f32(const Info& t, float* out) const {
   const auto& [k, entry] = where_.at(t.name);
   files_[k].read_f32(*entry, out);
-  const int64_t n = entry->numel();
-  for (int64_t i = 0; i < n; i++)
-    if (!std::isfinite(out[i]))
-      throw Error(ErrorKind::data, "safetensors file " + paths_[k] + ": tensor '" + cut_for_message(t.name) + "' holds a non-finite value at element " +
-                                       std::to_string(i));
+  if (const int64_t i = formats::first_non_finite(out, entry->numel()); i >= 0)
+    throw Error(ErrorKind::data, "safetensors file " + paths_[k] + ": tensor '" + cut_for_message(t.name) + "' holds a non-finite value at element " +
+                                     std::to_string(i));
 }
 
 std::string_view ModelFiles::bytes(const Info& t) const {

@@ -1,6 +1,11 @@
 #include "train/formats/tensor_source.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <set>
+
+#include "autograd/runtime.h"
 
 namespace tapelm::formats {
 
@@ -41,6 +46,25 @@ void check_tensors(const std::vector<FileTensor>& layout, const TensorSource& sr
   if (!misshaped.empty()) msg += " mis-shaped " + misshaped.str() + ";";
   msg.pop_back();
   throw Error(rules.kind, msg);
+}
+
+int64_t first_non_finite(const float* v, int64_t n) {
+  const int64_t chunk = int64_t(1) << 20, chunks = (n + chunk - 1) / chunk;
+  std::vector<uint8_t> bad(static_cast<size_t>(chunks), 0);
+  parallel_for(chunks, [&](int64_t c) {
+    uint32_t any = 0;  // an exponent of all ones is Inf or NaN
+    for (int64_t i = c * chunk, end = std::min(n, i + chunk); i < end; i++) {
+      uint32_t bits;
+      std::memcpy(&bits, v + i, 4);
+      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
+    bad[static_cast<size_t>(c)] = static_cast<uint8_t>(any);
+  });
+  for (int64_t c = 0; c < chunks; c++)
+    if (bad[static_cast<size_t>(c)])
+      for (int64_t i = c * chunk; i < n; i++)
+        if (!std::isfinite(v[i])) return i;
+  return -1;
 }
 
 void load(const std::vector<FileTensor>& layout, const TensorSource& src, const LoadRules& rules, TensorMap& into) {

@@ -34,6 +34,10 @@ class TensorSource {
   virtual std::string_view bytes(const Info&) const { return {}; }
 };
 
+/// The index of the first element of v[n] that is not finite, or -1: a branch-free scan of the
+/// exponent bits on every thread (a model's weights, checked as they are read).
+int64_t first_non_finite(const float* v, int64_t n);
+
 /// What a load checks against, beyond the layout.
 struct LoadRules {
   std::string against;  // how messages name what the tensors must match: "LlamaForCausalLM as config.json describes it"
