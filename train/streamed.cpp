@@ -14,6 +14,12 @@ StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m) {
   if (ln_f_->bias.defined()) ln_f_->bias.val() = outer_.at("ln_f.bias");
 }
 
+double StreamedModel::resident_bytes(const GPTConfig& c) {
+  double outside = 0, blocks = 0;
+  for (const auto& [name, shape] : parameter_shapes(c)) (name.rfind("blocks.", 0) == 0 ? blocks : outside) += static_cast<double>(shape_numel(shape));
+  return 4.0 * (outside + blocks / static_cast<double>(c.n_layer));
+}
+
 Tensor StreamedModel::embed(const Index& idx, int64_t pos0) const {
   if (outer_.empty()) throw Error(ErrorKind::internal, "StreamedModel::embed after drop_outer");
   if (idx.shape.size() != 2) throw Error(ErrorKind::shape, "gpt: token ids must be [B, T], got " + shape_str(idx.shape));

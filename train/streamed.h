@@ -1,7 +1,7 @@
 #pragma once
 // A model run one block at a time from an opened file (train/formats/model_source.h): what a
-// conversion or an evaluation of a model larger than memory holds is the tensors outside the
-// blocks, one block, and the hidden states of the tokens it runs. Each step is the op GPT::forward
+// conversion, an evaluation or a sample of a model larger than memory holds is the tensors
+// outside the blocks, one block, and the hidden states (or the KV cache) of the tokens it runs. Each step is the op GPT::forward
 // runs, on the same shapes: the results are GPT's, bit for bit.
 #include <functional>
 #include <vector>
@@ -16,10 +16,13 @@ class StreamedModel : public Decoder {
   /// Reads the tensors outside the blocks (embeddings, final norm, head).
   explicit StreamedModel(const formats::OpenedModel& m);
   const GPTConfig& config() const { return m_.config; }
+  /// The bytes it holds of c's weights: the tensors outside the blocks and one block, in float32.
+  static double resident_bytes(const GPTConfig& c);
   /// The embedding of ids [B, T] at positions pos0.. (GPT::forward's first step; dropout is off
   /// in evaluation).
   Tensor embed(const Index& idx, int64_t pos0 = 0) const;
-  /// Reads each block in turn into an eval-mode Block (one, reused) and calls f(block, layer).
+  /// Reads each block in turn into an eval-mode Block and calls f(block, layer). The Block is
+  /// reused: its tensors are overwritten by the next layer's, so f copies what it keeps.
   void for_each_block(const std::function<void(const Block&, int64_t)>& f) const;
   /// GPT::decode_step, reading every block from the file at each step: sampling from a model
   /// larger than memory (each token costs a read of the whole model, from the page cache when it

@@ -446,7 +446,7 @@ int run_eval(const EvalArgs& a) {
   if (stream) {
     if (grads) throw Error(ErrorKind::usage, "--grad-out needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
     const double tokens = static_cast<double>(data.starts.size() * data.T), d = static_cast<double>(m.config.n_embd);
-    check_memory(whole / static_cast<double>(m.config.n_layer) * 2 + 4 * tokens * d + batch_bytes,
+    check_memory(StreamedModel::resident_bytes(m.config) + whole / static_cast<double>(m.config.n_layer) + 4 * tokens * d + batch_bytes,
                  available_memory_bytes(), "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
     r = evaluate_streamed(m, data.batches(a.batch));
   }
@@ -503,7 +503,7 @@ int run_sample(const SampleArgs& a) {
   const bool stream = a.stream || whole + cache > 0.9 * available_memory_bytes();
   std::unique_ptr<Decoder> model;
   if (stream) {
-    check_memory(whole / static_cast<double>(m.config.n_layer) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
+    check_memory(StreamedModel::resident_bytes(m.config) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
     std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
                  byte_size_str(whole).c_str());
     model = std::make_unique<StreamedModel>(m);

@@ -330,11 +330,13 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
   std::vector<formats::Placement> placements;
   for (size_t i = 0; i < ts.size(); i++)
     placements.push_back({layout[i], 0, at[i], [&t = ts[i], &out](const std::vector<float>& v) { return tensor_bytes(t, v, out); }});
-  formats::write_placed(c, {}, {{out, head_bytes(m, ts)}}, placements, fill);
+  formats::write_placed("GGUF file " + out, c, {}, {{out, head_bytes(m, ts)}}, placements, fill);
   return r;
 }
 
 ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
+  check_dtype(dtype);  // before the model is opened
+  if (fs::is_directory(out)) throw Error(ErrorKind::usage, "--out " + out + " is a directory; GGUF is one file");
   const formats::OpenedModel m = formats::open_model(checkpoint);
   return write_model(out, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); });
 }

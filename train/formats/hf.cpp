@@ -417,9 +417,15 @@ const std::map<std::string, std::pair<std::string, std::string>> kDtypes{
     {"f32", {"F32", "float32"}}, {"bf16", {"BF16", "bfloat16"}}, {"f16", {"F16", "float16"}}};
 }  // namespace
 
-void check_writable(const std::string& dir, const GPTConfig& c, const std::string& dtype, const std::string& what) {
-  if (!kDtypes.count(dtype)) throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": HF export writes f32, bf16 or f16");
+namespace {
+void check_output(const std::string& dir, const std::string& dtype) {
+  if (!kDtypes.count(dtype)) throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": an HF model directory holds f32, bf16 or f16");
   if (fs::exists(dir) && !fs::is_directory(dir)) throw Error(ErrorKind::data, "HF model directory " + dir + ": exists and is not a directory");
+}
+}  // namespace
+
+void check_writable(const std::string& dir, const GPTConfig& c, const std::string& dtype, const std::string& what) {
+  check_output(dir, dtype);
   architecture_for(c, what);
 }
 
@@ -461,7 +467,7 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
     for (size_t j = 0; j < plan.shards[i].size(); j++, next++)
       placements.push_back({layout[next], i, at[j], [t = plan.shards[i][j], &st, p](const std::vector<float>& v) { return safetensors::encode(t, v, st, p); }});
   }
-  formats::write_placed(cfg, whole, placed, placements, fill);
+  formats::write_placed("HF model directory " + dir, cfg, whole, placed, placements, fill);
   out.commit();
   for (const auto& [name, bytes] : small) r.files.push_back((fs::path(dir) / name).string());
   for (const std::string& n : plan.names) r.files.push_back((fs::path(dir) / n).string());
@@ -469,6 +475,7 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
 }
 
 ExportResult export_model(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
+  check_output(dir, dtype);  // before the model is opened
   const formats::OpenedModel m = formats::open_model(checkpoint);
   return write_model(dir, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); },
                      max_shard_bytes);

@@ -12,16 +12,15 @@
 #include "autograd/error.h"
 #include "data/io.h"
 #include "nn/gpt.h"
+#include "train/formats/tensor_source.h"
 
 namespace tapelm::formats {
 
 std::string non_finite(const Tensor& t) {
-  const float* d = t.data();
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; i++)
-    if (!std::isfinite(d[i]))
-      return std::string(std::isnan(d[i]) ? "NaN" : d[i] > 0 ? "Inf" : "-Inf") + " at index " + std::to_string(i);
-  return "";
+  const int64_t i = first_non_finite(t.data(), t.numel());
+  if (i < 0) return "";
+  const float v = t.data()[i];
+  return std::string(std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf") + " at index " + std::to_string(i);
 }
 
 namespace {
@@ -29,17 +28,21 @@ namespace {
 // Open output files, closed (and their errors reported) at the end.
 class Fds {
  public:
+  // One descriptor per output file, all open at once (a 7B model in 5 GB shards: 3).
   Fds(const std::vector<std::string>& temps, const std::vector<std::string>& names) : names_(names) {
     for (const std::string& t : temps) {
       const int fd = ::open(t.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-      if (fd < 0) fail(fds_.size(), errno);
+      if (fd < 0) {
+        const int err = errno;
+        close_quietly();
+        fail(fds_.size(), err);
+      }
       fds_.push_back(fd);
     }
   }
-  ~Fds() {
-    for (int fd : fds_)
-      if (fd >= 0) ::close(fd);
-  }
+  ~Fds() { close_quietly(); }
+  Fds(const Fds&) = delete;
+  Fds& operator=(const Fds&) = delete;
   void write_at(size_t i, const std::string& bytes, uint64_t offset) {
     size_t done = 0;
     while (done < bytes.size()) {
@@ -58,6 +61,10 @@ class Fds {
   }
 
  private:
+  void close_quietly() {
+    for (int& fd : fds_)
+      if (fd >= 0) ::close(fd), fd = -1;
+  }
   [[noreturn]] void fail(size_t i, int err) const {
     throw Error(ErrorKind::data, "cannot write " + names_[i] + ": " + std::strerror(err));
   }
@@ -67,23 +74,23 @@ class Fds {
 
 class PlacedWriter : public ModelSink {
  public:
-  PlacedWriter(const GPTConfig& c, const std::vector<Placement>& placements, Fds& out, const std::vector<PlacedFile>& files)
-      : placements_(placements), out_(out), files_(files), written_(placements.size(), false) {
+  PlacedWriter(const GPTConfig& c, const std::vector<Placement>& placements, Fds& out, const std::string& what)
+      : placements_(placements), out_(out), what_(what), written_(placements.size(), false) {
     for (const auto& [name, shape] : parameter_shapes(c)) expected_[name] = shape;
     for (size_t i = 0; i < placements_.size(); i++)
       for (const auto& part : placements_[i].tensor.parts)
         if (expected_.count(part.first)) users_[part.first].insert(i);
     for (const auto& [name, shape] : expected_)
-      if (!users_.count(name)) throw Error(ErrorKind::internal, files_[0].path + ": the layout has no place for parameter " + name);
+      if (!users_.count(name)) throw Error(ErrorKind::internal, what_ + ": the layout has no place for parameter " + name);
     for (size_t i = 0; i < placements_.size(); i++) try_write(i);  // those made only of what the model lacks: zeros
   }
 
   void tensor(const std::string& name, const Tensor& t) override {
     auto it = expected_.find(name);
     if (it == expected_.end() || it->second != t.shape())
-      throw Error(ErrorKind::internal, files_[0].path + ": parameter " + name + " " + shape_str(t.shape()) + " is not one the config has yet to write");
+      throw Error(ErrorKind::internal, what_ + ": parameter " + name + " " + shape_str(t.shape()) + " is not one the config has yet to write");
     if (const std::string bad = non_finite(t); !bad.empty())
-      throw Error(ErrorKind::data, name + " holds " + bad + "; not writing " + files_[0].path + " (any model already there is kept)");
+      throw Error(ErrorKind::checkpoint, name + " holds " + bad + "; not writing " + what_ + " (any model already there is kept)");
     expected_.erase(it);
     arrived_[name] = t;
     const std::set<size_t> users = users_.at(name);
@@ -92,9 +99,9 @@ class PlacedWriter : public ModelSink {
   }
 
   void check_complete() const {
-    if (!expected_.empty()) throw Error(ErrorKind::internal, files_[0].path + ": parameter " + expected_.begin()->first + " was never written");
+    if (!expected_.empty()) throw Error(ErrorKind::internal, what_ + ": parameter " + expected_.begin()->first + " was never written");
     for (size_t i = 0; i < written_.size(); i++)
-      if (!written_[i]) throw Error(ErrorKind::internal, files_[0].path + ": tensor " + placements_[i].tensor.name + " was never written");
+      if (!written_[i]) throw Error(ErrorKind::internal, what_ + ": tensor " + placements_[i].tensor.name + " was never written");
   }
 
  private:
@@ -118,7 +125,7 @@ class PlacedWriter : public ModelSink {
 
   const std::vector<Placement>& placements_;
   Fds& out_;
-  const std::vector<PlacedFile>& files_;
+  std::string what_;  // the output as the user named it
   std::vector<bool> written_;
   std::map<std::string, Shape> expected_;             // parameters not yet pushed
   std::map<std::string, std::set<size_t>> users_;     // parameter -> placements not yet written that hold it
@@ -127,7 +134,7 @@ class PlacedWriter : public ModelSink {
 
 }  // namespace
 
-void write_placed(const GPTConfig& c, const std::vector<std::pair<std::string, std::string>>& whole,
+void write_placed(const std::string& what, const GPTConfig& c, const std::vector<std::pair<std::string, std::string>>& whole,
                   const std::vector<PlacedFile>& placed, const std::vector<Placement>& placements, const SinkFill& fill) {
   std::vector<std::string> paths;
   for (const auto& w : whole) paths.push_back(w.first);
@@ -138,7 +145,7 @@ void write_placed(const GPTConfig& c, const std::vector<std::pair<std::string, s
     for (size_t i = 0; i < placed.size(); i++) out.write_at(whole.size() + i, placed[i].header, 0);
     std::vector<Placement> shifted = placements;  // file indices past the whole files
     for (Placement& p : shifted) p.file += whole.size();
-    PlacedWriter w(c, shifted, out, placed);
+    PlacedWriter w(c, shifted, out, what);
     fill(w);
     w.check_complete();
     out.close_all();

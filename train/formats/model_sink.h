@@ -44,10 +44,11 @@ struct PlacedFile {
 
 /// Writes the files (`whole`: path and all its bytes; `placed`: a header, then the placements'
 /// bytes) committed together (commit_together: every file or none, whatever ends the process),
-/// with fill pushing the parameters of c. A parameter the config lacks, pushed twice or of another
-/// shape is an internal Error; a NaN or Inf a data Error naming it; a placement never written (a
-/// parameter never pushed) an internal Error; in each case nothing is committed.
-void write_placed(const GPTConfig& c, const std::vector<std::pair<std::string, std::string>>& whole,
+/// with fill pushing the parameters of c; `what` names the output in errors. A parameter the
+/// config lacks, pushed twice or of another shape is an internal Error; a NaN or Inf a checkpoint
+/// Error naming it (as ModelWriter's); a placement never written (a parameter never pushed) an
+/// internal Error; in each case nothing is committed.
+void write_placed(const std::string& what, const GPTConfig& c, const std::vector<std::pair<std::string, std::string>>& whole,
                   const std::vector<PlacedFile>& placed, const std::vector<Placement>& placements, const SinkFill& fill);
 
 }  // namespace tapelm::formats

@@ -38,6 +38,13 @@ void OpenedModel::push_each(ModelSink& sink) const {
   std::vector<float> buf;
   for (const FileTensor& t : layout) {
     if (t.extra) continue;
+    if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0) {  // the file's values are the parameter's
+      if (!params.count(t.parts[0].first)) continue;
+      Tensor one = Tensor::empty(t.parts[0].second);
+      src->read_f32(*src->find(t.name), one.data());
+      sink.tensor(t.parts[0].first, one);
+      continue;
+    }
     buf.resize(static_cast<size_t>(shape_numel(t.shape)));
     src->read_f32(*src->find(t.name), buf.data());
     TensorMap parts;

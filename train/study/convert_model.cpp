@@ -137,7 +137,7 @@ void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::O
     else hf::write_model(r.out, nc, tok, dtype, what, *fill);
   } else if (r.format == "gguf") {
     if (!fill) gguf::check_writable(r.out, nc, tok, dtype, what);
-    else gguf::write_model(r.out, nc, tok, dtype, r.out, *fill);
+    else gguf::write_model(r.out, nc, tok, dtype, r.out, *fill);  // named by the output: general.name is its stem, as export's
   } else if (r.format.empty() || r.format == "tapelm") {
     if (dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
     if (fill) write_streamed(r.out, nc, tok, {"converted_from", from.dump()}, dtype, *fill);
