@@ -777,7 +777,8 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
 // SIGKILL at seeded moments of a streamed conversion into an HF directory (and a GGUF file)
 // that already holds an earlier conversion: what is left is the old output or the new, byte
 // for byte, never a mixture or a partial file.
-BOOST_AUTO_TEST_CASE(a_killed_streamed_conversion_leaves_the_old_output_or_the_new) {
+BOOST_AUTO_TEST_CASE(a_killed_streamed_conversion_leaves_the_old_output_or_the_new,
+                     *boost::unit_test::precondition(test::release_binary)) {
   TempDir d;
   LoadedModel spm = load_model(fixture_path("gguf/llama_spm.h5"));
   GPTConfig c = spm.model->config();
