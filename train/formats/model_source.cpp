@@ -15,20 +15,27 @@ namespace fs = std::filesystem;
 
 namespace tapelm::formats {
 
+namespace {
+// Reads file tensor t into the named tensors of `into`: in place when the file holds one
+// parameter as it is, else through buf (parts stacked, rows permuted, transposed).
+void read_file_tensor(const TensorSource& src, const FileTensor& t, TensorMap& into, std::vector<float>& buf) {
+  if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0) {
+    src.read_f32(*src.find(t.name), into.at(t.parts[0].first).data());
+    return;
+  }
+  buf.resize(static_cast<size_t>(shape_numel(t.shape)));
+  src.read_f32(*src.find(t.name), buf.data());
+  store_file_values(t, buf.data(), into);
+}
+}  // namespace
+
 void OpenedModel::read(TensorMap& into) const {
   std::vector<float> buf;
   for (const FileTensor& t : layout) {
     if (t.extra) continue;
     bool wanted = false;
     for (const auto& part : t.parts) wanted = wanted || into.count(part.first);
-    if (!wanted) continue;
-    if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0) {  // the file's values are the parameter's: read in place
-      src->read_f32(*src->find(t.name), into.at(t.parts[0].first).data());
-      continue;
-    }
-    buf.resize(static_cast<size_t>(shape_numel(t.shape)));
-    src->read_f32(*src->find(t.name), buf.data());
-    store_file_values(t, buf.data(), into);
+    if (wanted) read_file_tensor(*src, t, into, buf);
   }
 }
 
@@ -38,19 +45,11 @@ void OpenedModel::push_each(ModelSink& sink) const {
   std::vector<float> buf;
   for (const FileTensor& t : layout) {
     if (t.extra) continue;
-    if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0) {  // the file's values are the parameter's
-      if (!params.count(t.parts[0].first)) continue;
-      Tensor one = Tensor::empty(t.parts[0].second);
-      src->read_f32(*src->find(t.name), one.data());
-      sink.tensor(t.parts[0].first, one);
-      continue;
-    }
-    buf.resize(static_cast<size_t>(shape_numel(t.shape)));
-    src->read_f32(*src->find(t.name), buf.data());
     TensorMap parts;
     for (const auto& [name, shape] : t.parts)
       if (params.count(name)) parts.emplace(name, Tensor::empty(shape));
-    store_file_values(t, buf.data(), parts);
+    if (parts.empty()) continue;
+    read_file_tensor(*src, t, parts, buf);
     for (const auto& [name, shape] : t.parts)
       if (params.count(name)) sink.tensor(name, parts.at(name));
   }

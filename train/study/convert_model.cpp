@@ -45,12 +45,9 @@ CalibrationSource calibration_source(const ConvertRequest& r, const formats::Ope
 /// hidden states, one batch's forward and the second-moment matrix.
 void check_streaming_memory(const formats::OpenedModel& src, const std::vector<Index>& batches) {
   const GPTConfig& c = src.config;
-  double outside = 0, block = 0, attention = 0;
-  for (const auto& [name, shape] : parameter_shapes(c)) {
-    (name.rfind("blocks.", 0) == 0 ? block : outside) += static_cast<double>(shape_numel(shape));
+  double attention = 0;
+  for (const auto& [name, shape] : parameter_shapes(c))
     if (name.find(".attn.") != std::string::npos) attention += static_cast<double>(shape_numel(shape));
-  }
-  block /= static_cast<double>(c.n_layer);
   attention /= static_cast<double>(c.n_layer);
   double tokens = 0, biggest = 0;
   for (const Index& b : batches) {
@@ -58,7 +55,7 @@ void check_streaming_memory(const formats::OpenedModel& src, const std::vector<I
     biggest = std::max(biggest, static_cast<double>(b.shape[0]));
   }
   const double d = static_cast<double>(c.n_embd);
-  const double need = 4 * (outside + block + 2 * attention) + 4 * tokens * d +
+  const double need = StreamedModel::resident_bytes(c) + 8 * attention + 4 * tokens * d +
                       (batches.empty() ? 0 : prefill_bytes(c, static_cast<int64_t>(biggest), c.block_size, get_num_threads()) +
                                                  8 * (d + 1) * (d + 1));
   check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
