@@ -44,26 +44,74 @@ Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& 
   });
 }
 
-Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, Tensor& cache_k, Tensor& cache_v,
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::f32: return "f32";
+    case KvType::f16: return "f16";
+    case KvType::bf16: return "bf16";
+    case KvType::q8: return "q8";
+  }
+  return "?";
+}
+
+KvType kv_type_from_name(const std::string& s, const std::string& what) {
+  for (KvType t : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8})
+    if (s == kv_type_name(t)) return t;
+  fail(ErrorKind::usage, what + " \"" + s + "\" is not one of f32, f16, bf16, q8");
+}
+
+void check_kv_type(KvType t, int64_t hd) {
+  if (t == KvType::q8 && hd % kern::kQ8Block != 0)
+    fail(ErrorKind::usage, "kv_cache q8 stores blocks of 32 values along each head, but the head dimension is " +
+                               std::to_string(hd) + " (use f16 or bf16)");
+}
+
+KvStore::KvStore(KvType t, int64_t b, int64_t kv, int64_t len, int64_t d)
+    : type(t), batch(b), heads(kv), max_len(len), hd(d),
+      data(static_cast<size_t>(b * kv * len * kern::kv_row_bytes(t, d))) {
+  check_kv_type(t, d);
+}
+
+namespace {
+// f16 holds magnitudes up to 65504, a q8_0 block's f16 scale up to 127 · 65504: beyond, the cache
+// would hold infinities and the logits NaN.
+void check_storable(const Tensor& x, KvType t, const char* what) {
+  if (t == KvType::f32 || t == KvType::bf16) return;
+  const float limit = t == KvType::f16 ? 65504.f : 127.f * 65504.f;
+  const float* p = x.data();
+  float worst = 0;
+  for (int64_t i = 0; i < x.numel(); i++) worst = std::max(worst, std::fabs(p[i]));
+  if (worst > limit)
+    fail(ErrorKind::data, std::string("kv_cache ") + kv_type_name(t) + ": a " + what + " of magnitude " +
+                              std::to_string(worst) + " is beyond what it can hold (" + std::to_string(limit) +
+                              "); use kv_cache bf16 or f32");
+}
+}  // namespace
+
+Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, KvStore& cache_k, KvStore& cache_v,
                      int64_t H, int64_t KV, int64_t pos) {
   if (H <= 0 || KV <= 0 || H % KV != 0)
     fail("attention_cached", "n_head " + std::to_string(H) + " is not a multiple of n_kv_head " + std::to_string(KV));
   if (q.ndim() != 3 || q.dim(2) % H != 0)
     fail("attention_cached", "q " + shape_str(q.shape()) + " does not hold " + std::to_string(H) + " heads");
   const int64_t B = q.dim(0), t = q.dim(1), hd = q.dim(2) / H, row = KV * hd;
-  if (cache_k.ndim() != 4 || cache_k.shape() != cache_v.shape() || cache_k.dim(0) != B || cache_k.dim(1) != KV ||
-      cache_k.dim(3) != hd || k_new.shape() != Shape{B, t, row} || v_new.shape() != k_new.shape())
+  const auto same = [&](const KvStore& c) {
+    return c.type == cache_k.type && c.batch == B && c.heads == KV && c.hd == hd && c.max_len == cache_k.max_len;
+  };
+  if (!same(cache_k) || !same(cache_v) || k_new.shape() != Shape{B, t, row} || v_new.shape() != k_new.shape())
     fail("attention_cached", "q " + shape_str(q.shape()) + ", new k " + shape_str(k_new.shape()) + ", cache " +
-                                 shape_str(cache_k.shape()));
-  const int64_t max_len = cache_k.dim(2);
+                                 shape_str({cache_k.batch, cache_k.heads, cache_k.max_len, cache_k.hd}));
+  const int64_t max_len = cache_k.max_len;
   if (pos < 0 || pos + t > max_len)
     fail("attention_cached", "positions " + std::to_string(pos) + ".." + std::to_string(pos + t - 1) +
                                  " do not fit a cache of " + std::to_string(max_len));
-  kern::kv_cache_write(cache_k.data(), cache_v.data(), k_new.val().data(), v_new.val().data(), B, t, KV, hd, max_len,
-                       pos);
+  check_storable(k_new.val(), cache_k.type, "key");
+  check_storable(v_new.val(), cache_k.type, "value");
+  kern::kv_cache_write(cache_k.data.data(), cache_v.data.data(), cache_k.type, k_new.val().data(), v_new.val().data(), B,
+                       t, KV, hd, max_len, pos);
   Tensor y = Tensor::empty(q.shape());
-  const kern::AttnShape s{B, t, pos + t, H, KV, hd, max_len * row, pos, true, max_len * hd, hd};
-  kern::attention_fwd(y.data(), nullptr, q.val().data(), cache_k.data(), cache_v.data(), s, nullptr, 0.f, 0);
+  const kern::AttnShape s{B, t, pos + t, H, KV, hd, KV * max_len * hd, pos, true, max_len * hd, hd};
+  kern::attention_fwd_stored(y.data(), q.val().data(), cache_k.data.data(), cache_v.data.data(), cache_k.type, s);
   return Var(y);
 }
 

@@ -1,6 +1,7 @@
 #include "autograd/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "autograd/error.h"
@@ -9,6 +10,7 @@
 #include "autograd/kernels/layout.h"
 #include "autograd/kernels/matmul.h"
 #include "autograd/kernels/norms.h"
+#include "autograd/kernels/quant.h"
 #include "autograd/kernels/reduce.h"
 #include "autograd/kernels/softmax.h"
 #include "autograd/record.h"
@@ -203,6 +205,40 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   Tensor out = Tensor::empty(linear_shape(x, w));
   kern::linear_fwd(out.data(), x.val().data(), w.val().data(), b.defined() ? b.val().data() : nullptr, rows, in, outf);
   return record_linear(x, w, b, out);
+}
+
+Q8Matrix Q8Matrix::quantize(const Tensor& w, const std::string& what) {
+  if (w.ndim() != 2 || w.dim(1) % kern::kQ8Block != 0)
+    fail(ErrorKind::usage, what + ": q8_0 needs a matrix whose rows hold a multiple of 32 values, got " + shape_str(w.shape()));
+  Q8Matrix q;
+  q.rows = w.dim(0);
+  q.cols = w.dim(1);
+  const int64_t rb = kern::q8_0_bytes(q.cols);
+  q.data.resize(static_cast<size_t>(q.rows * rb));
+  std::atomic<int64_t> bad{-1};
+  const float* src = w.data();
+  uint8_t* dst = q.data.data();
+#pragma omp parallel for schedule(static) if (w.numel() > kern::kParallelMin)
+  for (int64_t r = 0; r < q.rows; r++)
+    if (kern::quantize_q8_0(dst + r * rb, src + r * q.cols, q.cols) >= 0) bad = r;
+  if (bad >= 0)
+    fail(ErrorKind::data, what + ": row " + std::to_string(bad.load()) +
+                              " holds a value beyond what a q8_0 block's f16 scale can hold (127 x 65504)");
+  return q;
+}
+
+Var linear_q8(const Var& x, const Q8Matrix& w, const Var& b) {
+  if (x.ndim() < 1 || x.shape().back() != w.cols || (b.defined() && b.shape() != Shape{w.rows}))
+    fail("linear_q8", "x " + shape_str(x.shape()) + " for q8_0 weight [" + std::to_string(w.rows) + ", " +
+                          std::to_string(w.cols) + "]" + (b.defined() ? " and bias " + shape_str(b.shape()) : ""));
+  if (grad_enabled() && (x.requires_grad() || (b.defined() && b.requires_grad())))
+    fail("linear_q8", "q8_0 weights are for inference: no gradient flows through them");
+  Shape out_shape = x.shape();
+  out_shape.back() = w.rows;
+  Tensor out = Tensor::empty(out_shape);
+  kern::matmul_q8_0(out.data(), x.val().data(), x.numel() / w.cols, w.cols, w.data.data(), w.rows,
+                    b.defined() ? b.val().data() : nullptr);
+  return Var(out);
 }
 
 std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs) {

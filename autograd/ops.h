@@ -2,6 +2,7 @@
 // Differentiable ops: each computes its value and records its backward right below it.
 // Shape errors throw a shape Error naming the op and the shapes.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "autograd/tape.h"
@@ -44,6 +45,19 @@ Var linear(const Var& x, const Var& w, const Var& b = Var());
 /// and gradients, but a decoding step (x with at most 16 rows) reads all the weights in one pass
 /// on the threads instead of one product after another.
 std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs = {});
+
+/// A weight matrix [rows, cols] stored as q8_0 rows for inference (autograd/kernels/quant.h): a
+/// quarter of float32's bytes and then some (34 bytes per 32 values).
+struct Q8Matrix {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> data;  // rows × q8_0_bytes(cols)
+  /// w [rows, cols], cols a multiple of 32; a data error naming `what` if a block does not fit.
+  static Q8Matrix quantize(const Tensor& w, const std::string& what);
+  int64_t bytes() const { return static_cast<int64_t>(data.size()); }
+};
+/// x·Wᵀ + b for x [..., in] with W [out, in] in q8_0: x rounded to q8_0 row by row and int8 dot
+/// products, as ggml multiplies q8_0 weights (kern::matmul_q8_0). Inference: no tape.
+Var linear_q8(const Var& x, const Q8Matrix& w, const Var& b = Var());
 
 // ---- reductions
 Var sum(const Var& x);

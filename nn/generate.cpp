@@ -65,7 +65,7 @@ void generate_stream(const Decoder& model, const std::vector<std::vector<int32_t
     if (p.size() != t0) throw Error(ErrorKind::usage, "generate: prompts of different lengths");
   std::vector<std::vector<int32_t>> ctx = prompts;  // the tail of each sequence the model can still see
   Rng rng(seed);
-  KVCache cache = make_kv_cache(model.decoder_config(), B, T);
+  KVCache cache = make_kv_cache(model.decoder_config(), B, T, opt.kv_cache);
   auto feed_last = [&](int64_t count) {
     Index ids;
     ids.shape = {B, count};

@@ -12,6 +12,7 @@ struct SampleOptions {
   double temperature = 1.0;
   int64_t top_k = 0;  // 0: all
   int64_t vocab_limit = 0;  // > 0: ids >= vocab_limit are never drawn (a tokenizer smaller than the vocabulary)
+  KvType kv_cache = KvType::f32;  // how the cache stores K and V
   int32_t stop_id = -1;     // >= 0: generation ends when every sequence draws it (llama2.c's run.c stops
                             // at BOS); that step's ids are not handed on
 };

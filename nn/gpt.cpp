@@ -6,7 +6,7 @@ namespace tapelm {
 
 int64_t KVCache::bytes() const {
   int64_t n = 0;
-  for (const LayerCache& l : layers) n += (l.k.numel() + l.v.numel()) * static_cast<int64_t>(sizeof(float));
+  for (const LayerCache& l : layers) n += l.k.bytes() + l.v.bytes();
   return n;
 }
 
@@ -60,7 +60,7 @@ Var GPT::forward(const Index& idx, const Index* key_keep) const {
   if (key_keep && key_keep->shape != idx.shape)
     throw Error(ErrorKind::shape, "gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
   for (const auto& b : blocks) x = b->forward(x, key_keep);
-  return linear(ln_f->forward(x), lm_head);
+  return head(ln_f->forward(x));
 }
 
 std::vector<Tensor> GPT::attention_inputs(const Index& idx) const {
@@ -76,20 +76,23 @@ Var GPT::loss(const Index& idx, const Index& targets, const Index* key_keep) con
   return cross_entropy(forward(idx, key_keep), targets);
 }
 
-KVCache make_kv_cache(const GPTConfig& cfg, int64_t batch, int64_t max_len) {
+KVCache make_kv_cache(const GPTConfig& cfg, int64_t batch, int64_t max_len, KvType type) {
   if (batch <= 0 || max_len <= 0 || max_len > cfg.block_size)
     throw Error(ErrorKind::shape, "gpt: cache for batch " + std::to_string(batch) + " and " + std::to_string(max_len) +
                      " positions (block_size " + std::to_string(cfg.block_size) + ")");
   KVCache c;
   c.batch = batch;
   c.max_len = max_len;
+  c.type = type;
   const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim();
   for (int64_t l = 0; l < cfg.n_layer; l++)
-    c.layers.push_back({Tensor::zeros({batch, KV, max_len, hd}), Tensor::zeros({batch, KV, max_len, hd})});
+    c.layers.push_back({KvStore(type, batch, KV, max_len, hd), KvStore(type, batch, KV, max_len, hd)});
   return c;
 }
 
-KVCache GPT::make_cache(int64_t batch, int64_t max_len) const { return make_kv_cache(cfg_, batch, max_len); }
+KVCache GPT::make_cache(int64_t batch, int64_t max_len, KvType type) const {
+  return make_kv_cache(cfg_, batch, max_len, type);
+}
 
 Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   NoGrad ng;
@@ -100,7 +103,36 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward_cached(x, cache.layers[l], pos);
   cache.len += t;
   Var last = reshape(slice(x, 1, t - 1, t), {B, cfg_.n_embd});
-  return linear(ln_f->forward(last), lm_head).val();
+  return head(ln_f->forward(last)).val();
+}
+
+void GPT::quantize_q8_0() {
+  const auto fits = [](const Var& w) { return w.dim(1) % kern::kQ8Block == 0; };
+  for (size_t l = 0; l < blocks.size(); l++) {
+    const std::string b = "block " + std::to_string(l) + " ";
+    const Attention& a = *blocks[l]->attn;
+    for (auto [name, lin] : {std::pair{"wq", a.wq}, {"wk", a.wk}, {"wv", a.wv}, {"wo", a.wo}})
+      if (fits(lin->weight)) lin->quantize_q8_0(b + name);
+    const MLP& m = *blocks[l]->mlp;
+    for (auto [name, lin] : {std::pair{"fc", m.fc}, {"proj", m.proj}, {"gate", m.gate}, {"up", m.up}, {"down", m.down}})
+      if (lin && fits(lin->weight)) lin->quantize_q8_0(b + name);
+  }
+  if (!cfg_.tie_embeddings && fits(lm_head)) {
+    lm_head_q8 = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(lm_head.val(), "lm_head"));
+    lm_head.val() = Tensor();
+  }
+}
+
+int64_t GPT::weight_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : named_parameters())
+    if (p.val().defined()) n += p.numel() * static_cast<int64_t>(sizeof(float));
+  for (const auto& b : blocks)
+    for (const auto& lin : {b->attn->wq, b->attn->wk, b->attn->wv, b->attn->wo, b->mlp->fc, b->mlp->proj, b->mlp->gate,
+                            b->mlp->up, b->mlp->down})
+      if (lin && lin->q8) n += lin->q8->bytes();
+  if (lm_head_q8) n += lm_head_q8->bytes();
+  return n;
 }
 
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) {

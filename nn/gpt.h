@@ -7,15 +7,16 @@
 
 namespace tapelm {
 
-/// K and V for every layer, holding the KV heads only: bytes ∝ n_kv_head.
+/// K and V for every layer, holding the KV heads only: bytes ∝ n_kv_head, stored as `type`.
 struct KVCache {
   std::vector<LayerCache> layers;
   int64_t batch = 0, max_len = 0, len = 0;  // len: positions filled so far
+  KvType type = KvType::f32;
   int64_t bytes() const;
 };
 
 /// An empty cache of config c for `batch` sequences of up to max_len (<= block_size) positions.
-KVCache make_kv_cache(const GPTConfig& c, int64_t batch, int64_t max_len);
+KVCache make_kv_cache(const GPTConfig& c, int64_t batch, int64_t max_len, KvType type = KvType::f32);
 
 /// What generation runs: a model fed ids at a cache's position. GPT holds its weights; a model
 /// larger than memory reads each block as it goes (train/streamed.h).
@@ -46,9 +47,17 @@ class GPT : public Module, public Decoder {
   Var loss(const Index& idx, const Index& targets, const Index* key_keep = nullptr) const;
 
   /// An empty cache for `batch` sequences of up to max_len (<= block_size) positions.
-  KVCache make_cache(int64_t batch, int64_t max_len) const;
+  KVCache make_cache(int64_t batch, int64_t max_len, KvType type = KvType::f32) const;
   Tensor decode_step(const Index& idx, KVCache& cache) const override;
   const GPTConfig& decoder_config() const override { return cfg_; }
+
+  /// Decoding with int8 weights: every block's linear weights and the output head (unless tied to
+  /// the embedding, which stays float32) become q8_0 rows and their float copies are freed; the
+  /// model then runs inference only (no gradient, no saving). A matrix whose rows are not a
+  /// multiple of 32 values stays float32 (llama.cpp's converter keeps such a matrix in f16).
+  void quantize_q8_0();
+  /// Bytes of the weights as held (q8_0 rows where quantized).
+  int64_t weight_bytes() const;
 
   /// The dropout stream: its state is part of the training state.
   Rng& dropout_rng() { return *rng_; }
@@ -57,9 +66,11 @@ class GPT : public Module, public Decoder {
   std::vector<std::shared_ptr<Block>> blocks;
   std::shared_ptr<Norm> ln_f;
   Var lm_head;  // wte.weight when tied
+  std::shared_ptr<const Q8Matrix> lm_head_q8;  // after quantize_q8_0 when untied
 
  private:
   Var embed(const Index& idx, int64_t pos0) const;
+  Var head(const Var& x) const { return lm_head_q8 ? linear_q8(x, *lm_head_q8) : linear(x, lm_head); }
   GPTConfig cfg_;
   std::shared_ptr<Rng> rng_;
   std::shared_ptr<Dropout> drop_;

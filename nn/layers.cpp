@@ -7,6 +7,11 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   if (has_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 
+void Linear::quantize_q8_0(const std::string& what) {
+  q8 = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(weight.val(), what));
+  weight.val() = Tensor();
+}
+
 Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::zeros({num, dim})); }
 
 Norm::Norm(int64_t dim, NormKind kind, bool has_bias, double eps)
@@ -34,6 +39,7 @@ MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp ==
 }
 
 Var MLP::forward(const Var& x) const {
+  if (swiglu_ && gate->q8) return down->forward(mul(silu(gate->forward(x)), up->forward(x)));
   if (swiglu_) {
     const std::vector<Var> gu = linears(x, {gate->weight, up->weight}, {gate->bias, up->bias});
     return down->forward(mul(silu(gu[0]), gu[1]));
@@ -52,6 +58,7 @@ Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
 }
 
 std::vector<Var> Attention::qkv(const Var& x) const {
+  if (wq->q8) return {wq->forward(x), wk->forward(x), wv->forward(x)};
   return linears(x, {wq->weight, wk->weight, wv->weight}, {wq->bias, wk->bias, wv->bias});
 }
 

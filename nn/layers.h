@@ -13,8 +13,13 @@ namespace tapelm {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
-  Var forward(const Var& x) const { return linear(x, weight, bias); }
+  Var forward(const Var& x) const { return q8 ? linear_q8(x, *q8, bias) : linear(x, weight, bias); }
+  /// Inference with int8 weights: stores the weight as q8_0 rows (in a multiple of 32) and frees
+  /// the float copy; forward then multiplies by the q8_0 rows (no gradient). `what` names the
+  /// layer in errors.
+  void quantize_q8_0(const std::string& what);
   Var weight, bias;  // bias undefined without bias
+  std::shared_ptr<const Q8Matrix> q8;
 };
 
 class Embedding : public Module {
@@ -59,9 +64,9 @@ class MLP : public Module {
 };
 
 /// One attention layer's K and V for every position decoded so far: [B, KV, max_len, hd] each, every
-/// KV head's positions contiguous so that a decoding step streams them (autograd/kernels/attention.h).
+/// KV head's positions contiguous so that a decoding step streams them (autograd/attention.h).
 struct LayerCache {
-  Tensor k, v;
+  KvStore k, v;
 };
 
 class Attention : public Module {

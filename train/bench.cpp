@@ -69,6 +69,7 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   if (iters < 1 || warmup < 0) throw Error(ErrorKind::usage, "decode bench: iters must be positive and warmup >= 0");
   GPT model(cfg, seed);
   model.eval();
+  if (sh.q8_weights) model.quantize_q8_0();
   NoGrad ng;
   Rng r(seed + 1);
   Index prompt;
@@ -79,7 +80,7 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   res.shape = sh;
   using Clock = std::chrono::steady_clock;
   for (int it = 0; it < warmup + iters; it++) {
-    KVCache cache = model.make_cache(sh.batch, sh.context);
+    KVCache cache = model.make_cache(sh.batch, sh.context, sh.kv_cache);
     const auto t0 = Clock::now();
     Tensor logits = model.decode_step(prompt, cache);
     const auto t1 = Clock::now();
@@ -104,11 +105,10 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   res.step_min_s = *std::min_element(res.step_s.begin(), res.step_s.end());
   res.step_max_s = *std::max_element(res.step_s.begin(), res.step_s.end());
   res.tokens_per_s = static_cast<double>(sh.batch) / res.step_median_s;
-  const ModelCost cost = model_cost(cfg);
   // the step at position p reads p + 1 cached positions; averaged over p = prompt .. context - 1
   const double mean_positions = 0.5 * static_cast<double>(sh.prompt + 1 + sh.context);
-  res.bytes_per_step = 4.0 * static_cast<double>(cost.params) +
-                       static_cast<double>(sh.batch) * mean_positions * static_cast<double>(cost.kv_cache_bytes_per_token);
+  res.bytes_per_step = static_cast<double>(model.weight_bytes()) +
+                       static_cast<double>(sh.batch) * mean_positions * static_cast<double>(kv_cache_bytes_per_token(cfg, sh.kv_cache));
   return res;
 }
 

@@ -3,6 +3,7 @@
 // measures PyTorch: same work, warm-up, then the median of timed iterations.
 #include <vector>
 
+#include "autograd/kernels/quant.h"
 #include "nn/config.h"
 
 namespace tapelm {
@@ -22,6 +23,8 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warm
 /// `context` positions (context - prompt steps).
 struct DecodeShape {
   int64_t batch = 1, prompt = 1, context = 0;  // context 0: block_size
+  kern::KvType kv_cache = kern::KvType::f32;    // how the cache stores K and V
+  bool q8_weights = false;                      // linear weights as q8_0 rows (GPT::quantize_q8_0)
 };
 struct DecodeResult {
   DecodeShape shape;
@@ -29,9 +32,9 @@ struct DecodeResult {
   std::vector<double> step_s;     // per iteration: the mean time of its decoding steps
   double prefill_median_s = 0, step_median_s = 0, step_min_s = 0, step_max_s = 0;
   double tokens_per_s = 0;        // batch / step_median_s
-  /// Bytes a decoding step must read at least, averaged over the steps: every weight once (fp32;
-  /// the embedding table counted once, as the tied head reads it whole) and the KV cache of every
-  /// sequence up to the step's position.
+  /// Bytes a decoding step must read at least, averaged over the steps: every weight once as held
+  /// (f32, or q8_0 rows; the embedding table counted once, as the tied head reads it whole) and the
+  /// KV cache of every sequence up to the step's position, as stored.
   double bytes_per_step = 0;
 };
 /// Times iters generations after warmup untimed ones; shape errors (prompt < 1, context past

@@ -101,7 +101,9 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const floa
 // exp-sum l and the unnormalised output o = Σ_j e_j v_j — and the chunks are then combined in
 // order: y = Σ_c e^(m_c − M) o_c / Σ_c e^(m_c − M) l_c with M = max_c m_c. The work items spread
 // over the threads, so MQA at batch 1 (one KV head) decodes long contexts on every core.
-void attention_decode(float* y, const float* q, const float* k, const float* v, const AttnShape& s) {
+// Keys and values stored in 16 or 8 bits (type != f32; k and v then point to bytes) are widened
+// chunk by chunk into per-thread buffers as they are read.
+void attention_decode(float* y, const float* q, const void* k, const void* v, KvType type, const AttnShape& s) {
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride(), hd = s.hd;
   const int64_t len = key_limit(s, 0), nc = std::max<int64_t>(1, (len + kDecodeChunk - 1) / kDecodeChunk);
   const int64_t items = s.B * s.KV * nc;
@@ -116,17 +118,28 @@ void attention_decode(float* y, const float* q, const float* k, const float* v, 
   const bool par = items > 1 && s.B * s.KV * len * rep * hd > (1 << 15);
 #pragma omp parallel if (par)
   {
-    static thread_local std::vector<float> sc;
+    static thread_local std::vector<float> sc, kw, vw;
     sc.resize(rep * kDecodeChunk);
+    if (type != KvType::f32) {
+      kw.resize(kDecodeChunk * hd);
+      vw.resize(kDecodeChunk * hd);
+    }
+    const int64_t rb = kv_row_bytes(type, hd);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < items; t++) {
       const int64_t c = t % nc, bg = t / nc, b = bg / s.KV, g = bg % s.KV;
       const int64_t j0 = c * kDecodeChunk, n = std::max<int64_t>(0, std::min(len, j0 + kDecodeChunk) - j0);
       const float* qg = q + b * C + g * rep * hd;  // the group's query heads are adjacent
-      const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
-      const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
+      const int64_t at = b * s.kv_batch_stride + g * s.head_stride() + j0 * RS;  // in values
       float* ot = o + t * rep * hd;
-      decode_chunk(rep, hd, n, qg, kg + j0 * RS, vg + j0 * RS, RS, scale, sc.data(), m + t * rep, l + t * rep, ot);
+      if (type == KvType::f32) {
+        decode_chunk(rep, hd, n, qg, static_cast<const float*>(k) + at, static_cast<const float*>(v) + at, RS, scale,
+                     sc.data(), m + t * rep, l + t * rep, ot);
+      } else {  // rows are contiguous (RS == hd): row at / hd
+        kv_decode_rows(type, kw.data(), static_cast<const uint8_t*>(k) + at / hd * rb, n, hd);
+        kv_decode_rows(type, vw.data(), static_cast<const uint8_t*>(v) + at / hd * rb, n, hd);
+        decode_chunk(rep, hd, n, qg, kw.data(), vw.data(), hd, scale, sc.data(), m + t * rep, l + t * rep, ot);
+      }
     }
 #pragma omp for schedule(static)
     for (int64_t bg = 0; bg < s.B * s.KV; bg++) {
@@ -175,7 +188,7 @@ void parallel_if(bool par, F&& body) {
 void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
                    const int32_t* key_keep, float p_drop, uint64_t seed) {
   if (s.Tq == 1 && !probs && !key_keep && p_drop == 0 && s.causal) {
-    attention_decode(y, q, k, v, s);
+    attention_decode(y, q, k, v, KvType::f32, s);
     return;
   }
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride();
@@ -344,16 +357,41 @@ void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, in
     }
 }
 
-void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
-                    int64_t KV, int64_t hd, int64_t max_len, int64_t pos) {
-  const int64_t row = KV * hd;
+void kv_cache_write(uint8_t* cache_k, uint8_t* cache_v, KvType type, const float* k_new, const float* v_new,
+                    int64_t B, int64_t t, int64_t KV, int64_t hd, int64_t max_len, int64_t pos) {
+  const int64_t row = KV * hd, rb = kv_row_bytes(type, hd);
   for (int64_t b = 0; b < B; b++)
     for (int64_t g = 0; g < KV; g++)
       for (int64_t i = 0; i < t; i++) {
-        const int64_t at = ((b * KV + g) * max_len + pos + i) * hd, from = (b * t + i) * row + g * hd;
-        std::memcpy(cache_k + at, k_new + from, sizeof(float) * hd);
-        std::memcpy(cache_v + at, v_new + from, sizeof(float) * hd);
+        const int64_t at = ((b * KV + g) * max_len + pos + i) * rb, from = (b * t + i) * row + g * hd;
+        kv_encode_rows(type, cache_k + at, k_new + from, 1, hd);
+        kv_encode_rows(type, cache_v + at, v_new + from, 1, hd);
       }
+}
+
+void attention_fwd_stored(float* y, const float* q, const uint8_t* k, const uint8_t* v, KvType type, const AttnShape& s) {
+  if (type == KvType::f32) {
+    attention_fwd(y, nullptr, q, reinterpret_cast<const float*>(k), reinterpret_cast<const float*>(v), s, nullptr, 0.f, 0);
+    return;
+  }
+  if (s.Tq == 1 && s.causal) {
+    attention_decode(y, q, k, v, type, s);
+    return;
+  }
+  // A prefill: every head's keys and values 0 .. Tk-1 widened once, then the f32 path.
+  const int64_t rb = kv_row_bytes(type, s.hd), per_head = s.Tk * s.hd;
+  std::vector<float> kw(static_cast<size_t>(s.B * s.KV * per_head)), vw(kw.size());
+  for (int64_t b = 0; b < s.B; b++)
+    for (int64_t g = 0; g < s.KV; g++) {
+      const int64_t row0 = (b * s.kv_batch_stride + g * s.head_stride()) / s.hd, at = (b * s.KV + g) * per_head;
+      kv_decode_rows(type, kw.data() + at, k + row0 * rb, s.Tk, s.hd);
+      kv_decode_rows(type, vw.data() + at, v + row0 * rb, s.Tk, s.hd);
+    }
+  AttnShape w = s;
+  w.kv_batch_stride = s.KV * per_head;
+  w.kv_head_stride = per_head;
+  w.kv_row_stride = s.hd;
+  attention_fwd(y, nullptr, q, kw.data(), vw.data(), w, nullptr, 0.f, 0);
 }
 
 }  // namespace tapelm::kern

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "autograd/kernels/common.h"
+#include "autograd/kernels/quant.h"
 
 namespace tapelm::kern {
 
@@ -37,10 +38,15 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
 void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
                    const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed);
 
-/// Writes the new keys and values into the caches at positions pos .. pos+t-1.
-///   cache_k, cache_v: [B, KV, max_len, hd]   k_new, v_new: [B, t, KV·hd]
-void kv_cache_write(float* cache_k, float* cache_v, const float* k_new, const float* v_new, int64_t B, int64_t t,
-                    int64_t KV, int64_t hd, int64_t max_len, int64_t pos);
+/// Writes the new keys and values into the caches at positions pos .. pos+t-1, stored as `type`.
+///   cache_k, cache_v: [B, KV, max_len] rows of kv_row_bytes(type, hd) bytes   k_new, v_new: [B, t, KV·hd]
+void kv_cache_write(uint8_t* cache_k, uint8_t* cache_v, KvType type, const float* k_new, const float* v_new,
+                    int64_t B, int64_t t, int64_t KV, int64_t hd, int64_t max_len, int64_t pos);
+/// attention_fwd for inference (no probabilities kept, no dropout, no key mask) over keys and
+/// values stored as `type`: rows of kv_row_bytes(type, hd) bytes, AttnShape's strides counted in
+/// values (contiguous rows: row stride hd). A decoding step widens each chunk of keys and values
+/// as it reads it, on its thread; a prefill widens every head's keys and values 0 .. Tk-1 first.
+void attention_fwd_stored(float* y, const float* q, const uint8_t* k, const uint8_t* v, KvType type, const AttnShape& s);
 
 /// cos/sin tables of angle p * theta^(-2i/hd), computed in double.
 ///   cos_t, sin_t: [n_pos, hd/2]

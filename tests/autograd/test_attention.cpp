@@ -4,8 +4,11 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "autograd/attention.h"
+#include "autograd/kernels/float16.h"
+#include "autograd/ops.h"
 #include "autograd/runtime.h"
 #include "test_util.h"
 
@@ -103,52 +106,135 @@ BOOST_AUTO_TEST_CASE(rope_values_and_gradient) {
                {randn({2, 3, 12}, 11)});
 }
 
+namespace {
+// x [B, KV, max_len, hd] as a cache of the given type, and the values it stands for.
+KvStore store_of(const Tensor& x, KvType type) {
+  KvStore s(type, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  kern::kv_encode_rows(type, s.data.data(), x.data(), x.numel() / x.dim(3), x.dim(3));
+  return s;
+}
+std::vector<float> rounded(const Tensor& x, KvType type, int64_t hd) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(x.numel() / hd * kern::kv_row_bytes(type, hd)));
+  kern::kv_encode_rows(type, bytes.data(), x.data(), x.numel() / hd, hd);
+  std::vector<float> back(static_cast<size_t>(x.numel()));
+  kern::kv_decode_rows(type, back.data(), bytes.data(), x.numel() / hd, hd);
+  return back;
+}
+}  // namespace
+
 // A decoding step (one new query row per sequence) over a long KV cache: split into 256-key chunks
-// spread over the threads and combined in order. Checked against softmax(q kᵀ/√hd) v computed
-// naively in double on the same cache, and for bit-identical results on 1, 2 and 3 threads.
+// spread over the threads and combined in order; and a prefill of 5 rows over the same cache. For
+// each storage type (f32; f16, bf16 and q8 widened as they are read) checked against softmax(q
+// kᵀ/√hd) v computed naively in double on the cache's values (the old rows and the new ones as the
+// type rounds them), and for bit-identical results on 1, 2 and 3 threads.
 BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
-  const int64_t B = 2, H = 8, hd = 16, max_len = 800;
+  const int64_t B = 2, H = 8, hd = 32, max_len = 800;
   const int before = get_num_threads();
-  for (int64_t KV : {8, 2, 1})
-    for (int64_t pos : {0, 254, 255, 256, 700}) {  // the new token's position: pos + 1 keys visible
-      BOOST_TEST_CONTEXT("KV " << KV << ", " << pos + 1 << " keys") {
-        const int64_t row = KV * hd;
-        Tensor ck = randn({B, KV, max_len, hd}, 20 + KV), cv = randn({B, KV, max_len, hd}, 30 + KV);
-        const Tensor q = randn({B, 1, H * hd}, 40 + pos), kn = randn({B, 1, row}, 50 + pos), vn = randn({B, 1, row}, 60 + pos);
-        std::vector<std::vector<float>> outs;
-        for (int threads : {1, 2, 3}) {
-          set_num_threads(threads);
-          Tensor k1 = ck.clone(), v1 = cv.clone();
-          outs.push_back(attention_cached(Var(q), Var(kn), Var(vn), k1, v1, H, KV, pos).val().to_vector());
-        }
-        BOOST_TEST(outs[0] == outs[1], tt::per_element());
-        BOOST_TEST(outs[0] == outs[2], tt::per_element());
-        // the cache with the new row written at pos, as attention_cached writes it
-        double worst = 0;
-        for (int64_t b = 0; b < B; b++)
-          for (int64_t h = 0; h < H; h++) {
-            const int64_t g = h / (H / KV);
-            // the cache is [B, KV, max_len, hd]
-            auto key = [&](int64_t j, int64_t d) { return j == pos ? kn[(b * row) + g * hd + d] : ck[((b * KV + g) * max_len + j) * hd + d]; };
-            auto val = [&](int64_t j, int64_t d) { return j == pos ? vn[(b * row) + g * hd + d] : cv[((b * KV + g) * max_len + j) * hd + d]; };
-            std::vector<double> sc(pos + 1);
-            double mx = -1e300, sum = 0;
-            for (int64_t j = 0; j <= pos; j++) {
-              double dot = 0;
-              for (int64_t d = 0; d < hd; d++) dot += double(q[b * H * hd + h * hd + d]) * key(j, d);
-              sc[j] = dot / std::sqrt(double(hd));
-              mx = std::max(mx, sc[j]);
-            }
-            for (double& x : sc) sum += (x = std::exp(x - mx));
-            for (int64_t d = 0; d < hd; d++) {
-              double y = 0;
-              for (int64_t j = 0; j <= pos; j++) y += sc[j] / sum * val(j, d);
-              worst = std::max(worst, std::fabs(y - outs[0][b * H * hd + h * hd + d]));
-            }
+  for (KvType type : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8})
+    for (int64_t KV : {8, 2, 1})
+      for (auto [pos, t] : {std::pair<int64_t, int64_t>{0, 1}, {254, 1}, {255, 1}, {256, 1}, {700, 1}, {300, 5}}) {
+        if (type != KvType::f32 && KV == 2) continue;  // the types read every head alike
+        BOOST_TEST_CONTEXT(kv_type_name(type) << ", KV " << KV << ", " << t << " new rows at " << pos) {
+          const int64_t row = KV * hd;
+          const Tensor ck = randn({B, KV, max_len, hd}, 20 + KV), cv = randn({B, KV, max_len, hd}, 30 + KV);
+          const Tensor q = randn({B, t, H * hd}, 40 + pos), kn = randn({B, t, row}, 50 + pos), vn = randn({B, t, row}, 60 + pos);
+          std::vector<std::vector<float>> outs;
+          for (int threads : {1, 2, 3}) {
+            set_num_threads(threads);
+            KvStore k1 = store_of(ck, type), v1 = store_of(cv, type);
+            outs.push_back(attention_cached(Var(q), Var(kn), Var(vn), k1, v1, H, KV, pos).val().to_vector());
           }
-        BOOST_TEST(worst < 2e-5, "max |decode - double reference| " << worst);
+          BOOST_TEST(outs[0] == outs[1], tt::per_element());
+          BOOST_TEST(outs[0] == outs[2], tt::per_element());
+          // the cache's values with the new rows at pos.., as attention_cached stores them
+          const std::vector<float> rk = rounded(ck, type, hd), rv = rounded(cv, type, hd), rkn = rounded(kn, type, hd),
+                                   rvn = rounded(vn, type, hd);
+          double worst = 0;
+          for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < t; i++)
+              for (int64_t h = 0; h < H; h++) {
+                const int64_t g = h / (H / KV), last = pos + i;  // keys 0 .. last visible
+                // the cache is [B, KV, max_len, hd]; the new rows [B, t, KV·hd]
+                auto key = [&](int64_t j, int64_t d) {
+                  return j >= pos ? rkn[(b * t + j - pos) * row + g * hd + d] : rk[((b * KV + g) * max_len + j) * hd + d];
+                };
+                auto val = [&](int64_t j, int64_t d) {
+                  return j >= pos ? rvn[(b * t + j - pos) * row + g * hd + d] : rv[((b * KV + g) * max_len + j) * hd + d];
+                };
+                const float* qr = q.data() + (b * t + i) * H * hd + h * hd;
+                std::vector<double> sc(last + 1);
+                double mx = -1e300, sum = 0;
+                for (int64_t j = 0; j <= last; j++) {
+                  double dot = 0;
+                  for (int64_t d = 0; d < hd; d++) dot += double(qr[d]) * key(j, d);
+                  sc[j] = dot / std::sqrt(double(hd));
+                  mx = std::max(mx, sc[j]);
+                }
+                for (double& x : sc) sum += (x = std::exp(x - mx));
+                for (int64_t d = 0; d < hd; d++) {
+                  double y = 0;
+                  for (int64_t j = 0; j <= last; j++) y += sc[j] / sum * val(j, d);
+                  worst = std::max(worst, std::fabs(y - outs[0][(b * t + i) * H * hd + h * hd + d]));
+                }
+              }
+          BOOST_TEST(worst < 2e-5, "max |attention - double reference| " << worst);
+        }
+      }
+  set_num_threads(before);
+}
+
+// The q8_0 product against its definition: per block of 32, the exact integer sum of the int8
+// products times both f16 scales, summed in double; x rounded to q8_0 as ggml's
+// quantize_row_q8_0_ref does (d = max|x|/127 in f16, q = round(x/d)). The decoding path (M ≤ 16
+// rows, int8 dot products) and the prefill path (sgemm on the widened values) both, with a bias,
+// on 1 and 2 threads (bit-identical).
+BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
+  const int64_t K = 96, N = 37;
+  const Tensor w = randn({N, K}, 7), bias = randn({N}, 8);
+  const Q8Matrix wq = Q8Matrix::quantize(w, "w");
+  const int64_t rb = kern::q8_0_bytes(K);
+  auto block = [](const uint8_t* p, int64_t i, float* d) {
+    uint16_t h;
+    std::memcpy(&h, p + i * kern::kQ8BlockBytes, 2);
+    *d = f16_to_f32(h);
+    return reinterpret_cast<const int8_t*>(p + i * kern::kQ8BlockBytes + 2);
+  };
+  const int before = get_num_threads();
+  for (int64_t M : {1, 3, 16, 40}) {
+    const Tensor x = randn({M, K}, 10 + M);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      outs.push_back(linear_q8(Var(x), wq, Var(bias)).val().to_vector());
+    }
+    BOOST_TEST(outs[0] == outs[1], tt::per_element());
+    double worst = 0;
+    for (int64_t m = 0; m < M; m++) {
+      // ggml's rounding of x, written out here from its definition
+      std::vector<uint8_t> xq(static_cast<size_t>(rb));
+      for (int64_t i = 0; i < K / 32; i++) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[m * K + i * 32 + j]));
+        const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;  // f32, as ggml; stored in f16
+        const uint16_t dh = f32_to_f16(d);
+        std::memcpy(&xq[i * 34], &dh, 2);
+        for (int j = 0; j < 32; j++) xq[i * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[m * K + i * 32 + j] * id)));
+      }
+      for (int64_t n = 0; n < N; n++) {
+        double want = bias[n];
+        for (int64_t i = 0; i < K / 32; i++) {
+          float dw, dx;
+          const int8_t* qw = block(wq.data.data() + n * rb, i, &dw);
+          const int8_t* qx = block(xq.data(), i, &dx);
+          int32_t sum = 0;
+          for (int j = 0; j < 32; j++) sum += int32_t(qw[j]) * int32_t(qx[j]);
+          want += double(dw) * double(dx) * sum;
+        }
+        worst = std::max(worst, std::fabs(want - outs[0][m * N + n]));
       }
     }
+    BOOST_TEST(worst < 1e-4, M << " rows: max |q8_0 product - definition| " << worst);
+  }
   set_num_threads(before);
 }
 

@@ -265,7 +265,13 @@ struct BenchArgs {
   int iters = 10, warmup = 3;
   uint64_t seed = 1337;
   bool json = false;
+  std::string kv_cache = "f32", weights = "f32";
 };
+
+const std::vector<std::string> kv_cache_names{"f32", "f16", "bf16", "q8"};
+constexpr const char* kv_cache_help =
+    "how the KV cache stores keys and values: f32, f16 or bf16 (half the bytes), q8 (q8_0 blocks of 32: 34 bytes per 32 values)";
+constexpr const char* weights_help = "linear weights while decoding: f32, or q8_0 (int8 rows with an f16 scale per 32, as llama.cpp's q8_0)";
 
 void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_option("--config", a.config, "config JSON (model keys, batch_size)");
@@ -280,12 +286,17 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_option("--warmup", a.warmup, "untimed iterations first");
   c.add_option("--seed", a.seed, "seed for weights and tokens")->check(seed_range);
   c.add_flag("--json", a.json, "print one JSON line");
+  c.add_option("--kv-cache", a.kv_cache, std::string("decode: ") + kv_cache_help)->check(CLI::IsMember(kv_cache_names));
+  c.add_option("--weights", a.weights, std::string("decode: ") + weights_help)->check(CLI::IsMember({"f32", "q8_0"}));
 }
 
 // Decoding at a serving shape, against the memory-bandwidth limit: every step must read the
 // weights and the batch's KV cache at least once.
 int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) {
-  const DecodeResult r = bench_decode_shape(cfg.model, {batch, a.prompt, a.decode_len}, a.iters, a.warmup, a.seed);
+  DecodeShape shape{batch, a.prompt, a.decode_len};
+  shape.kv_cache = kv_type_from_name(a.kv_cache, "--kv-cache");
+  shape.q8_weights = a.weights == "q8_0";
+  const DecodeResult r = bench_decode_shape(cfg.model, shape, a.iters, a.warmup, a.seed);
   const ComputeInfo ci = compute_info();
   const double bw = memory_bandwidth(), limit_s = r.bytes_per_step / bw;
   const ModelCost cost = model_cost(cfg.model);
@@ -313,7 +324,9 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
                      {"warmup", a.warmup},
                      {"threads", get_num_threads()},
                      {"params", cost.params},
-                     {"kv_cache_bytes_per_token", cost.kv_cache_bytes_per_token},
+                     {"kv_cache", a.kv_cache},
+                     {"weights", a.weights},
+                     {"kv_cache_bytes_per_token", kv_cache_bytes_per_token(cfg.model, shape.kv_cache)},
                      {"L", cfg.model.n_layer},
                      {"H", cfg.model.n_head},
                      {"KV", cfg.model.n_kv_head},
@@ -330,13 +343,14 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
     return 0;
   }
   std::printf("%s | memory bandwidth %.1f GB/s (triad)\n", compute_summary(ci).c_str(), bw / 1e9);
-  std::printf("decode: batch %ld, prompt %ld, context %ld (%ld steps): prefill %.2f ms; %.3f ms per step (%.1f us per token, "
+  std::printf("decode (%s weights, %s KV cache): batch %ld, prompt %ld, context %ld (%ld steps): prefill %.2f ms; %.3f ms per step (%.1f us per token, "
               "%.0f tokens/s; min %.3f, max %.3f over %d iterations after %d warm-up, %d threads)\n",
-              (long)batch, (long)r.shape.prompt, (long)r.shape.context, (long)(r.shape.context - r.shape.prompt),
+              a.weights.c_str(), a.kv_cache.c_str(), (long)batch, (long)r.shape.prompt, (long)r.shape.context,
+              (long)(r.shape.context - r.shape.prompt),
               r.prefill_median_s * 1e3, r.step_median_s * 1e3, r.step_median_s * 1e6 / static_cast<double>(batch), r.tokens_per_s,
               r.step_min_s * 1e3, r.step_max_s * 1e3, a.iters, a.warmup, get_num_threads());
-  std::printf("bandwidth: %.1f MB per step at least (weights %.1f MB + KV cache), %.3f ms at %.1f GB/s: %.0f%% of the bandwidth limit\n",
-              r.bytes_per_step / 1e6, 4.0 * static_cast<double>(cost.params) / 1e6, limit_s * 1e3, bw / 1e9,
+  std::printf("bandwidth: %.1f MB per step at least (weights and KV cache as stored), %.3f ms at %.1f GB/s: %.0f%% of the bandwidth limit\n",
+              r.bytes_per_step / 1e6, limit_s * 1e3, bw / 1e9,
               100.0 * limit_s / r.step_median_s);
   std::printf("compute: %.2f GFLOP per step, %.3f ms at the sgemm peak; roofline (the larger limit): %.0f%%\n", flops / 1e9,
               compute_s * 1e3, 100.0 * std::max(limit_s, compute_s) / r.step_median_s);
@@ -354,8 +368,8 @@ int run_bench(const BenchArgs& a) {
     // decoding holds the weights, the batch's KV cache and one prefill's activations, not training state
     const ModelCost cost = model_cost(cfg.model);
     const int64_t context = a.decode_len > 0 ? a.decode_len : cfg.model.block_size;
-    check_memory(4.0 * static_cast<double>(cost.params) +
-                     static_cast<double>(batch) * static_cast<double>(context) * static_cast<double>(cost.kv_cache_bytes_per_token) +
+    const double kv = static_cast<double>(kv_cache_bytes_per_token(cfg.model, kv_type_from_name(a.kv_cache, "--kv-cache")));
+    check_memory(4.0 * static_cast<double>(cost.params) + static_cast<double>(batch) * static_cast<double>(context) * kv +
                      prefill_bytes(cfg.model, batch, a.prompt, get_num_threads()),
                  available_memory_bytes(), "decoding " + std::to_string(batch) + " sequences of " + std::to_string(context) + " positions");
     return run_bench_decode(a, cfg, batch);
@@ -477,6 +491,7 @@ struct SampleArgs {
   double temperature = 0.8;
   uint64_t seed = 1337;
   bool greedy = false, stream = false;
+  std::string kv_cache = "f32", weights = "auto";
 };
 
 void sample_flags(CLI::App& c, SampleArgs& a) {
@@ -488,6 +503,9 @@ void sample_flags(CLI::App& c, SampleArgs& a) {
   c.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)");
   c.add_option("--seed", a.seed, "random seed")->check(seed_range);
   c.add_flag("--greedy", a.greedy, "always take the most likely token");
+  c.add_option("--kv-cache", a.kv_cache, kv_cache_help)->check(CLI::IsMember(kv_cache_names));
+  c.add_option("--weights", a.weights, std::string(weights_help) + "; auto (the default): q8_0 for a GGUF file of q8_0 matrices, else f32")
+      ->check(CLI::IsMember({"auto", "f32", "q8_0"}));
 }
 
 int run_sample(const SampleArgs& a) {
@@ -495,20 +513,30 @@ int run_sample(const SampleArgs& a) {
   if (!m.tok) throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   const Tokenizer* tok = &*m.tok;
+  const KvType kv_type = kv_type_from_name(a.kv_cache, "--kv-cache");
+  check_kv_type(kv_type, m.config.head_dim());
   // Streamed when asked, or when the float32 model and the cache would take more than 90 % of the
   // memory available (as eval decides): each token then reads every block from the file.
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
-               cache = static_cast<double>(make_kv_cache(m.config, 1, 1).bytes()) * static_cast<double>(m.config.block_size) +
+               cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(m.config.block_size) +
                        prefill_bytes(m.config, 1, m.config.block_size, get_num_threads());
   const bool stream = a.stream || whole + cache > 0.9 * available_memory_bytes();
+  // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
+  // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
+  const bool q8 = a.weights == "q8_0" || (a.weights == "auto" && !stream && m.dtypes.find("Q8_0") != std::string::npos);
   std::unique_ptr<Decoder> model;
+  if (stream && a.weights == "q8_0")
+    throw Error(ErrorKind::usage, "--weights q8_0 quantizes the model in memory, but " + a.checkpoint +
+                                      (a.stream ? " is read one block at a time (--stream)" : " does not fit in memory in float32 (" + byte_size_str(whole) + ")"));
   if (stream) {
     check_memory(StreamedModel::resident_bytes(m.config) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
     std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
                  byte_size_str(whole).c_str());
     model = std::make_unique<StreamedModel>(m);
   } else {
-    model = m.load();
+    std::unique_ptr<GPT> loaded = m.load();
+    if (q8) loaded->quantize_q8_0();
+    model = std::move(loaded);
   }
   std::vector<int32_t> prompt;
   const int32_t bos = tok->bos_id();
@@ -530,6 +558,7 @@ int run_sample(const SampleArgs& a) {
   so.greedy = a.greedy;
   so.temperature = a.temperature;
   so.top_k = a.top_k;
+  so.kv_cache = kv_type;
   so.vocab_limit = tok->vocab_size();  // the model's ids past the tokenizer's cannot be printed
   so.stop_id = bos;  // BOS starts the next document: llama2.c's run.c stops there too
   // fwrite, not fputs: a byte-level token may be a NUL byte, or part of a character the next completes

@@ -7,7 +7,8 @@
 #include <cstring>
 
 #include "autograd/runtime.h"
-#include "train/formats/float16.h"
+#include "autograd/kernels/float16.h"
+#include "autograd/kernels/quant.h"
 
 namespace tapelm::gguf {
 
@@ -120,32 +121,21 @@ uint64_t tensor_bytes(uint32_t type, uint64_t count) {
 }
 
 std::vector<uint8_t> quantize_q8_0(const float* x, int64_t n, const std::string& what) {
-  std::vector<uint8_t> out(static_cast<size_t>(n / 32 * 34));
-  for (int64_t blk = 0; blk < n / 32; blk++) {
-    const float* v = x + blk * 32;
+  std::vector<uint8_t> out(static_cast<size_t>(kern::q8_0_bytes(n)));
+  const int64_t bad = kern::quantize_q8_0(out.data(), x, n);
+  if (bad >= 0) {
     float amax = 0;
-    for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(v[j]));
-    const float d = amax / 127.f, id = d != 0 ? 1.f / d : 0.f;  // ggml's quantize_row_q8_0_ref
-    const uint16_t dh = f32_to_f16(d);
-    if ((dh & 0x7c00u) == 0x7c00u)
-      throw Error(ErrorKind::data, what + ": the block of 32 values from element " + std::to_string(blk * 32) + " reaches " +
-                                       std::to_string(amax) + ", beyond what a q8_0 block's F16 scale can hold (127 x 65504)");
-    uint8_t* o = &out[static_cast<size_t>(blk) * 34];
-    std::memcpy(o, &dh, 2);
-    for (int j = 0; j < 32; j++) o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(v[j] * id)));
+    for (int64_t j = 0; j < kern::kQ8Block; j++) amax = std::max(amax, std::fabs(x[bad * kern::kQ8Block + j]));
+    throw Error(ErrorKind::data, what + ": the block of 32 values from element " + std::to_string(bad * kern::kQ8Block) +
+                                     " reaches " + std::to_string(amax) +
+                                     ", beyond what a q8_0 block's F16 scale can hold (127 x 65504)");
   }
   return out;
 }
 
 std::vector<float> dequantize_q8_0(const uint8_t* q, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
-  for (int64_t blk = 0; blk < n / 32; blk++) {
-    const uint8_t* b = q + blk * 34;
-    uint16_t dh;
-    std::memcpy(&dh, b, 2);
-    const float d = f16_to_f32(dh);
-    for (int j = 0; j < 32; j++) out[blk * 32 + j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
-  }
+  kern::dequantize_q8_0(out.data(), q, n);
   return out;
 }
 
