@@ -2,7 +2,7 @@
 // libllama (the prebuilt CPU build npm's @node-llama-cpp/linux-x64 ships), prefills C - STEPS
 // tokens of each of BATCH sequences in batches of 512, then calls llama_decode STEPS times with
 // one token per sequence (BATCH tokens, one sequence id each, as a server decodes several users),
-// REPS times on a cleared KV cache. KV is the cache's type: f16 (llama.cpp's default) or f32 (the
+// REPS times on a cleared KV cache. KV is the cache's type: f16 (llama.cpp's default), q8_0, or f32 (the
 // bytes tapelm's cache holds). Prints one JSON line: the median, minimum and maximum ms per step
 // and the median prefill ms. Built and run by bench/llama_cpp_decode.sh against llama.cpp's own
 // llama.h (from the source bundle node-llama-cpp ships).
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   const int C = std::atoi(argv[3]), S = std::atoi(argv[4]), R = std::atoi(argv[5]), threads = std::atoi(argv[6]);
   const int B = argc > 7 ? std::atoi(argv[7]) : 1;  // at most 512: one step is one batch of B tokens
   const char* kv = argc > 8 ? argv[8] : "f16";
-  if (C <= S || S < 1 || R < 1 || threads < 1 || B < 1 || B > 512 || (std::strcmp(kv, "f16") != 0 && std::strcmp(kv, "f32") != 0)) {
+  if (C <= S || S < 1 || R < 1 || threads < 1 || B < 1 || B > 512 || (std::strcmp(kv, "f16") != 0 && std::strcmp(kv, "f32") != 0 && std::strcmp(kv, "q8_0") != 0)) {
     std::fprintf(stderr, "llama_cpp_decode: bad arguments\n");
     return 2;
   }
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
   if (std::strcmp(kv, "f32") == 0) cp.type_k = cp.type_v = GGML_TYPE_F32;
+  if (std::strcmp(kv, "q8_0") == 0) cp.type_k = cp.type_v = GGML_TYPE_Q8_0;  // a quantized V needs flash attention (auto)
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) {
     std::fprintf(stderr, "cannot make a context of %d x %d\n", B, C);

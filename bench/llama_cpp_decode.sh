@@ -8,9 +8,9 @@
 # ships, called directly by bench/llama_cpp_decode.cpp (compiled here against the llama.h of the
 # llama.cpp source node-llama-cpp bundles; node-llama-cpp's own evaluation loop adds milliseconds
 # per token), with llama.cpp's default context settings (flash attention auto) and its KV cache in
-# f32 (the bytes tapelm's holds) and in f16 (its default); q8_0 weights with the default cache.
-# tapelm runs `bench --mode decode` at the same shapes. Both use 2 threads and run alternately,
-# row by row. Prints JSON lines.
+# f16 (its default) and q8_0; q8_0 weights with the f16 and the q8_0 cache. tapelm runs `bench
+# --mode decode` at the same shapes with f32 weights and cache, and with q8_0 weights (--weights
+# q8_0) and an f16 or q8 cache. Both use 2 threads and run alternately, row by row. Prints JSON lines.
 #
 #   mkdir /tmp/nlc && (cd /tmp/nlc && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install \
 #       node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
@@ -40,16 +40,22 @@ for kv in 8 4 2 1; do
 done
 # rows: batch, context (bench/decode.sh's)
 ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024")
+# what runs per row: weights and cache of tapelm and of llama.cpp (RUNS overrides, e.g. RUNS=llama:f32:f32
+# for llama.cpp's f32 cache, off its fast path: 2-12x slower than its f16 cache in the 2026-11-25 table)
+RUNS=${RUNS:-tapelm:f32:f32 tapelm:q8_0:f16 tapelm:q8_0:q8 llama:f32:f16 llama:q8_0:f16 llama:q8_0:q8_0}
 for row in "${ROWS[@]}"; do
   read -r B C <<< "$row"
   for kv in 8 4 2 1; do
-    $T bench --mode decode --json --config "$work/cfg.json" --set n_kv_head=$kv --batch "$B" --prompt $((C - 128)) --context $C \
-      --iters "$reps" --warmup 1 2>/dev/null |
-      python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'impl': 'tapelm', 'dtype': 'f32', 'kv_cache': 'f32', 'batch': $B, 'KV': $kv, 'context': d['context'], 'step_ms': d['step_ms'], 'step_ms_min': d['step_ms_min'], 'step_ms_max': d['step_ms_max'], 'prefill_ms': d['prefill_ms'], 'threads': d['threads']}))"
-    for run in "f32 f32" "f32 f16" "q8_0 f16"; do
-      read -r dt cache <<< "$run"
-      "$work/lcd" "$libs" "$work/kv${kv}_$dt.gguf" $C 128 "$reps" 2 "$B" "$cache" |
-        python3 -c "import json,sys; d=json.load(sys.stdin); d['KV']=$kv; d['dtype']='$dt'; print(json.dumps(d))"
+    for run in $RUNS; do
+      IFS=: read -r who dt cache <<< "$run"
+      if [ "$who" = tapelm ]; then
+        $T bench --mode decode --json --config "$work/cfg.json" --set n_kv_head=$kv --batch "$B" --prompt $((C - 128)) --context $C \
+          --iters "$reps" --warmup 1 --weights $dt --kv-cache $cache 2>/dev/null |
+          python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps({'impl': 'tapelm', 'dtype': '$dt', 'kv_cache': '$cache', 'batch': $B, 'KV': $kv, 'context': d['context'], 'step_ms': d['step_ms'], 'step_ms_min': d['step_ms_min'], 'step_ms_max': d['step_ms_max'], 'prefill_ms': d['prefill_ms'], 'threads': d['threads'], 'bandwidth_limit_pct': d['bandwidth_limit_pct'], 'cpu': d['cpu']}))"
+      else
+        "$work/lcd" "$libs" "$work/kv${kv}_$dt.gguf" $C 128 "$reps" 2 "$B" "$cache" |
+          python3 -c "import json,sys; d=json.load(sys.stdin); d['KV']=$kv; d['dtype']='$dt'; print(json.dumps(d))"
+      fi
     done
   done
 done

@@ -61,17 +61,57 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
-// kDecodeChunk keys and values (rows RS floats apart). Each K row and each V row is read once, for
-// all rep heads: scores into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and
-// the unnormalised output o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the
-// products are 1-16 rows by 256 keys, where a library call costs more than the arithmetic.
-void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const float* k, const float* v, int64_t RS,
-                  float scale, float* sc, float* m, float* l, float* o) {
-  for (int64_t j = 0; j < n; j++) {
-    const float* kj = k + j * RS;
-    for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = dot(q + r * hd, kj, hd) * scale;
+// Rows of keys or values as a decoding step reads them: f32 rows `rs` floats apart, or rows of a
+// 16-bit cache (`rb` bytes apart) converted eight values at a time as they are read — the step
+// streams the cache once, with no widened copy.
+struct F32Rows {
+  const float* p;
+  int64_t rs;
+  float dot_row(const float* q, int64_t j, int64_t hd) const { return dot(q, p + j * rs, hd); }
+  void axpy_row(float* o, float e, int64_t j, int64_t hd) const {
+    const float* v = p + j * rs;
+#pragma omp simd
+    for (int64_t d = 0; d < hd; d++) o[d] += e * v[d];
   }
+};
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+template <KvType T>
+struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
+  const uint8_t* p;
+  int64_t rb;
+  static __m256 load8(const uint16_t* h) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
+    if constexpr (T == KvType::f16) return _mm256_cvtph_ps(x);
+    else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+  }
+  const uint16_t* row(int64_t j) const { return reinterpret_cast<const uint16_t*>(p + j * rb); }
+  float dot_row(const float* q, int64_t j, int64_t hd) const {
+    const uint16_t* k = row(j);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d), acc);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+  void axpy_row(float* o, float e, int64_t j, int64_t hd) const {
+    const uint16_t* v = row(j);
+    const __m256 ve = _mm256_set1_ps(e);
+    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(ve, load8(v + d), _mm256_loadu_ps(o + d)));
+  }
+};
+#endif
+
+// One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
+// kDecodeChunk keys and values. Each K row and each V row is read once, for all rep heads: scores
+// into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and the unnormalised output
+// o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the products are 1-16 rows
+// by 256 keys, where a library call costs more than the arithmetic.
+template <class Rows>
+void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, const Rows& v, float scale, float* sc,
+                  float* m, float* l, float* o) {
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = k.dot_row(q + r * hd, j, hd) * scale;
   for (int64_t r = 0; r < rep; r++) {
     float* row = sc + r * kDecodeChunk;
     float mx = -INFINITY, sum = 0;
@@ -84,15 +124,8 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const floa
     l[r] = sum;
   }
   std::fill(o, o + rep * hd, 0.f);
-  for (int64_t j = 0; j < n; j++) {
-    const float* vj = v + j * RS;
-    for (int64_t r = 0; r < rep; r++) {
-      const float e = sc[r * kDecodeChunk + j];
-      float* orow = o + r * hd;
-#pragma omp simd
-      for (int64_t d = 0; d < hd; d++) orow[d] += e * vj[d];
-    }
-  }
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t r = 0; r < rep; r++) v.axpy_row(o + r * hd, sc[r * kDecodeChunk + j], j, hd);
 }
 
 // One query row per sequence (a decoding step): split-K attention ("flash decoding"). The keys
@@ -101,8 +134,8 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const floa
 // exp-sum l and the unnormalised output o = Σ_j e_j v_j — and the chunks are then combined in
 // order: y = Σ_c e^(m_c − M) o_c / Σ_c e^(m_c − M) l_c with M = max_c m_c. The work items spread
 // over the threads, so MQA at batch 1 (one KV head) decodes long contexts on every core.
-// Keys and values stored in 16 or 8 bits (type != f32; k and v then point to bytes) are widened
-// chunk by chunk into per-thread buffers as they are read.
+// Keys and values stored in 16 or 8 bits (type != f32; k and v then point to bytes) are converted
+// as they are read (f16, bf16), or widened chunk by chunk into per-thread buffers (q8).
 void attention_decode(float* y, const float* q, const void* k, const void* v, KvType type, const AttnShape& s) {
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride(), hd = s.hd;
   const int64_t len = key_limit(s, 0), nc = std::max<int64_t>(1, (len + kDecodeChunk - 1) / kDecodeChunk);
@@ -132,13 +165,21 @@ void attention_decode(float* y, const float* q, const void* k, const void* v, Kv
       const float* qg = q + b * C + g * rep * hd;  // the group's query heads are adjacent
       const int64_t at = b * s.kv_batch_stride + g * s.head_stride() + j0 * RS;  // in values
       float* ot = o + t * rep * hd;
+      float *mt = m + t * rep, *lt = l + t * rep;
+      const uint8_t *kb = static_cast<const uint8_t*>(k) + at / hd * rb, *vb = static_cast<const uint8_t*>(v) + at / hd * rb;
       if (type == KvType::f32) {
-        decode_chunk(rep, hd, n, qg, static_cast<const float*>(k) + at, static_cast<const float*>(v) + at, RS, scale,
-                     sc.data(), m + t * rep, l + t * rep, ot);
-      } else {  // rows are contiguous (RS == hd): row at / hd
-        kv_decode_rows(type, kw.data(), static_cast<const uint8_t*>(k) + at / hd * rb, n, hd);
-        kv_decode_rows(type, vw.data(), static_cast<const uint8_t*>(v) + at / hd * rb, n, hd);
-        decode_chunk(rep, hd, n, qg, kw.data(), vw.data(), hd, scale, sc.data(), m + t * rep, l + t * rep, ot);
+        decode_chunk(rep, hd, n, qg, F32Rows{static_cast<const float*>(k) + at, RS}, F32Rows{static_cast<const float*>(v) + at, RS},
+                     scale, sc.data(), mt, lt, ot);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+      } else if (type == KvType::f16 && hd % 8 == 0) {  // rows are contiguous (RS == hd): row at / hd
+        decode_chunk(rep, hd, n, qg, HalfRows<KvType::f16>{kb, rb}, HalfRows<KvType::f16>{vb, rb}, scale, sc.data(), mt, lt, ot);
+      } else if (type == KvType::bf16 && hd % 8 == 0) {
+        decode_chunk(rep, hd, n, qg, HalfRows<KvType::bf16>{kb, rb}, HalfRows<KvType::bf16>{vb, rb}, scale, sc.data(), mt, lt, ot);
+#endif
+      } else {  // q8 (and 16 bits without the vector conversions): the chunk widened first
+        kv_decode_rows(type, kw.data(), kb, n, hd);
+        kv_decode_rows(type, vw.data(), vb, n, hd);
+        decode_chunk(rep, hd, n, qg, F32Rows{kw.data(), hd}, F32Rows{vw.data(), hd}, scale, sc.data(), mt, lt, ot);
       }
     }
 #pragma omp for schedule(static)
