@@ -115,6 +115,27 @@ Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, KvStore& 
   return Var(y);
 }
 
+Var round_kv(const Var& x, int64_t n_heads, KvType t) {
+  if (x.ndim() != 3 || n_heads <= 0 || x.dim(2) % n_heads != 0)
+    fail("round_kv", "input " + shape_str(x.shape()) + " does not hold " + std::to_string(n_heads) + " heads");
+  if (grad_enabled() && x.requires_grad()) fail("round_kv", "rounding to a KV cache's type is for evaluation: no gradient");
+  const int64_t hd = x.dim(2) / n_heads, rows = x.numel() / hd, rb = kern::kv_row_bytes(t, hd);
+  check_kv_type(t, hd);
+  Tensor out = Tensor::empty(x.shape());
+  const float* src = x.val().data();
+  float* dst = out.data();
+#pragma omp parallel if (x.numel() > kern::kParallelMin)
+  {
+    std::vector<uint8_t> row(static_cast<size_t>(rb));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      kern::kv_encode_rows(t, row.data(), src + r * hd, 1, hd);
+      kern::kv_decode_rows(t, dst + r * hd, row.data(), 1, hd);
+    }
+  }
+  return Var(out);
+}
+
 namespace {
 struct RopeTable {
   Tensor cos_t, sin_t;

@@ -49,6 +49,11 @@ struct KvStore {
 Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, KvStore& cache_k, KvStore& cache_v,
                      int64_t n_head, int64_t n_kv_head, int64_t pos);
 
+/// The values x [B, T, n_heads·hd] stands for once stored in a KV cache of type t (each head's
+/// row of hd values rounded as the cache rounds it): an evaluation of what a 16-bit or 8-bit cache
+/// costs in quality. No gradient flows through it.
+Var round_kv(const Var& x, int64_t n_heads, KvType t);
+
 /// Rotary embedding of x [B,T,n_heads*hd] at positions pos0.. with base theta.
 Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta);
 

@@ -123,6 +123,11 @@ void GPT::quantize_q8_0() {
   }
 }
 
+void GPT::round_kv_as(KvType t) {
+  check_kv_type(t, cfg_.head_dim());
+  for (auto& b : blocks) b->attn->kv_round = t;
+}
+
 int64_t GPT::weight_bytes() const {
   int64_t n = 0;
   for (const auto& [name, p] : named_parameters())

@@ -56,6 +56,9 @@ class GPT : public Module, public Decoder {
   /// model then runs inference only (no gradient, no saving). A matrix whose rows are not a
   /// multiple of 32 values stays float32 (llama.cpp's converter keeps such a matrix in f16).
   void quantize_q8_0();
+  /// Every attention layer's forward rounds K and V as a KV cache of type t stores them: the loss
+  /// a 16-bit or 8-bit cache would give (evaluation only; f32 undoes it).
+  void round_kv_as(KvType t);
   /// Bytes of the weights as held (q8_0 rows where quantized).
   int64_t weight_bytes() const;
 

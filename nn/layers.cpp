@@ -69,6 +69,10 @@ Var Attention::forward(const Var& x, const Index* key_keep) const {
     q = rope(q, H_, 0, theta_);
     k = rope(k, KV_, 0, theta_);
   }
+  if (kv_round != KvType::f32) {
+    k = round_kv(k, KV_, kv_round);
+    v = round_kv(v, KV_, kv_round);
+  }
   AttentionOptions o;
   o.n_head = H_;
   o.n_kv_head = KV_;

@@ -77,6 +77,8 @@ class Attention : public Module {
   /// x [B,t,d] holds positions pos..pos+t-1; appends their K/V to the cache, attends over 0..pos+t-1.
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
   std::shared_ptr<Linear> wq, wk, wv, wo;
+  /// forward() rounds K and V as a cache of this type stores them (evaluation only; f32: not at all).
+  KvType kv_round = KvType::f32;
 
  private:
   /// The query, key and value projections of x, read in one pass when x has few rows.

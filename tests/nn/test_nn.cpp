@@ -101,6 +101,41 @@ BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1})
   BOOST_TEST(cache.len == T);
 }
 
+// A forward that rounds K and V as a cache of each type stores them gives what decoding with that
+// cache gives (how the study evaluates a 16-bit or 8-bit cache); the rounding moves the logits.
+BOOST_AUTO_TEST_CASE(a_forward_with_rounded_kv_equals_decoding_with_that_cache) {
+  GPTConfig c = tiny(1, PosKind::Rope);
+  c.n_embd = 64;
+  c.n_head = 2;  // head dim 32: a q8_0 block per row
+  c.mlp_hidden = 128;
+  GPT model(c, 7);
+  model.eval();
+  NoGrad ng;
+  const int64_t B = 2, T = 12, V = c.vocab_size;
+  const Index ids = random_ids(B, T, V, 3);
+  const Tensor plain = model.forward(ids).val();
+  for (KvType t : {KvType::f16, KvType::bf16, KvType::q8}) {
+    model.round_kv_as(t);
+    const Tensor full = model.forward(ids).val();
+    KVCache cache = model.make_cache(B, T, t);
+    double worst = 0, moved = 0;
+    for (int64_t p = 0; p < T; p++) {
+      Index step({}, {B, 1});
+      for (int64_t b = 0; b < B; b++) step.data.push_back(ids.data[b * T + p]);
+      const Tensor logits = model.decode_step(step, cache);
+      for (int64_t b = 0; b < B; b++)
+        for (int64_t v = 0; v < V; v++) {
+          worst = std::max(worst, double(std::fabs(logits[b * V + v] - full[(b * T + p) * V + v])));
+          moved = std::max(moved, double(std::fabs(plain[(b * T + p) * V + v] - full[(b * T + p) * V + v])));
+        }
+    }
+    BOOST_TEST(worst < 1e-5, kv_type_name(t) << ": max |cached - rounded forward| " << worst);
+    BOOST_TEST(moved > 0.0, kv_type_name(t) << ": the rounding changes nothing");
+  }
+  model.round_kv_as(KvType::f32);
+  BOOST_TEST(model.forward(ids).val().to_vector() == plain.to_vector(), tt::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(gqa_equals_mha_with_repeated_heads) {
   // A GQA model equals the MHA model whose K/V heads are its heads repeated per group.
   GPTConfig g = tiny(2), m = tiny(4);

@@ -80,6 +80,7 @@ std::vector<CellResult> hand_results(const SweepPlan& plan, DecodeTime mqa_b4 = 
       r.decode = {{1, {1.25, 15.0}}, {4, smaller_b4}};
     }
     if (c.kind == CellKind::convert) r.convert_seconds = c.method_name() == "fit" ? 0.25 : 0.002;
+    if (c.kind == CellKind::convert) r.val_loss_kv = {{"f16", r.val_loss + 0.001}, {"q8", r.val_loss + 0.02}};
     rs.push_back(r);
   }
   return rs;
@@ -293,14 +294,15 @@ BOOST_AUTO_TEST_CASE(csv_header_and_rows) {
   conv.params = 3616;
   conv.forward_flops_per_token = 7648;
   conv.kv_cache_bytes_per_token = 64;
+  conv.val_loss_kv = {{"f16", 3.5}};
   std::ostringstream csv;
   write_results_csv(csv, plan, {pre, conv});
   BOOST_TEST(csv.str() ==
              "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
-             "forward_flops_per_token,kv_cache_bytes_per_token,decode_ms_per_token_step_b1,decode_ms_per_sample_b1,"
-             "decode_ms_per_token_step_b4,decode_ms_per_sample_b4\n"
-             "pretrain_mha,pretrain,4,,0.0,1,20,cosine,3.25,25.5,,2.0,3872,8160.0,128,1.5,22.5,2.5,9.375\n"
-             "kv2_mean_a0.05_s1,convert,2,mean,0.05,1,1,rewarm,3.25,25.5,3.75,2.0,3616,7648.0,64,1.5,22.5,2.5,9.375\n");
+             "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8,decode_ms_per_token_step_b1,"
+             "decode_ms_per_sample_b1,decode_ms_per_token_step_b4,decode_ms_per_sample_b4\n"
+             "pretrain_mha,pretrain,4,,0.0,1,20,cosine,3.25,25.5,,2.0,3872,8160.0,128,,,1.5,22.5,2.5,9.375\n"
+             "kv2_mean_a0.05_s1,convert,2,mean,0.05,1,1,rewarm,3.25,25.5,3.75,2.0,3616,7648.0,64,3.5,,1.5,22.5,2.5,9.375\n");
 }
 
 BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
@@ -433,9 +435,9 @@ BOOST_AUTO_TEST_CASE(plots_are_drawn, *boost::unit_test::precondition(test::gnup
   TempDir d;
   const SweepPlan plan(hand_preset());
   write_plots(d.path.string(), plan, hand_results(plan));
-  for (const char* f : {"fig_tradeoff.png", "fig_alpha.png", "fig_methods.png"})
+  for (const char* f : {"fig_tradeoff.png", "fig_alpha.png", "fig_methods.png", "fig_kvbytes.png"})
     BOOST_TEST(fs::file_size(d / f) > 100u, f);
-  for (const char* f : {"tradeoff.dat", "alpha.dat", "methods.dat"}) BOOST_TEST(!fs::exists(d / f), f);
+  for (const char* f : {"tradeoff.dat", "alpha.dat", "methods.dat", "kvbytes.dat"}) BOOST_TEST(!fs::exists(d / f), f);
 }
 
 // ---- a whole sweep --------------------------------------------------------------------------------
@@ -456,7 +458,7 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
   std::getline(csv, header);
   for (const char* col : {"kv_heads", "method", "alpha", "seed", "val_loss", "perplexity", "decode_ms_per_sample_b1",
                           "decode_ms_per_token_step_b4", "kv_cache_bytes_per_token", "params", "forward_flops_per_token",
-                          "train_seconds"})
+                          "train_seconds", "val_loss_kv_f16"})
     BOOST_TEST(header.find(col) != std::string::npos, col);
   int rows = 0;
   const size_t ncols = std::count(header.begin(), header.end(), ',');

@@ -422,7 +422,7 @@ int run_bench(const BenchArgs& a) {
 }
 
 struct EvalArgs {
-  std::string checkpoint, data, split = "val", grad_out;
+  std::string checkpoint, data, split = "val", grad_out, kv_cache = "f32";
   int64_t batch = 16, tokens = 0;
   bool json = false, stream = false;
 };
@@ -436,6 +436,8 @@ void eval_flags(CLI::App& c, EvalArgs& a) {
   c.add_option("--grad-out", a.grad_out, "write d loss / d parameter to this HDF5 file");
   c.add_option("--batch", a.batch, "windows per forward pass");
   c.add_flag("--json", a.json, "print one JSON line");
+  c.add_option("--kv-cache", a.kv_cache, "round K and V as a KV cache of this type stores them: the loss a 16-bit or 8-bit cache gives")
+      ->check(CLI::IsMember(kv_cache_names));
 }
 
 int run_eval(const EvalArgs& a) {
@@ -457,14 +459,20 @@ int run_eval(const EvalArgs& a) {
   const bool stream = a.stream || whole + batch_bytes > 0.9 * available_memory_bytes();
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
+  const KvType kv_round = kv_type_from_name(a.kv_cache, "--kv-cache");
+  check_kv_type(kv_round, m.config.head_dim());
+  if (kv_round != KvType::f32 && grads) throw Error(ErrorKind::usage, "--kv-cache rounds K and V for evaluation: no --grad-out");
   if (stream) {
     if (grads) throw Error(ErrorKind::usage, "--grad-out needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
+    if (kv_round != KvType::f32)
+      throw Error(ErrorKind::usage, "--kv-cache " + a.kv_cache + " needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
     const double tokens = static_cast<double>(data.starts.size() * data.T), d = static_cast<double>(m.config.n_embd);
     check_memory(StreamedModel::resident_bytes(m.config) + whole / static_cast<double>(m.config.n_layer) + 4 * tokens * d + batch_bytes,
                  available_memory_bytes(), "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
     r = evaluate_streamed(m, data.batches(a.batch));
   }
   std::unique_ptr<GPT> loaded = stream ? nullptr : m.load();
+  if (loaded) loaded->round_kv_as(kv_round);
   if (!stream) r = grads ? evaluate_with_grads(*loaded, data.batches(a.batch)) : evaluate(*loaded, data.batches(a.batch));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // Finite weights can still overflow in the forward pass; a NaN loss is no result to print.
@@ -473,7 +481,7 @@ int run_eval(const EvalArgs& a) {
                                            (std::isnan(r.loss) ? "NaN" : "Inf") + " (the model overflows)");
   if (grads) write_gradients(a.grad_out, *loaded, r.loss);
   if (a.json) {
-    nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}};
+    nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}, {"kv_cache", a.kv_cache}};
     if (stream) j["streamed"] = true, j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
   } else {

@@ -79,7 +79,7 @@ std::string fmt_stat(const Stat& s) {
 
 void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
   csv << "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
-         "forward_flops_per_token,kv_cache_bytes_per_token";
+         "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8";
   for (int64_t b : plan.preset.decode_batches)
     csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
   // a RoPE model's decoding at 4·T, the serving batch (the same context in every row)
@@ -92,6 +92,7 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
         << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
         << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
         << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
+    for (const char* type : {"f16", "q8"}) csv << "," << (r.val_loss_kv.count(type) ? num(r.val_loss_kv.at(type)) : "");
     for (int64_t b : plan.preset.decode_batches)
       csv << "," << num(r.decode.at(b).ms_per_token_step) << "," << num(r.decode.at(b).ms_per_sample);
     if (L > 0) csv << "," << num(r.decode_long.at(b_hi).ms_per_token_step) << "," << num(r.decode_long.at(b_hi).ms_per_sample);
@@ -352,6 +353,82 @@ void write_findings(std::ostream& md, const Table& t) {
        << "; the frontier across sizes, Table 1): " << frontier(t, b_hi) << "\n";
 }
 
+/// Bytes per token as a whole number, or with one decimal when they are not one.
+std::string bytes_str(double b) { return fmt(b == std::floor(b) ? "%.0f" : "%.1f", b); }
+
+/// One point of the study in bytes per token: a KV count's best conversion at the headline α (MHA:
+/// its uptrained row) with the cache stored as one type.
+struct KvPoint {
+  int64_t kv;
+  std::string type, label;  // "f32", "f16", "q8"; "GQA-2 f16"
+  double bytes;             // KV cache per token
+  Stat loss;                // over seeds
+};
+
+/// Every (KV count, cache type) the cells measured; empty for sweeps from before the cache types.
+std::vector<KvPoint> kv_points(const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const double ha = plan.preset.headline_fraction;
+  std::vector<KvPoint> out;
+  for (int64_t kv : plan.kv_heads) {
+    const std::string best = kv < plan.n_head ? best_variant(t, kv, ha, true).first : Variant{}.name();
+    const double f32_bytes = static_cast<double>(t.costs(kv).kv_cache_bytes_per_token);
+    // f16 and bf16 halve the bytes; q8 keeps 34 bytes per 32 values of 4
+    for (auto [type, scale] : {std::pair{"f32", 1.0}, {"f16", 0.5}, {"q8", 34.0 / 128.0}}) {
+      std::vector<double> losses;
+      for (const CellResult& r : t.results)
+        if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant.name() == best && std::fabs(r.cell.alpha - ha) < 1e-12) {
+          if (std::string(type) == "f32") losses.push_back(r.val_loss);
+          else if (r.val_loss_kv.count(type)) losses.push_back(r.val_loss_kv.at(type));
+        }
+      if (!losses.empty()) out.push_back({kv, type, plan.kv_name(kv) + " " + type, f32_bytes * scale, stat(losses)});
+    }
+  }
+  return out;
+}
+
+/// The study's other way to shrink the cache: its precision beside its head count, on one axis.
+void write_kv_bytes(std::ostream& md, const Table& t) {
+  std::vector<KvPoint> pts = kv_points(t);
+  if (std::none_of(pts.begin(), pts.end(), [](const KvPoint& p) { return p.type != "f32"; })) return;
+  const SweepPlan& plan = t.plan;
+  md << "\n## KV-cache bytes per token — head count and precision (α = " << plan.preset.headline_fraction
+     << ", each count's best conversion)\n\n"
+     << "The val loss with K and V rounded as the cache would store them: f16 (half the bytes) and q8 (q8_0 blocks of 32 "
+        "along each head: 34 bytes per 32 values), beside f32; a forward that rounds K and V gives what decoding with that "
+        "cache gives (tests/nn/test_nn.cpp).\n\n| KV heads | f32 | f16 | q8 |\n|---|---|---|---|\n";
+  for (int64_t kv : plan.kv_heads) {
+    md << "| " << plan.kv_name(kv);
+    for (const char* type : {"f32", "f16", "q8"}) {
+      auto it = std::find_if(pts.begin(), pts.end(), [&](const KvPoint& p) { return p.kv == kv && p.type == type; });
+      md << " | " << (it == pts.end() ? "–" : bytes_str(it->bytes) + " B: " + fmt_stat(it->loss));
+    }
+    md << " |\n";
+  }
+  // the best configuration within each budget: the frontier, cheapest first
+  std::sort(pts.begin(), pts.end(), [](const KvPoint& a, const KvPoint& b) {
+    return a.bytes != b.bytes ? a.bytes < b.bytes : a.loss.mean < b.loss.mean;
+  });
+  md << "\nBest at each budget (the lowest loss within that many bytes per token):";
+  double best = INFINITY;
+  const char* sep = " ";
+  for (const KvPoint& p : pts)
+    if (p.loss.mean < best) {
+      best = p.loss.mean;
+      md << sep << bytes_str(p.bytes) << " B: " << p.label << " (" << fmt("%.4f", p.loss.mean) << ")";
+      sep = "; ";
+    }
+  md << ".\n\n";
+  for (size_t i = 0; i + 1 < pts.size(); i++)
+    for (size_t j = i + 1; j < pts.size() && pts[j].bytes == pts[i].bytes; j++) {
+      const KvPoint &a = pts[i], &b = pts[j];  // a has the lower loss
+      const double sd = std::max(a.loss.sd, b.loss.sd);
+      md << "- Same bytes (" << bytes_str(a.bytes) << " per token): " << a.label << " " << fmt("%.4f", a.loss.mean) << " against "
+         << b.label << " " << fmt("%.4f", b.loss.mean) << ": " << a.label
+         << (b.loss.mean - a.loss.mean > sd ? " better by more than a seed-sd" : " no better than a seed-sd (not resolved)") << "\n";
+    }
+}
+
 }  // namespace
 
 void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
@@ -362,8 +439,11 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
   write_method_tables(md, t);
   write_alpha_table(md, t);
   write_findings(md, t);
+  write_kv_bytes(md, t);
   md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
-        "`fig_methods.png` (Fig. 4). Every cell: `results.csv`.\n";
+        "`fig_methods.png` (Fig. 4)"
+     << (kv_points(t).size() > plan.kv_heads.size() ? ", `fig_kvbytes.png` (val loss against KV-cache bytes per token)" : "")
+     << ". Every cell: `results.csv`.\n";
 }
 
 namespace {
@@ -383,10 +463,34 @@ std::string best_methods(const Table& t) {
 
 // The data files the plots read.
 struct PlotFiles {
-  fs::path tradeoff, alpha, methods, smaller;
+  fs::path tradeoff, alpha, methods, smaller, kvbytes;
   explicit PlotFiles(const fs::path& out)
-      : tradeoff(out / "tradeoff.dat"), alpha(out / "alpha.dat"), methods(out / "methods.dat"), smaller(out / "smaller.dat") {}
+      : tradeoff(out / "tradeoff.dat"), alpha(out / "alpha.dat"), methods(out / "methods.dat"), smaller(out / "smaller.dat"),
+        kvbytes(out / "kvbytes.dat") {}
 };
+
+// Val loss against KV-cache bytes per token: one series per cache type (gnuplot data blocks split
+// by two blank lines), each point labelled with its KV count.
+void kvbytes_plot(std::ostream& gp, const PlotFiles& files, const Table& t, const fs::path& png) {
+  const std::vector<KvPoint> pts = kv_points(t);
+  std::ofstream f(files.kvbytes);
+  std::vector<std::string> types;  // the cache types measured, one data block each
+  for (const char* type : {"f32", "f16", "q8"}) {
+    if (std::none_of(pts.begin(), pts.end(), [&](const KvPoint& p) { return p.type == type; })) continue;
+    types.push_back(type);
+    for (const KvPoint& p : pts)
+      if (p.type == type) f << p.bytes << " " << p.loss.mean << " " << t.plan.kv_name(p.kv) << "\n";
+    f << "\n\n";
+  }
+  gp << "set terminal pngcairo size 1000,640 font 'sans,11'\nset output " << gp_quote(png.string()) << "\n"
+     << "set title 'Quality vs KV-cache bytes per token (alpha = " << t.plan.preset.headline_fraction << ", best conversion)'\n"
+     << "set xlabel 'KV-cache bytes per token'\nset ylabel 'val loss (nats/token)'\nset logscale x 2\nset key top right\n"
+     << "set offsets graph 0.05, graph 0.05, graph 0.08, graph 0.08\nplot ";
+  for (size_t i = 0; i < types.size(); i++)
+    gp << (i ? ", " : "") << gp_quote(files.kvbytes.string()) << " index " << i << " using 1:2 with linespoints lw 2 pt 7 ps 1.3 title '"
+       << types[i] << " cache', '' index " << i << " using 1:2:3 with labels offset 0,1 font ',9' notitle";
+  gp << "\nunset offsets\nunset logscale x\n";
+}
 
 void write_plot_data(const PlotFiles& files, const Table& t) {
   const SweepPlan& plan = t.plan;
@@ -492,8 +596,9 @@ void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::v
   tradeoff_script(gp, files, t, out / "fig_tradeoff.png");
   alpha_script(gp, files, plan, out / "fig_alpha.png");
   methods_script(gp, files, plan, out / "fig_methods.png");
+  if (kv_points(t).size() > plan.kv_heads.size()) kvbytes_plot(gp, files, t, out / "fig_kvbytes.png");
   run_gnuplot(gp.str());
-  for (const fs::path& f : {files.tradeoff, files.alpha, files.methods, files.smaller}) fs::remove(f);
+  for (const fs::path& f : {files.tradeoff, files.alpha, files.methods, files.smaller, files.kvbytes}) fs::remove(f);
 }
 
 }  // namespace tapelm

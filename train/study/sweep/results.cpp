@@ -88,6 +88,7 @@ nlohmann::json CellResult::to_json() const {
                    {"forward_flops_per_token", forward_flops_per_token},
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
+  for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
   j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long}.to_json());
   return j;
 }
@@ -103,6 +104,8 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
             j.at("steps").get<int64_t>()};
   r.schedule = j.at("schedule").get<std::string>();
   r.val_loss = j.at("val_loss").get<double>();
+  for (const char* type : {"f16", "bf16", "q8"})
+    if (j.contains(std::string("val_loss_kv_") + type)) r.val_loss_kv[type] = j[std::string("val_loss_kv_") + type].get<double>();
   if (j.at("loss_before").is_number()) r.loss_before = j["loss_before"].get<double>();
   r.perplexity = j.at("perplexity").get<double>();
   r.train_seconds = j.at("train_seconds").get<double>();

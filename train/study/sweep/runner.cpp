@@ -252,7 +252,21 @@ struct CellRun {
   bool interrupted = false;
   double val_loss = 0, train_seconds = 0;
   std::optional<double> loss_before, convert_seconds;
+  std::map<std::string, double> val_loss_kv;
 };
+
+/// The val loss of the cell's model with K and V rounded as an f16 and a q8 KV cache store them
+/// (q8: when the head dimension is a multiple of 32), for the study in bytes per token.
+std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const Corpus& corpus) {
+  std::map<std::string, double> out;
+  std::unique_ptr<GPT> m = load_model(checkpoint.string()).model;
+  for (KvType t : {KvType::f16, KvType::q8}) {
+    if (t == KvType::q8 && m->config().head_dim() % kern::kQ8Block != 0) continue;
+    m->round_kv_as(t);
+    out[kv_type_name(t)] = evaluate_split(*m, corpus.val);
+  }
+  return out;
+}
 
 /// Pretraining or training from scratch, then the whole val split outside the timed training.
 CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, const fs::path& run_dir,
@@ -432,6 +446,7 @@ class SweepRun {
       run = train_cell(c, plan_, corpus_, run_dir, label, quiet_, stop_);
     }
     if (run.interrupted) return false;
+    run.val_loss_kv = kv_cache_losses(run_dir / "checkpoint.h5", corpus_);
     const CellResult r = result_of(c, run);
     write_json_atomic(dirs_.cell_file(c), r.to_json());
     std::error_code ec;
@@ -453,6 +468,7 @@ class SweepRun {
     return {.cell = c,
             .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
             .val_loss = run.val_loss,
+            .val_loss_kv = run.val_loss_kv,
             .loss_before = run.loss_before,
             .perplexity = std::exp(run.val_loss),
             .train_seconds = run.train_seconds,
