@@ -95,19 +95,68 @@ float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n) {
 #endif
 }
 
+namespace {
+// out[m] = dot_q8_0(w, x + m·rb, K) for four rows of x whose block scales are xs [4, K/32]: each W
+// block is loaded, its signs taken and its scale widened once for the four (at batch 16 the
+// products, not the memory, bound a step). Sums in the order of dot_q8_0.
+void dot4x_q8_0(float* out, const uint8_t* w, const uint8_t* x, int64_t rb, const float* xs, int64_t K) {
+  const int64_t nb = K / kQ8Block;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* pw = w + i * kQ8BlockBytes;
+    _mm_prefetch(reinterpret_cast<const char*>(pw + 8 * kQ8BlockBytes), _MM_HINT_T0);
+    const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw + 2));
+    const __m256i aw = _mm256_sign_epi8(qw, qw);
+    const float dw = scale_of(pw);
+    for (int m = 0; m < 4; m++) {
+      const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + m * rb + i * kQ8BlockBytes + 2));
+      const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+      acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xs[m * nb + i]), p, acc[m]);
+    }
+  }
+  for (int m = 0; m < 4; m++) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    out[m] = _mm_cvtss_f32(h);
+  }
+#else
+  (void)xs;
+  for (int m = 0; m < 4; m++) out[m] = dot_q8_0(w, x + m * rb, K);
+#endif
+}
+}  // namespace
+
 void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t N, const float* bias) {
-  const int64_t rb = q8_0_bytes(K);
+  const int64_t rb = q8_0_bytes(K), nb = K / kQ8Block;
   if (M <= kQ8RowsDirect) {
     static thread_local std::vector<uint8_t> xq;
+    static thread_local std::vector<float> xs;
     xq.resize(static_cast<size_t>(M * rb));
-    for (int64_t m = 0; m < M; m++) quantize_q8_0(xq.data() + m * rb, x + m * K, K);
+    xs.resize(static_cast<size_t>(M * nb));
+    for (int64_t m = 0; m < M; m++) {
+      quantize_q8_0(xq.data() + m * rb, x + m * K, K);
+      for (int64_t i = 0; i < nb; i++) xs[m * nb + i] = scale_of(xq.data() + m * rb + i * kQ8BlockBytes);
+    }
     const uint8_t* xqp = xq.data();
+    const float* xsp = xs.data();
     constexpr int64_t kRows = 16;  // W rows per work item
 #pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
-    for (int64_t n0 = 0; n0 < N; n0 += kRows) {
-      for (int64_t n = n0; n < std::min(N, n0 + kRows); n++)
-        for (int64_t m = 0; m < M; m++) y[m * N + n] = dot_q8_0(W + n * rb, xqp + m * rb, K) + (bias ? bias[n] : 0.f);
-    }
+    for (int64_t n0 = 0; n0 < N; n0 += kRows)
+      for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
+        const uint8_t* w = W + n * rb;
+        const float b = bias ? bias[n] : 0.f;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) {
+          float d[4];
+          dot4x_q8_0(d, w, xqp + m * rb, rb, xsp + m * nb, K);
+          for (int r = 0; r < 4; r++) y[(m + r) * N + n] = d[r] + b;
+        }
+        for (; m < M; m++) y[m * N + n] = dot_q8_0(w, xqp + m * rb, K) + b;
+      }
     return;
   }
   // A prefill: x rounded to q8_0 as above (the same products, summed in another order), W widened
