@@ -61,14 +61,14 @@ KvType kv_type_from_name(const std::string& s, const std::string& what) {
 }
 
 void check_kv_type(KvType t, int64_t hd) {
-  if (t == KvType::q8 && hd % kern::kQ8Block != 0)
+  if (t == KvType::q8 && hd % kQ8Block != 0)
     fail(ErrorKind::usage, "kv_cache q8 stores blocks of 32 values along each head, but the head dimension is " +
                                std::to_string(hd) + " (use f16 or bf16)");
 }
 
 KvStore::KvStore(KvType t, int64_t b, int64_t kv, int64_t len, int64_t d)
     : type(t), batch(b), heads(kv), max_len(len), hd(d),
-      data(static_cast<size_t>(b * kv * len * kern::kv_row_bytes(t, d))) {
+      data(static_cast<size_t>(b * kv * len * kv_row_bytes(t, d))) {
   check_kv_type(t, d);
 }
 
@@ -119,20 +119,10 @@ Var round_kv(const Var& x, int64_t n_heads, KvType t) {
   if (x.ndim() != 3 || n_heads <= 0 || x.dim(2) % n_heads != 0)
     fail("round_kv", "input " + shape_str(x.shape()) + " does not hold " + std::to_string(n_heads) + " heads");
   if (grad_enabled() && x.requires_grad()) fail("round_kv", "rounding to a KV cache's type is for evaluation: no gradient");
-  const int64_t hd = x.dim(2) / n_heads, rows = x.numel() / hd, rb = kern::kv_row_bytes(t, hd);
+  const int64_t hd = x.dim(2) / n_heads, rows = x.numel() / hd;
   check_kv_type(t, hd);
   Tensor out = Tensor::empty(x.shape());
-  const float* src = x.val().data();
-  float* dst = out.data();
-#pragma omp parallel if (x.numel() > kern::kParallelMin)
-  {
-    std::vector<uint8_t> row(static_cast<size_t>(rb));
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-      kern::kv_encode_rows(t, row.data(), src + r * hd, 1, hd);
-      kern::kv_decode_rows(t, dst + r * hd, row.data(), 1, hd);
-    }
-  }
+  kv_round_rows(t, out.data(), x.val().data(), rows, hd);
   return Var(out);
 }
 

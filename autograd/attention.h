@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/kernels/quant.h"
+#include "autograd/quant.h"
 #include "autograd/tape.h"
 
 namespace tapelm {
@@ -22,9 +22,9 @@ struct AttentionOptions {
 /// softmax(q·kᵀ/√hd + mask) · v for q [B,T,H*hd], k, v [B,T,KV*hd]; returns [B,T,H*hd].
 Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& opt);
 
-/// How a KV cache stores keys and values: f32; f16 or bf16 (half the bytes; f16 as llama.cpp's
-/// default cache); q8 (llama.cpp's q8_0 blocks of 32 along each head's row: 34 bytes per 32 values).
-using KvType = kern::KvType;
+// How a KV cache stores keys and values (KvType, autograd/quant.h): f32; f16 or bf16 (half the
+// bytes; f16 as llama.cpp's default cache); q8 (llama.cpp's q8_0 blocks of 32 along each head's
+// row: 34 bytes per 32 values).
 /// "f32", "f16", "bf16", "q8".
 const char* kv_type_name(KvType t);
 /// The type named s; a usage error naming `what` and s otherwise.

@@ -1,7 +1,6 @@
 #include "autograd/ops.h"
 
 #include <algorithm>
-#include <atomic>
 #include <string>
 
 #include "autograd/error.h"
@@ -208,21 +207,15 @@ Var linear(const Var& x, const Var& w, const Var& b) {
 }
 
 Q8Matrix Q8Matrix::quantize(const Tensor& w, const std::string& what) {
-  if (w.ndim() != 2 || w.dim(1) % kern::kQ8Block != 0)
+  if (w.ndim() != 2 || w.dim(1) % kQ8Block != 0)
     fail(ErrorKind::usage, what + ": q8_0 needs a matrix whose rows hold a multiple of 32 values, got " + shape_str(w.shape()));
   Q8Matrix q;
   q.rows = w.dim(0);
   q.cols = w.dim(1);
-  const int64_t rb = kern::q8_0_bytes(q.cols);
-  q.data.resize(static_cast<size_t>(q.rows * rb));
-  std::atomic<int64_t> bad{-1};
-  const float* src = w.data();
-  uint8_t* dst = q.data.data();
-#pragma omp parallel for schedule(static) if (w.numel() > kern::kParallelMin)
-  for (int64_t r = 0; r < q.rows; r++)
-    if (kern::quantize_q8_0(dst + r * rb, src + r * q.cols, q.cols) >= 0) bad = r;
+  q.data.resize(static_cast<size_t>(q.rows * q8_0_bytes(q.cols)));
+  const int64_t bad = quantize_q8_0_rows(q.data.data(), w.data(), q.rows, q.cols);
   if (bad >= 0)
-    fail(ErrorKind::data, what + ": row " + std::to_string(bad.load()) +
+    fail(ErrorKind::data, what + ": row " + std::to_string(bad) +
                               " holds a value beyond what a q8_0 block's f16 scale can hold (127 x 65504)");
   return q;
 }

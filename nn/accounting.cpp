@@ -32,13 +32,13 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   const double attn_core = 4.0 * static_cast<double>(T) * q;
   m.forward_flops_per_token = L * (attn_mm + mlp_mm + attn_core) + 2.0 * d * V;
   m.train_flops_per_token = 3.0 * m.forward_flops_per_token;
-  m.kv_cache_bytes_per_token = kv_cache_bytes_per_token(c, kern::KvType::f32);
+  m.kv_cache_bytes_per_token = kv_cache_bytes_per_token(c, KvType::f32);
   return m;
 }
 
-int64_t kv_cache_bytes_per_token(const GPTConfig& c, kern::KvType t) {
+int64_t kv_cache_bytes_per_token(const GPTConfig& c, KvType t) {
   return saturate(2.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.n_kv_head) *
-                  static_cast<double>(kern::kv_row_bytes(t, c.head_dim())));
+                  static_cast<double>(kv_row_bytes(t, c.head_dim())));
 }
 
 namespace {

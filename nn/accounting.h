@@ -4,7 +4,7 @@
 // is allocated.
 #include <string>
 
-#include "autograd/kernels/quant.h"
+#include "autograd/quant.h"
 #include "nn/config.h"
 
 namespace tapelm {
@@ -20,7 +20,7 @@ struct ModelCost {
 /// size gives absurd (saturated) figures rather than an overflow.
 ModelCost model_cost(const GPTConfig& c, int64_t T = 0);
 /// K and V of every layer for one token, stored as t (f16/bf16 half of f32, q8 34/128 of it).
-int64_t kv_cache_bytes_per_token(const GPTConfig& c, kern::KvType t);
+int64_t kv_cache_bytes_per_token(const GPTConfig& c, KvType t);
 
 /// Bytes of memory available to this process now: /proc/meminfo's MemAvailable (else the physical
 /// memory), lowered to what a cgroup v2 limit (memory.max − memory.current) or an address-space

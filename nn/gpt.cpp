@@ -107,7 +107,7 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
 }
 
 void GPT::quantize_q8_0() {
-  const auto fits = [](const Var& w) { return w.dim(1) % kern::kQ8Block == 0; };
+  const auto fits = [](const Var& w) { return w.dim(1) % kQ8Block == 0; };
   for (size_t l = 0; l < blocks.size(); l++) {
     const std::string b = "block " + std::to_string(l) + " ";
     const Attention& a = *blocks[l]->attn;

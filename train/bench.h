@@ -3,7 +3,7 @@
 // measures PyTorch: same work, warm-up, then the median of timed iterations.
 #include <vector>
 
-#include "autograd/kernels/quant.h"
+#include "autograd/quant.h"
 #include "nn/config.h"
 
 namespace tapelm {
@@ -23,7 +23,7 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warm
 /// `context` positions (context - prompt steps).
 struct DecodeShape {
   int64_t batch = 1, prompt = 1, context = 0;  // context 0: block_size
-  kern::KvType kv_cache = kern::KvType::f32;    // how the cache stores K and V
+  KvType kv_cache = KvType::f32;                // how the cache stores K and V
   bool q8_weights = false;                      // linear weights as q8_0 rows (GPT::quantize_q8_0)
 };
 struct DecodeResult {

@@ -11,9 +11,9 @@
 
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/common.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 
-namespace tapelm::kern {
+namespace tapelm {
 
 namespace {
 inline float scale_of(const uint8_t* block) {
@@ -59,6 +59,20 @@ void dequantize_q8_0(float* out, const uint8_t* q, int64_t n) {
 #endif
   }
 }
+
+int64_t quantize_q8_0_rows(uint8_t* out, const float* x, int64_t rows, int64_t cols) {
+  const int64_t rb = q8_0_bytes(cols);
+  int64_t bad = -1;
+#pragma omp parallel for schedule(static) if (rows * cols > kern::kParallelMin)
+  for (int64_t r = 0; r < rows; r++)
+    if (quantize_q8_0(out + r * rb, x + r * cols, cols) >= 0) {
+#pragma omp critical(tapelm_q8_bad)
+      bad = r;
+    }
+  return bad;
+}
+
+namespace kern {
 
 float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n) {
   const int64_t nb = n / kQ8Block;
@@ -183,6 +197,8 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
       for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
+}  // namespace kern
+
 int64_t kv_row_bytes(KvType t, int64_t hd) {
   switch (t) {
     case KvType::f32: return 4 * hd;
@@ -232,4 +248,16 @@ void kv_decode_rows(KvType t, float* dst, const uint8_t* src, int64_t n, int64_t
   for (; i < total; i++) dst[i] = t == KvType::f16 ? f16_to_f32(h[i]) : bf16_to_f32(h[i]);
 }
 
-}  // namespace tapelm::kern
+void kv_round_rows(KvType t, float* dst, const float* src, int64_t n, int64_t hd) {
+#pragma omp parallel if (n * hd > kern::kParallelMin)
+  {
+    std::vector<uint8_t> row(static_cast<size_t>(kv_row_bytes(t, hd)));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; r++) {
+      kv_encode_rows(t, row.data(), src + r * hd, 1, hd);
+      kv_decode_rows(t, dst + r * hd, row.data(), 1, hd);
+    }
+  }
+}
+
+}  // namespace tapelm

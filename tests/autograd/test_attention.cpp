@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "autograd/attention.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 #include "autograd/ops.h"
 #include "autograd/runtime.h"
 #include "test_util.h"
@@ -110,14 +110,14 @@ namespace {
 // x [B, KV, max_len, hd] as a cache of the given type, and the values it stands for.
 KvStore store_of(const Tensor& x, KvType type) {
   KvStore s(type, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-  kern::kv_encode_rows(type, s.data.data(), x.data(), x.numel() / x.dim(3), x.dim(3));
+  kv_encode_rows(type, s.data.data(), x.data(), x.numel() / x.dim(3), x.dim(3));
   return s;
 }
 std::vector<float> rounded(const Tensor& x, KvType type, int64_t hd) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(x.numel() / hd * kern::kv_row_bytes(type, hd)));
-  kern::kv_encode_rows(type, bytes.data(), x.data(), x.numel() / hd, hd);
+  std::vector<uint8_t> bytes(static_cast<size_t>(x.numel() / hd * kv_row_bytes(type, hd)));
+  kv_encode_rows(type, bytes.data(), x.data(), x.numel() / hd, hd);
   std::vector<float> back(static_cast<size_t>(x.numel()));
-  kern::kv_decode_rows(type, back.data(), bytes.data(), x.numel() / hd, hd);
+  kv_decode_rows(type, back.data(), bytes.data(), x.numel() / hd, hd);
   return back;
 }
 }  // namespace
@@ -192,12 +192,12 @@ BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
   const int64_t K = 96, N = 37;
   const Tensor w = randn({N, K}, 7), bias = randn({N}, 8);
   const Q8Matrix wq = Q8Matrix::quantize(w, "w");
-  const int64_t rb = kern::q8_0_bytes(K);
+  const int64_t rb = q8_0_bytes(K);
   auto block = [](const uint8_t* p, int64_t i, float* d) {
     uint16_t h;
-    std::memcpy(&h, p + i * kern::kQ8BlockBytes, 2);
+    std::memcpy(&h, p + i * kQ8BlockBytes, 2);
     *d = f16_to_f32(h);
-    return reinterpret_cast<const int8_t*>(p + i * kern::kQ8BlockBytes + 2);
+    return reinterpret_cast<const int8_t*>(p + i * kQ8BlockBytes + 2);
   };
   const int before = get_num_threads();
   for (int64_t M : {1, 3, 16, 40}) {

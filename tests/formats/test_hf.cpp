@@ -17,7 +17,7 @@
 #include "data/io.h"
 #include "nn/generate.h"
 #include "train/formats/checkpoint.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 #include "train/formats/hf.h"
 #include "train/formats/safetensors.h"
 #include "test_util.h"

@@ -11,7 +11,7 @@
 
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 #include "train/formats/gguf.h"
 #include "train/formats/hf.h"
 #include "train/formats/model_source.h"

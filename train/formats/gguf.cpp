@@ -14,7 +14,7 @@
 #include "nn/accounting.h"
 #include "nn/gpt.h"
 #include "train/formats/checkpoint.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 #include "train/formats/gguf_file.h"
 #include "train/formats/layout.h"
 #include "train/formats/tensor_source.h"

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "autograd/runtime.h"
-#include "autograd/kernels/float16.h"
-#include "autograd/kernels/quant.h"
+#include "autograd/float16.h"
+#include "autograd/quant.h"
 
 namespace tapelm::gguf {
 
@@ -121,12 +121,12 @@ uint64_t tensor_bytes(uint32_t type, uint64_t count) {
 }
 
 std::vector<uint8_t> quantize_q8_0(const float* x, int64_t n, const std::string& what) {
-  std::vector<uint8_t> out(static_cast<size_t>(kern::q8_0_bytes(n)));
-  const int64_t bad = kern::quantize_q8_0(out.data(), x, n);
+  std::vector<uint8_t> out(static_cast<size_t>(tapelm::q8_0_bytes(n)));
+  const int64_t bad = tapelm::quantize_q8_0(out.data(), x, n);
   if (bad >= 0) {
     float amax = 0;
-    for (int64_t j = 0; j < kern::kQ8Block; j++) amax = std::max(amax, std::fabs(x[bad * kern::kQ8Block + j]));
-    throw Error(ErrorKind::data, what + ": the block of 32 values from element " + std::to_string(bad * kern::kQ8Block) +
+    for (int64_t j = 0; j < kQ8Block; j++) amax = std::max(amax, std::fabs(x[bad * kQ8Block + j]));
+    throw Error(ErrorKind::data, what + ": the block of 32 values from element " + std::to_string(bad * kQ8Block) +
                                      " reaches " + std::to_string(amax) +
                                      ", beyond what a q8_0 block's F16 scale can hold (127 x 65504)");
   }
@@ -135,7 +135,7 @@ std::vector<uint8_t> quantize_q8_0(const float* x, int64_t n, const std::string&
 
 std::vector<float> dequantize_q8_0(const uint8_t* q, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
-  kern::dequantize_q8_0(out.data(), q, n);
+  tapelm::dequantize_q8_0(out.data(), q, n);
   return out;
 }
 

@@ -1,6 +1,6 @@
 #include "train/formats/h5file.h"
 
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 
 #include <fcntl.h>
 #include <hdf5.h>

@@ -13,7 +13,7 @@
 #include "autograd/runtime.h"
 #include "data/io.h"
 #include "nn/config.h"
-#include "autograd/kernels/float16.h"
+#include "autograd/float16.h"
 
 namespace tapelm::safetensors {
 

@@ -261,7 +261,7 @@ std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const 
   std::map<std::string, double> out;
   std::unique_ptr<GPT> m = load_model(checkpoint.string()).model;
   for (KvType t : {KvType::f16, KvType::q8}) {
-    if (t == KvType::q8 && m->config().head_dim() % kern::kQ8Block != 0) continue;
+    if (t == KvType::q8 && m->config().head_dim() % kQ8Block != 0) continue;
     m->round_kv_as(t);
     out[kv_type_name(t)] = evaluate_split(*m, corpus.val);
   }
