@@ -108,15 +108,9 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
 
 void GPT::quantize_q8_0() {
   const auto fits = [](const Var& w) { return w.dim(1) % kQ8Block == 0; };
-  for (size_t l = 0; l < blocks.size(); l++) {
-    const std::string b = "block " + std::to_string(l) + " ";
-    const Attention& a = *blocks[l]->attn;
-    for (auto [name, lin] : {std::pair{"wq", a.wq}, {"wk", a.wk}, {"wv", a.wv}, {"wo", a.wo}})
-      if (fits(lin->weight)) lin->quantize_q8_0(b + name);
-    const MLP& m = *blocks[l]->mlp;
-    for (auto [name, lin] : {std::pair{"fc", m.fc}, {"proj", m.proj}, {"gate", m.gate}, {"up", m.up}, {"down", m.down}})
-      if (lin && fits(lin->weight)) lin->quantize_q8_0(b + name);
-  }
+  for (size_t l = 0; l < blocks.size(); l++)
+    for (const auto& [name, lin] : blocks[l]->linears())
+      if (fits(lin->weight)) lin->quantize_q8_0("blocks." + std::to_string(l) + "." + name);
   if (!cfg_.tie_embeddings && fits(lm_head)) {
     lm_head_q8 = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(lm_head.val(), "lm_head"));
     lm_head.val() = Tensor();
@@ -133,9 +127,8 @@ int64_t GPT::weight_bytes() const {
   for (const auto& [name, p] : named_parameters())
     if (p.val().defined()) n += p.numel() * static_cast<int64_t>(sizeof(float));
   for (const auto& b : blocks)
-    for (const auto& lin : {b->attn->wq, b->attn->wk, b->attn->wv, b->attn->wo, b->mlp->fc, b->mlp->proj, b->mlp->gate,
-                            b->mlp->up, b->mlp->down})
-      if (lin && lin->q8) n += lin->q8->bytes();
+    for (const auto& [name, lin] : b->linears())
+      if (lin->q8) n += lin->q8->bytes();
   if (lm_head_q8) n += lm_head_q8->bytes();
   return n;
 }

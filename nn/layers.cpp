@@ -109,6 +109,15 @@ Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in) const {
   return add(h, drop->forward(mlp->forward(ln2->forward(h))));
 }
 
+std::vector<std::pair<std::string, std::shared_ptr<Linear>>> Block::linears() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Linear>>> out{
+      {"attn.wq", attn->wq}, {"attn.wk", attn->wk}, {"attn.wv", attn->wv}, {"attn.wo", attn->wo}};
+  for (auto [name, lin] : {std::pair{"mlp.fc", mlp->fc}, {"mlp.proj", mlp->proj}, {"mlp.gate", mlp->gate},
+                           {"mlp.up", mlp->up}, {"mlp.down", mlp->down}})
+    if (lin) out.emplace_back(name, lin);
+  return out;
+}
+
 Var Block::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
   Var h = add(x, attn->forward_cached(ln1->forward(x), cache, pos));
   return add(h, mlp->forward(ln2->forward(h)));

@@ -96,6 +96,8 @@ class Block : public Module {
   /// attn_in, when given, receives the attention's input ln1(x) [B,T,d] (calibration statistics).
   Var forward(const Var& x, const Index* key_keep, Tensor* attn_in = nullptr) const;
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
+  /// The block's linear layers by name ("attn.wq", ..., "mlp.down"), those its MLP kind has.
+  std::vector<std::pair<std::string, std::shared_ptr<Linear>>> linears() const;
   std::shared_ptr<Norm> ln1, ln2;
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;

@@ -52,10 +52,7 @@ inline float dot(const float* a, const float* b, int64_t n) {
 #elif defined(__AVX2__) && defined(__FMA__)
   __m256 acc = _mm256_setzero_ps();
   for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  s = _mm_cvtss_f32(h);
+  s = hsum8(acc);
 #endif
   for (; d < n; d++) s += a[d] * b[d];
   return s;
@@ -89,10 +86,7 @@ struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
     const uint16_t* k = row(j);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d), acc);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
+    return hsum8(acc);
   }
   void axpy_row(float* o, float e, int64_t j, int64_t hd) const {
     const uint16_t* v = row(j);

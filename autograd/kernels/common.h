@@ -9,6 +9,10 @@
 // split the axis whose output each one owns; nothing allocates per element.
 #include <cstdint>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "autograd/splitmix.h"
 
 namespace tapelm::kern {
@@ -37,6 +41,16 @@ inline float exp_approx(float x) {
   __builtin_memcpy(&scale, &bits, sizeof scale);
   return p * scale;
 }
+
+#if defined(__AVX2__)
+/// The sum of v's eight lanes by one fixed shuffle tree (a dot product's last step).
+inline float hsum8(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+#endif
 
 /// erf(x) by Abramowitz & Stegun 7.1.26 (absolute error below 1.5e-7), the form PyTorch's
 /// vectorised CPU kernels use; vectorises.

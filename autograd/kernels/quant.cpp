@@ -92,10 +92,7 @@ float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n) {
     const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(pa) * scale_of(pb)), p, acc);
   }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  return _mm_cvtss_f32(h);
+  return hsum8(acc);
 #else
   float s = 0;
   for (int64_t i = 0; i < nb; i++) {
@@ -131,12 +128,7 @@ void dot4x_q8_0(float* out, const uint8_t* w, const uint8_t* x, int64_t rb, cons
       acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xs[m * nb + i]), p, acc[m]);
     }
   }
-  for (int m = 0; m < 4; m++) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    out[m] = _mm_cvtss_f32(h);
-  }
+  for (int m = 0; m < 4; m++) out[m] = hsum8(acc[m]);
 #else
   (void)xs;
   for (int m = 0; m < 4; m++) out[m] = dot_q8_0(w, x + m * rb, K);
@@ -176,14 +168,7 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
   // A prefill: x rounded to q8_0 as above (the same products, summed in another order), W widened
   // about 4 MB at a time, and sgemm multiplies.
   std::vector<float> xr(static_cast<size_t>(M * K));
-#pragma omp parallel for schedule(static) if (M * K > kParallelMin)
-  for (int64_t m = 0; m < M; m++) {
-    uint8_t q[kQ8BlockBytes];
-    for (int64_t j = 0; j < K; j += kQ8Block) {
-      quantize_q8_0(q, x + m * K + j, kQ8Block);
-      dequantize_q8_0(xr.data() + m * K + j, q, kQ8Block);
-    }
-  }
+  kv_round_rows(KvType::q8, xr.data(), x, M, K);  // each row's q8_0 blocks, widened back
   const int64_t P = std::min(N, std::max<int64_t>(64, (int64_t(1) << 20) / K));
   std::vector<float> panel(static_cast<size_t>(P * K));
   for (int64_t n0 = 0; n0 < N; n0 += P) {
