@@ -1,8 +1,10 @@
 #include "autograd/ops.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "autograd/error.h"
 #include "autograd/kernels/elementwise.h"
 #include "autograd/kernels/embedding.h"
@@ -196,10 +198,60 @@ Var record_linear(const Var& x, const Var& w, const Var& b, const Tensor& out) {
                      w.val().data(), rows, in, outf);
   });
 }
+
+// linear() inside a bf16 Autocast scope: x rounded to bf16 here and kept so for the backward,
+// w's copy from the scope, output and gradients f32. bf16 multiplies bf16 values (gemm_bf16,
+// x kept at half its f32 bytes); bf16-emulated multiplies the same values held in float32 by sgemm.
+struct Bf16Input {
+  std::shared_ptr<const std::vector<uint16_t>> bits;  // bf16
+  Tensor rounded;                                     // bf16-emulated
+};
+
+Bf16Input bf16_input(const Autocast& ac, const Var& x) {
+  Bf16Input in;
+  if (ac.precision() == Precision::bf16) {
+    auto b = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(x.numel()));
+    kern::to_bf16(b->data(), x.val().data(), x.numel());
+    in.bits = std::move(b);
+  } else {
+    in.rounded = Tensor::empty(x.shape());
+    kern::round_bf16(in.rounded.data(), x.val().data(), x.numel());
+  }
+  return in;
+}
+
+Var linear_bf16(Autocast& ac, const Var& x, const Var& w, const Var& b, const Bf16Input& xin) {
+  const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
+  const Autocast::Bf16Copy& wc = ac.weight(w.val());
+  Tensor out = Tensor::empty(linear_shape(x, w));
+  const float* bias = b.defined() ? b.val().data() : nullptr;
+  if (xin.bits)
+    kern::linear_fwd_bf16(out.data(), xin.bits->data(), wc.bits->data(), bias, rows, in, outf);
+  else
+    kern::linear_fwd(out.data(), xin.rounded.data(), wc.rounded.data(), bias, rows, in, outf);
+  std::vector<Var> ins{x, w};
+  if (b.defined()) ins.push_back(b);
+  return record(ins, out, [x, w, b, xin, wbits = wc.bits, wr = wc.rounded, rows, in, outf](const Tensor& dout) {
+    float* dx = x.requires_grad() ? x.grad().data() : nullptr;
+    float* dw = w.requires_grad() ? w.grad().data() : nullptr;
+    float* db = b.defined() && b.requires_grad() ? b.grad().data() : nullptr;
+    if (xin.bits) {
+      kern::linear_bwd_bf16(dx, dw, db, dout.data(), xin.bits->data(), wbits->data(), rows, in, outf);
+      return;
+    }
+    if (dx || dw) {
+      Tensor dyr = Tensor::empty(dout.shape());
+      kern::round_bf16(dyr.data(), dout.data(), dout.numel());
+      kern::linear_bwd(dx, dw, nullptr, dyr.data(), xin.rounded.data(), wr.data(), rows, in, outf);
+    }
+    if (db) kern::linear_bwd(nullptr, nullptr, db, dout.data(), nullptr, nullptr, rows, in, outf);
+  });
+}
 }  // namespace
 
 Var linear(const Var& x, const Var& w, const Var& b) {
   check_linear("linear", x, w, b);
+  if (Autocast* ac = bf16_autocast()) return linear_bf16(*ac, x, w, b, bf16_input(*ac, x));
   const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
   Tensor out = Tensor::empty(linear_shape(x, w));
   kern::linear_fwd(out.data(), x.val().data(), w.val().data(), b.defined() ? b.val().data() : nullptr, rows, in, outf);
@@ -240,6 +292,13 @@ std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::ve
     fail("linears", "expected 1 to " + std::to_string(kern::kMaxLinearsAtOnce) + " weights, got " + std::to_string(n));
   if (!bs.empty() && bs.size() != ws.size())
     fail("linears", std::to_string(bs.size()) + " biases for " + std::to_string(n) + " weights");
+  if (Autocast* ac = bf16_autocast()) {  // x rounded once for all the weights
+    for (int i = 0; i < n; i++) check_linear("linears", x, ws[i], bs.empty() ? Var() : bs[i]);
+    const Bf16Input xin = bf16_input(*ac, x);
+    std::vector<Var> res;
+    for (int i = 0; i < n; i++) res.push_back(linear_bf16(*ac, x, ws[i], bs.empty() ? Var() : bs[i], xin));
+    return res;
+  }
   std::vector<Tensor> outs;
   float* ys[kern::kMaxLinearsAtOnce];
   const float* wp[kern::kMaxLinearsAtOnce];

@@ -30,7 +30,7 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed) {
+BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed, Precision precision) {
   GPTConfig c = cfg;
   c.dropout = 0;
   GPT model(c, seed);
@@ -46,7 +46,10 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, 
     y.data.push_back(static_cast<int32_t>(r.below(c.vocab_size)));
   }
   auto step = [&] {
-    backward(model.loss(x, y));
+    {
+      const Autocast autocast(precision);  // as the trainer: one scope per step, before the update
+      backward(model.loss(x, y));
+    }
     clip_grad_norm(params, 1.0);
     opt.step(1e-3);
     opt.zero_grad(false);

@@ -3,6 +3,7 @@
 // measures PyTorch: same work, warm-up, then the median of timed iterations.
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "autograd/quant.h"
 #include "nn/config.h"
 
@@ -17,7 +18,8 @@ struct BenchResult {
 };
 
 /// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch.
-BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed);
+BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed,
+                        Precision precision = Precision::f32);
 /// Decoding at a serving shape: `batch` sequences, a prompt of `prompt` random tokens prefilled in
 /// one batched forward, then greedy steps of one token per sequence until the cache holds
 /// `context` positions (context - prompt steps).

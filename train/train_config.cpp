@@ -63,6 +63,9 @@ void TrainConfig::validate() const {
 #undef TAPELM_CHECK
   if (optimizer != "adamw" && optimizer != "sgd")
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
+  if (precision != "f32" && precision != "bf16" && precision != "bf16-emulated")
+    throw Error(ErrorKind::config,
+                "config precision must be \"f32\", \"bf16\" or \"bf16-emulated\", got \"" + cut_for_message(precision) + "\"");
 }
 
 void check_training_memory(const TrainConfig& c, double available) {

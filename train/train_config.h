@@ -41,7 +41,8 @@ inline constexpr int64_t max_threads = 4096;
   X(int64_t, checkpoint_interval, 500, positive, count_max)       \
   X(uint64_t, seed, 1337, any, max_seed)                          \
   X(int64_t, threads, 0, non_negative, max_threads) /* 0: all cores */ \
-  X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */
+  X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */ \
+  X(std::string, precision, "f32", any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */
 
 struct TrainConfig {
   GPTConfig model;

@@ -120,6 +120,7 @@ const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
 Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt)
     : t_start_(Clock::now()),
       cfg_(cfg),
+      precision_(precision_from_name(cfg.precision, "config precision")),
       corpus_(corpus),
       opt_(opt),
       dir_(out_dir),
@@ -163,7 +164,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   dist::allreduce_sum(peaks, 2);
   peak_flops_ = peaks[0];
   cpu_peak_flops_ = peaks[1];
-  if (!quiet_) std::printf("%s%s\n", opt_.label.c_str(), compute_summary(compute_info()).c_str());
+  if (!quiet_)
+    std::printf("%s%s%s\n", opt_.label.c_str(), compute_summary(compute_info()).c_str(),
+                precision_ == Precision::f32 ? "" : (std::string(" | precision ") + precision_name(precision_)).c_str());
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
   if (multi_) reducer_ = std::make_unique<GradReducer>(params_);
 }
@@ -179,6 +182,7 @@ void Trainer::set_up() {
   check_window_fits(static_cast<int64_t>(corpus_.train.size()), T, "train split");
   check_window_fits(static_cast<int64_t>(corpus_.val.size()), T, "val split");
   // before the run directory is made or locked: a failed resume leaves nothing behind
+  if (const std::string why = precision_unavailable(precision_); !why.empty()) throw Error(ErrorKind::config, why);
   if (opt_.resume && !fs::exists(dir_.checkpoint()))
     throw Error(ErrorKind::train, dir_.path() + ": resuming, but there is no checkpoint.h5 to resume from");
   if (lead_) dir_.prepare(!opt_.dir_locked);
@@ -237,6 +241,9 @@ Trainer::Step Trainer::step() {
   std::optional<BatchSampler> sampler_at_start;
   const uint64_t dropout_at_start = model_.dropout_rng().state();
   if (cfg_.grad_accum > 1) sampler_at_start = *sampler_;
+  // bf16: each weight is rounded once per step, for the forward and backward of every micro-batch
+  std::optional<Autocast> autocast;
+  if (precision_ != Precision::f32) autocast.emplace(precision_);
   for (int64_t m = 0; m < cfg_.grad_accum; m++) {
     if (m > 0 && stop_between_micro_steps()) {
       optim_->zero_grad(false);
@@ -250,6 +257,7 @@ Trainer::Step Trainer::step() {
     loss_sum += loss.item();
     backward(cfg_.grad_accum > 1 ? mul(loss, inv_accum) : loss);
   }
+  autocast.reset();  // before the update changes the weights
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
   if (multi_) {  // every rank leaves with the same gradients, loss and decision to stop
     const auto t_comm = Clock::now();
@@ -293,6 +301,7 @@ bool Trainer::stop_between_micro_steps() {
 
 void Trainer::evaluate(nlohmann::json& record) {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
+  const Autocast autocast(precision_);  // evaluated as trained, as nanoGPT's estimate_loss under its autocast context
   const double vl = evaluate_windows(model_, corpus_.val, val_windows_, T, B, multi_);
   const double tl = evaluate_windows(model_, corpus_.train, train_windows_, T, B, multi_);
   record["val_loss"] = vl;
@@ -380,6 +389,7 @@ TrainResult Trainer::run() {
       nlohmann::json rec{{"step", st_.step}, {"train_loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tps}};
       if (st_.step % cfg_.eval_interval == 0 || last) evaluate(rec);
       if (last && opt_.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
+        const Autocast autocast(precision_);
         res_.val_loss_full = evaluate_split(model_, corpus_.val, multi_);
         rec["val_loss_full"] = res_.val_loss_full;
       }

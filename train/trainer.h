@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "nn/accounting.h"
@@ -87,6 +88,7 @@ class Trainer {
 
   const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up
   const TrainConfig cfg_;
+  const Precision precision_;  // of the linear layers' products (cfg_.precision)
   const Corpus& corpus_;
   const TrainOptions opt_;
   RunDir dir_;

@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#include "autograd/cpu.h"
 #include "autograd/error.h"
 #include "autograd/kernels/common.h"
 #include "autograd/runtime.h"
@@ -323,6 +324,93 @@ void sgemm_batched(int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int64_
     for (int64_t b = 0; b < batch; b++)
       sgemm(ta, tb, M, N, K, alpha, A + b * sa, lda, B + b * sb, ldb, beta, C + b * sc, ldc);
   }
+}
+
+// ---- bf16 products -------------------------------------------------------------------------
+
+std::string bf16_gemm_native_missing() {
+  const CpuInfo& c = cpu_info();
+  if (!c.avx512bf16) return "this CPU has no avx512_bf16 (it runs " + cpu_simd_level(c) + ")";
+  if (!kHaveOneDnn) return "this build has no oneDNN (install libdnnl-dev and rebuild)";
+#ifdef TAPELM_HAVE_ONEDNN
+  if (dnnl_get_effective_cpu_isa() < dnnl_cpu_isa_avx512_core_bf16)
+    return "oneDNN is held below avx512_core_bf16 (ONEDNN_MAX_CPU_ISA)";
+#endif
+  return "";
+}
+
+namespace {
+
+#ifdef TAPELM_HAVE_ONEDNN
+void check_dnnl(dnnl_status_t st, const char* what) {
+  if (st != dnnl_success) fail(ErrorKind::internal, std::string("oneDNN bf16 matmul: ") + what + " failed with status " + std::to_string(int(st)));
+}
+
+// C = alpha·op(A)·op(B) + beta·C by oneDNN's matmul primitive: bf16 source and weights, f32
+// destination; the transposes are strides, alpha an output scale, beta a sum post-op. oneDNN's
+// primitive cache makes the creation for a shape seen before cheap.
+void gemm_bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+                      const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  static dnnl_engine_t engine = [] {
+    dnnl_engine_t e = nullptr;
+    check_dnnl(dnnl_engine_create(&e, dnnl_cpu, 0), "engine");
+    return e;
+  }();
+  static dnnl_stream_t stream = [] {
+    dnnl_stream_t s = nullptr;
+    check_dnnl(dnnl_stream_create(&s, engine, dnnl_stream_default_flags), "stream");
+    return s;
+  }();
+  dnnl_memory_desc_t a_md, b_md, c_md;
+  const dnnl_dims_t a_dims{M, K}, b_dims{K, N}, c_dims{M, N};
+  const dnnl_dims_t a_str{ta ? 1 : lda, ta ? lda : 1}, b_str{tb ? 1 : ldb, tb ? ldb : 1}, c_str{ldc, 1};
+  check_dnnl(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_bf16, a_str), "source descriptor");
+  check_dnnl(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_str), "weights descriptor");
+  check_dnnl(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str), "destination descriptor");
+  dnnl_matmul_desc_t desc;
+  check_dnnl(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "descriptor");
+  dnnl_primitive_attr_t attr = nullptr;
+  dnnl_post_ops_t ops = nullptr;
+  check_dnnl(dnnl_primitive_attr_create(&attr), "attributes");
+  if (alpha != 1.f) check_dnnl(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), "alpha");
+  if (beta != 0.f) {
+    check_dnnl(dnnl_post_ops_create(&ops), "post-ops");
+    check_dnnl(dnnl_post_ops_append_sum(ops, beta), "beta");
+    check_dnnl(dnnl_primitive_attr_set_post_ops(attr, ops), "post-ops");
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, engine, nullptr);
+  if (ops) dnnl_post_ops_destroy(ops);
+  dnnl_primitive_attr_destroy(attr);
+  check_dnnl(st, "primitive descriptor");
+  dnnl_primitive_t prim = nullptr;
+  check_dnnl(dnnl_primitive_create(&prim, pd), "primitive");
+  dnnl_primitive_desc_destroy(pd);
+  dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
+  check_dnnl(dnnl_memory_create(&am, &a_md, engine, const_cast<uint16_t*>(A)), "source memory");
+  check_dnnl(dnnl_memory_create(&bm, &b_md, engine, const_cast<uint16_t*>(B)), "weights memory");
+  check_dnnl(dnnl_memory_create(&cm, &c_md, engine, C), "destination memory");
+  const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+  const dnnl_status_t run = dnnl_primitive_execute(prim, stream, 3, args);
+  if (run == dnnl_success) dnnl_stream_wait(stream);
+  dnnl_memory_destroy(am);
+  dnnl_memory_destroy(bm);
+  dnnl_memory_destroy(cm);
+  dnnl_primitive_destroy(prim);
+  check_dnnl(run, "execution");
+}
+#endif
+
+}  // namespace
+
+void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
+               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (const std::string missing = bf16_gemm_native_missing(); !missing.empty())
+    fail(ErrorKind::internal, "gemm_bf16: " + missing);
+#ifdef TAPELM_HAVE_ONEDNN
+  gemm_bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
 }
 
 }  // namespace kern

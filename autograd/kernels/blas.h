@@ -57,6 +57,26 @@ void sgemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t
                    const float* A, int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b,
                    float beta, float* C, int64_t ldc, int64_t stride_c);
 
+/// bfloat16 buffers (float32's upper half; autograd/float16.h): dst = bf16(src), rounded to
+/// nearest even (NaN stays NaN), and back (exact); round_bf16 does both, so dst holds the bf16
+/// values as float32.
+///   dst, src: [n]
+void to_bf16(uint16_t* dst, const float* src, int64_t n);
+void from_bf16(float* dst, const uint16_t* src, int64_t n);
+void round_bf16(float* dst, const float* src, int64_t n);
+
+/// "" when gemm_bf16 can run here: a build with oneDNN on a CPU with AVX512-BF16 (or AMX, which
+/// comes with it); otherwise what is missing ("this CPU has no avx512_bf16 (it runs AVX2+FMA)",
+/// "this build has no oneDNN").
+std::string bf16_gemm_native_missing();
+/// C[M,N] = alpha · op(A) · op(B) + beta · C, as sgemm but with A and B in bf16 (C float32,
+/// accumulation float32) on bf16 instructions: oneDNN's matmul. An internal Error where
+/// bf16_gemm_native_missing() is not empty. (sgemm on round_bf16'd operands gives the same
+/// products, each exact in float32, summed in another order.)
+///   C: [M, ldc]   A: [M, lda] ([K, lda] if trans_a)   B: [K, ldb] ([N, ldb] if trans_b)
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 /// While alive, BLAS calls made from this process use one thread (for use around OpenMP regions
 /// that call sgemm from several threads).
 class SerialBlas {

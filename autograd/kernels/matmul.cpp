@@ -1,10 +1,20 @@
 #include "autograd/kernels/matmul.h"
 
+#include <memory>
+
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/common.h"
 #include "autograd/kernels/reduce.h"
 
 namespace tapelm::kern {
+
+namespace {
+void add_bias(float* y, const float* b, int64_t rows, int64_t outf) {
+#pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < outf; j++) y[r * outf + j] += b[j];
+}
+}  // namespace
 
 void matmul_fwd(float* c, const float* a, const float* b, const MatmulShape& s) {
   sgemm_batched(s.batch, s.ta, s.tb, s.M, s.N, s.K, 1.f, a, s.lda, s.sa, b, s.ldb, s.sb, 0.f, c, s.N, s.sc);
@@ -36,11 +46,7 @@ void matmul_bwd(float* dA, float* dB, const float* dC, const float* a, const flo
 
 void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t outf) {
   sgemm(false, true, rows, outf, in, 1.f, x, in, w, in, 0.f, y, outf);
-  if (b) {
-#pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t j = 0; j < outf; j++) y[r * outf + j] += b[j];
-  }
+  if (b) add_bias(y, b, rows, outf);
 }
 
 void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, const float* const* bs, const int64_t* outs,
@@ -54,6 +60,24 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
                 int64_t in, int64_t outf) {
   if (dx) sgemm(false, false, rows, in, outf, 1.f, dy, outf, w, in, 1.f, dx, in);
   if (dw) sgemm(true, false, outf, in, rows, 1.f, dy, outf, x, in, 1.f, dw, in);
+  if (db) colsum_add(db, dy, rows, outf);
+}
+
+
+void linear_fwd_bf16(float* y, const uint16_t* x, const uint16_t* w, const float* b, int64_t rows,
+                     int64_t in, int64_t outf) {
+  gemm_bf16(false, true, rows, outf, in, 1.f, x, in, w, in, 0.f, y, outf);
+  if (b) add_bias(y, b, rows, outf);
+}
+
+void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uint16_t* x,
+                     const uint16_t* w, int64_t rows, int64_t in, int64_t outf) {
+  if (dx || dw) {
+    const std::unique_ptr<uint16_t[]> dyb(new uint16_t[static_cast<size_t>(rows * outf)]);
+    to_bf16(dyb.get(), dy, rows * outf);
+    if (dx) gemm_bf16(false, false, rows, in, outf, 1.f, dyb.get(), outf, w, in, 1.f, dx, in);
+    if (dw) gemm_bf16(true, false, outf, in, rows, 1.f, dyb.get(), outf, x, in, 1.f, dw, in);
+  }
   if (db) colsum_add(db, dy, rows, outf);
 }
 

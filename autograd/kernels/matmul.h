@@ -42,4 +42,15 @@ void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, c
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
                 int64_t in, int64_t out);
 
+/// linear_fwd with x and w in bf16 on bf16 instructions (gemm_bf16): y = x·wᵀ + b, f32
+/// accumulation, y and b f32.
+///   y: [rows, out]   x: [rows, in]   w: [out, in]   b: [out] or null
+void linear_fwd_bf16(float* y, const uint16_t* x, const uint16_t* w, const float* b, int64_t rows,
+                     int64_t in, int64_t out);
+/// Its backward: dy rounded to bf16 once for both products, dx += bf16(dy)·w, dw += bf16(dy)ᵀ·x;
+/// db += Σ_rows dy in f32 (a reduction, not a product). Any gradient may be null.
+///   dx: [rows, in]   dw: [out, in]   db: [out]   dy: [rows, out]   x, w as in linear_fwd_bf16
+void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uint16_t* x,
+                     const uint16_t* w, int64_t rows, int64_t in, int64_t out);
+
 }  // namespace tapelm::kern

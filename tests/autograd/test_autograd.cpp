@@ -2,8 +2,11 @@
 // forward values against closed forms, the tape's bookkeeping and the shape errors.
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "autograd/autocast.h"
+#include "autograd/float16.h"
 #include "autograd/kernels/kernels.h"
 #include "autograd/record.h"
 #include "autograd/runtime.h"
@@ -400,6 +403,174 @@ BOOST_AUTO_TEST_CASE(thread_count_does_not_change_results) {
   Tensor s2 = sum(Var(x), 0).val();
   BOOST_TEST(s1.to_vector() == s2.to_vector(), tt::per_element());
   BOOST_TEST(a1 == sum(Var(x)).item());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- bf16 products (autograd/autocast.h) -------------------------------------------------------
+
+namespace {
+// bf16's value of a normal f: the nearest of the floats with 8 significant bits, ties to even
+// (written out here from the definition, not from the kernel): f in units of its 8th bit.
+double bf16_value(float f) {
+  if (!std::isfinite(f) || f == 0.f) return f;
+  int e;
+  std::frexp(f, &e);  // |f| in [2^(e-1), 2^e): 8 significant bits are units of 2^(e-8)
+  const double unit = std::ldexp(1.0, e - 8);
+  return std::nearbyint(f / unit) * unit;  // the default rounding mode is to nearest, ties to even
+}
+
+// x·wᵀ + b in double over the bf16 values of x and w.
+std::vector<double> bf16_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t in = w.dim(1), out = w.dim(0), rows = x.numel() / in;
+  std::vector<double> y(static_cast<size_t>(rows * out));
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t o = 0; o < out; o++) {
+      double s = b.defined() ? b[o] : 0.0;
+      for (int64_t k = 0; k < in; k++) s += bf16_value(x[r * in + k]) * bf16_value(w[o * in + k]);
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+double max_abs_diff(const std::vector<double>& want, const Tensor& got) {
+  double m = 0;
+  for (size_t i = 0; i < want.size(); i++) m = std::max(m, std::fabs(want[i] - got[static_cast<int64_t>(i)]));
+  return m;
+}
+
+// The precisions that run here: bf16-emulated always, bf16 where the CPU has bf16 instructions.
+std::vector<Precision> bf16_precisions() {
+  std::vector<Precision> ps{Precision::bf16_emulated};
+  if (precision_unavailable(Precision::bf16).empty()) ps.push_back(Precision::bf16);
+  return ps;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(precision)
+
+BOOST_AUTO_TEST_CASE(bf16_rounding_is_to_nearest_even) {
+  const float max = std::numeric_limits<float>::max(), tiny = std::numeric_limits<float>::denorm_min();
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: even is 1. 1 + 3·2^-8 is halfway between
+  // 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6. Just above a tie rounds up. float's largest value
+  // is past bf16's largest (0x7f7f) by more than half a unit: infinity. bf16's smallest
+  // subnormal is 2^-133: float's (2^-149) rounds to zero, 3·2^-133 is exact.
+  const std::vector<std::pair<float, float>> cases{
+      {1.f + 0x1p-8f, 1.f}, {1.f + 3 * 0x1p-8f, 1.f + 0x1p-6f}, {1.f + 0x1p-8f + 0x1p-20f, 1.f + 0x1p-7f},
+      {-(1.f + 0x1p-8f), -1.f}, {max, INFINITY}, {-max, -INFINITY}, {INFINITY, INFINITY}, {-0.f, -0.f},
+      {tiny, 0.f}, {3.f * 0x1p-133f, 3.f * 0x1p-133f}};
+  std::vector<float> in, out(cases.size());
+  for (const auto& c : cases) in.push_back(c.first);
+  kern::round_bf16(out.data(), in.data(), static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < cases.size(); i++) {
+    BOOST_TEST(out[i] == cases[i].second, in[i] << " -> " << out[i]);
+    BOOST_TEST(std::signbit(out[i]) == std::signbit(cases[i].second));
+  }
+  const float nan_in[2] = {std::nanf(""), -std::nanf("")};
+  float nan_out[2];
+  kern::round_bf16(nan_out, nan_in, 2);
+  BOOST_TEST((std::isnan(nan_out[0]) && std::isnan(nan_out[1]) && std::signbit(nan_out[1])));
+  // Random finite values (several threads): the kernel against the definition above, and the
+  // bf16 bits against the scalar converter of float16.h
+  const Tensor r = randn({70001}, 3, 50.f);
+  std::vector<float> rounded(70001);
+  std::vector<uint16_t> bits(70001);
+  kern::round_bf16(rounded.data(), r.data(), r.numel());
+  kern::to_bf16(bits.data(), r.data(), r.numel());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < r.numel(); i++)
+    wrong += rounded[i] != bf16_value(r[i]) || bits[i] != f32_to_bf16(r[i]) || bf16_to_f32(bits[i]) != rounded[i];
+  BOOST_TEST(wrong == 0);
+}
+
+// Under Autocast(bf16): y = bf16(x)·bf16(w)ᵀ + b with float32 sums; dy rounded to bf16 for dx
+// and dw, the bias gradient from dy itself (autocast's rules, docs/guide/precision.md).
+BOOST_AUTO_TEST_CASE(bf16_linear_layers_multiply_bf16_values) {
+  const Tensor x = randn({2, 5, 48}, 21), w = randn({24, 48}, 22), b = randn({24}, 23), c = randn({2, 5, 24}, 24);
+  const Tensor w2 = randn({16, 48}, 25);
+  std::vector<double> dx_want(x.numel(), 0.0), dw_want(w.numel(), 0.0), db_want(24, 0.0);
+  for (int64_t r = 0; r < 10; r++)
+    for (int64_t o = 0; o < 24; o++) {
+      const double g = bf16_value(c[r * 24 + o]);
+      db_want[o] += c[r * 24 + o];
+      for (int64_t k = 0; k < 48; k++) {
+        dx_want[r * 48 + k] += g * bf16_value(w[o * 48 + k]);
+        dw_want[o * 48 + k] += g * bf16_value(x[r * 48 + k]);
+      }
+    }
+  const std::vector<double> y_want = bf16_linear(x, w, b);
+  const Tensor y32 = linear(Var(x), Var(w), Var(b)).val();
+  for (Precision p : bf16_precisions()) {
+    BOOST_TEST_CONTEXT(precision_name(p)) {
+      Var xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true), w2v(w2.clone(), true);
+      Tensor y, y_many, y2;
+      {
+        const Autocast ac(p);
+        Var yv = linear(xv, wv, bv);
+        const std::vector<Var> many = linears(xv, {wv, w2v}, {bv, Var()});
+        y = yv.val();
+        y_many = many[0].val();
+        y2 = many[1].val();
+        backward(sum(mul(yv, Var(c))));
+      }
+      BOOST_TEST(max_abs_diff(y_want, y) < 2e-5);
+      BOOST_TEST(max_abs_diff(y_want, y32) > 1e-3);  // the rounding is visible: f32 differs
+      BOOST_TEST(y_many.to_vector() == y.to_vector(), tt::per_element());
+      BOOST_TEST(max_abs_diff(bf16_linear(x, w2, Tensor()), y2) < 2e-5);
+      BOOST_TEST(max_abs_diff(dx_want, xv.grad()) < 2e-5);
+      BOOST_TEST(max_abs_diff(dw_want, wv.grad()) < 2e-5);
+      BOOST_TEST(max_abs_diff(db_want, bv.grad()) < 1e-5);
+      // A new scope rounds the weight anew: after an in-place update the output follows it.
+      for (int64_t i = 0; i < w.numel(); i++) wv.val()[i] *= 0.5f;
+      const std::vector<float> y_half32 = linear(xv, wv).val().to_vector();
+      const Autocast ac(p);
+      const Tensor y_half = linear(xv, wv).val();
+      BOOST_TEST(max_abs_diff(bf16_linear(x, wv.val(), Tensor()), y_half) < 2e-5);
+      const Autocast f32(Precision::f32);  // an inner f32 scope computes in float32
+      BOOST_TEST(linear(xv, wv).val().to_vector() == y_half32, tt::per_element());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_on_bf16_instructions_matches_its_definition,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       test::Precondition r(precision_unavailable(Precision::bf16).empty());
+                       if (!r) r.message() << precision_unavailable(Precision::bf16);
+                       return r;
+                     })) {
+  // gemm_bf16 (oneDNN's bf16 matmul) against sgemm on the same values widened, each transpose,
+  // alpha and beta, operands inside wider rows.
+  const int64_t M = 37, N = 29, K = 70, ld = 80;
+  const Tensor a = randn({K, ld}, 31), bm = randn({K, ld}, 32), c0 = randn({M, ld}, 33);
+  std::vector<uint16_t> ab(a.numel()), bb(bm.numel());
+  kern::to_bf16(ab.data(), a.data(), a.numel());
+  kern::to_bf16(bb.data(), bm.data(), bm.numel());
+  std::vector<float> ar(a.numel()), br(bm.numel());
+  kern::from_bf16(ar.data(), ab.data(), a.numel());
+  kern::from_bf16(br.data(), bb.data(), bm.numel());
+  for (int t = 0; t < 4; t++) {
+    const bool ta = t & 1, tb = t & 2;
+    std::vector<float> want = c0.to_vector(), got = c0.to_vector();
+    kern::sgemm(ta, tb, M, N, K, 0.5f, ar.data(), ld, br.data(), ld, 1.f, want.data(), ld);
+    kern::gemm_bf16(ta, tb, M, N, K, 0.5f, ab.data(), ld, bb.data(), ld, 1.f, got.data(), ld);
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
+    BOOST_TEST(worst < 1e-4, "ta " << ta << " tb " << tb << ": max diff " << worst);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_without_bf16_instructions_is_refused_in_one_line) {
+  const std::string why = precision_unavailable(Precision::bf16);
+  if (why.empty()) {
+    BOOST_TEST_MESSAGE("this machine runs bf16 natively: nothing to refuse");
+    BOOST_TEST(precision_unavailable(Precision::bf16_emulated).empty());
+    return;
+  }
+  BOOST_TEST(why.find('\n') == std::string::npos);
+  BOOST_TEST((why.find("avx512_bf16") != std::string::npos || why.find("oneDNN") != std::string::npos), why);
+  BOOST_CHECK_EXCEPTION(Autocast(Precision::bf16), Error, [&](const Error& e) { return std::string(e.what()) == why; });
+  BOOST_CHECK_EXCEPTION(precision_from_name("fp8", "config precision"), Error,
+                        [](const Error& e) { return std::string(e.what()).find("f32, bf16, bf16-emulated") != std::string::npos; });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

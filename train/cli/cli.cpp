@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "autograd/autocast.h"
 #include "autograd/gradcheck.h"
 #include "autograd/isa.h"
 #include "autograd/runtime.h"
@@ -80,9 +81,21 @@ Command command(CLI::App& app, const char* name, const std::string& help, void (
   return {sub, [args, run] { return run(*args); }};
 }
 
+const std::vector<std::string> precision_names{"f32", "bf16", "bf16-emulated"};
+constexpr const char* precision_help =
+    "products of the linear layers: f32, bf16 (bf16 inputs, f32 sums and outputs, as torch.autocast; needs AVX512-BF16), "
+    "bf16-emulated (bf16's numbers on any CPU, no faster than f32); the same as --set precision=...";
+
+/// The one-line refusal of a precision this machine cannot run, before any work is done.
+void check_precision_runs(const std::string& name) {
+  if (const std::string why = precision_unavailable(precision_from_name(name, "precision")); !why.empty())
+    throw Error(ErrorKind::usage, why);
+}
+
 struct TrainArgs {
   std::string config, data, out;
   std::vector<std::string> sets;
+  std::string precision;  // --precision: appended to sets
   bool resume = false, quiet = false;
   bool check_sync = false;  // multi-rank: checksum every rank's weights after every step
   const int* threads = nullptr;  // the global --threads
@@ -91,6 +104,7 @@ struct TrainArgs {
 void train_flags(CLI::App& c, TrainArgs& a) {
   c.add_option("--config", a.config, "training config JSON (model and training keys)");
   c.add_option("--set", a.sets, "override a config key: key=value (repeatable)");
+  c.add_option("--precision", a.precision, precision_help)->check(CLI::IsMember(precision_names));
   c.add_option("--data", a.data, "UTF-8 text file or a directory of token shards (`prepare`)")->required();
   c.add_option("--out", a.out, "run directory (checkpoint.h5, metrics.jsonl)")->required();
   c.add_flag("--resume", a.resume, "continue from RUN_DIR/checkpoint.h5");
@@ -106,7 +120,10 @@ int run_train(const TrainArgs& a) {
   std::string setup_error;
   try {  // in a multi-rank job every rank reads its own inputs; dist::agree ends the job if one fails
     corpus = load_corpus(a.data);
-    cfg = build_train_config(a.config, a.resume, a.out, a.sets, corpus.tok.vocab_size(), threads);
+    std::vector<std::string> sets = a.sets;
+    if (!a.precision.empty()) sets.push_back("precision=" + a.precision);
+    cfg = build_train_config(a.config, a.resume, a.out, sets, corpus.tok.vocab_size(), threads);
+    check_precision_runs(cfg.precision);
     check_training_memory(cfg);
     check_window_fits(corpus.train.size(), cfg.model.block_size, a.data + ": the train split");
     check_window_fits(corpus.val.size(), cfg.model.block_size, a.data + ": the val split");
@@ -153,7 +170,7 @@ int run_train(const TrainArgs& a) {
 }
 
 struct UptrainArgs {
-  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config;
+  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision;
   int64_t kv_heads = 0, calib_tokens = 16384;
   double fraction = 0.05, lr = 0;
   bool lr_given = false;
@@ -177,13 +194,17 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)")
       ->each([&a](const std::string&) { a.lr_given = true; });
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
+  c.add_option("--precision", a.precision, std::string(precision_help) + " (default: the original run's)")
+      ->check(CLI::IsMember(precision_names));
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
-  const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+  TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+  if (!a.precision.empty()) original.precision = a.precision;
+  check_precision_runs(original.precision);
   if (const H5File f = H5File::open_read(a.from); has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
     throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   UptrainOptions o;
@@ -212,7 +233,7 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 struct SweepArgs {
-  std::string preset = "tiny", data, out, methods, groupings, from, config;
+  std::string preset = "tiny", data, out, methods, groupings, from, config, precision;
   bool quiet = false, scratch = false;
 };
 
@@ -228,6 +249,8 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
                                    "--data must be tokenized by its tokenizer");
   c.add_option("--config", a.config, "with --from: training config JSON (its max_iters is the P that α multiplies)")->needs(from);
   c.add_flag("--scratch", a.scratch, "with --from: also train each GQA/MQA model from scratch (off by default)")->needs(from);
+  c.add_option("--precision", a.precision, std::string(precision_help) + " — for every training and uptraining run of the study")
+      ->check(CLI::IsMember(precision_names));
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
@@ -241,6 +264,8 @@ int run_sweep(const SweepArgs& a) {
     p.scratch = a.scratch;
     p.smaller = false;  // the study trains no model of its own here (but --scratch's)
   }
+  if (!a.precision.empty()) p.pretrain.precision = a.precision;
+  check_precision_runs(p.pretrain.precision);
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }
@@ -265,7 +290,7 @@ struct BenchArgs {
   int iters = 10, warmup = 3;
   uint64_t seed = 1337;
   bool json = false;
-  std::string kv_cache = "f32", weights = "f32";
+  std::string kv_cache = "f32", weights = "f32", precision;
 };
 
 const std::vector<std::string> kv_cache_names{"f32", "f16", "bf16", "q8"};
@@ -286,6 +311,7 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_option("--warmup", a.warmup, "untimed iterations first");
   c.add_option("--seed", a.seed, "seed for weights and tokens")->check(seed_range);
   c.add_flag("--json", a.json, "print one JSON line");
+  c.add_option("--precision", a.precision, std::string("train: ") + precision_help)->check(CLI::IsMember(precision_names));
   c.add_option("--kv-cache", a.kv_cache, std::string("decode: ") + kv_cache_help)->check(CLI::IsMember(kv_cache_names));
   c.add_option("--weights", a.weights, std::string("decode: ") + weights_help)->check(CLI::IsMember({"f32", "q8_0"}));
 }
@@ -360,7 +386,9 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
 int run_bench(const BenchArgs& a) {
   nlohmann::json j = a.config.empty() ? nlohmann::json::object() : read_config_file(a.config);
   TrainConfig::apply_overrides(j, a.sets);
+  if (!a.precision.empty()) j["precision"] = a.precision;
   TrainConfig cfg = TrainConfig::from_json(j);
+  check_precision_runs(cfg.precision);
   if (a.iters <= 0 || a.warmup < 0) throw Error(ErrorKind::usage, "bench: --iters must be positive and --warmup >= 0");
   const bool train_mode = a.mode == "train";
   const int64_t batch = a.batch > 0 ? a.batch : train_mode ? cfg.batch_size : 1;
@@ -377,7 +405,8 @@ int run_bench(const BenchArgs& a) {
   cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
   cfg.eval_iters = 0;
   check_training_memory(cfg);
-  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed);
+  const Precision precision = precision_from_name(cfg.precision, "precision");
+  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, precision);
   const ModelCost cost = model_cost(cfg.model);
   nlohmann::json out{{"mode", a.mode},
                      {"tokens_per_s", r.tokens_per_s},
@@ -394,6 +423,7 @@ int run_bench(const BenchArgs& a) {
                      {"KV", cfg.model.n_kv_head},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
+                     {"precision", cfg.precision},
                      {"times", r.times}};
   const ComputeInfo ci = compute_info();
   out["blas_core"] = ci.blas_core;
@@ -409,9 +439,9 @@ int run_bench(const BenchArgs& a) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("%s\n", compute_summary(ci).c_str());
-    std::printf("%s: median %.3f ms per %s, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
-                a.mode.c_str(), r.median_s * 1e3, train_mode ? "step" : "token step", r.tokens_per_s, a.iters,
-                a.warmup, get_num_threads());
+    std::printf("%s%s: median %.3f ms per %s, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
+                a.mode.c_str(), train_mode ? (" (" + cfg.precision + ")").c_str() : "", r.median_s * 1e3,
+                train_mode ? "step" : "token step", r.tokens_per_s, a.iters, a.warmup, get_num_threads());
     if (train_mode) {
       const double mf = r.tokens_per_s * cost.train_flops_per_token;
       std::printf("model FLOP/s %.1f G: MFU %.1f%% of sgemm peak, %.1f%% of CPU peak\n", mf / 1e9,

@@ -1,0 +1,61 @@
+#pragma once
+// Mixed precision for the matrix products of linear layers, as torch.autocast("cpu",
+// dtype=torch.bfloat16) runs them: inside an Autocast(bf16) scope, linear() and linears() round
+// their input and weight to bfloat16, multiply with float32 accumulation and give a float32
+// output; their backward rounds the output gradient to bf16 for both of its products. Everything
+// else stays float32: master weights, gradients, optimizer state, norms, softmax, attention,
+// losses, reductions and biases (docs/guide/precision.md).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/tensor.h"
+
+namespace tapelm {
+
+/// f32: every product in float32. bf16: bf16 products on bf16 instructions (oneDNN on a CPU with
+/// AVX512-BF16 or AMX). bf16-emulated: the same rounding on any CPU, multiplied by f32 sgemm —
+/// bf16's numbers (up to the order of the sums) at below f32's speed, for quality studies.
+enum class Precision { f32, bf16, bf16_emulated };
+/// "f32", "bf16", "bf16-emulated".
+const char* precision_name(Precision p);
+/// A usage Error naming `what` and the three choices for any other name.
+Precision precision_from_name(const std::string& s, const std::string& what);
+/// "" when p can run on this machine; otherwise the one-line reason (bf16 without bf16
+/// instructions names what is missing and the emulated choice).
+std::string precision_unavailable(Precision p);
+
+/// While alive, the linear layers of this thread compute in the given precision (scopes nest;
+/// the innermost wins). A weight's bf16 copy is made once per scope, at its first use, and kept
+/// until the scope ends: open one scope per optimizer step (forward and backward of every
+/// micro-batch), so the weights do not change inside it.
+class Autocast {
+ public:
+  /// A usage Error if p cannot run here (precision_unavailable).
+  explicit Autocast(Precision p);
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+  Precision precision() const { return p_; }
+  /// w rounded to bf16 in this scope (on its first use): `bits` for bf16 (bf16 values, for
+  /// gemm_bf16), `rounded` for bf16-emulated (the same values held in float32, for sgemm).
+  struct Bf16Copy {
+    Tensor source;  // held, so that its address cannot be reused while the scope lives
+    std::shared_ptr<const std::vector<uint16_t>> bits;
+    Tensor rounded;
+  };
+  const Bf16Copy& weight(const Tensor& w);
+
+ private:
+  Precision p_;
+  Autocast* prev_;
+  std::unordered_map<const float*, Bf16Copy> copies_;
+};
+
+/// The innermost live Autocast of this thread if it asks for bf16 products, else null.
+Autocast* bf16_autocast();
+
+}  // namespace tapelm
