@@ -7,8 +7,9 @@ precision, the precisions alternating run by run, one run at a time on all threa
   build/tapelm train --config PRESET.json --set seed=S --precision P --quiet
 then evaluates the final weights in f32 on the whole val split (`tapelm eval --json`), and reports
 per preset: the f32-evaluated val loss per precision over seeds (mean, sd), bf16 - f32 seed by
-seed and its mean, the run's own closing loss (evaluated in its precision, as nanoGPT evaluates
-under its autocast context) and the median tokens/s.
+seed and its mean, and the run's own closing loss (evaluated in its precision, as nanoGPT
+evaluates under its autocast context); the .jsonl also keeps each run's median tokens/s (speed
+belongs to bench/compare.sh: these runs may share the machine).
 
 `bf16-emulated` computes bf16's numbers on any CPU (autograd/autocast.h): the quality it measures
 is bf16's, its speed is not. Writes bench/PRECISION.md (or --out) and every run to the .jsonl
@@ -71,8 +72,8 @@ def report(rows, args, system):
           "alternating; val loss of the final weights evaluated in f32 on the whole val split (`tapelm eval`). "
           "`own` is the run's closing loss evaluated in its own precision. The target (issue: bf16 training) is "
           "|bf16 − f32| < 0.01.", "",
-          "| preset | seed | f32 | " + args.bf16 + " | difference | " + args.bf16 + " (own) | tokens/s f32 | tokens/s " + args.bf16 + " |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+          "| preset | seed | f32 | " + args.bf16 + " | difference | " + args.bf16 + " (own) |",
+          "|---|---:|---:|---:|---:|---:|"]
     summary = []
     for preset in args.presets.split(","):
         diffs, a_all, b_all = [], [], []
@@ -84,7 +85,7 @@ def report(rows, args, system):
             a_all.append(a["val_loss_f32_eval"])
             b_all.append(b["val_loss_f32_eval"])
             md.append(f"| {preset} | {seed} | {a['val_loss_f32_eval']:.4f} | {b['val_loss_f32_eval']:.4f} | {d:+.4f} | "
-                      f"{b['val_loss_own']:.4f} | {a['tokens_per_s']:,.0f} | {b['tokens_per_s']:,.0f} |")
+                      f"{b['val_loss_own']:.4f} |")
         ok = abs(statistics.mean(diffs)) < 0.01 and max(abs(x) for x in diffs) < 0.01
         summary.append(f"- **{preset}**: f32 {statistics.mean(a_all):.4f} ± {sd(a_all):.4f}, {args.bf16} "
                        f"{statistics.mean(b_all):.4f} ± {sd(b_all):.4f} (mean ± sd over {len(diffs)} seeds); "
@@ -100,15 +101,25 @@ def main():
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--bf16", default="bf16-emulated", choices=["bf16", "bf16-emulated"])
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "PRECISION.md"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report from the .jsonl's rows of the current commit (or --commit) without training")
+    ap.add_argument("--commit", default="")
     args = ap.parse_args()
     tapelm = os.environ.get("TAPELM", os.path.join(ROOT, "build", "tapelm"))
     corpus = os.path.join(ROOT, "corpora", "tinyshakespeare.txt")
-    args.commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip() or "unknown"
+    args.commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                                text=True).stdout.strip() or "unknown"
     system = run([tapelm, "inspect", "--system"]).strip().splitlines()
     system = "; ".join(line for line in system if line.startswith(("cpu ", "simd ", "threads ")))
     rows = []
     raw = os.path.splitext(args.out)[0] + ".jsonl"
+    if args.report_only:
+        with open(raw) as f:
+            rows = [r for r in map(json.loads, f) if r.get("commit") == args.commit]
+        with open(args.out, "w") as f:
+            f.write(report(rows, args, system))
+        print("wrote", args.out)
+        return
     with tempfile.TemporaryDirectory() as work:
         k = 0
         for preset in args.presets.split(","):

@@ -70,6 +70,28 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
   BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
 }
 
+// bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes
+// other numbers than f32 (the rounding is in the step) and stays close to them.
+BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig bf16_8 = tiny_train(8), bf16_4 = tiny_train(4);
+  bf16_8.precision = bf16_4.precision = "bf16-emulated";
+  const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
+  const TrainResult straight = tapelm::train(bf16_8, shakespeare(), d / "straight", quiet);
+  tapelm::train(bf16_4, shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  const TrainResult split = tapelm::train(bf16_8, shakespeare(), d / "split", resume);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  BOOST_TEST(split.val_loss_full == straight.val_loss_full);
+  BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
+  BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
+             "bf16 " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
+  BOOST_TEST(read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == "bf16-emulated");
+}
+
 BOOST_AUTO_TEST_CASE(mapped_shards_train_as_the_text_does_and_resume_bit_exact) {
   TempDir d;
   PrepareOptions po;

@@ -202,9 +202,8 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
 
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
-  TrainConfig original = source_train_config(a.from, a.config, "uptraining");
-  if (!a.precision.empty()) original.precision = a.precision;
-  check_precision_runs(original.precision);
+  const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+  check_precision_runs(a.precision.empty() ? original.precision : a.precision);
   if (const H5File f = H5File::open_read(a.from); has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
     throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   UptrainOptions o;
@@ -219,6 +218,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.quiet = a.quiet;
   o.stop = signal_stop_token();
   o.original = original;
+  if (!a.precision.empty()) o.precision = a.precision;
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");

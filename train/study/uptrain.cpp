@@ -31,6 +31,7 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   const int64_t steps = std::llround(o.fraction * static_cast<double>(original.max_iters));
   c.max_iters = steps;
   c.seed = o.seed;
+  if (o.precision) c.precision = *o.precision;
   if (o.schedule == UptrainSchedule::Rewarm) {
     c.learning_rate = o.lr ? *o.lr : original.learning_rate * o.rewarm_scale;
     c.min_lr = std::min(original.min_lr, c.learning_rate);

@@ -37,6 +37,8 @@ struct UptrainOptions {
   // The original run's training config when the source is weights only (an imported model);
   // unset: the source's own /train config.
   std::optional<TrainConfig> original;
+  /// The precision of the uptraining run (autograd/autocast.h); unset: the original run's.
+  std::optional<std::string> precision;
 };
 
 struct UptrainResult {

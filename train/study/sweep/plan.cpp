@@ -189,6 +189,7 @@ UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {
   o.fraction = c.alpha;
   o.seed = static_cast<uint64_t>(c.seed);
   if (!preset.from.empty()) o.original = preset.pretrain;  // the imported model holds weights only
+  o.precision = preset.pretrain.precision;                  // one precision for every run of the study
   return o;
 }
 

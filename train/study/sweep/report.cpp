@@ -131,6 +131,9 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
     md << " A smaller MHA model (d " << sm.n_embd << ", MLP " << sm.mlp_hidden << ", otherwise the same model and recipe) is "
        << "pretrained too, for the frontier across sizes (the paper's Table 1).";
   }
+  if (cfg.precision != "f32")
+    md << " Training and uptraining ran the linear layers' products in " << cfg.precision
+       << " (bf16 inputs, f32 sums; docs/guide/precision.md); every val loss is evaluated in f32.";
   md << " ± is the sample standard deviation over seeds.\n\n";
 }
 

@@ -104,7 +104,13 @@ struct SweepDirs {
         throw Error(ErrorKind::usage, out_dir + " holds a sweep from another model (" + old["config"].value("from", std::string("?")) +
                                           " with digest " + old["config"].value("from_digest", std::string("none")) +
                                           "; --from has digest " + now["from_digest"].get<std::string>() + "); use another --out");
-      if (!old.contains("config") || old["config"] != now)
+      // a key added to the training config since that sweep began matches when it holds its default
+      json now_cmp = now;
+      const json defaults = TrainConfig().to_json();
+      if (old.contains("config") && old["config"].is_object())
+        for (const auto& [k, v] : now.items())
+          if (!old["config"].contains(k) && defaults.contains(k) && defaults[k] == v) now_cmp.erase(k);
+      if (!old.contains("config") || old["config"] != now_cmp)
         throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
                                  old.value("preset", std::string("?")) + "); use another --out");
     } else {
