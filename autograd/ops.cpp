@@ -1,6 +1,7 @@
 #include "autograd/ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -543,6 +544,25 @@ Var cross_entropy(const Var& logits, const Index& targets) {
   return record({logits}, out, [logits, targets, lse, N, V, inv](const Tensor& dout) {
     kern::cross_entropy_bwd(logits.grad().data(), logits.val().data(), lse.data(), targets.data.data(), N, V,
                             dout.data()[0] * inv);
+  });
+}
+
+Var distill_kl(const Var& logits, const Tensor& teacher, const Index& targets, float temperature) {
+  if (logits.ndim() < 1 || teacher.shape() != logits.shape())
+    fail("distill_kl", "teacher logits " + shape_str(teacher.shape()) + " for student logits " + shape_str(logits.shape()));
+  if (!(temperature > 0) || !std::isfinite(temperature))
+    fail(ErrorKind::usage, "distill_kl: temperature " + std::to_string(temperature) + " is not positive and finite");
+  const int64_t V = logits.shape().back(), N = V ? logits.numel() / V : 0;
+  if (targets.numel() != N)
+    fail("distill_kl", "logits " + shape_str(logits.shape()) + " and targets " + shape_str(targets.shape));
+  Tensor losses = Tensor::empty({N}), lse_s = Tensor::empty({N}), lse_t = Tensor::empty({N});
+  const int64_t count = kern::distill_kl_fwd(losses.data(), lse_s.data(), lse_t.data(), logits.val().data(), teacher.data(),
+                                             targets.data.data(), N, V, temperature);
+  const float inv = count ? 1.f / static_cast<float>(count) : 0.f;
+  Tensor out = Tensor::scalar(static_cast<float>(kern::sum_all(losses.data(), N) * inv));
+  return record({logits}, out, [logits, teacher, targets, lse_s, lse_t, N, V, inv, temperature](const Tensor& dout) {
+    kern::distill_kl_bwd(logits.grad().data(), logits.val().data(), teacher.data(), lse_s.data(), lse_t.data(),
+                         targets.data.data(), N, V, temperature, dout.data()[0] * inv);
   });
 }
 

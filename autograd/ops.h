@@ -86,6 +86,11 @@ Var softmax(const Var& x);
 Var log_softmax(const Var& x);
 /// Mean cross-entropy of logits [..., V] against targets [...]; targets of -1 are ignored.
 Var cross_entropy(const Var& logits, const Index& targets);
+/// Knowledge distillation's soft-target loss (Hinton et al. 2015, as DistilBERT and MiniLLM use it):
+/// T²·KL(softmax(teacher/T) ‖ softmax(logits/T)) averaged over the positions whose target is not
+/// -1. teacher: logits of the same shape, no gradient. Its gradient in logits is
+/// T·(softmax(logits/T) − softmax(teacher/T)) / positions: the T² keeps it on cross-entropy's scale.
+Var distill_kl(const Var& logits, const Tensor& teacher, const Index& targets, float temperature);
 /// Zeroes each element with probability p and scales the rest by 1/(1-p); the mask is a pure
 /// function of (seed, element index), so a run is reproducible and backward recomputes it.
 Var dropout(const Var& x, float p, uint64_t seed);

@@ -63,6 +63,8 @@ void TrainConfig::validate() const {
 #undef TAPELM_CHECK
   if (optimizer != "adamw" && optimizer != "sgd")
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
+  if (distill_lambda > 1)
+    throw Error(ErrorKind::config, "config distill_lambda must be in [0, 1], got " + echo_json(distill_lambda));
   if (precision != "f32" && precision != "bf16" && precision != "bf16-emulated")
     throw Error(ErrorKind::config,
                 "config precision must be \"f32\", \"bf16\" or \"bf16-emulated\", got \"" + cut_for_message(precision) + "\"");

@@ -183,6 +183,14 @@ void Trainer::set_up() {
   check_window_fits(static_cast<int64_t>(corpus_.val.size()), T, "val split");
   // before the run directory is made or locked: a failed resume leaves nothing behind
   if (const std::string why = precision_unavailable(precision_); !why.empty()) throw Error(ErrorKind::config, why);
+  if (cfg_.distill_lambda > 0 && !opt_.teacher)
+    throw Error(ErrorKind::config, "config distill_lambda " + std::to_string(cfg_.distill_lambda) +
+                                       " needs a teacher model: distillation runs in `uptrain --distill`");
+  if (opt_.teacher && (opt_.teacher->config().vocab_size != cfg_.model.vocab_size ||
+                       opt_.teacher->config().block_size < cfg_.model.block_size))
+    throw Error(ErrorKind::config, "the distillation teacher (vocab " + std::to_string(opt_.teacher->config().vocab_size) +
+                                       ", block " + std::to_string(opt_.teacher->config().block_size) + ") does not fit the model (vocab " +
+                                       std::to_string(cfg_.model.vocab_size) + ", block " + std::to_string(cfg_.model.block_size) + ")");
   if (opt_.resume && !fs::exists(dir_.checkpoint()))
     throw Error(ErrorKind::train, dir_.path() + ": resuming, but there is no checkpoint.h5 to resume from");
   if (lead_) dir_.prepare(!opt_.dir_locked);
@@ -234,7 +242,8 @@ Trainer::Step Trainer::step() {
   Step s;
   s.lr = lr_at(st_.step, cfg_.schedule());
   const float inv_accum = 1.0f / static_cast<float>(cfg_.grad_accum);
-  double loss_sum = 0;
+  double loss_sum = 0, distill_sum = 0;
+  const bool distill = opt_.teacher && cfg_.distill_lambda > 0;
   // A step of many micro-batches can take arbitrarily long: a stop between them abandons it, and
   // the data and dropout streams go back to where it began, so that the checkpoint of the last
   // completed step resumes as if this step had never started.
@@ -253,15 +262,19 @@ Trainer::Step Trainer::step() {
       return s;
     }
     sampler_->next(x_, y_);
-    Var loss = model_.loss(x_, y_);
-    loss_sum += loss.item();
+    const Var loss = micro_batch_loss(loss_sum, distill_sum);
     backward(cfg_.grad_accum > 1 ? mul(loss, inv_accum) : loss);
   }
   autocast.reset();  // before the update changes the weights
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
+  if (distill) s.distill = distill_sum / static_cast<double>(cfg_.grad_accum);
   if (multi_) {  // every rank leaves with the same gradients, loss and decision to stop
     const auto t_comm = Clock::now();
     std::tie(s.loss, s.stop) = reducer_->reduce(s.loss, opt_.stop.requested());
+    if (distill) {
+      dist::allreduce_sum(&s.distill, 1);
+      s.distill /= world_;
+    }
     res_.comm_seconds += seconds_since(t_comm);
   }
   // Every rank holds the same loss and gradients here, so all of them stop together.
@@ -287,6 +300,26 @@ Trainer::Step Trainer::step() {
   if (multi_ && opt_.check_sync) check_ranks_in_sync(params_, st_.step);
   if (!multi_) s.stop = opt_.stop.requested();
   return s;
+}
+
+Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum) {
+  if (!opt_.teacher || cfg_.distill_lambda <= 0) {
+    Var loss = model_.loss(x_, y_);
+    ce_sum += loss.item();
+    return loss;
+  }
+  const Var logits = model_.forward(x_);
+  const Var ce = cross_entropy(logits, y_);
+  Tensor teacher;
+  {
+    NoGrad no_grad;
+    teacher = opt_.teacher->forward(x_).val();
+  }
+  const Var kd = distill_kl(logits, teacher, y_, static_cast<float>(cfg_.distill_temperature));
+  ce_sum += ce.item();
+  distill_sum += kd.item();
+  const float lambda = static_cast<float>(cfg_.distill_lambda);
+  return add(mul(ce, 1.f - lambda), mul(kd, lambda));
 }
 
 bool Trainer::stop_between_micro_steps() {
@@ -346,9 +379,11 @@ void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_s
     std::snprintf(b, sizeof b, " | all-reduce %.0f%%", 100.0 * res_.comm_seconds / seconds_since(t_start_));
     comm = b;
   }
+  char kd[40] = "";
+  if (s.distill >= 0) std::snprintf(kd, sizeof kd, " (distill %.4f)", s.distill);
   const double model_flops = tokens_per_s * cost_.train_flops_per_token;
-  std::printf("%sstep %ld/%ld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% of sgemm, %.1f%% of CPU%s | ETA %s\n",
-              opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, s.lr,
+  std::printf("%sstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% of sgemm, %.1f%% of CPU%s | ETA %s\n",
+              opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, kd, s.lr,
               tokens_per_s, 100.0 * model_flops / peak_flops_, 100.0 * model_flops / cpu_peak_flops_, comm.c_str(),
               fmt_duration(eta).c_str());
   if (res_.val_loss_full >= 0 && last)
@@ -387,6 +422,7 @@ TrainResult Trainer::run() {
       t_log = Clock::now();
       steps_since_log = 0;
       nlohmann::json rec{{"step", st_.step}, {"train_loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tps}};
+      if (s.distill >= 0) rec["distill_kl"] = s.distill;
       if (st_.step % cfg_.eval_interval == 0 || last) evaluate(rec);
       if (last && opt_.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
         const Autocast autocast(precision_);

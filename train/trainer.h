@@ -42,6 +42,9 @@ struct TrainOptions {
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
   StopToken stop;                         // requested: save at the last completed step and return
   bool dir_locked = false;                // the caller holds out_dir's lock already (uptrain takes it before converting)
+  /// The teacher of distillation (distill_lambda > 0): a model over the same vocabulary, run
+  /// forward only on every micro-batch; its logits live for that micro-batch alone.
+  const GPT* teacher = nullptr;
 };
 
 class GradReducer;
@@ -60,7 +63,8 @@ class Trainer {
 
   /// What one optimizer step did.
   struct Step {
-    double loss = 0;      // mean over micro-batches (and ranks)
+    double loss = 0;      // cross-entropy, mean over micro-batches (and ranks)
+    double distill = -1;  // distillation: the soft-target loss T²·KL, mean likewise (else -1)
     double lr = 0;
     bool stop = false;    // the stop token was requested (on any rank)
     bool abandoned = false;  // stopped between micro-batches: no step taken, state as before the call
@@ -84,6 +88,9 @@ class Trainer {
  private:
   void set_up();
   bool stop_between_micro_steps();
+  /// The loss of the micro-batch in x_, y_ (its cross-entropy added to ce_sum): cross-entropy,
+  /// or with a teacher (1 − λ)·CE + λ·T²·KL(teacher ‖ model) (the KL term added to distill_sum).
+  Var micro_batch_loss(double& ce_sum, double& distill_sum);
   void print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last);
 
   const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up

@@ -95,4 +95,50 @@ void cross_entropy_bwd(float* dlogits, const float* logits, const float* lse, co
   }
 }
 
+// log Σ exp(x[c]·k) for one row.
+static inline float log_sum_exp_scaled(const float* xr, int64_t C, float k) {
+  float mx = -INFINITY;
+  for (int64_t c = 0; c < C; c++) mx = std::max(mx, xr[c] * k);
+  float s = 0;
+  for (int64_t c = 0; c < C; c++) s += exp_approx(xr[c] * k - mx);
+  return mx + std::log(s);
+}
+
+int64_t distill_kl_fwd(float* losses, float* lse_s, float* lse_t, const float* s, const float* t, const int32_t* targets,
+                       int64_t N, int64_t V, float T) {
+  const float k = 1.f / T;
+  int64_t count = 0;
+#pragma omp parallel for schedule(static) reduction(+ : count) if (N * V >= kParallelMin)
+  for (int64_t r = 0; r < N; r++) {
+    losses[r] = 0;
+    if (targets[r] < 0) continue;
+    const float* sr = s + r * V;
+    const float* tr = t + r * V;
+    const float ls = log_sum_exp_scaled(sr, V, k), lt = log_sum_exp_scaled(tr, V, k);
+    lse_s[r] = ls;
+    lse_t[r] = lt;
+    double kl = 0;  // Σ p_t (log p_t − log p_s): terms of both signs, summed in double
+    for (int64_t c = 0; c < V; c++) {
+      const float log_pt = tr[c] * k - lt;
+      kl += static_cast<double>(exp_approx(log_pt)) * static_cast<double>(log_pt - (sr[c] * k - ls));
+    }
+    losses[r] = static_cast<float>(kl) * T * T;
+    count++;
+  }
+  return count;
+}
+
+void distill_kl_bwd(float* ds, const float* s, const float* t, const float* lse_s, const float* lse_t,
+                    const int32_t* targets, int64_t N, int64_t V, float T, float scale) {
+  const float k = 1.f / T, g = scale * T;
+#pragma omp parallel for schedule(static) if (N * V >= kParallelMin)
+  for (int64_t r = 0; r < N; r++) {
+    if (targets[r] < 0) continue;
+    const float* sr = s + r * V;
+    const float* tr = t + r * V;
+    float* d = ds + r * V;
+    for (int64_t c = 0; c < V; c++) d[c] += g * (exp_approx(sr[c] * k - lse_s[r]) - exp_approx(tr[c] * k - lse_t[r]));
+  }
+}
+
 }  // namespace tapelm::kern

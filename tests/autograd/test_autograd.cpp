@@ -296,6 +296,39 @@ BOOST_AUTO_TEST_CASE(cross_entropy_values) {
   BOOST_TEST(cross_entropy(l, Index({0, 1}, {2})).item() == (l0 + l1) / 2, tt::tolerance(1e-6));
 }
 
+// Distillation's soft-target loss against its definition, written out in double:
+// T²·Σ_c p_t(c)·(log p_t(c) − log p_s(c)) with p = softmax(logits / T), averaged over counted rows.
+BOOST_AUTO_TEST_CASE(distillation_loss_values_and_gradient) {
+  const int64_t N = 5, V = 11;
+  const Tensor s = rnd({N, V}, 2.f), t = rnd({N, V}, 2.f);
+  const Index targets({3, -1, 0, 10, 7}, {N});
+  for (float T : {1.f, 2.f, 0.5f}) {
+    double want = 0;
+    int counted = 0;
+    for (int64_t r = 0; r < N; r++) {
+      if (targets.data[r] < 0) continue;
+      counted++;
+      double zs = 0, zt = 0;
+      for (int64_t c = 0; c < V; c++) {
+        zs += std::exp(double(s[r * V + c]) / T);
+        zt += std::exp(double(t[r * V + c]) / T);
+      }
+      for (int64_t c = 0; c < V; c++) {
+        const double log_pt = double(t[r * V + c]) / T - std::log(zt), log_ps = double(s[r * V + c]) / T - std::log(zs);
+        want += double(T) * T * std::exp(log_pt) * (log_pt - log_ps);
+      }
+    }
+    want /= counted;
+    BOOST_TEST(distill_kl(Var(s), t, targets, T).item() == want, tt::tolerance(2e-5));
+    BOOST_TEST(std::fabs(distill_kl(Var(t), t, targets, T).item()) < 1e-6);  // the teacher itself: 0
+    check_grad("distill_kl T=" + std::to_string(T),
+               [t, targets, T](const std::vector<Var>& x) { return distill_kl(x[0], t, targets, T); }, {s});
+  }
+  const Tensor s3 = rnd({2, 3, V}), t3 = rnd({2, 3, V});
+  const Index all({1, 2, 3, 4, 5, 6}, {2, 3});
+  check_grad("distill_kl 3-D logits", [t3, all](const std::vector<Var>& x) { return distill_kl(x[0], t3, all, 2.f); }, {s3});
+}
+
 BOOST_AUTO_TEST_CASE(dropout_statistics) {
   Tensor x = Tensor::full({100000}, 1.f);
   Tensor y = dropout(Var(x), 0.25f, 7).val();

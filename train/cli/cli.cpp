@@ -172,7 +172,8 @@ int run_train(const TrainArgs& a) {
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision;
   int64_t kv_heads = 0, calib_tokens = 16384;
-  double fraction = 0.05, lr = 0;
+  double fraction = 0.05, lr = 0, distill_lambda = -1, distill_temperature = UptrainOptions{}.distill_temperature;
+  bool distill = false;
   bool lr_given = false;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
@@ -196,6 +197,12 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
   c.add_option("--precision", a.precision, std::string(precision_help) + " (default: the original run's)")
       ->check(CLI::IsMember(precision_names));
+  c.add_flag("--distill", a.distill, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)");
+  c.add_option("--distill-lambda", a.distill_lambda, "with --distill: the weight of the source's soft targets (default " +
+                                                         std::to_string(kDefaultDistillLambda).substr(0, 4) + ")")
+      ->check(CLI::Range(0.0, 1.0));
+  c.add_option("--distill-temperature", a.distill_temperature, "with --distill: the softmax temperature T")
+      ->check(CLI::PositiveNumber);
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
@@ -219,6 +226,12 @@ int run_uptrain(const UptrainArgs& a) {
   o.stop = signal_stop_token();
   o.original = original;
   if (!a.precision.empty()) o.precision = a.precision;
+  if ((a.distill_lambda >= 0 || a.distill_temperature != UptrainOptions{}.distill_temperature) && !a.distill)
+    throw Error(ErrorKind::usage, "uptrain: --distill-lambda and --distill-temperature need --distill");
+  if (a.distill) {
+    o.distill_lambda = a.distill_lambda >= 0 ? a.distill_lambda : kDefaultDistillLambda;
+    o.distill_temperature = a.distill_temperature;
+  }
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");

@@ -32,6 +32,9 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   c.max_iters = steps;
   c.seed = o.seed;
   if (o.precision) c.precision = *o.precision;
+  c.distill_lambda = o.distill_lambda;
+  c.distill_temperature = o.distill_temperature;
+  c.validate();  // λ in [0, 1], T > 0
   if (o.schedule == UptrainSchedule::Rewarm) {
     c.learning_rate = o.lr ? *o.lr : original.learning_rate * o.rewarm_scale;
     c.min_lr = std::min(original.min_lr, c.learning_rate);
@@ -80,6 +83,10 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.label = o.label;
   to.stop = o.stop;
   to.init_from = converted.get();
+  if (o.distill_lambda > 0) {
+    src.eval();  // the teacher: no dropout
+    to.teacher = &src;
+  }
   to.final_eval = false;  // evaluated below, outside the timed training
   to.dir_locked = true;   // dir holds the lock
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
@@ -88,7 +95,9 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
                                  {"method", o.variant.method->name},
                                  {"grouping", to_string(o.variant.grouping)},
                                  {"fraction", o.fraction},
-                                 {"schedule", to_string(o.schedule)}}
+                                 {"schedule", to_string(o.schedule)},
+                                 {"distill_lambda", o.distill_lambda},
+                                 {"distill_temperature", o.distill_temperature}}
                       .dump();
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {

@@ -19,6 +19,9 @@ enum class UptrainSchedule {
 UptrainSchedule parse_uptrain_schedule(const std::string& s);
 std::string to_string(UptrainSchedule s);
 
+/// --distill's λ when not given (docs/guide/uptraining.md: measured on the tiny study).
+inline constexpr double kDefaultDistillLambda = 0.5;
+
 struct UptrainOptions {
   int64_t kv_heads = 1;
   Variant variant;                // conversion method and grouping
@@ -39,6 +42,10 @@ struct UptrainOptions {
   std::optional<TrainConfig> original;
   /// The precision of the uptraining run (autograd/autocast.h); unset: the original run's.
   std::optional<std::string> precision;
+  /// Distillation from the source model as the teacher: loss (1 − λ)·CE + λ·T²·KL(source ‖
+  /// converted) on every batch (autograd/ops.h, distill_kl); λ = 0: plain uptraining.
+  double distill_lambda = 0;
+  double distill_temperature = 2.0;
 };
 
 struct UptrainResult {
