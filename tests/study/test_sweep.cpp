@@ -576,7 +576,10 @@ BOOST_AUTO_TEST_CASE(a_sweep_starts_from_a_given_model) {
   // the imported Llama model has RoPE: decoding is timed at 4·T too
   BOOST_TEST(md.find("- ... and at 4 × the trained context (") != std::string::npos, md);
   BOOST_TEST(rows["pretrain_mha"].size() == rows["id"].size());
-  BOOST_TEST(rows["id"].back().find("_ctx") != std::string::npos, rows["id"].back());
+  BOOST_TEST(std::any_of(rows["id"].begin(), rows["id"].end(), [](const std::string& c) { return c.find("_ctx") != std::string::npos; }));
+  // and at the serving batch with the low-precision cache (f16: the micro model's head dim is 4)
+  BOOST_TEST(rows["id"].back() == "decode_ms_per_sample_b4_kv_f16", rows["id"].back());
+  BOOST_TEST(md.find(", f16 cache) |") != std::string::npos);
   BOOST_TEST(md.find(" from scratch (") == std::string::npos);
   // a GQA model, a weights-only model without --config, a corpus tokenized otherwise: one line each
   tapelm::hf::import_model(test::fixture_path("hf/llama_gqa_bf16_spm"), d / "gqa.h5");

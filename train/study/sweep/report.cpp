@@ -85,6 +85,8 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
   // a RoPE model's decoding at 4·T, the serving batch (the same context in every row)
   const int64_t L = results.empty() ? 0 : results.front().decode_long_context, b_hi = plan.preset.decode_batches.back();
   if (L > 0) csv << ",decode_ms_per_token_step_b" << b_hi << "_ctx" << L << ",decode_ms_per_sample_b" << b_hi << "_ctx" << L;
+  const std::string lowkv = results.empty() ? "" : results.front().decode_lowkv_cache;
+  if (!lowkv.empty()) csv << ",decode_ms_per_token_step_b" << b_hi << "_kv_" << lowkv << ",decode_ms_per_sample_b" << b_hi << "_kv_" << lowkv;
   csv << "\n";
   for (const CellResult& r : results) {
     const Cell& c = r.cell;
@@ -96,6 +98,8 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
     for (int64_t b : plan.preset.decode_batches)
       csv << "," << num(r.decode.at(b).ms_per_token_step) << "," << num(r.decode.at(b).ms_per_sample);
     if (L > 0) csv << "," << num(r.decode_long.at(b_hi).ms_per_token_step) << "," << num(r.decode_long.at(b_hi).ms_per_sample);
+    if (!lowkv.empty())
+      csv << "," << num(r.decode_lowkv.at(b_hi).ms_per_token_step) << "," << num(r.decode_lowkv.at(b_hi).ms_per_sample);
     csv << "\n";
   }
 }
@@ -121,7 +125,9 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
      << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
      << " runs each, more until neighbouring KV counts' interquartile ranges separate, within a minute per batch size); the median; ms "
         "per sample = (prefill + generation time) / batch; batch "
-     << p.decode_batches.back() << " is the serving batch of the findings.";
+     << p.decode_batches.back() << " is the serving batch of the findings, also timed with the smallest KV cache that "
+        "costs no quality (q8 where the head dimension is a multiple of 32, else f16; the KV-cache section below) in "
+        "Table 1's last decode column.";
   if (cfg.model.pos == PosKind::Rope)
     md << " The model has RoPE, so decoding is also timed at 4 × T = " << 4 * cfg.model.block_size << " (a prompt of "
        << 2 * cfg.model.block_size << " tokens, batch " << p.decode_batches.back()
@@ -148,12 +154,15 @@ void write_table1(std::ostream& md, const Table& t) {
   md << "| model | KV heads | val loss | perplexity | decode ms/sample (batch " << b_lo << ") | decode ms/sample (batch "
      << b_hi << ") |";
   if (L > 0) md << " decode ms/sample (batch " << b_hi << ", context " << L << ") |";
+  const std::string lowkv = t.costs(H).decode_lowkv_cache;
+  if (!lowkv.empty()) md << " decode ms/sample (batch " << b_hi << ", " << lowkv << " cache) |";
   md << " KV cache bytes/token | params |\n";
-  md << "|---|---|---|---|---|---|" << (L > 0 ? "---|" : "") << "---|---|\n";
+  md << "|---|---|---|---|---|---|" << (L > 0 ? "---|" : "") << (lowkv.empty() ? "" : "---|") << "---|---|\n";
   auto cost_row = [&](const std::string& name, int64_t kv, const Stat& s, const CellResult& c) {
     md << "| " << name << " | " << kv << " | " << fmt_stat(s) << " | " << fmt("%.3f", std::exp(s.mean)) << " | "
        << fmt("%.1f", c.decode.at(b_lo).ms_per_sample) << " | " << fmt("%.2f", c.decode.at(b_hi).ms_per_sample) << " | ";
     if (L > 0) md << fmt("%.2f", c.decode_long.at(b_hi).ms_per_sample) << " | ";
+    if (!lowkv.empty()) md << fmt("%.2f", c.decode_lowkv.at(b_hi).ms_per_sample) << " | ";
     md << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
   };
   auto row = [&](const std::string& name, int64_t kv, const Stat& s) { cost_row(name, kv, s, t.costs(kv)); };

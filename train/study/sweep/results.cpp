@@ -59,6 +59,10 @@ nlohmann::json ShapeDecodeTimes::to_json() const {
     j["decode_long_context"] = long_context;
     j.update(decode_times_to_json(decode_long, "decode_long_"));
   }
+  if (!lowkv_cache.empty()) {
+    j["decode_lowkv_cache"] = lowkv_cache;
+    j.update(decode_times_to_json(decode_lowkv, "decode_lowkv_"));
+  }
   return j;
 }
 
@@ -67,6 +71,10 @@ ShapeDecodeTimes ShapeDecodeTimes::from_json(const nlohmann::json& j) {
   if (j.contains("decode_long_context")) {
     s.long_context = j["decode_long_context"].get<int64_t>();
     s.decode_long = decode_times_from_json(j, "decode_long_");
+  }
+  if (j.contains("decode_lowkv_cache")) {
+    s.lowkv_cache = j["decode_lowkv_cache"].get<std::string>();
+    s.decode_lowkv = decode_times_from_json(j, "decode_lowkv_");
   }
   return s;
 }
@@ -89,7 +97,7 @@ nlohmann::json CellResult::to_json() const {
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
   for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
-  j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long}.to_json());
+  j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long, decode_lowkv_cache, decode_lowkv}.to_json());
   return j;
 }
 
@@ -117,6 +125,8 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.decode = std::move(d.decode);
   r.decode_long_context = d.long_context;
   r.decode_long = std::move(d.decode_long);
+  r.decode_lowkv_cache = std::move(d.lowkv_cache);
+  r.decode_lowkv = std::move(d.decode_lowkv);
   return r;
 }
 

@@ -36,6 +36,10 @@ struct ShapeDecodeTimes {
   DecodeTimes decode;
   int64_t long_context = 0;  // 0: not timed (learned positions stop at T)
   DecodeTimes decode_long;   // at long_context, by batch size
+  /// At the serving batch with the smallest KV cache that costs no quality ("q8" when the head
+  /// dimension is a multiple of 32, else "f16"; "" in older sweeps' files, not timed).
+  std::string lowkv_cache;
+  DecodeTimes decode_lowkv;
   nlohmann::json to_json() const;
   static ShapeDecodeTimes from_json(const nlohmann::json& j);
 };
@@ -57,6 +61,8 @@ struct CellResult {
   DecodeTimes decode;
   int64_t decode_long_context = 0;  // see ShapeDecodeTimes
   DecodeTimes decode_long;
+  std::string decode_lowkv_cache;   // see ShapeDecodeTimes
+  DecodeTimes decode_lowkv;
 
   /// The cell file's object.
   nlohmann::json to_json() const;

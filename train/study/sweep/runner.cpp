@@ -182,11 +182,15 @@ class DecodeTimer {
   bool complete(const ShapeDecodeTimes& t) const {
     for (int64_t b : plan_.preset.decode_batches)
       if (!t.decode.count(b)) return false;
-    return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back()));
+    return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back())) &&
+           t.lowkv_cache == kv_type_name(lowkv()) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
   }
+  /// The KV cache of Table 1's low-precision column: q8 where the head dimension allows it (its
+  /// quality cost was ≤ 0.0001 nats on the tiny study, docs/tiny/kvcache), else f16.
+  KvType lowkv() const { return plan_.preset.pretrain.model.head_dim() % 32 == 0 ? KvType::q8 : KvType::f16; }
 
   /// Every shape at one batch and context, interleaved; the median and quartiles per shape.
-  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context) {
+  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context, KvType cache = KvType::f32) {
     const int64_t P = std::max<int64_t>(1, context / 2);
     const int min_rounds = std::max(3, plan_.preset.decode_iters), max_rounds = 5 * min_rounds;
     Series sample_ms, step_ms;
@@ -195,7 +199,9 @@ class DecodeTimer {
       for (const Shape& s : shapes_) {
         GPTConfig m = plan_.model_for(s.cell);
         m.block_size = std::max(m.block_size, context);  // RoPE: the tables reach the long context
-        const DecodeResult r = bench_decode_shape(m, {b, P, context}, 1, round == 0 ? 1 : 0, 1);
+        DecodeShape shape{b, P, context};
+        shape.kv_cache = cache;
+        const DecodeResult r = bench_decode_shape(m, shape, 1, round == 0 ? 1 : 0, 1);
         const std::string k = shape_key(s.cell);
         step_ms[k].push_back(r.step_median_s * 1e3);
         sample_ms[k].push_back((r.prefill_median_s + r.step_median_s * static_cast<double>(context - P)) * 1e3 / static_cast<double>(b));
@@ -234,6 +240,11 @@ class DecodeTimer {
         d[k].long_context = L;
         d[k].decode_long[b] = t;
       }
+    }
+    const int64_t b_hi = plan_.preset.decode_batches.back();
+    for (auto& [k, t] : measure(b_hi, T, lowkv())) {
+      d[k].lowkv_cache = kv_type_name(lowkv());
+      d[k].decode_lowkv[b_hi] = t;
     }
     for (auto& [k, t] : d) {
       write_json_atomic(dir_ / (k + ".json"), t.to_json());
@@ -484,7 +495,9 @@ class SweepRun {
             .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
             .decode = times.decode,
             .decode_long_context = times.long_context,
-            .decode_long = times.decode_long};
+            .decode_long = times.decode_long,
+            .decode_lowkv_cache = times.lowkv_cache,
+            .decode_lowkv = times.decode_lowkv};
   }
 
   const SweepPreset& p_;
@@ -510,6 +523,8 @@ void SweepRun::write_report() const {
     r.decode = times.decode;
     r.decode_long_context = times.long_context;
     r.decode_long = times.decode_long;
+    r.decode_lowkv_cache = times.lowkv_cache;
+    r.decode_lowkv = times.decode_lowkv;
     results.push_back(std::move(r));
   }
   std::ostringstream csv;
