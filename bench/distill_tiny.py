@@ -42,18 +42,56 @@ def sd(xs):
     return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
+def write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss):
+    """A row per setting: val loss per KV count (mean over seeds) and, paired by seed, the
+    difference from plain uptraining and from the MHA model given the same setting."""
+    H = max(kvs)
+    name = {H: "MHA (unconverted)", 1: "MQA"}
+    md = ["# Distillation during uptraining on the `tiny` study", "",
+          f"`python3 bench/distill_tiny.py --kv {args.kv} --lambdas {args.lambdas} --temperatures {args.temperatures} "
+          f"--seeds {args.seeds}` ({datetime.date.today().isoformat()}, commit {commit}). Machine: {system}.", "",
+          f"The `tiny` MHA model (val loss {mha_loss:.4f}, 1000 steps) converted by `aligned-fit` and uptrained "
+          "α = 0.05 (50 steps, seeds as the sweep's); the MHA row uptrains the MHA model itself the same way (the "
+          "study's \"MHA + α\"). Val loss on the whole val split, mean over seeds; Δ plain = distilled − plain and "
+          "Δ MHA = this KV count − MHA under the same setting, both paired by seed (mean ± sd). A distilled step "
+          "also runs the teacher's forward: rows of different settings are not at equal compute.", "",
+          "| KV heads | λ | T | val loss | Δ plain | Δ MHA |", "|---|---:|---:|---:|---:|---:|"]
+
+    def pick(kv, s):
+        return {r["seed"]: r["val_loss"] for r in rows if r["kv"] == kv and
+                (r["lambda"] == 0 if s is None else (r["lambda"], r["temperature"]) == s)}
+
+    def paired(a, b):
+        d = [a[k] - b[k] for k in a if k in b]
+        return f"{statistics.mean(d):+.4f} ± {sd(d):.4f}" if d else "–"
+
+    for kv in kvs:
+        for s in settings:
+            got = pick(kv, s)
+            if not got:
+                continue
+            lam, temp = ("0 (plain)", "–") if s is None else (f"{s[0]:g}", f"{s[1]:g}")
+            md.append(f"| {name.get(kv, f'GQA-{kv}')} | {lam} | {temp} | {statistics.mean(got.values()):.4f} | "
+                      f"{'–' if s is None else paired(got, pick(kv, None))} | {'–' if kv == H else paired(got, pick(H, s))} |")
+    with open(args.out, "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lambdas", default="0.5,1")
     ap.add_argument("--temperatures", default="1,2,4")
     ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--kv", default="2,1")
+    ap.add_argument("--kv", default="4,2,1", help="KV head counts; 4 (the MHA model's own) uptrains it unconverted")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "DISTILL.md"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report from the .jsonl's rows of --commit (a comma list: runs of several commits)")
+    ap.add_argument("--commit", default="")
     args = ap.parse_args()
     tapelm = os.environ.get("TAPELM", os.path.join(ROOT, "build", "tapelm"))
     corpus = os.path.join(ROOT, "corpora", "tinyshakespeare.txt")
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True).stdout.strip() or "unknown"
     system = "; ".join(line for line in run([tapelm, "inspect", "--system"]).splitlines()
                        if line.startswith(("cpu ", "simd ", "threads ")))
     settings = [None] + [(float(l), float(t)) for l in args.lambdas.split(",") for t in args.temperatures.split(",")]
@@ -61,6 +99,11 @@ def main():
     kvs = [int(k) for k in args.kv.split(",")]
     raw = os.path.splitext(args.out)[0] + ".jsonl"
     rows = []
+    if args.report_only:
+        with open(raw) as f:
+            rows = [r for r in map(json.loads, f) if r["commit"] in commit.split(",")]
+        write_report(args, rows, settings, seeds, kvs, commit, system, rows[0]["mha"])
+        return
     with tempfile.TemporaryDirectory() as work:
         cfg = os.path.join(work, "tiny.json")
         with open(cfg, "w") as f:
@@ -85,28 +128,7 @@ def main():
                     rows.append(r)
                     with open(raw, "a") as f:
                         f.write(json.dumps(r) + "\n")
-    name = {1: "MQA"}
-    md = ["# Distillation during uptraining on the `tiny` study", "",
-          f"`python3 bench/distill_tiny.py --lambdas {args.lambdas} --temperatures {args.temperatures} --seeds {args.seeds}` "
-          f"({datetime.date.today().isoformat()}, commit {commit}). Machine: {system}.", "",
-          f"The `tiny` MHA model (val loss {mha_loss:.4f}) converted by `aligned-fit` and uptrained α = 0.05 "
-          "(50 steps); val loss on the whole val split, mean over seeds; Δ = distilled − plain, paired by seed "
-          "(mean ± sd). A distilled step also runs the teacher's forward: these rows are not at equal compute.", "",
-          "| KV heads | λ | T | val loss | Δ vs plain | gap to MHA closed |", "|---|---:|---:|---:|---:|---:|"]
-    for kv in kvs:
-        plain = {r["seed"]: r["val_loss"] for r in rows if r["kv"] == kv and r["lambda"] == 0}
-        gap = statistics.mean(plain.values()) - mha_loss
-        for s in settings:
-            sel = [r for r in rows if r["kv"] == kv and (r["lambda"] == 0 if s is None else
-                                                        (r["lambda"], r["temperature"]) == s)]
-            mean = statistics.mean(r["val_loss"] for r in sel)
-            d = [r["val_loss"] - plain[r["seed"]] for r in sel]
-            lam, temp = ("0 (plain)", "–") if s is None else (f"{s[0]:g}", f"{s[1]:g}")
-            delta = "–" if s is None else f"{statistics.mean(d):+.4f} ± {sd(d):.4f}"
-            closed = "–" if s is None else f"{100 * -statistics.mean(d) / gap:.0f} %"
-            md.append(f"| {name.get(kv, f'GQA-{kv}')} | {lam} | {temp} | {mean:.4f} | {delta} | {closed} |")
-    with open(args.out, "w") as f:
-        f.write("\n".join(md) + "\n")
+    write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss)
     print("wrote", args.out)
 
 
