@@ -73,7 +73,10 @@ void TrainConfig::validate() const {
 void check_training_memory(const TrainConfig& c, double available) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params);
-  const double weights = 16 * params;  // float weights, gradients and AdamW's two moments
+  // float weights, gradients and AdamW's two moments; in bf16 also the step's rounded copy of
+  // the weights (2 bytes each, 4 when emulated: the bf16 values held in float32)
+  const double rounded = c.precision == "bf16" ? 2 : c.precision == "bf16-emulated" ? 4 : 0;
+  const double weights = (16 + rounded) * params;
   // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
   // hidden layer before and after its activation, one row of attention scores, and the logits
   // with their softmax.
@@ -86,7 +89,8 @@ void check_training_memory(const TrainConfig& c, double available) {
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
-                                       ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state");
+                                       ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
+                                       (rounded > 0 ? " and the " + c.precision + " copy of the weights" : ""));
   check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations");
   check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +

@@ -319,6 +319,15 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   expect({{"batch_size", 1000000000}}, {"batch_size 1000000000", "activations"});
   expect({{"eval_iters", 1000000000}}, {"eval_iters 1000000000", "evaluation windows"});
   test::expect_throw([&] { check_training_memory(cfg({{"n_layer", 1000000000}})); }, ErrorKind::config, {"parameters"});
+  // bf16 adds the step's rounded weights: 16 bytes per parameter in f32, 18 in bf16, 20 emulated
+  // (activations and windows here are far below one parameter's byte)
+  TrainConfig big = cfg({{"n_layer", 24}, {"n_embd", 1024}, {"n_head", 16}, {"block_size", 64}, {"batch_size", 1}, {"eval_iters", 1}});
+  const double room = 19 * static_cast<double>(model_cost(big.model).params);
+  check_training_memory(big, room);
+  big.precision = "bf16";
+  check_training_memory(big, room);
+  big.precision = "bf16-emulated";
+  test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"the bf16-emulated copy of the weights"});
   BOOST_TEST(available_memory_bytes() > 0);
   BOOST_TEST(byte_size_str(1536) == "1.5 KB");
 }
