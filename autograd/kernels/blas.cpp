@@ -406,8 +406,8 @@ void gemm_bf16_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A, int64_t lda,
                const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (const std::string missing = bf16_gemm_native_missing(); !missing.empty())
-    fail(ErrorKind::internal, "gemm_bf16: " + missing);
+  static const std::string missing = bf16_gemm_native_missing();  // the CPU and the build do not change
+  if (!missing.empty()) fail(ErrorKind::internal, "gemm_bf16: " + missing);
 #ifdef TAPELM_HAVE_ONEDNN
   gemm_bf16_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif

@@ -58,11 +58,9 @@ void sgemm_batched(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t
                    float beta, float* C, int64_t ldc, int64_t stride_c);
 
 /// bfloat16 buffers (float32's upper half; autograd/float16.h): dst = bf16(src), rounded to
-/// nearest even (NaN stays NaN), and back (exact); round_bf16 does both, so dst holds the bf16
-/// values as float32.
+/// nearest even (NaN stays NaN); round_bf16 keeps the bf16 values in float32.
 ///   dst, src: [n]
 void to_bf16(uint16_t* dst, const float* src, int64_t n);
-void from_bf16(float* dst, const uint16_t* src, int64_t n);
 void round_bf16(float* dst, const float* src, int64_t n);
 
 /// "" when gemm_bf16 can run here: a build with oneDNN on a CPU with AVX512-BF16 (or AMX, which

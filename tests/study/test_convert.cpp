@@ -826,8 +826,9 @@ BOOST_AUTO_TEST_CASE(a_killed_streamed_conversion_leaves_the_old_output_or_the_n
   }
 }
 
-BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
-  TempDir d;
+namespace {
+// The MHA source of the uptraining tests: 40 steps of a 4-head tiny model, in d/mha.
+TrainConfig pretrain_mha(const TempDir& d) {
   TrainOptions quiet;
   quiet.quiet = true;
   TrainConfig pre = tiny_train(40);
@@ -835,10 +836,38 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   pre.model.dropout = 0;
   pre.lr_decay_iters = 40;
   tapelm::train(pre, shakespeare(), d / "mha", quiet);
+  return pre;
+}
+
+UptrainOptions to_mqa() {
   UptrainOptions o;
   o.kv_heads = 1;
   o.fraction = 0.25;
   o.quiet = true;
+  return o;
+}
+
+// Uptraining as o into d/<run>2, interrupted after its first step (a signal) and resumed, ends
+// with the loss and the weights of d/<run> (`one_go`), uptrained in one go.
+void expect_resume_equals_one_go(const TempDir& d, UptrainOptions o, const std::string& run, const UptrainResult& one_go) {
+  const std::string again = run + "2";
+  o.stop = signal_stop_token();
+  std::raise(SIGINT);
+  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / again, o);
+  BOOST_TEST(H5File::open_read(d / (again + "/checkpoint.h5")).read_attr_int("/train", "step") == 1);
+  o.stop.clear();
+  o.resume = true;
+  BOOST_TEST(uptrain(d / "mha/checkpoint.h5", shakespeare(), d / again, o).val_loss == one_go.val_loss);
+  H5File a = H5File::open_read(d / (run + "/checkpoint.h5")), b = H5File::open_read(d / (again + "/checkpoint.h5"));
+  for (const std::string& n : a.list_datasets_recursive("/model"))
+    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
+  TempDir d;
+  const TrainConfig pre = pretrain_mha(d);
+  UptrainOptions o = to_mqa();
   UptrainResult r = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa", o);
   BOOST_TEST(r.steps == 10);  // 0.25 × 40
   BOOST_TEST(H5File::open_read(d / "mqa/checkpoint.h5").read_attr_int("/train", "step") == 10);
@@ -855,19 +884,8 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   for (double bad : {0.0, -1.0, std::nan(""), double(INFINITY)})
     expect_throw([&] { uptrain_config(pre, {.kv_heads = 2, .lr = bad}); }, ErrorKind::usage, {"uptraining learning rate"});
   // interrupted after its first step (a signal), then resumed: the same weights as in one go
-  o.stop = signal_stop_token();
-  std::raise(SIGINT);
-  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
-  BOOST_TEST(H5File::open_read(d / "mqa2/checkpoint.h5").read_attr_int("/train", "step") == 1);
-  o.stop.clear();
-  o.resume = true;
-  UptrainResult r2 = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "mqa2", o);
-  BOOST_TEST(r2.val_loss == r.val_loss);
-  H5File a = H5File::open_read(d / "mqa/checkpoint.h5"), b = H5File::open_read(d / "mqa2/checkpoint.h5");
-  for (const std::string& n : a.list_datasets_recursive("/model"))
-    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  expect_resume_equals_one_go(d, o, "mqa", r);
   // α = 0: convert and evaluate only
-  o.resume = false;
   o.fraction = 0;
   UptrainResult z = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "zero", o);
   BOOST_TEST(z.steps == 0);
@@ -879,32 +897,14 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
 // distribution than plain uptraining does from the same start.
 BOOST_AUTO_TEST_CASE(distilled_uptraining_resumes_and_moves_towards_the_teacher) {
   TempDir d;
-  TrainOptions quiet;
-  quiet.quiet = true;
-  TrainConfig pre = tiny_train(40);
-  pre.model.n_kv_head = 4;
-  pre.model.dropout = 0;
-  pre.lr_decay_iters = 40;
-  tapelm::train(pre, shakespeare(), d / "mha", quiet);
-  UptrainOptions o;
-  o.kv_heads = 1;
-  o.fraction = 0.25;
-  o.quiet = true;
+  const TrainConfig pre = pretrain_mha(d);
+  UptrainOptions o = to_mqa();
   const UptrainResult plain = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "plain", o);
   o.distill_lambda = 1;
   const UptrainResult r = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "kd", o);
   BOOST_TEST(r.config.distill_lambda == 1.0);
   BOOST_TEST(r.val_loss != plain.val_loss);
-  o.stop = signal_stop_token();
-  std::raise(SIGINT);
-  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "kd2", o);
-  BOOST_TEST(H5File::open_read(d / "kd2/checkpoint.h5").read_attr_int("/train", "step") == 1);
-  o.stop.clear();
-  o.resume = true;
-  BOOST_TEST(uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "kd2", o).val_loss == r.val_loss);
-  H5File a = H5File::open_read(d / "kd/checkpoint.h5"), b = H5File::open_read(d / "kd2/checkpoint.h5");
-  for (const std::string& n : a.list_datasets_recursive("/model"))
-    BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  expect_resume_equals_one_go(d, o, "kd", r);
   // KL(teacher ‖ model) on the first val windows: lower after distilling
   const auto teacher = load_model(d / "mha/checkpoint.h5").model;
   const int64_t T = pre.model.block_size, B = 8;

@@ -97,7 +97,7 @@ nlohmann::json CellResult::to_json() const {
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
   for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
-  j.update(ShapeDecodeTimes{decode, decode_long_context, decode_long, decode_lowkv_cache, decode_lowkv}.to_json());
+  j.update(decode_times().to_json());
   return j;
 }
 
@@ -121,12 +121,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.params = j.at("params").get<int64_t>();
   r.forward_flops_per_token = j.at("forward_flops_per_token").get<double>();
   r.kv_cache_bytes_per_token = j.at("kv_cache_bytes_per_token").get<int64_t>();
-  ShapeDecodeTimes d = ShapeDecodeTimes::from_json(j);
-  r.decode = std::move(d.decode);
-  r.decode_long_context = d.long_context;
-  r.decode_long = std::move(d.decode_long);
-  r.decode_lowkv_cache = std::move(d.lowkv_cache);
-  r.decode_lowkv = std::move(d.decode_lowkv);
+  r.set_decode_times(ShapeDecodeTimes::from_json(j));
   return r;
 }
 

@@ -63,6 +63,15 @@ struct CellResult {
   DecodeTimes decode_long;
   std::string decode_lowkv_cache;   // see ShapeDecodeTimes
   DecodeTimes decode_lowkv;
+  /// The decoding times above as their shape's, and from them.
+  ShapeDecodeTimes decode_times() const { return {decode, decode_long_context, decode_long, decode_lowkv_cache, decode_lowkv}; }
+  void set_decode_times(const ShapeDecodeTimes& t) {
+    decode = t.decode;
+    decode_long_context = t.long_context;
+    decode_long = t.decode_long;
+    decode_lowkv_cache = t.lowkv_cache;
+    decode_lowkv = t.decode_lowkv;
+  }
 
   /// The cell file's object.
   nlohmann::json to_json() const;

@@ -481,23 +481,19 @@ class SweepRun {
 
   CellResult result_of(const Cell& c, const CellRun& run) const {
     const ModelCost cost = model_cost(plan_.model_for(c));
-    const ShapeDecodeTimes& times = decode_.times(c);
-    return {.cell = c,
-            .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
-            .val_loss = run.val_loss,
-            .val_loss_kv = run.val_loss_kv,
-            .loss_before = run.loss_before,
-            .perplexity = std::exp(run.val_loss),
-            .train_seconds = run.train_seconds,
-            .convert_seconds = run.convert_seconds,
-            .params = cost.params,
-            .forward_flops_per_token = cost.forward_flops_per_token,
-            .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token,
-            .decode = times.decode,
-            .decode_long_context = times.long_context,
-            .decode_long = times.decode_long,
-            .decode_lowkv_cache = times.lowkv_cache,
-            .decode_lowkv = times.decode_lowkv};
+    CellResult r{.cell = c,
+                 .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
+                 .val_loss = run.val_loss,
+                 .val_loss_kv = run.val_loss_kv,
+                 .loss_before = run.loss_before,
+                 .perplexity = std::exp(run.val_loss),
+                 .train_seconds = run.train_seconds,
+                 .convert_seconds = run.convert_seconds,
+                 .params = cost.params,
+                 .forward_flops_per_token = cost.forward_flops_per_token,
+            .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token};
+    r.set_decode_times(decode_.times(c));
+    return r;
   }
 
   const SweepPreset& p_;
@@ -519,12 +515,7 @@ void SweepRun::write_report() const {
     // the decoding times of the cell's shape as the study measured them last (a cell file from
     // before the study timed the serving batch or the long context has older ones)
     CellResult r = read_cell(dirs_.cell_file(c), c);
-    const ShapeDecodeTimes& times = decode_.times(c);
-    r.decode = times.decode;
-    r.decode_long_context = times.long_context;
-    r.decode_long = times.decode_long;
-    r.decode_lowkv_cache = times.lowkv_cache;
-    r.decode_lowkv = times.decode_lowkv;
+    r.set_decode_times(decode_.times(c));
     results.push_back(std::move(r));
   }
   std::ostringstream csv;
