@@ -169,11 +169,32 @@ int run_train(const TrainArgs& a) {
   return 0;
 }
 
+/// --distill and its settings, as uptrain and sweep take them.
+struct DistillArgs {
+  bool on = false;
+  double lambda = -1;  // not given
+  double temperature = UptrainOptions{}.distill_temperature;
+
+  void add_flags(CLI::App& c, const std::string& what) {
+    c.add_flag("--distill", on, what);
+    c.add_option("--distill-lambda", lambda, "with --distill: the weight of the source's soft targets (default " +
+                                                 std::to_string(kDefaultDistillLambda).substr(0, 4) + ")")
+        ->check(CLI::Range(0.0, 1.0));
+    c.add_option("--distill-temperature", temperature, "with --distill: the softmax temperature T")->check(CLI::PositiveNumber);
+  }
+  /// λ: 0 without --distill; the settings without --distill are a usage Error.
+  double lambda_for(const std::string& command) const {
+    if ((lambda >= 0 || temperature != UptrainOptions{}.distill_temperature) && !on)
+      throw Error(ErrorKind::usage, command + ": --distill-lambda and --distill-temperature need --distill");
+    return !on ? 0 : lambda >= 0 ? lambda : kDefaultDistillLambda;
+  }
+};
+
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision;
   int64_t kv_heads = 0, calib_tokens = 16384;
-  double fraction = 0.05, lr = 0, distill_lambda = -1, distill_temperature = UptrainOptions{}.distill_temperature;
-  bool distill = false;
+  double fraction = 0.05, lr = 0;
+  DistillArgs distill;
   bool lr_given = false;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
@@ -197,12 +218,7 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
   c.add_option("--precision", a.precision, std::string(precision_help) + " (default: the original run's)")
       ->check(CLI::IsMember(precision_names));
-  c.add_flag("--distill", a.distill, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)");
-  c.add_option("--distill-lambda", a.distill_lambda, "with --distill: the weight of the source's soft targets (default " +
-                                                         std::to_string(kDefaultDistillLambda).substr(0, 4) + ")")
-      ->check(CLI::Range(0.0, 1.0));
-  c.add_option("--distill-temperature", a.distill_temperature, "with --distill: the softmax temperature T")
-      ->check(CLI::PositiveNumber);
+  a.distill.add_flags(c, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)");
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
@@ -226,12 +242,8 @@ int run_uptrain(const UptrainArgs& a) {
   o.stop = signal_stop_token();
   o.original = original;
   if (!a.precision.empty()) o.precision = a.precision;
-  if ((a.distill_lambda >= 0 || a.distill_temperature != UptrainOptions{}.distill_temperature) && !a.distill)
-    throw Error(ErrorKind::usage, "uptrain: --distill-lambda and --distill-temperature need --distill");
-  if (a.distill) {
-    o.distill_lambda = a.distill_lambda >= 0 ? a.distill_lambda : kDefaultDistillLambda;
-    o.distill_temperature = a.distill_temperature;
-  }
+  o.distill_lambda = a.distill.lambda_for("uptrain");
+  o.distill_temperature = a.distill.temperature;
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
@@ -246,7 +258,8 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 struct SweepArgs {
-  std::string preset = "tiny", data, out, methods, groupings, from, config, precision;
+  std::string preset = "tiny", data, out, methods, groupings, from, config, precision, distill_methods;
+  DistillArgs distill;
   bool quiet = false, scratch = false;
 };
 
@@ -264,6 +277,10 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
   c.add_flag("--scratch", a.scratch, "with --from: also train each GQA/MQA model from scratch (off by default)")->needs(from);
   c.add_option("--precision", a.precision, std::string(precision_help) + " — for every training and uptraining run of the study")
       ->check(CLI::IsMember(precision_names));
+  a.distill.add_flags(c, "also uptrain each KV count at the headline alpha distilled from the MHA model (every seed; the MHA "
+                         "row alike; models from scratch again at the distilled compute)");
+  c.add_option("--distill-methods", a.distill_methods, "with --distill: the conversions distilled, comma-separated (default: mean,aligned-fit "
+                                                       "where among --methods)");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
@@ -279,6 +296,13 @@ int run_sweep(const SweepArgs& a) {
   }
   if (!a.precision.empty()) p.pretrain.precision = a.precision;
   check_precision_runs(p.pretrain.precision);
+  p.distill_lambda = a.distill.lambda_for("sweep");
+  p.distill_temperature = a.distill.temperature;
+  if (!a.distill_methods.empty()) {
+    if (!a.distill.on) throw Error(ErrorKind::usage, "sweep: --distill-methods needs --distill");
+    p.distill_methods = split_list(a.distill_methods, "--distill-methods");
+  }
+  if (a.distill.on && p.distill_lambda == 0) throw Error(ErrorKind::usage, "sweep: --distill-lambda 0 distils nothing (leave out --distill)");
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }

@@ -91,11 +91,11 @@ std::string Cell::id() const {
   switch (kind) {
     case CellKind::pretrain: return "pretrain_mha";
     case CellKind::smaller: return "pretrain_mha_smaller";
-    case CellKind::scratch: return "scratch_kv" + std::to_string(kv) + "_s" + std::to_string(seed);
+    case CellKind::scratch: return "scratch_kv" + std::to_string(kv) + (distill ? "_kd" : "") + "_s" + std::to_string(seed);
     case CellKind::convert: {
       char a[32];
       std::snprintf(a, sizeof a, "%g", alpha);
-      return "kv" + std::to_string(kv) + "_" + variant.name() + "_a" + a + "_s" + std::to_string(seed);
+      return "kv" + std::to_string(kv) + "_" + variant.name() + "_a" + a + (distill ? "_kd" : "") + "_s" + std::to_string(seed);
     }
   }
   throw Error(ErrorKind::internal, "bad cell kind");
@@ -111,11 +111,38 @@ std::string Cell::method_name() const {
   throw Error(ErrorKind::internal, "bad cell kind");
 }
 
+namespace {
+
+/// The distilled cells of a plan (preset.distill_lambda > 0); bad distillation settings are usage Errors.
+void add_distilled_cells(SweepPlan& plan) {
+  const SweepPreset& p = plan.preset;
+  if (!plan.distills()) return;
+  if (!(p.distill_lambda <= 1) || !(p.distill_temperature > 0) || !std::isfinite(p.distill_temperature))
+    throw Error(ErrorKind::usage, "sweep --distill: lambda must be in (0, 1] and the temperature above 0 (got " +
+                                      std::to_string(p.distill_lambda) + ", " + std::to_string(p.distill_temperature) + ")");
+  for (const std::string& m : p.distill_methods) {
+    const Variant v{&method(m), Grouping::Contiguous};  // an unknown name is refused here
+    if (std::find(plan.variants.begin(), plan.variants.end(), v) != plan.variants.end() && !v.method->fresh)
+      plan.distill_variants.push_back(v);
+  }
+  if (plan.distill_variants.empty())
+    throw Error(ErrorKind::usage, "sweep --distill: none of the distilled methods is among the study's methods (or each starts fresh)");
+  const int64_t steps = std::llround(p.headline_fraction * plan.pretrain_steps);
+  for (int64_t kv : plan.kv_heads) {
+    const std::vector<Variant> vs = kv == plan.n_head ? std::vector<Variant>{Variant{}} : plan.distill_variants;
+    for (const Variant& v : vs)
+      for (int s = 1; s <= p.headline_seeds; s++) plan.cells.push_back({CellKind::convert, kv, v, p.headline_fraction, s, steps, true});
+  }
+}
+
+}  // namespace
+
 SweepPlan::SweepPlan(const SweepPreset& p)
     : preset(p),
       n_head(p.pretrain.model.n_head),
       pretrain_steps(p.pretrain.max_iters),
       scratch_steps(std::llround((1.0 + p.headline_fraction) * p.pretrain.max_iters)),
+      distill_scratch_steps(std::llround((1.0 + kDistilledStepCost * p.headline_fraction) * p.pretrain.max_iters)),
       kv_heads(sweep_kv_heads(p.pretrain.model.n_head)) {
   variants = sweep_variants(p);  // refuses unknown names
   if (std::find(p.methods.begin(), p.methods.end(), "mean") == p.methods.end())
@@ -139,9 +166,13 @@ SweepPlan::SweepPlan(const SweepPreset& p)
           cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
       }
   }
+  add_distilled_cells(*this);
   if (p.scratch)
     for (int64_t kv : kv_heads)
       if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
+  if (p.scratch && distills())
+    for (int64_t kv : kv_heads)
+      if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, distill_scratch_steps, true});
   if (p.smaller) {
     if (!p.from.empty()) throw Error(ErrorKind::internal, "the smaller MHA model needs the study's own recipe, not --from");
     const GPTConfig& m = p.pretrain.model;
@@ -152,11 +183,12 @@ SweepPlan::SweepPlan(const SweepPreset& p)
   }
 }
 
-const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed) const {
+
+const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed, bool distill) const {
   for (const Cell& c : cells)
-    if (c.kind == kind && c.kv == kv && c.variant == v && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed)
+    if (c.kind == kind && c.kv == kv && c.variant == v && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed && c.distill == distill)
       return c;
-  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, v, alpha, seed, 0}.id());
+  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, v, alpha, seed, 0, distill}.id());
 }
 
 TrainConfig SweepPlan::train_config_for(const Cell& c) const {
@@ -190,6 +222,10 @@ UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {
   o.seed = static_cast<uint64_t>(c.seed);
   if (!preset.from.empty()) o.original = preset.pretrain;  // the imported model holds weights only
   o.precision = preset.pretrain.precision;                  // one precision for every run of the study
+  if (c.distill) {
+    o.distill_lambda = preset.distill_lambda;
+    o.distill_temperature = preset.distill_temperature;
+  }
   return o;
 }
 

@@ -33,7 +33,18 @@ struct SweepPreset {
   /// trains, and pretrain holds its model with the training keys of the user's config (its
   /// max_iters is the P that α multiplies). Empty: the study pretrains its own MHA model.
   std::string from;
+  /// Distillation (sweep --distill): at the headline α, every seed, each KV count is also uptrained
+  /// with the MHA model as teacher (loss (1 − λ)·CE + λ·T²·KL), by each of distill_methods (the MHA
+  /// row by itself, distilled alike); the models from scratch are trained again for the distilled
+  /// rows' compute. λ = 0: no distilled cells.
+  double distill_lambda = 0;
+  double distill_temperature = 2.0;
+  std::vector<std::string> distill_methods{"mean", "aligned-fit"};  // those among methods, contiguous groups
 };
+
+/// A distilled step's cost in plain training steps: the teacher's forward is about a third of a
+/// training step (forward 2N, backward 4N FLOPs per token for N parameters).
+inline constexpr double kDistilledStepCost = 4.0 / 3.0;
 
 /// tiny (≈10 min on 2 cores), small (≈60 min), paper (hours); micro is for tests. small and
 /// paper pretrain the smaller MHA model too.
@@ -61,6 +72,9 @@ struct Cell {
   double alpha = 0;    // uptraining steps as a fraction of the pretraining steps
   int seed = 1;
   int64_t steps = 0;
+  /// Converted: uptrained with the MHA model as teacher. From scratch: trained for the distilled
+  /// rows' compute.
+  bool distill = false;
 
   /// The cell's name: its result file cells/<id>.json and run directory runs/<id>.
   std::string id() const;
@@ -76,6 +90,8 @@ struct SweepPlan {
   int64_t n_head = 0;          // H
   int64_t pretrain_steps = 0;  // P
   int64_t scratch_steps = 0;   // (1 + headline α) × P: the compute of pretraining plus uptraining
+  int64_t distill_scratch_steps = 0;  // (1 + kDistilledStepCost × headline α) × P: ... distilled uptraining
+  std::vector<Variant> distill_variants;  // the conversions distilled (preset.distill_methods among methods)
   std::vector<int64_t> kv_heads;
   std::vector<Variant> variants;  // sweep_variants(preset)
   std::vector<Cell> cells;
@@ -84,11 +100,13 @@ struct SweepPlan {
   /// usage Error.
   explicit SweepPlan(const SweepPreset& p);
   /// The cell with these coordinates; an internal Error when the plan has none.
-  const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1) const;
+  const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1, bool distill = false) const;
   /// The pretrained MHA model.
   const Cell& pretrain() const { return cells.front(); }
   /// The model with kv heads trained from scratch.
-  const Cell& scratch(int64_t kv) const { return find(CellKind::scratch, kv, {}, 0); }
+  const Cell& scratch(int64_t kv, bool distill = false) const { return find(CellKind::scratch, kv, {}, 0, 1, distill); }
+  /// Whether the study distils (preset.distill_lambda > 0).
+  bool distills() const { return preset.distill_lambda > 0; }
   /// The smaller MHA model (preset.smaller).
   const Cell& smaller() const { return find(CellKind::smaller, n_head, {}, 0); }
   /// The model of a cell: the study's, with the cell's kv heads; the smaller MHA model's width.

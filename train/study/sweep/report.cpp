@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <sstream>
 
 #include "train/study/plot.h"
@@ -36,12 +37,19 @@ struct Table {
       if (r.cell == c) return r;
     throw Error(ErrorKind::internal, "no result for sweep cell " + c.id());
   }
-  /// Val loss over the seeds of a converted model.
-  Stat losses(int64_t kv, const Variant& v, double a) const {
-    std::vector<double> out;
+  /// Val loss by seed of a converted model (distilled or not).
+  std::map<int, double> by_seed(int64_t kv, const Variant& v, double a, bool distill = false) const {
+    std::map<int, double> out;
     for (const CellResult& r : results)
-      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12)
-        out.push_back(r.val_loss);
+      if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12 &&
+          r.cell.distill == distill)
+        out[r.cell.seed] = r.val_loss;
+    return out;
+  }
+  /// Val loss over the seeds of a converted model.
+  Stat losses(int64_t kv, const Variant& v, double a, bool distill = false) const {
+    std::vector<double> out;
+    for (const auto& [seed, loss] : by_seed(kv, v, a, distill)) out.push_back(loss);
     return stat(out);
   }
   /// Val loss over the seeds of the reference conversion, the paper's mean pooling.
@@ -78,7 +86,7 @@ std::string fmt_stat(const Stat& s) {
 }
 
 void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
-  csv << "id,kind,kv_heads,method,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+  csv << "id,kind,kv_heads,method,distill,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
          "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8";
   for (int64_t b : plan.preset.decode_batches)
     csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
@@ -90,7 +98,8 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
   csv << "\n";
   for (const CellResult& r : results) {
     const Cell& c = r.cell;
-    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method_name() << "," << num(c.alpha) << ","
+    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method_name() << "," << (c.distill ? 1 : 0) << ","
+        << num(c.alpha) << ","
         << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
         << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
         << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
@@ -365,6 +374,83 @@ void write_findings(std::ostream& md, const Table& t) {
        << "; the frontier across sizes, Table 1): " << frontier(t, b_hi) << "\n";
 }
 
+/// a − b seed by seed, over the seeds both have.
+Stat paired(const std::map<int, double>& a, const std::map<int, double>& b) {
+  std::vector<double> d;
+  for (const auto& [seed, x] : a)
+    if (b.count(seed)) d.push_back(x - b.at(seed));
+  return stat(d);
+}
+
+/// "+0.0123 ± 0.0040" (a paired difference; its sd when over more than one seed).
+std::string fmt_diff(const Stat& s) {
+  if (s.n == 0) return "–";
+  return fmt("%+.4f", s.mean) + (s.n > 1 ? " ± " + fmt("%.4f", s.sd) : "");
+}
+
+/// The distilled variant with the lowest mean loss at kv heads (MHA: its own row).
+std::pair<Variant, double> best_distilled(const Table& t, int64_t kv) {
+  const double ha = t.plan.preset.headline_fraction;
+  if (kv == t.plan.n_head) return {Variant{}, t.losses(kv, Variant{}, ha, true).mean};
+  std::pair<Variant, double> best{Variant{}, INFINITY};
+  for (const Variant& v : t.plan.distill_variants)
+    if (t.losses(kv, v, ha, true).mean < best.second) best = {v, t.losses(kv, v, ha, true).mean};
+  return best;
+}
+
+/// Distillation from the MHA model (sweep --distill): each distilled conversion beside the same
+/// conversion uptrained plainly, paired by seed, and its gap to the MHA model treated alike; the
+/// models from scratch at the distilled rows' compute; whether GQA/MQA come within one seed-sd of MHA.
+void write_distillation(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const double ha = p.headline_fraction;
+  const int64_t H = plan.n_head;
+  md << "\n## Distillation — uptraining with the MHA model as teacher (α = " << ha << ", λ = " << p.distill_lambda << ", T = "
+     << p.distill_temperature << ")\n\n"
+     << "Each distilled model is uptrained like its plain row (same conversion, steps, batches and seeds) with the loss (1 − λ)·CE + "
+        "λ·T²·KL(teacher ‖ model), the teacher being the pretrained MHA model (docs/guide/uptraining.md). A distilled step also "
+        "runs the teacher's forward, about a third of a training step, so it costs "
+     << fmt("%.2f", kDistilledStepCost) << " plain steps: at equal compute stand the MHA model uptrained and distilled alike (same "
+        "steps, same teacher) and the models from scratch trained "
+     << plan.distill_scratch_steps << " steps (1 + " << fmt("%.2f", kDistilledStepCost) << " α of " << plan.pretrain_steps
+     << "). Differences are paired by seed (mean ± sd).\n\n"
+     << "| KV heads | method | plain | distilled | distilled − plain | − MHA plain | − MHA distilled (equal compute) |\n"
+     << "|---|---|---|---|---|---|---|\n";
+  const auto mha_plain = t.by_seed(H, Variant{}, ha), mha_kd = t.by_seed(H, Variant{}, ha, true);
+  for (int64_t kv : plan.kv_heads)
+    for (const Variant& v : kv == H ? std::vector<Variant>{Variant{}} : plan.distill_variants) {
+      const auto plain = t.by_seed(kv, v, ha), kd = t.by_seed(kv, v, ha, true);
+      md << "| " << plan.kv_name(kv) << " | " << (kv == H ? "–" : v.name()) << " | " << fmt_stat(t.losses(kv, v, ha)) << " | "
+         << fmt_stat(t.losses(kv, v, ha, true)) << " | " << fmt_diff(paired(kd, plain)) << " | "
+         << (kv == H ? "–" : fmt_diff(paired(plain, mha_plain))) << " | " << (kv == H ? "–" : fmt_diff(paired(kd, mha_kd))) << " |\n";
+    }
+  if (p.scratch) {
+    md << "\nFrom scratch (one seed): ";
+    for (int64_t kv : plan.kv_heads)
+      if (kv < H)
+        md << (kv == plan.kv_heads[1] ? "" : "; ") << plan.kv_name(kv) << " " << fmt("%.4f", t.of(plan.scratch(kv)).val_loss) << " at "
+           << plan.scratch_steps << " steps, " << fmt("%.4f", t.of(plan.scratch(kv, true)).val_loss) << " at "
+           << plan.distill_scratch_steps;
+    md << ".\n";
+  }
+  md << "\n";
+  const Stat mha = t.losses(H, Variant{}, ha, true);
+  for (int64_t kv : plan.kv_heads) {
+    if (kv == H) continue;
+    const auto [v, loss] = best_distilled(t, kv);
+    md << "- " << plan.kv_name(kv) << " distilled (" << v.name() << ") within one seed-sd of MHA distilled alike (equal compute): "
+       << yes(loss <= mha.mean + mha.sd) << " (" << fmt("%.4f", loss) << " vs " << fmt_stat(mha) << "; plain " << v.name() << " "
+       << fmt("%.4f", t.losses(kv, v, ha).mean) << ")";
+    if (p.scratch) {
+      const double sc = t.of(plan.scratch(kv, true)).val_loss;
+      md << "; matches the model from scratch at equal compute (within 0.01 or better): " << yes(loss <= sc + 0.01) << " (vs "
+         << fmt("%.4f", sc) << ")";
+    }
+    md << "\n";
+  }
+}
+
 /// Bytes per token as a whole number, or with one decimal when they are not one.
 std::string bytes_str(double b) { return fmt(b == std::floor(b) ? "%.0f" : "%.1f", b); }
 
@@ -389,7 +475,8 @@ std::vector<KvPoint> kv_points(const Table& t) {
     for (auto [type, scale] : {std::pair{"f32", 1.0}, {"f16", 0.5}, {"q8", 34.0 / 128.0}}) {
       std::vector<double> losses;
       for (const CellResult& r : t.results)
-        if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant.name() == best && std::fabs(r.cell.alpha - ha) < 1e-12) {
+        if (r.cell.kind == CellKind::convert && !r.cell.distill && r.cell.kv == kv && r.cell.variant.name() == best &&
+            std::fabs(r.cell.alpha - ha) < 1e-12) {
           if (std::string(type) == "f32") losses.push_back(r.val_loss);
           else if (r.val_loss_kv.count(type)) losses.push_back(r.val_loss_kv.at(type));
         }
@@ -451,6 +538,7 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
   write_method_tables(md, t);
   write_alpha_table(md, t);
   write_findings(md, t);
+  if (plan.distills()) write_distillation(md, t);
   write_kv_bytes(md, t);
   md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
         "`fig_methods.png` (Fig. 4)"
@@ -518,7 +606,9 @@ void write_plot_data(const PlotFiles& files, const Table& t) {
         kv < plan.n_head ? best_variant(t, kv, ha, true) : std::make_pair(std::string("mean"), t.mean_losses(kv, ha).mean);
     f << t.ms_per_sample(kv, p.decode_batches.front()) << " " << t.ms_per_sample(kv, p.decode_batches.back()) << " "
       << t.mean_losses(kv, ha).mean << " " << plan.kv_name(kv) << " " << best_loss << " "
-      << plan.kv_name(kv) << (single.find(',') == std::string::npos ? "" : ":" + best) << "\n";
+      << plan.kv_name(kv) << (single.find(',') == std::string::npos ? "" : ":" + best);
+    if (plan.distills()) f << " " << best_distilled(t, kv).second;  // column 7
+    f << "\n";
   }
   if (p.smaller) {
     const CellResult& sm = t.of(plan.smaller());
@@ -563,6 +653,9 @@ void tradeoff_script(std::ostream& gp, const PlotFiles& files, const Table& t, c
      << "'' every ::1 using 2:5 with linespoints dt 2 lw 2 lc rgb '#c0392b' pt 9 ps 1.5 title 'best conversion (" << best_methods(t)
      << "), batch " << p.decode_batches.back() << "', '' every 2::1 using 2:5:6 with labels right offset -1.2,-0.8 font ',9' tc rgb '#c0392b' notitle"
      << ", '' every 2::2 using 2:5:6 with labels right offset -1.2,0.8 font ',9' tc rgb '#c0392b' notitle";
+  if (t.plan.distills())
+    gp << ", '' using 2:7 with linespoints dt 3 lw 2 lc rgb '#8e44ad' pt 11 ps 1.5 title 'best conversion distilled (lambda "
+       << p.distill_lambda << ", T " << p.distill_temperature << "), batch " << p.decode_batches.back() << "'";
   if (p.smaller)
     gp << ", " << gp_quote(files.smaller.string()) << " using 1:3 with points pt 6 ps 2 lw 2 lc rgb '#2e8b57' title 'smaller MHA, batch "
        << p.decode_batches.front() << "', '' using 2:3 with points pt 7 ps 2 lc rgb '#2e8b57' title 'smaller MHA, batch "

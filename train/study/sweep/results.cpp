@@ -96,6 +96,7 @@ nlohmann::json CellResult::to_json() const {
                    {"forward_flops_per_token", forward_flops_per_token},
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
+  if (cell.distill) j["distill"] = true;                         // absent: not distilled
   for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
   j.update(decode_times().to_json());
   return j;
@@ -109,7 +110,8 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
             kind == CellKind::convert ? Variant::parse(j.at("method").get<std::string>()) : Variant{},
             j.at("alpha").get<double>(),
             j.at("seed").get<int>(),
-            j.at("steps").get<int64_t>()};
+            j.at("steps").get<int64_t>(),
+            j.contains("distill") && j["distill"].get<bool>()};
   r.schedule = j.at("schedule").get<std::string>();
   r.val_loss = j.at("val_loss").get<double>();
   for (const char* type : {"f16", "bf16", "q8"})

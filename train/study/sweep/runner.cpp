@@ -113,8 +113,21 @@ struct SweepDirs {
       if (!old.contains("config") || old["config"] != now_cmp)
         throw Error(ErrorKind::usage, out_dir + " holds a sweep with another configuration (preset " +
                                  old.value("preset", std::string("?")) + "); use another --out");
+      check_distill_stamp(out_dir, stamp, std::move(old), stamp_meta);
     } else {
       write_json_atomic(stamp, stamp_meta);
+    }
+  }
+  /// Distilled cells of one λ and T per directory: a study begun without them takes them on (the
+  /// stamp records them), one with others is refused.
+  static void check_distill_stamp(const std::string& out_dir, const fs::path& stamp, json old, const json& now) {
+    if (!now.contains("distill")) return;
+    if (!old.contains("distill")) {
+      old["distill"] = now["distill"];
+      write_json_atomic(stamp, old);
+    } else if (old["distill"] != now["distill"]) {
+      throw Error(ErrorKind::usage, out_dir + " holds distilled cells with " + old["distill"].dump() + ", not " + now["distill"].dump() +
+                                        "; use another --out");
     }
   }
   fs::path cell_file(const Cell& c) const { return cells / (c.id() + ".json"); }
@@ -361,14 +374,18 @@ struct SweepProgress {
   double total = 0, done = 0, done_at_start = 0;
   SweepProgress(const SweepPlan& plan, const SweepDirs& dirs) {
     for (const Cell& c : plan.cells) {
-      total += c.steps + kEvalCost;
-      if (dirs.finished(c)) done += c.steps + kEvalCost;
+      total += cost(c);
+      if (dirs.finished(c)) done += cost(c);
     }
     done_at_start = done;
   }
-  // "sweep 42% | ETA 3m10s" after a cell of `steps` steps.
-  std::string advance(int64_t steps) {
-    done += steps + kEvalCost;
+  // A cell's cost in training steps: a distilled step runs the teacher's forward too.
+  static double cost(const Cell& c) {
+    return static_cast<double>(c.steps) * (c.distill && c.kind == CellKind::convert ? kDistilledStepCost : 1.0) + kEvalCost;
+  }
+  // "sweep 42% | ETA 3m10s" after a cell.
+  std::string advance(const Cell& c) {
+    done += cost(c);
     const double rate = (done - done_at_start) / std::max(seconds_since(t0), 1e-9);
     char b[96];
     std::snprintf(b, sizeof b, "sweep %.0f%% | ETA %s", 100.0 * done / total, fmt_eta((total - done) / std::max(rate, 1e-9)).c_str());
@@ -422,6 +439,8 @@ class SweepRun {
       stamp["config"]["from_digest"] = file_digest(p_.from, "sweep --from checkpoint");
     }
     if (!p_.scratch) stamp["config"]["scratch"] = false;
+    // beside the config: distilled cells join a study begun without them
+    if (plan_.distills()) stamp["distill"] = {{"lambda", p_.distill_lambda}, {"temperature", p_.distill_temperature}};
     return SweepDirs(out_dir_, stamp);
   }
 
@@ -469,7 +488,7 @@ class SweepRun {
     std::error_code ec;
     if (c.kind == CellKind::convert || c.kind == CellKind::scratch)
       fs::remove(run_dir / "checkpoint.h5", ec);  // keep metrics (and the two MHA models); the disk is finite
-    const std::string where = progress_.advance(c.steps);
+    const std::string where = progress_.advance(c);
     if (!quiet_) {
       char converted[48] = "";
       if (r.loss_before) std::snprintf(converted, sizeof converted, " (converted: %.4f)", *r.loss_before);
