@@ -17,28 +17,28 @@ int64_t saturate(double v) { return static_cast<int64_t>(std::min(v, 9.0e18)); }
 ModelCost model_cost(const GPTConfig& c, int64_t T) {
   if (T <= 0) T = c.block_size;
   const double d = static_cast<double>(c.n_embd), hd = static_cast<double>(c.head_dim());
-  const double q = static_cast<double>(c.n_head) * hd, kv = static_cast<double>(c.n_kv_head) * hd;
+  // kv_all: the key/value width summed over the layers (they may differ)
+  const double q = static_cast<double>(c.n_head) * hd, kv_all = static_cast<double>(c.total_kv_heads()) * hd;
   const double hid = static_cast<double>(c.mlp_hidden), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.n_layer), b = c.bias ? 1 : 0;
   const double norm = c.norm == NormKind::LayerNorm && c.bias ? 2 * d : d;
   const bool swiglu = c.mlp == MlpKind::SwiGLU;
   const double qkv_b = c.bias || c.qkv_bias ? 1 : 0;
-  const double attn_p = d * q + 2 * d * kv + q * d + qkv_b * (q + 2 * kv) + b * d;
+  const double attn_p = d * q + q * d + qkv_b * q + b * d, kv_p = 2 * d + 2 * qkv_b;  // per layer; per key/value column
   const double mlp_p = swiglu ? 3 * d * hid + b * (2 * hid + d) : 2 * d * hid + b * (hid + d);
   ModelCost m{};
   m.params = saturate(V * d + (c.pos == PosKind::Learned ? static_cast<double>(c.block_size) * d : 0) +
-                      L * (2 * norm + attn_p + mlp_p) + norm + (c.tie_embeddings ? 0 : V * d));
-  const double attn_mm = 2.0 * (d * q + 2 * d * kv + q * d), mlp_mm = 2.0 * (swiglu ? 3 : 2) * d * hid;
+                      L * (2 * norm + attn_p + mlp_p) + kv_p * kv_all + norm + (c.tie_embeddings ? 0 : V * d));
+  const double attn_mm = 2.0 * (d * q + q * d), kv_mm = 4.0 * d * kv_all, mlp_mm = 2.0 * (swiglu ? 3 : 2) * d * hid;
   const double attn_core = 4.0 * static_cast<double>(T) * q;
-  m.forward_flops_per_token = L * (attn_mm + mlp_mm + attn_core) + 2.0 * d * V;
+  m.forward_flops_per_token = L * (attn_mm + mlp_mm + attn_core) + kv_mm + 2.0 * d * V;
   m.train_flops_per_token = 3.0 * m.forward_flops_per_token;
   m.kv_cache_bytes_per_token = kv_cache_bytes_per_token(c, KvType::f32);
   return m;
 }
 
 int64_t kv_cache_bytes_per_token(const GPTConfig& c, KvType t) {
-  return saturate(2.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.n_kv_head) *
-                  static_cast<double>(kv_row_bytes(t, c.head_dim())));
+  return saturate(2.0 * static_cast<double>(c.total_kv_heads()) * static_cast<double>(kv_row_bytes(t, c.head_dim())));
 }
 
 namespace {

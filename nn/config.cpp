@@ -123,15 +123,65 @@ bool GPTConfig::is_key(const std::string& k) {
   return false;
 }
 
-GPTConfig GPTConfig::from_json(const nlohmann::json& j) {
-  if (!j.is_object()) throw Error(ErrorKind::config, "model config must be a JSON object, got " + echo_json(j));
-  for (const auto& [k, v] : j.items())
+int64_t GPTConfig::total_kv_heads() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layer; l++) n += kv_heads(l);
+  return n;
+}
+
+void GPTConfig::set_kv_heads(const std::vector<int64_t>& per_layer) {
+  if (per_layer.empty()) throw Error(ErrorKind::config, "config n_kv_head: an empty list");
+  n_kv_head = *std::max_element(per_layer.begin(), per_layer.end());
+  const bool uniform = std::all_of(per_layer.begin(), per_layer.end(), [&](int64_t k) { return k == per_layer[0]; });
+  layer_kv_heads = uniform ? std::vector<int64_t>{} : per_layer;
+}
+
+GPTConfig GPTConfig::layer(int64_t l) const {
+  GPTConfig c = *this;
+  c.n_kv_head = kv_heads(l);
+  c.layer_kv_heads.clear();
+  return c;
+}
+
+std::string GPTConfig::kv_heads_str() const {
+  if (!per_layer_kv()) return std::to_string(n_kv_head);
+  std::string s;
+  for (int64_t k : layer_kv_heads) s += (s.empty() ? "" : ",") + std::to_string(k);
+  return s;
+}
+
+namespace {
+
+/// n_kv_head given as a list: one count per layer, each an integer (checked against the model by validate()).
+std::vector<int64_t> kv_heads_list(const nlohmann::json& v) {
+  if (v.size() > static_cast<size_t>(count_max)) throw Error(ErrorKind::config, "config n_kv_head: " + echo_json(v));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < v.size(); i++) {
+    int64_t k = 0;
+    config_get(nlohmann::json{{"n_kv_head[" + std::to_string(i) + "]", v[i]}}, "n_kv_head[" + std::to_string(i) + "]", k);
+    config_check(("n_kv_head[" + std::to_string(i) + "]").c_str(), k, Check::positive, count_max);
+    out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace
+
+GPTConfig GPTConfig::from_json(const nlohmann::json& j_in) {
+  if (!j_in.is_object()) throw Error(ErrorKind::config, "model config must be a JSON object, got " + echo_json(j_in));
+  for (const auto& [k, v] : j_in.items())
     if (!is_key(k)) throw Error(ErrorKind::config, "unknown model config key '" + cut_for_message(k) + "'");
+  // n_kv_head as a list: a count per layer
+  const bool per_layer = j_in.contains("n_kv_head") && j_in["n_kv_head"].is_array();
+  nlohmann::json stripped;
+  if (per_layer) (stripped = j_in).erase("n_kv_head");
+  const nlohmann::json& j = per_layer ? stripped : j_in;
   GPTConfig c;
 #define TAPELM_GET(type, key, def, check, max) config_get(j, #key, c.key);
   TAPELM_GPT_FIELDS(TAPELM_GET)
 #undef TAPELM_GET
-  if (!j.contains("n_kv_head")) c.n_kv_head = c.n_head;
+  if (per_layer) c.set_kv_heads(kv_heads_list(j_in["n_kv_head"]));
+  else if (!j.contains("n_kv_head")) c.n_kv_head = c.n_head;
   if (!j.contains("mlp_hidden") || c.mlp_hidden == 0) {  // 0: the default, as in the reference
     config_check("n_embd", c.n_embd, Check::positive, count_max / 4);  // before 4·n_embd can overflow
     c.mlp_hidden = 4 * c.n_embd;
@@ -147,6 +197,7 @@ nlohmann::json GPTConfig::to_json() const {
 #define TAPELM_PUT(type, key, def, check, max) j[#key] = config_value(key);
   TAPELM_GPT_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
+  if (per_layer_kv()) j["n_kv_head"] = layer_kv_heads;
   return j;
 }
 
@@ -157,6 +208,17 @@ void GPTConfig::validate() const {
 #undef TAPELM_CHECK
   if (n_embd % n_head != 0)
     throw Error(ErrorKind::config, "config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
+  if (per_layer_kv()) {
+    if (static_cast<int64_t>(layer_kv_heads.size()) != n_layer)
+      throw Error(ErrorKind::config, "config n_kv_head lists " + std::to_string(layer_kv_heads.size()) + " layers' key/value heads for n_layer " +
+                                         std::to_string(n_layer));
+    for (size_t l = 0; l < layer_kv_heads.size(); l++)
+      if (layer_kv_heads[l] <= 0 || n_head % layer_kv_heads[l] != 0)
+        throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head[" + std::to_string(l) +
+                                           "] " + std::to_string(layer_kv_heads[l]));
+    if (n_kv_head != *std::max_element(layer_kv_heads.begin(), layer_kv_heads.end()))
+      throw Error(ErrorKind::internal, "config n_kv_head is not the largest of its per-layer counts");
+  }
   if (n_head % n_kv_head != 0)
     throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
   if (pos == PosKind::Rope && head_dim() % 2 != 0)

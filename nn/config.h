@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "autograd/error.h"
 
@@ -128,7 +129,22 @@ struct GPTConfig {
 #define TAPELM_MEMBER(type, key, def, check, max) type key = def;
   TAPELM_GPT_FIELDS(TAPELM_MEMBER)
 
+  /// Key/value heads per layer when layers differ (the config's n_kv_head given as a list, one
+  /// count per layer); empty when every layer has n_kv_head. When set, n_kv_head is their largest.
+  std::vector<int64_t> layer_kv_heads;
+
   int64_t head_dim() const { return n_embd / n_head; }
+  /// Layer l's key/value heads.
+  int64_t kv_heads(int64_t l) const { return layer_kv_heads.empty() ? n_kv_head : layer_kv_heads.at(static_cast<size_t>(l)); }
+  /// The key/value heads of every layer together.
+  int64_t total_kv_heads() const;
+  bool per_layer_kv() const { return !layer_kv_heads.empty(); }
+  /// Sets each layer's count; counts all equal make the config uniform again (n_kv_head that count).
+  void set_kv_heads(const std::vector<int64_t>& per_layer);
+  /// The config layer l is built with: its own n_kv_head, no list.
+  GPTConfig layer(int64_t l) const;
+  /// "2", or "4,2,2,1" per layer.
+  std::string kv_heads_str() const;
   /// Reads every key of docs/formats.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to
   /// 4·n_embd); an unknown key or a value of the wrong type is a config Error. Validates.
   static GPTConfig from_json(const nlohmann::json& j);

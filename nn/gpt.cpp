@@ -16,7 +16,7 @@ GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared
   if (cfg.pos == PosKind::Learned) wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd));
   drop_ = register_module("drop", std::make_shared<Dropout>(cfg.dropout, rng_));
   for (int64_t i = 0; i < cfg.n_layer; i++)
-    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg, rng_)));
+    blocks.push_back(register_module("blocks." + std::to_string(i), std::make_shared<Block>(cfg.layer(i), rng_)));
   ln_f = register_module("ln_f", std::make_shared<Norm>(cfg.n_embd, cfg.norm, cfg.bias, cfg.norm_eps));
   if (cfg.tie_embeddings)
     lm_head = wte->weight;
@@ -84,9 +84,11 @@ KVCache make_kv_cache(const GPTConfig& cfg, int64_t batch, int64_t max_len, KvTy
   c.batch = batch;
   c.max_len = max_len;
   c.type = type;
-  const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim();
-  for (int64_t l = 0; l < cfg.n_layer; l++)
+  const int64_t hd = cfg.head_dim();
+  for (int64_t l = 0; l < cfg.n_layer; l++) {
+    const int64_t KV = cfg.kv_heads(l);
     c.layers.push_back({KvStore(type, batch, KV, max_len, hd), KvStore(type, batch, KV, max_len, hd)});
+  }
   return c;
 }
 
@@ -153,8 +155,8 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
     norm(b + "ln1");
     const bool qkv_bias = c.bias || c.qkv_bias;
     linear(b + "attn.wq", d, c.n_head * hd, qkv_bias);
-    linear(b + "attn.wk", d, c.n_kv_head * hd, qkv_bias);
-    linear(b + "attn.wv", d, c.n_kv_head * hd, qkv_bias);
+    linear(b + "attn.wk", d, c.kv_heads(i) * hd, qkv_bias);
+    linear(b + "attn.wv", d, c.kv_heads(i) * hd, qkv_bias);
     linear(b + "attn.wo", c.n_head * hd, d, c.bias);
     norm(b + "ln2");
     if (c.mlp == MlpKind::SwiGLU) {

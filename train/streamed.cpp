@@ -33,11 +33,12 @@ Tensor StreamedModel::embed(const Index& idx, int64_t pos0) const {
 }
 
 void StreamedModel::for_each_block(const std::function<void(const Block&, int64_t)>& f) const {
-  if (!block_) {
-    block_ = std::make_unique<Block>(m_.config, std::make_shared<Rng>(0));
-    block_->eval();
-  }
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
+    if (!block_ || block_kv_ != m_.config.kv_heads(l)) {
+      block_ = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
+      block_->eval();
+      block_kv_ = m_.config.kv_heads(l);
+    }
     const std::string prefix = "blocks." + std::to_string(l) + ".";
     formats::TensorMap mine;
     for (const auto& [n, p] : block_->named_parameters()) mine.emplace(prefix + n, p.val());

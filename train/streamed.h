@@ -41,6 +41,7 @@ class StreamedModel : public Decoder {
   formats::TensorMap outer_;
   std::shared_ptr<Norm> ln_f_;
   mutable std::unique_ptr<Block> block_;  // the block being run, its tensors read anew for each layer
+  mutable int64_t block_kv_ = 0;          // its key/value heads (layers may differ: a new block then)
 };
 
 }  // namespace tapelm

@@ -15,6 +15,7 @@
 #include "train/formats/checkpoint.h"
 #include "train/formats/gguf.h"
 #include "train/formats/gguf_file.h"
+#include "train/study/convert/convert.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -68,10 +69,13 @@ std::pair<std::string, std::string> split_name(const std::string& file) {
 
 BOOST_AUTO_TEST_SUITE(gguf)
 
-BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) {
-  const json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
+namespace {
+
+// Every export of an oracle file against what llama.cpp computed on it.
+void expect_llama_cpp_agrees(const std::string& oracle_file, size_t models) {
+  const json oracle = json::parse(read_file_bytes(gx(oracle_file), "fixture"));
   const std::string prompt = oracle["prompt"];
-  BOOST_TEST_REQUIRE(oracle["models"].size() == 9u);
+  BOOST_TEST_REQUIRE(oracle["models"].size() == models);
   for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
     const auto [name, dtype] = split_name(it.key());
     const json& want = it.value();
@@ -160,6 +164,14 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) {
   }
 }
 
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp.json", 9); }
+
+// A model with KV heads per layer (2 in layer 0, 1 in layer 1: make_gguf_kvlayers_fixture.sh):
+// llama.cpp reads head_count_kv as an array and computes what tapelm computes.
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_kv_heads_per_layer_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_kvlayers.json", 1); }
+
 // Import reads back what export wrote, tokenizer included: export -> import -> export gives the
 // same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
 // as llama.cpp did.
@@ -185,6 +197,43 @@ BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
       BOOST_TEST(tokens == it.value()["tokens"].get<std::vector<int32_t>>(), tt::per_element());
     }
   }
+}
+
+// A model whose layers have different numbers of KV heads: GGUF holds a count per layer (llama.cpp's
+// head_count_kv array, under its deci architecture: llama's graph with per-layer heads) and reads
+// it back; HF and llama2.c have one count and refuse it in one line, as GGUF does for other layouts.
+BOOST_AUTO_TEST_CASE(kv_heads_per_layer_travel_as_an_array) {
+  LoadedModel l = load_model(gx("llama_spm.h5"));  // 2 layers, 4 query heads, 2 KV heads
+  const auto m = convert_kv_heads(*l.model, std::vector<int64_t>{2, 1}, {});
+  TempDir d;
+  write_converted(d / "pl.h5", *m, &*l.tok, "{}");
+  gg::export_model(d / "pl.h5", d / "a.gguf", "f32");
+  {
+    const gg::File f(d / "a.gguf");
+    BOOST_TEST(f.string("general.architecture") == "deci");  // llama.cpp's llama graph with each layer's own heads
+    const gg::Value* kv = f.find_key("deci.attention.head_count_kv");
+    BOOST_TEST_REQUIRE(kv);
+    BOOST_TEST(kv->nums == (std::vector<double>{2, 1}), tt::per_element());
+    BOOST_TEST(f.counts("deci.attention.head_count_kv", 2) == (std::vector<int64_t>{2, 1}), tt::per_element());
+    BOOST_TEST(f.counts("deci.attention.head_count", 2) == (std::vector<int64_t>{4, 4}), tt::per_element());  // one count for all
+  }
+  fs::create_directories(d / "b");
+  Run r = run_cli("import --format gguf --model " + (d / "a.gguf") + " --out " + (d / "b/pl.h5"));
+  BOOST_TEST_REQUIRE(r.code == 0, r.err);
+  // (its norm_eps went through the file's float32: the configs differ there, the files below do not)
+  BOOST_TEST(load_model(d / "b/pl.h5").model->config().layer_kv_heads == (std::vector<int64_t>{2, 1}), tt::per_element());
+  gg::export_model(d / "b/pl.h5", d / "b.gguf", "f32");  // same stem: same general.name
+  BOOST_TEST((read_file_bytes(d / "b.gguf", "b") == read_file_bytes(d / "a.gguf", "a")));
+  expect_error(run_cli("export --checkpoint " + (d / "pl.h5") + " --format hf --out " + (d / "hf")),
+               "key/value heads per layer (2,1): a Hugging Face config has one num_key_value_heads");
+  expect_error(run_cli("export --checkpoint " + (d / "pl.h5") + " --format llama2c --out " + (d / "m.bin")),
+               "llama2.c cannot express key/value heads per layer 2,1");
+  BOOST_TEST(!fs::exists(d / "hf"));
+  BOOST_TEST(!fs::exists(d / "m.bin"));
+  const auto q = convert_kv_heads(*load_model(gx("qwen2_qwen2mini.h5")).model, std::vector<int64_t>{2, 1}, {});
+  write_converted(d / "q.h5", *q, nullptr, "{}");
+  expect_error(run_cli("export --checkpoint " + (d / "q.h5") + " --format gguf --out " + (d / "q.gguf")),
+               "key/value heads per layer (2,1) in qwen2's layout: llama.cpp runs them in the llama layout alone");
 }
 
 namespace {

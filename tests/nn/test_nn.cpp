@@ -162,6 +162,78 @@ BOOST_AUTO_TEST_CASE(gqa_equals_mha_with_repeated_heads) {
   BOOST_TEST(worst < 1e-5);
 }
 
+// Layers with different numbers of KV heads: the config's n_kv_head as a list, one per layer.
+BOOST_AUTO_TEST_CASE(kv_heads_per_layer) {
+  const std::string base = R"("n_layer": 3, "n_head": 4, "n_embd": 16, "vocab_size": 11, "block_size": 12, "mlp_hidden": 24)";
+  const GPTConfig c = GPTConfig::from_json_string("{" + base + R"(, "n_kv_head": [4, 1, 2]})");
+  BOOST_TEST(c.per_layer_kv());
+  BOOST_TEST(c.n_kv_head == 4);  // the largest
+  BOOST_TEST(c.kv_heads(1) == 1);
+  BOOST_TEST(c.total_kv_heads() == 7);
+  BOOST_TEST(c.kv_heads_str() == "4,1,2");
+  BOOST_TEST(c.to_json()["n_kv_head"] == nlohmann::json({4, 1, 2}));
+  BOOST_TEST((GPTConfig::from_json(c.to_json()) == c));
+  BOOST_TEST(c.layer(2).n_kv_head == 2);
+  BOOST_TEST(!c.layer(2).per_layer_kv());
+  // one count in every layer is that count
+  const GPTConfig u = GPTConfig::from_json_string("{" + base + R"(, "n_kv_head": [2, 2, 2]})");
+  BOOST_TEST(!u.per_layer_kv());
+  BOOST_TEST(u.to_json()["n_kv_head"] == 2);
+  for (auto [list, part] : std::vector<std::pair<std::string, std::string>>{
+           {"[4, 1]", "n_kv_head lists 2 layers' key/value heads for n_layer 3"},
+           {"[4, 3, 2]", "n_head 4 is not divisible by n_kv_head[1] 3"},
+           {"[4, 0, 2]", "n_kv_head[1] must be positive"},
+           {R"([4, "1", 2])", "'n_kv_head[1]' must be an integer"},
+           {"[]", "n_kv_head: an empty list"}})
+    test::expect_throw([&] { GPTConfig::from_json_string("{" + base + R"(, "n_kv_head": )" + list + "}"); }, ErrorKind::config, {part});
+
+  GPT m(c, 3);
+  const int64_t hd = c.head_dim();  // 4
+  for (int64_t l = 0; l < 3; l++) BOOST_TEST(m.blocks[l]->attn->wk->weight.val().dim(0) == c.kv_heads(l) * hd);
+  BOOST_TEST(m.num_parameters() == model_cost(c).params);
+  // the MHA model's parameters less the K and V rows layers 1 and 2 lack: (3 + 2) heads · 2 · hd · d
+  GPTConfig mha_c = c.layer(0);
+  BOOST_TEST(model_cost(c).params == model_cost(mha_c).params - 5 * 2 * hd * 16);
+  BOOST_TEST(model_cost(c).kv_cache_bytes_per_token == 2 * 7 * hd * 4);  // K and V, 7 heads of hd floats
+  // each layer is the GQA layer it says it is: the MHA model with every layer's K/V heads repeated
+  // over its groups computes the same logits
+  GPT mha(mha_c, 4);
+  auto gp = m.named_parameters(), mp = mha.named_parameters();
+  for (size_t i = 0; i < gp.size(); i++) {
+    const std::string& n = gp[i].first;
+    const Tensor& src = gp[i].second.val();
+    Tensor& dst = mp[i].second.val();
+    if (n.find("attn.wk") == std::string::npos && n.find("attn.wv") == std::string::npos) {
+      dst = src.clone();
+      continue;
+    }
+    const int64_t rep = 4 / (src.dim(0) / hd), cols = src.numel() / src.dim(0);
+    for (int64_t h = 0; h < 4; h++)
+      std::copy(src.data() + (h / rep) * hd * cols, src.data() + (h / rep + 1) * hd * cols, dst.data() + h * hd * cols);
+  }
+  m.eval();
+  mha.eval();
+  NoGrad ng;
+  const int64_t B = 2, T = 12, V = c.vocab_size;
+  const Index ids = random_ids(B, T, V, 5);
+  const Tensor a = m.forward(ids).val(), b = mha.forward(ids).val();
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); i++) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+  BOOST_TEST(worst < 1e-5, "per-layer model against MHA with repeated heads: " << worst);
+  // decoding: each layer's cache holds its own heads, and step by step gives the forward's logits
+  KVCache cache = m.make_cache(B, T);
+  BOOST_TEST(cache.bytes() == B * T * 2 * 7 * hd * 4);
+  worst = 0;
+  for (int64_t p = 0; p < T; p++) {
+    Index step({}, {B, 1});
+    for (int64_t r = 0; r < B; r++) step.data.push_back(ids.data[r * T + p]);
+    const Tensor logits = m.decode_step(step, cache);
+    for (int64_t r = 0; r < B; r++)
+      for (int64_t v = 0; v < V; v++) worst = std::max(worst, double(std::fabs(logits[r * V + v] - a[(r * T + p) * V + v])));
+  }
+  BOOST_TEST(worst < 1e-5, "decoded against the forward: " << worst);
+}
+
 BOOST_AUTO_TEST_CASE(parameter_names_shapes_and_counts) {
   GPTConfig c = tiny(2);
   c.bias = true;

@@ -18,6 +18,7 @@
 #include "train/study/convert_model.h"
 #include "train/study/convert/convert.h"
 #include "train/study/convert/align.h"
+#include "train/study/convert/budget.h"
 #include "train/eval.h"
 #include "train/study/convert/linalg.h"
 #include "train/study/uptrain.h"
@@ -618,7 +619,10 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
   for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
            {" --kv-heads 3", "cannot convert 2 kv heads to 3"},
            {" --kv-heads 1 --method median", "--method: median not in {mean,first,random"},
-           {" --kv-heads 1 --grouping best", "--grouping: best not in {contiguous,similar}"},
+           {" --kv-heads 1 --grouping best", "--grouping: best not in {contiguous,similar,per-layer}"},
+           {" --kv-heads 2,x", "--kv-heads: \"x\" is not a positive count of key/value heads"},
+           {" --kv-budget 1 --calib " + fixture_path("tiny.txt") + " --calib-tokens 64", "a KV budget of 1 heads: the layers take between"},
+           {"", "convert: give --kv-heads or --kv-budget"},
            {" --kv-heads 1 --method aligned", "--calib: converting by"},
            {" --kv-heads 1 --grouping similar", "--calib: converting by"},
            {" --kv-heads 1 --method fit --calib " + fixture_path("tiny.txt") + " --calib-tokens 100000",
@@ -658,7 +662,7 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
       for (const char* g : {"contiguous", "similar"})
         for (const int64_t G : {int64_t{2}, int64_t{1}}) {
           BOOST_TEST_CONTEXT(from << ", " << m << ", " << g << ", " << G << " kv heads") {
-            const ConvertRequest r{.from = from, .out = d / "streamed.h5", .kv_heads = G, .method = m, .grouping = g,
+            const ConvertRequest r{.from = from, .out = d / "streamed.h5", .kv_heads = {G}, .method = m, .grouping = g,
                                    .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
             const ConvertModelResult res = convert_model(r);
             const Variant v{&tapelm::method(m), parse_grouping(g)};
@@ -678,6 +682,114 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
   }
 }
 
+// ---- KV heads per layer ---------------------------------------------------------------------------
+
+// A per-layer target converts each layer as the uniform conversion to its count converts it, in
+// memory and streamed (bit for bit), and a budget's allocation is what it says.
+BOOST_AUTO_TEST_CASE(per_layer_targets_convert_each_layer_as_the_uniform_conversion_does) {
+  const auto m = busy_model(PosKind::Rope, true);  // 2 layers, 4 kv heads
+  const Calibration c = calibrate(*m, some_batches());
+  for (const char* v : {"mean", "fit", "aligned-fit", "mean+similar"}) {
+    BOOST_TEST_CONTEXT(v) {
+      const auto both = convert_kv_heads(*m, std::vector<int64_t>{2, 1}, by(v, &c));
+      BOOST_TEST(both->config().kv_heads_str() == "2,1");
+      const auto two = convert_kv_heads(*m, 2, by(v, &c)), one = convert_kv_heads(*m, 1, by(v, &c));
+      const auto pb = both->named_parameters(), p2 = two->named_parameters(), p1 = one->named_parameters();
+      for (size_t i = 0; i < pb.size(); i++) {
+        const std::string& n = pb[i].first;
+        const auto& want = n.rfind("blocks.1.", 0) == 0 ? p1[i] : p2[i];  // names match: same order
+        BOOST_TEST(n == want.first);
+        BOOST_TEST(same_bits(pb[i].second.val(), want.second.val()), n);
+      }
+    }
+  }
+  expect_throw([&] { convert_kv_heads(*m, std::vector<int64_t>{3, 1}, by("mean")); }, ErrorKind::config,
+               {"cannot convert 4 kv heads to 3 in layer 0"});
+  expect_throw([&] { convert_kv_heads(*m, std::vector<int64_t>{2, 2, 2}, by("mean")); }, ErrorKind::config, {"the model has 2 layers"});
+  // a per-layer model converts on: layer 0's 2 heads to 1, layer 1 keeps its 1
+  const auto again = convert_kv_heads(*convert_kv_heads(*m, std::vector<int64_t>{2, 1}, by("mean")), 1, by("mean"));
+  BOOST_TEST(!again->config().per_layer_kv());
+  BOOST_TEST(again->config().n_kv_head == 1);
+
+  // a layer's cost is its definition: the windows' loss with that layer alone converted, less the source's
+  const std::vector<Index> windows = some_batches();
+  const std::vector<std::map<int64_t, double>> costs = layer_costs(*m, Variant::parse("fit"), &c, windows);
+  BOOST_TEST_REQUIRE(costs.size() == 2u);
+  m->eval();
+  const double base = loss_on(*m, windows);
+  for (int64_t l = 0; l < 2; l++) {
+    BOOST_TEST(costs[l].size() == 3u);  // 1, 2 and its own 4
+    BOOST_TEST(costs[l].at(4) == 0.0);
+    for (int64_t g : {1, 2}) {
+      std::vector<int64_t> heads{4, 4};
+      heads[l] = g;
+      const auto one = convert_kv_heads(*m, heads, by("fit", &c));
+      one->eval();
+      const double want = loss_on(*one, windows) - base;
+      BOOST_TEST(std::fabs(costs[l].at(g) - want) < 1e-6, "layer " << l << ", " << g << " heads: " << costs[l].at(g) << " vs " << want);
+    }
+  }
+  // and the allocation is the least summed cost under the budget (checked against every choice below)
+  BOOST_TEST(kv_budget_heads(*m, 5, Variant::parse("fit"), &c, windows) == allocate_kv_heads(costs, 5), tt::per_element());
+  expect_throw([&] { kv_budget_heads(*m, 9, Variant::parse("mean"), &c, windows); }, ErrorKind::usage,
+               {"a KV budget of 9 heads: the layers take between 2 (the fewest each allows) and 8 (all they have)"});
+  expect_throw([&] { kv_budget_heads(*m, 4, Variant::parse("random"), &c, windows); }, ErrorKind::usage, {"fresh init"});
+
+  // streamed equals in memory: a list, a budget, and per-layer grouping (its one count's budget)
+  TempDir d;
+  save_model(d / "m.h5", *m);
+  std::vector<int32_t> ids(200);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>((i * 7 + i * i) % 13);
+  write_token_file(d / "calib.bin", ids);
+  for (const auto& [target, grouping] : std::vector<std::pair<KvTarget, std::string>>{
+           {{.heads = {2, 1}}, "contiguous"}, {{.budget = 5}, "contiguous"}, {{.heads = {2}}, "per-layer"}}) {
+    BOOST_TEST_CONTEXT(grouping << ", budget " << target.budget) {
+      const ConvertRequest r{.from = d / "m.h5", .out = d / "s.h5", .kv_heads = target.heads, .kv_budget = target.budget,
+                             .method = "aligned-fit", .grouping = grouping, .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
+      const ConvertModelResult res = convert_model(r);
+      CalibrationSource cs{.tokens = 64, .seed = 3, .what = r.calib};
+      cs.ids = load_eval_data(r.calib, "train", m->config(), nullptr).ids;
+      const Converted in_memory = calibrate_and_convert(*m, target, Variant{&method("aligned-fit"), parse_grouping(grouping)}, 3, cs);
+      const LoadedModel streamed = load_model(d / "s.h5");
+      BOOST_TEST((streamed.model->config() == in_memory.model->config()));
+      BOOST_TEST(res.kv_heads.size() == (in_memory.model->config().per_layer_kv() ? 2u : 1u));
+      int64_t total = 0;
+      for (int64_t l = 0; l < 2; l++) total += in_memory.model->config().kv_heads(l);
+      BOOST_TEST(total <= (target.budget ? target.budget : 4));
+      const auto a = streamed.model->named_parameters(), b = in_memory.model->named_parameters();
+      BOOST_TEST_REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); i++) BOOST_TEST(same_bits(a[i].second.val(), b[i].second.val()), a[i].first);
+    }
+  }
+}
+
+// The allocation is the exact minimum: against every choice of counts, on random costs.
+BOOST_AUTO_TEST_CASE(kv_budget_allocation_is_the_least_cost_choice) {
+  Rng rng(11);
+  for (int trial = 0; trial < 20; trial++) {
+    std::vector<std::map<int64_t, double>> costs(4);
+    for (auto& layer : costs)
+      for (int64_t g : {1, 2, 4}) layer[g] = rng.uniform() * (5.0 - static_cast<double>(g));
+    for (int64_t B = 4; B <= 16; B++) {
+      const std::vector<int64_t> got = allocate_kv_heads(costs, B);
+      double got_cost = 0, best = INFINITY;
+      int64_t used = 0;
+      for (size_t l = 0; l < 4; l++) got_cost += costs[l].at(got[l]), used += got[l];
+      const int64_t choice[] = {1, 2, 4};
+      for (int code = 0; code < 81; code++) {  // every assignment of {1, 2, 4} to the 4 layers
+        double cost = 0;
+        int64_t heads = 0;
+        for (int l = 0, k = code; l < 4; l++, k /= 3) cost += costs[l].at(choice[k % 3]), heads += choice[k % 3];
+        if (heads <= B) best = std::min(best, cost);
+      }
+      BOOST_TEST(used <= B);
+      BOOST_TEST(got_cost == best, tt::tolerance(1e-12));
+    }
+  }
+  expect_throw([&] { allocate_kv_heads(std::vector<std::map<int64_t, double>>(4, {{1, 0.0}, {2, 0.0}}), 9); }, ErrorKind::usage,
+               {"a KV budget of 9 heads: the layers take between 4 (the fewest each allows) and 8 (all they have)"});
+}
+
 // A BF16 source converts to a BF16 checkpoint (stored as 16-bit bits with an encoding attribute,
 // widened when read): each weight is the in-memory conversion's rounded to bf16 (round to nearest
 // even, as float16.h's f32_to_bf16 and PyTorch's .to(torch.bfloat16)); --dtype f32 keeps them all.
@@ -690,7 +802,7 @@ BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
   const Converted mem = calibrate_and_convert(*whole, 1, {&tapelm::method("mean"), Grouping::Contiguous}, 0, {});
   for (const char* dtype : {"", "f32", "f16"}) {
     BOOST_TEST_CONTEXT("--dtype " << dtype) {
-      const ConvertModelResult r = convert_model({.from = from, .out = d / "c.h5", .kv_heads = 1, .dtype = dtype});
+      const ConvertModelResult r = convert_model({.from = from, .out = d / "c.h5", .kv_heads = {1}, .dtype = dtype});
       BOOST_TEST(r.dtype == (*dtype ? dtype : "bf16"));
       const LoadedModel back = load_model(d / "c.h5");
       BOOST_TEST(back.tok.has_value());
@@ -744,7 +856,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "exp");
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5")})
     for (const char* m : {"mean", "aligned-fit"}) {
-      const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = 1, .method = m, .calib = d / "calib.bin", .calib_tokens = 64,
+      const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .method = m, .calib = d / "calib.bin", .calib_tokens = 64,
                                 .seed = 3, .dtype = "f32"};
       convert_model(base);
       for (const char* dtype : {"f32", "bf16", "f16"}) {

@@ -38,6 +38,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// A model's key/value heads as bench JSON gives them: a count, or a list of one per layer.
+nlohmann::json kv_json(const GPTConfig& c) {
+  return c.per_layer_kv() ? nlohmann::json(c.layer_kv_heads) : nlohmann::json(c.n_kv_head);
+}
+
 // seeds follow the config's rule (TrainConfig's max_seed): 0 to 2^63 - 1
 const CLI::Range seed_range(uint64_t{0}, max_seed);
 
@@ -144,8 +149,8 @@ int run_train(const TrainArgs& a) {
                  (long)cfg.model.vocab_size - 1);
   const ModelCost cost = model_cost(cfg.model);
   if (talk) {
-    std::printf("training %.2fM parameters (%ld layers, %ld heads, %ld kv heads, d %ld, T %ld) on %zu tokens; run dir %s\n",
-                cost.params / 1e6, (long)cfg.model.n_layer, (long)cfg.model.n_head, (long)cfg.model.n_kv_head,
+    std::printf("training %.2fM parameters (%ld layers, %ld heads, %s kv heads, d %ld, T %ld) on %zu tokens; run dir %s\n",
+                cost.params / 1e6, (long)cfg.model.n_layer, (long)cfg.model.n_head, cfg.model.kv_heads_str().c_str(),
                 (long)cfg.model.n_embd, (long)cfg.model.block_size, corpus.train.size(), a.out.c_str());
     if (dist::multi())
       std::printf("data parallel over %d ranks: %ld windows per rank per micro-step, %ld per step in all\n", dist::size(),
@@ -204,7 +209,9 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--from", a.from, "full checkpoint of the original run")->required();
   c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads")->required();
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
-  c.add_option("--grouping", a.grouping, "contiguous or similar")->check(CLI::IsMember({"contiguous", "similar"}));
+  c.add_option("--grouping", a.grouping, "contiguous, similar, or per-layer (--kv-heads' budget over all layers, placed where the "
+                                         "conversion error is largest)")
+      ->check(CLI::IsMember({"contiguous", "similar", "per-layer"}));
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens from the train split (aligned, fit, aligned-fit, similar)");
   c.add_option("--fraction", a.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
   c.add_option("--schedule", a.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
@@ -249,9 +256,9 @@ int run_uptrain(const UptrainArgs& a) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
     return 0;
   }
-  std::printf("uptrained %s to %ld kv heads by %s (%s groups, converted in %.2fs): %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
+  std::printf("uptrained %s to %s kv heads by %s (%s groups, converted in %.2fs): %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
               "(converted, before uptraining: %.4f); checkpoint %s/checkpoint.h5\n",
-              a.from.c_str(), (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(), r.convert_seconds, (long)r.steps, a.fraction, a.schedule.c_str(),
+              a.from.c_str(), r.config.model.kv_heads_str().c_str(), a.method.c_str(), a.grouping.c_str(), r.convert_seconds, (long)r.steps, a.fraction, a.schedule.c_str(),
               r.config.learning_rate, r.config.decay_lr ? r.config.min_lr : r.config.learning_rate, r.val_loss,
               r.loss_before, a.out.c_str());
   return 0;
@@ -269,7 +276,7 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
   c.add_option("--data", a.data, "UTF-8 text (or a prepared directory)")->required();
   c.add_option("--out", a.out, "report directory (re-running resumes)")->required();
   c.add_option("--methods", a.methods, "conversion methods, comma-separated (default: all; must include mean)");
-  c.add_option("--groupings", a.groupings, "groupings, comma-separated: contiguous,similar (default: contiguous)");
+  c.add_option("--groupings", a.groupings, "groupings, comma-separated: contiguous,similar,per-layer (default: contiguous)");
   CLI::Option* from = c.add_option("--from", a.from,
                                    "start from this MHA checkpoint (e.g. an imported model) instead of pretraining one; "
                                    "--data must be tokenized by its tokenizer");
@@ -392,7 +399,7 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
                      {"kv_cache_bytes_per_token", kv_cache_bytes_per_token(cfg.model, shape.kv_cache)},
                      {"L", cfg.model.n_layer},
                      {"H", cfg.model.n_head},
-                     {"KV", cfg.model.n_kv_head},
+                     {"KV", kv_json(cfg.model)},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
                      {"step_times", r.step_s},
@@ -457,7 +464,7 @@ int run_bench(const BenchArgs& a) {
                      {"params", cost.params},
                      {"L", cfg.model.n_layer},
                      {"H", cfg.model.n_head},
-                     {"KV", cfg.model.n_kv_head},
+                     {"KV", kv_json(cfg.model)},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
                      {"precision", cfg.precision},
@@ -651,18 +658,42 @@ int run_sample(const SampleArgs& a) {
 }
 
 struct ConvertArgs {
-  std::string from, method = "mean", out, grouping = "contiguous", calib, dtype, format = "tapelm";
-  int64_t kv_heads = 0, calib_tokens = 16384;
+  std::string from, method = "mean", out, grouping = "contiguous", calib, dtype, format = "tapelm", kv_heads;
+  int64_t kv_budget = 0, calib_tokens = 16384;
   uint64_t seed = 0;
 };
+
+/// "2" or "4,2,2,1": key/value head counts, each a positive integer; anything else is a usage
+/// Error naming the flag.
+std::vector<int64_t> parse_kv_heads(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(s, flag)) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v <= 0 || v > (int64_t(1) << 20))
+      throw Error(ErrorKind::usage, flag + ": \"" + cut_for_message(item) + "\" is not a positive count of key/value heads");
+    out.push_back(v);
+  }
+  return out;
+}
 
 void convert_flags(CLI::App& c, ConvertArgs& a) {
   c.add_option("--from", a.from, "source model: a checkpoint, a Hugging Face directory or a GGUF file (read one block at a time)")
       ->required();
-  c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old)")->required();
+  CLI::Option* kv = c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old), or one per layer: 4,2,2,1");
+  c.add_option("--kv-budget", a.kv_budget, "instead of --kv-heads: the key/value heads of all layers together, placed where the "
+                                           "calibrated conversion error is largest (needs --calib)")
+      ->excludes(kv)
+      ->check(CLI::PositiveNumber);
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
-  c.add_option("--grouping", a.grouping, "contiguous or similar (similar K/V heads share a group)")
-      ->check(CLI::IsMember({"contiguous", "similar"}));
+  c.add_option("--grouping", a.grouping, "contiguous, similar (similar K/V heads share a group) or per-layer (--kv-heads G: "
+                                         "the budget of G in every layer, placed by the conversion error; see --kv-budget)")
+      ->check(CLI::IsMember({"contiguous", "similar", "per-layer"}));
   c.add_option("--calib", a.calib,
                "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
@@ -676,11 +707,15 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
 
 int run_convert(const ConvertArgs& a) {
   refuse_same_file(a.from, "--from", a.out, "--out");
-  const ConvertModelResult r = convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads, .method = a.method,
-                                              .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens, .seed = a.seed,
-                                              .progress = true, .dtype = a.dtype, .format = a.format});
-  std::printf("converted %s: %ld -> %ld kv heads by %s (%s groups%s) in %.2fs, written to %s (%s)\n", a.from.c_str(), (long)r.kv_heads_from,
-              (long)a.kv_heads, a.method.c_str(), a.grouping.c_str(),
+  if (a.kv_heads.empty() == (a.kv_budget == 0)) throw Error(ErrorKind::usage, "convert: give --kv-heads or --kv-budget");
+  const ConvertModelResult r =
+      convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_kv_heads(a.kv_heads, "--kv-heads"),
+                     .kv_budget = a.kv_budget, .method = a.method, .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens,
+                     .seed = a.seed, .progress = true, .dtype = a.dtype, .format = a.format});
+  std::string heads;
+  for (int64_t k : r.kv_heads) heads += (heads.empty() ? "" : ",") + std::to_string(k);
+  std::printf("converted %s: %ld -> %s kv heads%s by %s (%s groups%s) in %.2fs, written to %s (%s)\n", a.from.c_str(), (long)r.kv_heads_from,
+              heads.c_str(), r.kv_heads.size() > 1 ? " (layer by layer)" : "", a.method.c_str(), a.grouping.c_str(),
               r.calib_tokens ? (", calibrated on " + std::to_string(r.calib_tokens) + " tokens").c_str() : "",
               r.seconds, a.out.c_str(), r.dtype.c_str());
   return 0;
@@ -723,9 +758,9 @@ int run_inspect(const InspectArgs& a) {
   const ModelCost m = model_cost(c);
   std::printf("checkpoint %s\n", path.c_str());
   std::printf("config %s\n", c.to_json().dump().c_str());
-  const char* kind = c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA";
-  std::printf("attention %s: %ld query heads, %ld key/value heads, head dim %ld\n", kind, (long)c.n_head,
-              (long)c.n_kv_head, (long)c.head_dim());
+  const char* kind = c.per_layer_kv() ? "GQA per layer" : c.n_kv_head == c.n_head ? "MHA" : c.n_kv_head == 1 ? "MQA" : "GQA";
+  std::printf("attention %s: %ld query heads, %s key/value heads%s, head dim %ld\n", kind, (long)c.n_head, c.kv_heads_str().c_str(),
+              c.per_layer_kv() ? " (layer by layer)" : "", (long)c.head_dim());
   std::printf("parameters %ld (%.3fM)\n", (long)m.params, m.params / 1e6);
   std::printf("forward FLOPs per token %.4g (at T = %ld), training FLOPs per token %.4g\n", m.forward_flops_per_token,
               (long)c.block_size, m.train_flops_per_token);

@@ -51,8 +51,19 @@ Family family_for_gguf(const GPTConfig& c, const std::string& what) {
     refuse(what, "head_dim " + std::to_string(c.head_dim()) + " is odd: RoPE needs pairs");
   if (f == Family::gpt2 && c.mlp == MlpKind::Gelu)
     refuse(what, "mlp \"gelu\" (exact, erf): llama.cpp's gpt2 computes the tanh GELU; train or import with mlp \"gelu_tanh\"");
+  if (f != Family::llama && c.per_layer_kv())
+    refuse(what, "key/value heads per layer (" + c.kv_heads_str() + ") in " + formats::family_info(f).name +
+                     "'s layout: llama.cpp runs them in the llama layout alone (as its deci architecture)");
   return f;
 }
+
+// llama.cpp's "deci" architecture (Llama-3.1-Nemotron's variable layers) is its llama graph with
+// each layer's own head counts; its "llama" sizes every layer's K and V by one count. A llama-layout
+// model with KV heads per layer is written, and read, as deci.
+constexpr const char* kDeci = "deci";
+
+// The architecture a model is written as: its family's, or deci (above).
+std::string gguf_arch(const GPTConfig& c, Family f) { return f == Family::llama && c.per_layer_kv() ? kDeci : formats::family_info(f).name; }
 
 // The pre-tokenizers llama.cpp knows by name (it picks its regex by the name, never reads one), as
 // the models' own tokenizer.json files give them, with what else those files set: Llama 3 ignores
@@ -133,13 +144,14 @@ void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, Expo
 
 // The hyperparameter keys of the file, as llama.cpp names them for architecture a.
 void config_meta(Meta& m, const GPTConfig& c, Family f) {
-  const std::string a = formats::family_info(f).name;
+  const std::string a = gguf_arch(c, f);
   m.u32(a + ".context_length", c.block_size);
   m.u32(a + ".embedding_length", c.n_embd);
   m.u32(a + ".block_count", c.n_layer);
   m.u32(a + ".feed_forward_length", c.mlp_hidden);
   m.u32(a + ".attention.head_count", c.n_head);
-  m.u32(a + ".attention.head_count_kv", c.n_kv_head);
+  if (c.per_layer_kv()) m.u32s(a + ".attention.head_count_kv", c.layer_kv_heads);  // llama.cpp reads a count per layer
+  else m.u32(a + ".attention.head_count_kv", c.n_kv_head);
   if (f == Family::gpt2) {
     m.f32(a + ".attention.layer_norm_epsilon", c.norm_eps);
   } else {
@@ -232,14 +244,15 @@ void refuse_unsupported_keys(const File& g, const std::string& a) {
 }
 
 // The model a file's metadata describes.
-GPTConfig config_of(const File& g, Family f) {
-  const std::string a = formats::family_info(f).name;
+GPTConfig config_of(const File& g, Family f, const std::string& a) {
   GPTConfig c;
   formats::apply_family(f, c);
   c.n_layer = g.count(a + ".block_count", -1, 1 << 16);
   c.n_embd = g.count(a + ".embedding_length", -1, 1 << 20);
   c.n_head = g.count(a + ".attention.head_count", -1, 1 << 12);
-  c.n_kv_head = g.count(a + ".attention.head_count_kv", c.n_head, 1 << 12);
+  const std::vector<int64_t> kv = g.counts(a + ".attention.head_count_kv", static_cast<size_t>(c.n_layer), c.n_head, 1 << 12);
+  if (std::count(kv.begin(), kv.end(), 0) > 0) g.fail("key " + a + ".attention.head_count_kv holds 0 key/value heads for a layer");
+  if (!kv.empty()) c.set_kv_heads(kv);  // no layers: refused below
   c.mlp_hidden = g.count(a + ".feed_forward_length", -1, 1 << 22);
   c.block_size = g.count(a + ".context_length", -1, 1 << 24);
   const TensorInfo* te = g.tensor("token_embd.weight");
@@ -309,7 +322,7 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
   check_writable(out, c, tok, dtype, what);
   const Family f = family_for_gguf(c, what);
   ExportResult r;
-  r.architecture = formats::family_info(f).name;
+  r.architecture = gguf_arch(c, f);
   Meta m;
   m.str("general.architecture", r.architecture);
   m.str("general.name", fs::path(what).stem().string());
@@ -346,15 +359,16 @@ formats::OpenedModel open_file(const std::string& path, ImportResult& r) {
   auto owned = std::make_unique<File>(path);
   const File& g = *owned;
   const std::string a = g.string("general.architecture");
-  const formats::FamilyInfo* fam = formats::find_family(a);
-  if (!fam || a != fam->name) g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama, qwen2 and gpt2");
+  const formats::FamilyInfo* fam = formats::find_family(a == kDeci ? "llama" : a);
+  if (!fam || (a != fam->name && a != kDeci))
+    g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama (and deci, its layers' own KV heads), qwen2 and gpt2");
   r.architecture = a;
   refuse_unsupported_keys(g, a);
   formats::OpenedModel m;
   m.path = path;
   m.format = "gguf";
   m.what = "GGUF file " + path;
-  m.config = config_of(g, fam->family);
+  m.config = config_of(g, fam->family, a);
   // The metadata's sizes against the tensor table, before any memory is committed to them.
   m.layout = formats::layout(m.config, fam->family, formats::Format::gguf);
   m.rules = {a + " as its metadata describes it", ErrorKind::data, {}};

@@ -202,6 +202,19 @@ const std::vector<double>& File::numbers(const std::string& key, size_t n) const
   return v->nums;
 }
 
+std::vector<int64_t> File::counts(const std::string& key, size_t n, int64_t dflt, int64_t max) const {
+  const Value* v = find_key(key);
+  if (!v || v->type != ARRAY) return std::vector<int64_t>(n, count(key, dflt, max));
+  const std::vector<double>& xs = numbers(key, n);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n; i++) {
+    if (!(xs[i] >= 0 && xs[i] <= static_cast<double>(max) && xs[i] == std::floor(xs[i])))
+      fail("key " + key + "[" + std::to_string(i) + "] is " + std::to_string(xs[i]) + ", not a count up to " + std::to_string(max));
+    out.push_back(static_cast<int64_t>(xs[i]));
+  }
+  return out;
+}
+
 const TensorInfo* File::tensor(const std::string& name) const {
   auto it = table_.find(name);
   return it == table_.end() ? nullptr : &it->second;
@@ -320,6 +333,10 @@ void Meta::f32s(const std::string& key, const std::vector<float>& v) {
 void Meta::i32s(const std::string& key, const std::vector<int32_t>& v) {
   head(key, ARRAY), put<uint32_t>(I32), put<uint64_t>(v.size());
   for (int32_t x : v) put<int32_t>(x);
+}
+void Meta::u32s(const std::string& key, const std::vector<int64_t>& v) {
+  head(key, ARRAY), put<uint32_t>(U32), put<uint64_t>(v.size());
+  for (int64_t x : v) put<uint32_t>(static_cast<uint32_t>(x));
 }
 
 namespace {

@@ -70,6 +70,9 @@ class File : public formats::TensorSource {
   const std::vector<std::string>& strings(const std::string& key) const;
   /// An array of n numbers (required).
   const std::vector<double>& numbers(const std::string& key, size_t n) const;
+  /// A per-layer count: n values, each a count up to max — from an array of n integers, or one
+  /// count for all (dflt when absent, dflt < 0: required).
+  std::vector<int64_t> counts(const std::string& key, size_t n, int64_t dflt = -1, int64_t max = int64_t(1) << 40) const;
   /// The table, by name.
   const std::map<std::string, TensorInfo>& table() const { return table_; }
   const TensorInfo* tensor(const std::string& name) const;
@@ -100,6 +103,7 @@ class Meta {
   void strs(const std::string& key, const std::vector<std::string>& v);
   void f32s(const std::string& key, const std::vector<float>& v);
   void i32s(const std::string& key, const std::vector<int32_t>& v);
+  void u32s(const std::string& key, const std::vector<int64_t>& v);
   const std::string& bytes() const { return b_; }
   uint64_t count() const { return n_; }
 

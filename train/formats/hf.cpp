@@ -223,6 +223,9 @@ HfConfig read_config(const std::string& path) { return parse_config(read_config_
 
 std::string architecture_for(const GPTConfig& c, const std::string& what) {
   const Family f = formats::family_of(c, what);
+  if (c.per_layer_kv())
+    throw Error(ErrorKind::config, what + ": key/value heads per layer (" + c.kv_heads_str() +
+                                       "): a Hugging Face config has one num_key_value_heads (export to GGUF, which has a count per layer)");
   if (f == Family::gpt2 && c.n_kv_head != c.n_head)
     throw Error(ErrorKind::config, what + ": " + std::to_string(c.n_kv_head) + " key/value heads for " + std::to_string(c.n_head) +
                                        " query heads: GPT-2's layout (learned positions, LayerNorm, GELU) has no HF config with fewer KV heads");

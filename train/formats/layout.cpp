@@ -101,7 +101,7 @@ class Builder {
         else if (fam_.all_biases && fmt_ != Format::tapelm && std::string(suffix) == ".bias") t.parts.push_back({p, {weight_rows(part, l)}});
       }
       if (t.parts.size() != parts_of(r).size()) continue;  // the model has no such tensor
-      finish(t, r);
+      finish(t, r, l);
       out.push_back(std::move(t));
     }
   }
@@ -136,7 +136,7 @@ class Builder {
   }
 
   // Shape and transforms of a tensor whose parts are set.
-  void finish(FileTensor& t, Role r) const {
+  void finish(FileTensor& t, Role r, int64_t l) const {
     int64_t rows = 0;
     for (const auto& [name, shape] : t.parts) rows += shape[0];
     const Shape& first = t.parts[0].second;
@@ -147,7 +147,7 @@ class Builder {
     if (gpt2_conv) t.transpose = true, std::swap(t.shape[0], t.shape[1]);
     const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
     if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
-    if (interleave && r == Role::attn_k) t.rope_heads = c_.n_kv_head;
+    if (interleave && r == Role::attn_k) t.rope_heads = c_.kv_heads(l);
   }
 
   const GPTConfig& c_;

@@ -271,6 +271,7 @@ void check_exportable(const GPTConfig& c, const std::string& what) {
   if (c.norm != NormKind::RMSNorm) why = "norm \"" + to_string(c.norm) + "\" (llama2.c has RMSNorm only)";
   else if (c.mlp != MlpKind::SwiGLU) why = "mlp \"" + to_string(c.mlp) + "\" (llama2.c has SwiGLU only)";
   else if (c.bias) why = "biases (llama2.c has none)";
+  else if (c.per_layer_kv()) why = "key/value heads per layer " + c.kv_heads_str() + " (its header has one n_kv_heads)";
   else if (c.pos != PosKind::Rope) why = "pos \"" + to_string(c.pos) + "\" (llama2.c has RoPE only)";
   else if (c.head_dim() * c.n_head != c.n_embd) why = "a head dim that is not n_embd / n_head";
   else if (c.rope_theta != 10000.0) why = "rope_theta " + std::to_string(c.rope_theta) + " (run.c uses 10000)";

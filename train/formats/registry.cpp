@@ -35,7 +35,7 @@ std::string import_hf(const ImportRequest& r) {
   const hf::ImportResult i = hf::import_model(r.model, r.out);
   const GPTConfig& c = i.hf.config;
   return "imported " + r.model + " (" + i.hf.architecture + ": " + std::to_string(c.n_layer) + " layers, d " + std::to_string(c.n_embd) +
-         ", " + std::to_string(c.n_head) + " heads, " + std::to_string(c.n_kv_head) + " kv heads, vocab " + std::to_string(c.vocab_size) +
+         ", " + std::to_string(c.n_head) + " heads, " + c.kv_heads_str() + " kv heads, vocab " + std::to_string(c.vocab_size) +
          "; " + i.dtypes + " in " + std::to_string(i.weight_files.size()) + " file" + (i.weight_files.size() == 1 ? "" : "s") + ")" +
          (i.tokenizer_file.empty() ? ", no tokenizer" : " with tokenizer " + i.tokenizer_file) + " to " + r.out + " (" + i.kept + ")";
 }

@@ -12,17 +12,41 @@
 #include "train/formats/hf.h"
 #include "train/formats/model_source.h"
 #include "train/streamed.h"
+#include "train/study/convert/budget.h"
 
 namespace tapelm {
 
-Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t seed, const CalibrationSource& source) {
+int64_t kv_budget_of(const KvTarget& t, const Variant& v, const GPTConfig& c) {
+  if (t.budget > 0) return t.budget;
+  if (v.grouping != Grouping::PerLayer) return 0;
+  if (t.heads.size() != 1) throw Error(ErrorKind::usage, "grouping per-layer places one count's budget: give one count of kv heads");
+  return t.heads[0] * c.n_layer;
+}
+
+Converted calibrate_and_convert(GPT& src, const KvTarget& target, const Variant& v, uint64_t seed, const CalibrationSource& source) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::optional<Calibration> calib = calibration_for(src, G, v, source);
+  if ((target.budget > 0) == !target.heads.empty())
+    throw Error(ErrorKind::internal, "calibrate_and_convert: a target of either kv heads or a budget");
+  std::optional<Calibration> calib;
+  std::vector<int64_t> heads = target.heads;
+  const int64_t budget = kv_budget_of(target, v, src.config());
+  if (budget > 0) {  // the allocation measures every layer's conversion on the calibration windows
+    check_kv_budget(src.config(), budget);
+    const std::vector<Index> windows = calibration_windows(source, src.config().block_size);
+    calib = calibrate(src, windows);
+    heads = kv_budget_heads(src, budget, v, &*calib, windows);
+  } else {
+    calib = calibration_for(src, converted_config(src.config(), heads), v, source);
+  }
   Converted c;
-  c.model = convert_kv_heads(src, G, {.variant = v, .seed = seed, .calib = calib ? &*calib : nullptr});
+  c.model = convert_kv_heads(src, heads, {.variant = v, .seed = seed, .calib = calib ? &*calib : nullptr});
   c.calib_tokens = calib ? calib->tokens : 0;
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
+}
+
+Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t seed, const CalibrationSource& source) {
+  return calibrate_and_convert(src, KvTarget{.heads = {G}}, v, seed, source);
 }
 
 namespace {
@@ -104,8 +128,8 @@ void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
     }
     const double calib_s = since(tc);
     const auto tv = Clock::now();
-    Attention converted(p.nc, std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
-    convert_attention(*blk.attn, converted, c, p.nc.n_kv_head, p.v, S ? &*S : nullptr, rng);
+    Attention converted(p.nc.layer(l), std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
+    convert_attention(*blk.attn, converted, c.layer(l), p.nc.kv_heads(l), p.v, S ? &*S : nullptr, rng);
     const std::string prefix = "blocks." + std::to_string(l) + ".";
     for (const auto& [n, q] : blk.named_parameters())
       if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, q.val());
@@ -128,7 +152,7 @@ void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
 void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::OpenedModel& src, const nlohmann::json& from,
                   const std::string& dtype, const formats::SinkFill* fill) {
   const Tokenizer* tok = src.tok ? &*src.tok : nullptr;
-  const std::string what = src.what + " converted to " + std::to_string(nc.n_kv_head) + " kv heads";
+  const std::string what = src.what + " converted to " + nc.kv_heads_str() + " kv heads";
   if (r.format == "hf") {
     if (!fill) hf::check_writable(r.out, nc, dtype, what);
     else hf::write_model(r.out, nc, tok, dtype, what, *fill);
@@ -145,25 +169,52 @@ void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::O
 
 }  // namespace
 
+namespace {
+
+/// The counts per layer a request asks for: --kv-heads (one count, or one per layer) or, with a
+/// budget, the allocation measured on the whole model in memory (budget.h: a conversion per layer
+/// and count, each evaluated on the calibration windows), as calibrate_and_convert measures it.
+std::vector<int64_t> requested_kv_heads(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v,
+                                        const std::vector<Index>& batches) {
+  const int64_t budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, src.config);
+  if (budget <= 0) return r.kv_heads;
+  if (r.progress) std::printf("KV budget %ld: converting each layer alone to each count, on %s\n", static_cast<long>(budget), src.what.c_str());
+  const double params = static_cast<double>(model_cost(src.config).params);  // the model and one converted copy
+  check_memory(8.0 * params, available_memory_bytes(), "a KV budget, which converts " + src.what + " in memory layer by layer");
+  std::unique_ptr<GPT> whole = src.load();
+  const Calibration calib = calibrate(*whole, batches);
+  const std::vector<int64_t> heads = kv_budget_heads(*whole, budget, v, &calib, batches);
+  if (r.progress) std::printf("KV budget %ld: %s heads layer by layer\n", static_cast<long>(budget), converted_config(src.config, heads).kv_heads_str().c_str());
+  return heads;
+}
+
+}  // namespace
+
 ConvertModelResult convert_model(const ConvertRequest& r) {
   const auto t0 = Clock::now();
   const Variant v{&method(r.method), parse_grouping(r.grouping)};
   const formats::OpenedModel src = formats::open_model(r.from);
   const GPTConfig& c = src.config;
-  const int64_t G = r.kv_heads;
-  if (G <= 0 || c.n_kv_head % G != 0)
-    throw Error(ErrorKind::config, "cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
-                                       ": the new count must divide the old");
-  GPTConfig nc = c;
-  nc.n_kv_head = G;
-  const nlohmann::json from{{"kv_heads_from", c.n_kv_head}, {"kv_heads", G}, {"method", r.method}, {"grouping", r.grouping}};
-  ConvertModelResult out;
-  out.dtype = !r.dtype.empty() ? r.dtype : src.kept_dtype();
-  write_output(r, nc, src, from, out.dtype, nullptr);
-  const bool calibrates = conversion_calibrates(c.n_kv_head, G, v);
+  if ((r.kv_budget > 0) == !r.kv_heads.empty()) throw Error(ErrorKind::usage, "convert: give either --kv-heads or --kv-budget");
+  // a budget calibrates (its allocation reads the layers' conversion errors), whatever the variant
+  const bool budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c) > 0;
+  if (budget) check_kv_budget(c, kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c));
+  const std::string dtype = !r.dtype.empty() ? r.dtype : src.kept_dtype();
+  // what the output cannot hold is refused before any work (a budget's counts: again once known)
+  write_output(r, budget ? c : converted_config(c, r.kv_heads), src, {}, dtype, nullptr);
+  const bool calibrates = budget || conversion_calibrates(c, converted_config(c, r.kv_heads), v);
   const std::vector<Index> batches =
       calibrates ? calibration_windows(calibration_source(r, src, v), c.block_size) : std::vector<Index>{};
   check_streaming_memory(src, batches);
+  const GPTConfig nc = converted_config(c, requested_kv_heads(r, src, v, batches));
+  const nlohmann::json from{{"kv_heads_from", c.per_layer_kv() ? nlohmann::json(c.layer_kv_heads) : nlohmann::json(c.n_kv_head)},
+                            {"kv_heads", nc.per_layer_kv() ? nlohmann::json(nc.layer_kv_heads) : nlohmann::json(nc.n_kv_head)},
+                            {"method", r.method},
+                            {"grouping", r.grouping}};
+  ConvertModelResult out;
+  out.dtype = dtype;
+  out.kv_heads = nc.per_layer_kv() ? nc.layer_kv_heads : std::vector<int64_t>{nc.n_kv_head};
+  if (budget) write_output(r, nc, src, from, out.dtype, nullptr);
   out.kv_heads_from = c.n_kv_head;
   for (const Index& b : batches) out.calib_tokens += b.numel();
   const ConvertBlocks plan{r, src, nc, v, batches, out.calib_tokens, t0};

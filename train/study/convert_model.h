@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "nn/gpt.h"
 #include "train/study/convert/calibrate.h"
@@ -17,13 +18,26 @@ struct Converted {
   int64_t calib_tokens = 0;  // 0: no calibration
   double seconds = 0;        // calibration included
 };
-/// Calibrates src on `source` when converting to G kv heads by v needs it, then converts.
+/// Where a conversion puts the key/value heads: one count for every layer, one count per layer,
+/// or (budget > 0) a total over the layers placed where the conversion error is largest (budget.h).
+struct KvTarget {
+  std::vector<int64_t> heads;
+  int64_t budget = 0;
+};
+/// The budget a conversion places: target.budget, or for grouping per-layer its one count in
+/// every layer (G · n_layer); 0: none.
+int64_t kv_budget_of(const KvTarget& target, const Variant& v, const GPTConfig& c);
+/// Calibrates src on `source` when converting to the target by v needs it (a budget always does),
+/// then converts.
+Converted calibrate_and_convert(GPT& src, const KvTarget& target, const Variant& v, uint64_t seed, const CalibrationSource& source);
+/// Every layer to G kv heads.
 Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t seed, const CalibrationSource& source);
 
 /// What `tapelm convert` does.
 struct ConvertRequest {
   std::string from, out;        // from: a checkpoint, an HF directory or a GGUF file
-  int64_t kv_heads = 0;
+  std::vector<int64_t> kv_heads;  // one count for every layer, or one per layer
+  int64_t kv_budget = 0;        // instead: the kv heads of all layers together, placed by budget.h
   std::string method = "mean", grouping = "contiguous";
   std::string calib;            // calibration data, as eval reads it (text: its train split); needed by calibrated variants
   int64_t calib_tokens = 16384;
@@ -34,6 +48,7 @@ struct ConvertRequest {
 };
 struct ConvertModelResult {
   int64_t kv_heads_from = 0;
+  std::vector<int64_t> kv_heads;  // the result's: one count, or one per layer
   int64_t calib_tokens = 0;     // 0: no calibration
   double seconds = 0;
   std::string dtype;            // how the weights were written

@@ -74,6 +74,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
       src, o.kv_heads, o.variant, o.seed,
       {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
   std::unique_ptr<GPT> converted = std::move(c.model);
+  if (converted->config().per_layer_kv()) r.config.model.set_kv_heads(converted->config().layer_kv_heads);
   r.convert_seconds = c.seconds;
   r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
 
@@ -91,7 +92,8 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.dir_locked = true;   // dir holds the lock
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
                                  {"kv_heads_from", src.config().n_kv_head},
-                                 {"kv_heads", o.kv_heads},
+                                 {"kv_heads", converted->config().per_layer_kv() ? nlohmann::json(converted->config().layer_kv_heads)
+                                                                                 : nlohmann::json(o.kv_heads)},
                                  {"method", o.variant.method->name},
                                  {"grouping", to_string(o.variant.grouping)},
                                  {"fraction", o.fraction},

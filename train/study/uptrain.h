@@ -23,7 +23,7 @@ std::string to_string(UptrainSchedule s);
 inline constexpr double kDefaultDistillLambda = 0.5;
 
 struct UptrainOptions {
-  int64_t kv_heads = 1;
+  int64_t kv_heads = 1;           // grouping per-layer: this count's budget, placed layer by layer (budget.h)
   Variant variant;                // conversion method and grouping
   int64_t calib_tokens = 16384;  // calibration tokens from the corpus's train split (aligned, fit, similar)
   uint64_t calib_seed = 0;       // which windows: fixed, so every seed of a study converts alike

@@ -85,6 +85,17 @@ std::vector<Index> calibration_windows(const CalibrationSource& source, int64_t 
   return calibration_batches(source.ids, T, source.tokens, source.seed, source.what);
 }
 
+bool conversion_calibrates(const GPTConfig& from, const GPTConfig& to, const Variant& v) {
+  for (int64_t l = 0; l < from.n_layer; l++)
+    if (conversion_calibrates(from.kv_heads(l), to.kv_heads(l), v)) return true;
+  return false;
+}
+
+std::optional<Calibration> calibration_for(GPT& model, const GPTConfig& to, const Variant& v, const CalibrationSource& source) {
+  if (!conversion_calibrates(model.config(), to, v)) return std::nullopt;
+  return calibrate(model, calibration_windows(source, model.config().block_size));
+}
+
 std::optional<Calibration> calibration_for(GPT& model, int64_t G, const Variant& v, const CalibrationSource& source) {
   if (!conversion_calibrates(model.config().n_kv_head, G, v)) return std::nullopt;
   return calibrate(model, calibration_windows(source, model.config().block_size));

@@ -55,9 +55,13 @@ std::vector<Index> calibration_windows(const CalibrationSource& source, int64_t 
 /// True when converting a model with `kv` kv heads to G by `v` reads calibration activations:
 /// the variant needs them and the groups have more than one member.
 bool conversion_calibrates(int64_t kv, int64_t G, const Variant& v);
+/// The same for a model of config `from` converted to `to` (layer by layer): true when any layer does.
+bool conversion_calibrates(const GPTConfig& from, const GPTConfig& to, const Variant& v);
 
 /// The calibration converting `model` to G kv heads by `v` needs, from `source`; nullopt when
 /// conversion_calibrates is false.
 std::optional<Calibration> calibration_for(GPT& model, int64_t G, const Variant& v, const CalibrationSource& source);
+/// The same for a conversion to the config `to` (converted_config, convert.h).
+std::optional<Calibration> calibration_for(GPT& model, const GPTConfig& to, const Variant& v, const CalibrationSource& source);
 
 }  // namespace tapelm

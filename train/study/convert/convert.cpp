@@ -59,15 +59,33 @@ void convert_attention(const Attention& src, const Attention& out, const GPTConf
   if (m.fits) fit_kv(from, out, rep, hd, *S);
 }
 
-std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOptions& o) {
-  const GPTConfig& c = src.config();
-  if (G <= 0 || c.n_kv_head % G != 0)
-    throw Error(ErrorKind::config, "cannot convert " + std::to_string(c.n_kv_head) + " kv heads to " + std::to_string(G) +
-                                       ": the new count must divide the old");
+GPTConfig converted_config(const GPTConfig& c, const std::vector<int64_t>& G) {
+  if (G.size() != 1 && static_cast<int64_t>(G.size()) != c.n_layer)
+    throw Error(ErrorKind::config, "cannot convert to " + std::to_string(G.size()) + " layers' key/value heads: the model has " +
+                                       std::to_string(c.n_layer) + " layers");
+  std::vector<int64_t> per_layer;
+  for (int64_t l = 0; l < c.n_layer; l++) {
+    const int64_t g = G.size() == 1 ? G[0] : G[static_cast<size_t>(l)], from = c.kv_heads(l);
+    if (g <= 0 || from % g != 0)
+      throw Error(ErrorKind::config, "cannot convert " + std::to_string(from) + " kv heads to " + std::to_string(g) +
+                                         (c.per_layer_kv() || G.size() > 1 ? " in layer " + std::to_string(l) : "") +
+                                         ": the new count must divide the old");
+    per_layer.push_back(g);
+  }
   GPTConfig nc = c;
-  nc.n_kv_head = G;
+  nc.set_kv_heads(per_layer);
+  return nc;
+}
+
+std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOptions& o) {
+  return convert_kv_heads(src, std::vector<int64_t>{G}, o);
+}
+
+std::unique_ptr<GPT> convert_kv_heads(const GPT& src, const std::vector<int64_t>& G, const ConvertOptions& o) {
+  const GPTConfig& c = src.config();
+  const GPTConfig nc = converted_config(c, G);
   auto out = std::make_unique<GPT>(nc, o.seed);
-  const bool calibrates = conversion_calibrates(c.n_kv_head, G, o.variant);
+  const bool calibrates = conversion_calibrates(c, nc, o.variant);
   if (calibrates) check_calibration(src, o.calib, o.variant);
   // Outside the attentions everything is copied; each attention is converted on its own, the
   // method's random draws in layer order.
@@ -77,8 +95,8 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOp
   copy_parameters(src, *out, attention_tensors);
   Rng rng(o.seed ^ 0xC0DE);
   for (int64_t l = 0; l < c.n_layer; l++)
-    convert_attention(*src.blocks[l]->attn, *out->blocks[l]->attn, c, G, o.variant, o.calib && calibrates ? &o.calib->gram[l] : nullptr,
-                      rng);
+    convert_attention(*src.blocks[l]->attn, *out->blocks[l]->attn, c.layer(l), nc.kv_heads(l), o.variant,
+                      o.calib && calibrates ? &o.calib->gram[l] : nullptr, rng);
   return out;
 }
 

@@ -59,10 +59,13 @@ std::vector<std::string> method_names() {
 Grouping parse_grouping(const std::string& s) {
   if (s == "contiguous") return Grouping::Contiguous;
   if (s == "similar") return Grouping::Similar;
-  throw Error(ErrorKind::usage, "unknown grouping \"" + s.substr(0, 80) + "\" (expected contiguous or similar)");
+  if (s == "per-layer") return Grouping::PerLayer;
+  throw Error(ErrorKind::usage, "unknown grouping \"" + s.substr(0, 80) + "\" (expected contiguous, similar or per-layer)");
 }
 
-std::string to_string(Grouping g) { return g == Grouping::Contiguous ? "contiguous" : "similar"; }
+std::string to_string(Grouping g) {
+  return g == Grouping::Contiguous ? "contiguous" : g == Grouping::Similar ? "similar" : "per-layer";
+}
 
 std::string Variant::name() const {
   return grouping == Grouping::Contiguous ? method->name : method->name + "+" + to_string(grouping);

@@ -12,7 +12,8 @@
 //   fit          the merged wk and wv that change the members' attention scores and outputs least
 //                on calibration inputs (a closed-form weighted mean with head_dim × head_dim weights);
 //   aligned-fit  the alignment folded in first, then fit.
-// Groupings: contiguous (kv heads g·r … (g+1)·r−1) or similar (heads with alike aligned K/V
+// Groupings: contiguous (kv heads g·r … (g+1)·r−1), per-layer (contiguous, as many groups in each
+// layer as a budget allocates: budget.h) or similar (heads with alike aligned K/V
 // activations, found by a swap search and made contiguous by a function-preserving permutation).
 #include <cstdint>
 #include <string>
@@ -49,8 +50,10 @@ const MethodRow& reference_method();
 /// Every method's name, in table order.
 std::vector<std::string> method_names();
 
-enum class Grouping { Contiguous, Similar };
-/// "contiguous" | "similar", else a usage Error naming the value.
+/// PerLayer: contiguous groups, their number chosen per layer under the budget of as many heads
+/// in every layer (budget.h) — an allocation rather than a grouping, named beside them.
+enum class Grouping { Contiguous, Similar, PerLayer };
+/// "contiguous" | "similar" | "per-layer", else a usage Error naming the value.
 Grouping parse_grouping(const std::string& s);
 std::string to_string(Grouping g);
 
@@ -64,7 +67,7 @@ struct Variant {
   /// The inverse of name(); an unknown method or grouping is a usage Error naming it.
   static Variant parse(const std::string& s);
   /// True when converting reads calibration activations (the method's, or similar grouping's).
-  bool needs_calibration() const { return method->needs_calibration() || grouping == Grouping::Similar; }
+  bool needs_calibration() const { return method->needs_calibration() || grouping != Grouping::Contiguous; }
   bool operator==(const Variant& o) const { return method == o.method && grouping == o.grouping; }
 };
 

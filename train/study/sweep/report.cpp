@@ -86,7 +86,7 @@ std::string fmt_stat(const Stat& s) {
 }
 
 void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
-  csv << "id,kind,kv_heads,method,distill,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+  csv << "id,kind,kv_heads,kv_heads_per_layer,method,distill,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
          "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8";
   for (int64_t b : plan.preset.decode_batches)
     csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
@@ -98,7 +98,9 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
   csv << "\n";
   for (const CellResult& r : results) {
     const Cell& c = r.cell;
-    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << c.method_name() << "," << (c.distill ? 1 : 0) << ","
+    std::string layers;  // "8;4;2;2": one field
+    for (int64_t k : r.kv_layers) layers += (layers.empty() ? "" : ";") + std::to_string(k);
+    csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << layers << "," << c.method_name() << "," << (c.distill ? 1 : 0) << ","
         << num(c.alpha) << ","
         << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
         << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
@@ -146,6 +148,10 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
     md << " A smaller MHA model (d " << sm.n_embd << ", MLP " << sm.mlp_hidden << ", otherwise the same model and recipe) is "
        << "pretrained too, for the frontier across sizes (the paper's Table 1).";
   }
+  if (std::any_of(plan.variants.begin(), plan.variants.end(), [](const Variant& v) { return v.grouping == Grouping::PerLayer; }))
+    md << " `per-layer`: a KV count's budget (that count in every layer) placed layer by layer where the calibrated conversion "
+          "error is largest (docs/guide/uptraining.md), contiguous groups within a layer; its models are timed as the uniform "
+          "model of that count (the same KV-cache bytes when the budget is spent).";
   if (cfg.precision != "f32")
     md << " Training and uptraining ran the linear layers' products in " << cfg.precision
        << " (bf16 inputs, f32 sums; docs/guide/precision.md); every val loss is evaluated in f32.";
@@ -171,7 +177,8 @@ void write_table1(std::ostream& md, const Table& t) {
     md << "| " << name << " | " << kv << " | " << fmt_stat(s) << " | " << fmt("%.3f", std::exp(s.mean)) << " | "
        << fmt("%.1f", c.decode.at(b_lo).ms_per_sample) << " | " << fmt("%.2f", c.decode.at(b_hi).ms_per_sample) << " | ";
     if (L > 0) md << fmt("%.2f", c.decode_long.at(b_hi).ms_per_sample) << " | ";
-    if (!lowkv.empty()) md << fmt("%.2f", c.decode_lowkv.at(b_hi).ms_per_sample) << " | ";
+    if (!lowkv.empty())  // a model whose heads q8 cannot hold (the smaller one's) says which cache it ran
+      md << fmt("%.2f", c.decode_lowkv.at(b_hi).ms_per_sample) << (c.decode_lowkv_cache != lowkv ? " (" + c.decode_lowkv_cache + ")" : "") << " | ";
     md << c.kv_cache_bytes_per_token << " | " << c.params << " |\n";
   };
   auto row = [&](const std::string& name, int64_t kv, const Stat& s) { cost_row(name, kv, s, t.costs(kv)); };
@@ -248,6 +255,24 @@ std::pair<std::string, double> best_variant(const Table& t, int64_t kv, double a
   return {best, best_loss};
 }
 
+/// Heads per layer against the same budget spread evenly, for each method the study allocates by:
+/// better at α = 0, and at the headline α by more than a seed-sd.
+void write_per_layer_findings(std::ostream& md, const Table& t, int64_t kv) {
+  const double ha = t.plan.preset.headline_fraction;
+  for (const Variant& v : t.plan.variants) {
+    if (v.grouping != Grouping::PerLayer) continue;
+    const Variant uniform{v.method, Grouping::Contiguous};
+    std::string alloc;
+    for (int64_t k : t.of(t.plan.find(CellKind::convert, kv, v, 0)).kv_layers) alloc += (alloc.empty() ? "" : ",") + std::to_string(k);
+    const double p0 = t.losses(kv, v, 0).mean, u0 = t.losses(kv, uniform, 0).mean;
+    const Stat p1 = t.losses(kv, v, ha), u1 = t.losses(kv, uniform, ha);
+    md << "- " << t.plan.kv_name(kv) << ": " << v.method->name << " with its " << kv * t.plan.preset.pretrain.model.n_layer
+       << " KV heads placed per layer (" << (alloc.empty() ? "as uniform" : alloc) << ") beats them spread evenly at α = 0: "
+       << yes(p0 < u0) << " (" << fmt("%.4f", p0) << " vs " << fmt("%.4f", u0) << "); at α = " << ha << " by more than a seed-sd: "
+       << yes(u1.mean - p1.mean > std::max(u1.sd, p1.sd)) << " (" << fmt_stat(p1) << " vs " << fmt_stat(u1) << ")\n";
+  }
+}
+
 /// The findings about one converted kv-head count: the paper's Fig. 4 and 5, and against from scratch.
 void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
   const SweepPlan& plan = t.plan;
@@ -275,6 +300,7 @@ void write_kv_findings(std::ostream& md, const Table& t, int64_t kv) {
        << "at α = " << ha << " within 0.01 of it or better): " << yes(best_loss <= scratch + 0.01) << " (" << best << " "
        << fmt("%.4f", best_loss) << " vs from scratch " << fmt("%.4f", scratch) << ")\n";
   }
+  write_per_layer_findings(md, t, kv);
   const double a0 = t.mean_losses(kv, 0).mean, a1 = t.mean_losses(kv, ha).mean, a2 = t.mean_losses(kv, p.fractions.back()).mean;
   md << "- " << name << ": uptraining with α = " << ha << " lowers the loss of the converted model (Fig. 5): "
      << yes(a1 < a0) << " (" << fmt("%.4f", a0) << " → " << fmt("%.4f", a1) << "); going to α = " << p.fractions.back()

@@ -97,6 +97,7 @@ nlohmann::json CellResult::to_json() const {
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
   if (cell.distill) j["distill"] = true;                         // absent: not distilled
+  if (!kv_layers.empty()) j["kv_heads_per_layer"] = kv_layers;   // absent: every layer has kv_heads
   for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
   j.update(decode_times().to_json());
   return j;
@@ -120,6 +121,7 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
   r.perplexity = j.at("perplexity").get<double>();
   r.train_seconds = j.at("train_seconds").get<double>();
   if (j.contains("convert_seconds")) r.convert_seconds = j["convert_seconds"].get<double>();
+  if (j.contains("kv_heads_per_layer")) r.kv_layers = j["kv_heads_per_layer"].get<std::vector<int64_t>>();
   r.params = j.at("params").get<int64_t>();
   r.forward_flops_per_token = j.at("forward_flops_per_token").get<double>();
   r.kv_cache_bytes_per_token = j.at("kv_cache_bytes_per_token").get<int64_t>();

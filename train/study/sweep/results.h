@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,8 @@ struct CellResult {
   double perplexity = 0;
   double train_seconds = 0;
   std::optional<double> convert_seconds;  // converted cells: conversion wall time, calibration included
+  /// A per-layer conversion's key/value heads, layer by layer (empty: every layer has cell.kv).
+  std::vector<int64_t> kv_layers;
   int64_t params = 0;
   double forward_flops_per_token = 0;
   int64_t kv_cache_bytes_per_token = 0;

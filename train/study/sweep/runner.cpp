@@ -172,7 +172,7 @@ class DecodeTimer {
     if (fs::exists(f)) {
       try {
         ShapeDecodeTimes t = ShapeDecodeTimes::from_json(read_json(f));
-        if (complete(t)) return cache_[key] = t;  // else timed before this study's shapes were: again
+        if (complete(t, c)) return cache_[key] = t;  // else timed before this study's shapes were: again
       } catch (const nlohmann::json::exception& e) {
         throw Error(ErrorKind::data, f.string() + ": not a decode time file (" + cut_for_message(e.what(), 160) + ")");
       }
@@ -192,18 +192,19 @@ class DecodeTimer {
     const GPTConfig& m = plan_.preset.pretrain.model;
     return m.pos == PosKind::Rope ? 4 * m.block_size : 0;
   }
-  bool complete(const ShapeDecodeTimes& t) const {
+  bool complete(const ShapeDecodeTimes& t, const Cell& c) const {
     for (int64_t b : plan_.preset.decode_batches)
       if (!t.decode.count(b)) return false;
     return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back())) &&
-           t.lowkv_cache == kv_type_name(lowkv()) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
+           t.lowkv_cache == kv_type_name(lowkv(c)) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
   }
-  /// The KV cache of Table 1's low-precision column: q8 where the head dimension allows it (its
-  /// quality cost was ≤ 0.0001 nats on the tiny study, docs/tiny/kvcache), else f16.
-  KvType lowkv() const { return plan_.preset.pretrain.model.head_dim() % 32 == 0 ? KvType::q8 : KvType::f16; }
+  /// The KV cache of Table 1's low-precision column for a cell's model: q8 where its head dimension
+  /// allows it (its quality cost was ≤ 0.0001 nats on the tiny study, docs/tiny/kvcache), else f16
+  /// (the smaller MHA model's half-width heads may not).
+  KvType lowkv(const Cell& c) const { return plan_.model_for(c).head_dim() % kQ8Block == 0 ? KvType::q8 : KvType::f16; }
 
   /// Every shape at one batch and context, interleaved; the median and quartiles per shape.
-  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context, KvType cache = KvType::f32) {
+  std::map<std::string, DecodeTime> measure(int64_t b, int64_t context, bool low_cache = false) {
     const int64_t P = std::max<int64_t>(1, context / 2);
     const int min_rounds = std::max(3, plan_.preset.decode_iters), max_rounds = 5 * min_rounds;
     Series sample_ms, step_ms;
@@ -213,7 +214,7 @@ class DecodeTimer {
         GPTConfig m = plan_.model_for(s.cell);
         m.block_size = std::max(m.block_size, context);  // RoPE: the tables reach the long context
         DecodeShape shape{b, P, context};
-        shape.kv_cache = cache;
+        shape.kv_cache = low_cache ? lowkv(s.cell) : KvType::f32;
         const DecodeResult r = bench_decode_shape(m, shape, 1, round == 0 ? 1 : 0, 1);
         const std::string k = shape_key(s.cell);
         step_ms[k].push_back(r.step_median_s * 1e3);
@@ -255,10 +256,8 @@ class DecodeTimer {
       }
     }
     const int64_t b_hi = plan_.preset.decode_batches.back();
-    for (auto& [k, t] : measure(b_hi, T, lowkv())) {
-      d[k].lowkv_cache = kv_type_name(lowkv());
-      d[k].decode_lowkv[b_hi] = t;
-    }
+    for (auto& [k, t] : measure(b_hi, T, true)) d[k].decode_lowkv[b_hi] = t;
+    for (const Shape& s : shapes_) d[shape_key(s.cell)].lowkv_cache = kv_type_name(lowkv(s.cell));
     for (auto& [k, t] : d) {
       write_json_atomic(dir_ / (k + ".json"), t.to_json());
       cache_[k] = t;
@@ -283,6 +282,7 @@ struct CellRun {
   double val_loss = 0, train_seconds = 0;
   std::optional<double> loss_before, convert_seconds;
   std::map<std::string, double> val_loss_kv;
+  std::vector<int64_t> kv_layers;  // a per-layer conversion's allocation
 };
 
 /// The val loss of the cell's model with K and V rounded as an f16 and a q8 KV cache store them
@@ -360,7 +360,7 @@ CellRun uptrain_cell(const Cell& c, const SweepPlan& plan, const std::string& pr
   UptrainResult u = uptrain(pretrained, corpus, run_dir.string(), o);
   if (stop.requested()) return {.interrupted = true, .loss_before = u.loss_before};
   return {.val_loss = u.val_loss, .train_seconds = u.seconds, .loss_before = u.loss_before,
-          .convert_seconds = u.convert_seconds};
+          .convert_seconds = u.convert_seconds, .kv_layers = u.config.model.layer_kv_heads};
 }
 
 }  // namespace
@@ -499,7 +499,9 @@ class SweepRun {
   }
 
   CellResult result_of(const Cell& c, const CellRun& run) const {
-    const ModelCost cost = model_cost(plan_.model_for(c));
+    GPTConfig model = plan_.model_for(c);
+    if (!run.kv_layers.empty()) model.set_kv_heads(run.kv_layers);  // a per-layer allocation's own costs
+    const ModelCost cost = model_cost(model);
     CellResult r{.cell = c,
                  .schedule = c.kind == CellKind::convert ? "rewarm" : "cosine",
                  .val_loss = run.val_loss,
@@ -508,6 +510,7 @@ class SweepRun {
                  .perplexity = std::exp(run.val_loss),
                  .train_seconds = run.train_seconds,
                  .convert_seconds = run.convert_seconds,
+                 .kv_layers = run.kv_layers,
                  .params = cost.params,
                  .forward_flops_per_token = cost.forward_flops_per_token,
             .kv_cache_bytes_per_token = cost.kv_cache_bytes_per_token};
