@@ -124,8 +124,9 @@ bool GPTConfig::is_key(const std::string& k) {
 }
 
 int64_t GPTConfig::total_kv_heads() const {
+  if (!per_layer_kv()) return n_kv_head * n_layer;  // no loop: a config's n_layer may be any count up to 2^31
   int64_t n = 0;
-  for (int64_t l = 0; l < n_layer; l++) n += kv_heads(l);
+  for (int64_t k : layer_kv_heads) n += k;
   return n;
 }
 

@@ -5,7 +5,7 @@
 // cross-entropy) with that layer alone converted to g heads by the method, less the source's
 // loss. The allocation minimises the summed cost under the budget exactly (dynamic programming
 // over the layers), treating the layers' costs as additive. (On the tiny study's model, the
-// measured costs picked the best of all 19 allocations of GQA-2's budget, for mean pooling and
+// measured costs picked the best of the 13 allocations that spend GQA-2's budget, for mean pooling and
 // aligned-fit alike; the fit's calibrated residual per layer, tried first, picked uniform for
 // aligned-fit and a worse than uniform one for mean: docs/guide/uptraining.md.)
 #include <cstdint>
