@@ -84,7 +84,10 @@ void check_training_memory(const TrainConfig& c, double available) {
   const double per_token = static_cast<double>(m.n_layer) * (4 * d + 2 * static_cast<double>(m.mlp_hidden) +
                                                              static_cast<double>(m.n_head) * T) +
                            2 * static_cast<double>(m.vocab_size);
-  const double activations = 4 * per_token * static_cast<double>(c.batch_size) * T;
+  // bf16: every linear layer also keeps its rounded input for the backward (q|k|v, wo, the MLP's
+  // two and the head's: L·(3d + mlp_hidden) + d values per token), at the rounded copy's bytes
+  const double rounded_inputs = rounded * (static_cast<double>(m.n_layer) * (3 * d + static_cast<double>(m.mlp_hidden)) + d);
+  const double activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
   const double windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
@@ -92,7 +95,8 @@ void check_training_memory(const TrainConfig& c, double available) {
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (rounded > 0 ? " and the " + c.precision + " copy of the weights" : ""));
   check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
-                                           std::to_string(m.block_size) + ": one step's activations");
+                                           std::to_string(m.block_size) + ": one step's activations" +
+                                           (rounded > 0 ? " with the " + c.precision + " copies of the linear layers' inputs" : ""));
   check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
                                        std::to_string(c.batch_size) + ": the evaluation windows");
   check_memory(weights + activations + windows, available, "training this config");

@@ -686,8 +686,8 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
   c.add_option("--from", a.from, "source model: a checkpoint, a Hugging Face directory or a GGUF file (read one block at a time)")
       ->required();
   CLI::Option* kv = c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old), or one per layer: 4,2,2,1");
-  c.add_option("--kv-budget", a.kv_budget, "instead of --kv-heads: the key/value heads of all layers together, placed where the "
-                                           "calibrated conversion error is largest (needs --calib)")
+  c.add_option("--kv-budget", a.kv_budget, "instead of --kv-heads: the key/value heads of all layers together, placed where converting "
+                                           "a layer costs the most loss on the calibration windows (needs --calib)")
       ->excludes(kv)
       ->check(CLI::PositiveNumber);
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
