@@ -506,6 +506,7 @@ BOOST_AUTO_TEST_CASE(per_layer_variants_and_their_finding) {
   for (const Variant& v : plan.variants) names.push_back(v.name());
   BOOST_TEST(names == (std::vector<std::string>{"mean", "first", "random", "fit", "mean+per-layer", "first+per-layer", "fit+per-layer"}),
              tt::per_element());
+  BOOST_TEST(plan.cells.size() == SweepPlan(hand_preset()).cells.size() + 3 * 4);  // 3 methods at GQA-2, none at MQA
   const Cell& c = plan.find(CellKind::convert, 2, Variant::parse("fit+per-layer"), 0.05, 2);
   BOOST_TEST(c.id() == "kv2_fit+per-layer_a0.05_s2");
   const UptrainOptions o = plan.uptrain_options_for(c);
@@ -521,9 +522,11 @@ BOOST_AUTO_TEST_CASE(per_layer_variants_and_their_finding) {
            // α = 0: 3.2 − 0.05; α = 0.05: 3.08, 3.09, 3.10 against 3.10, 3.11, 3.12 (0.02 apart, sd 0.01)
            "- GQA-2: mean with its 2 KV heads placed per layer (2) beats them spread evenly at α = 0: **yes** (3.1500 vs 3.2000); at "
            "α = 0.05 by more than a seed-sd: **yes** (3.0900 ± 0.0100 (n=3) vs 3.1100 ± 0.0100 (n=3))",
-           "| fit | per-layer | 3.0400 ± 0.0100 (n=3) (3.0500) | 3.1400 ± 0.0100 (n=3) (3.2000) |"})
+           // MQA: one head per layer has one allocation, contiguous's (the plan runs no per-layer cells there)
+           "| fit | per-layer | 3.0400 ± 0.0100 (n=3) (3.0500) | 3.1600 ± 0.0100 (n=3) (3.2500) |"})
     BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
   BOOST_TEST(md.find("`per-layer`: a KV count's budget") != std::string::npos);
+  BOOST_TEST(md.find("- MQA: mean with its") == std::string::npos);
   std::ostringstream csv;
   write_results_csv(csv, plan, rs);
   BOOST_TEST(csv.str().find("\nkv2_fit+per-layer_a0_s1,convert,2,2,fit+per-layer,0,") != std::string::npos, csv.str());

@@ -157,7 +157,9 @@ SweepPlan::SweepPlan(const SweepPreset& p)
   for (int64_t kv : kv_heads) {
     // Converting MHA to MHA changes nothing whatever the method: only uptraining is measured.
     const std::vector<Variant> methods = kv == H ? std::vector<Variant>{Variant{}} : variants;
-    for (const Variant& m : methods)
+    for (const Variant& m : methods) {
+      // per-layer at one head per layer: MQA's budget has one allocation, the uniform one
+      if (m.grouping == Grouping::PerLayer && kv == 1) continue;
       for (double a : p.fractions) {
         const bool headline = std::fabs(a - p.headline_fraction) < 1e-12;
         // Every α for mean pooling (Fig. 5); the others at α = 0 and the headline α (Fig. 4).
@@ -165,6 +167,7 @@ SweepPlan::SweepPlan(const SweepPreset& p)
         for (int s = 1; s <= (headline ? p.headline_seeds : 1); s++)
           cells.push_back({CellKind::convert, kv, m, a, s, std::llround(a * P)});
       }
+    }
   }
   add_distilled_cells(*this);
   if (p.scratch)

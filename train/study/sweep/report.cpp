@@ -37,9 +37,15 @@ struct Table {
       if (r.cell == c) return r;
     throw Error(ErrorKind::internal, "no result for sweep cell " + c.id());
   }
+  /// The variant whose cells stand for v at kv heads: per-layer at one head per layer is the
+  /// contiguous conversion (MQA's budget allows no other allocation; the plan runs no such cells).
+  static Variant as_run(int64_t kv, const Variant& v) {
+    return v.grouping == Grouping::PerLayer && kv == 1 ? Variant{v.method, Grouping::Contiguous} : v;
+  }
   /// Val loss by seed of a converted model (distilled or not).
-  std::map<int, double> by_seed(int64_t kv, const Variant& v, double a, bool distill = false) const {
+  std::map<int, double> by_seed(int64_t kv, const Variant& variant, double a, bool distill = false) const {
     std::map<int, double> out;
+    const Variant v = as_run(kv, variant);
     for (const CellResult& r : results)
       if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12 &&
           r.cell.distill == distill)
@@ -225,7 +231,7 @@ void write_method_tables(std::ostream& md, const Table& t) {
   });
   md << "\nConversion wall time, calibration included (s, the α = 0 cell):\n\n";
   write_method_table(md, t, [&](const Variant& v, int64_t kv) {
-    const CellResult& r = t.of(t.plan.find(CellKind::convert, kv, v, 0));
+    const CellResult& r = t.of(t.plan.find(CellKind::convert, kv, Table::as_run(kv, v), 0));
     return r.convert_seconds ? fmt("%.3f", *r.convert_seconds) : std::string("–");
   });
 }
@@ -260,7 +266,7 @@ std::pair<std::string, double> best_variant(const Table& t, int64_t kv, double a
 void write_per_layer_findings(std::ostream& md, const Table& t, int64_t kv) {
   const double ha = t.plan.preset.headline_fraction;
   for (const Variant& v : t.plan.variants) {
-    if (v.grouping != Grouping::PerLayer) continue;
+    if (v.grouping != Grouping::PerLayer || kv == 1) continue;  // MQA: one allocation
     const Variant uniform{v.method, Grouping::Contiguous};
     std::string alloc;
     for (int64_t k : t.of(t.plan.find(CellKind::convert, kv, v, 0)).kv_layers) alloc += (alloc.empty() ? "" : ",") + std::to_string(k);
