@@ -151,6 +151,10 @@ std::string GPTConfig::kv_heads_str() const {
   return s;
 }
 
+nlohmann::json GPTConfig::kv_heads_json() const {
+  return per_layer_kv() ? nlohmann::json(layer_kv_heads) : nlohmann::json(n_kv_head);
+}
+
 namespace {
 
 /// n_kv_head given as a list: one count per layer, each an integer (checked against the model by validate()).
@@ -198,7 +202,7 @@ nlohmann::json GPTConfig::to_json() const {
 #define TAPELM_PUT(type, key, def, check, max) j[#key] = config_value(key);
   TAPELM_GPT_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
-  if (per_layer_kv()) j["n_kv_head"] = layer_kv_heads;
+  j["n_kv_head"] = kv_heads_json();
   return j;
 }
 

@@ -145,6 +145,8 @@ struct GPTConfig {
   GPTConfig layer(int64_t l) const;
   /// "2", or "4,2,2,1" per layer.
   std::string kv_heads_str() const;
+  /// The config's n_kv_head value: 2, or [4, 2, 2, 1] per layer.
+  nlohmann::json kv_heads_json() const;
   /// Reads every key of docs/formats.md §1 (all optional; n_kv_head defaults to n_head, mlp_hidden to
   /// 4·n_embd); an unknown key or a value of the wrong type is a config Error. Validates.
   static GPTConfig from_json(const nlohmann::json& j);

@@ -713,7 +713,8 @@ BOOST_AUTO_TEST_CASE(per_layer_targets_convert_each_layer_as_the_uniform_convers
 
   // a layer's cost is its definition: the windows' loss with that layer alone converted, less the source's
   const std::vector<Index> windows = some_batches();
-  const std::vector<std::map<int64_t, double>> costs = layer_costs(*m, Variant::parse("fit"), &c, windows);
+  const ModelLoss on_windows = [&](GPT& g) { return next_token_loss(g, windows); };
+  const std::vector<std::map<int64_t, double>> costs = layer_costs(*m, Variant::parse("fit"), &c, on_windows);
   BOOST_TEST_REQUIRE(costs.size() == 2u);
   m->eval();
   const double base = loss_on(*m, windows);
@@ -730,10 +731,10 @@ BOOST_AUTO_TEST_CASE(per_layer_targets_convert_each_layer_as_the_uniform_convers
     }
   }
   // and the allocation is the least summed cost under the budget (checked against every choice below)
-  BOOST_TEST(kv_budget_heads(*m, 5, Variant::parse("fit"), &c, windows) == allocate_kv_heads(costs, 5), tt::per_element());
-  expect_throw([&] { kv_budget_heads(*m, 9, Variant::parse("mean"), &c, windows); }, ErrorKind::usage,
+  BOOST_TEST(kv_budget_heads(*m, 5, Variant::parse("fit"), &c, on_windows) == allocate_kv_heads(costs, 5), tt::per_element());
+  expect_throw([&] { kv_budget_heads(*m, 9, Variant::parse("mean"), &c, on_windows); }, ErrorKind::usage,
                {"a KV budget of 9 heads: the layers take between 2 (the fewest each allows) and 8 (all they have)"});
-  expect_throw([&] { kv_budget_heads(*m, 4, Variant::parse("random"), &c, windows); }, ErrorKind::usage, {"fresh init"});
+  expect_throw([&] { kv_budget_heads(*m, 4, Variant::parse("random"), &c, on_windows); }, ErrorKind::usage, {"fresh init"});
 
   // streamed equals in memory: a list, a budget, and per-layer grouping (its one count's budget)
   TempDir d;

@@ -38,11 +38,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A model's key/value heads as bench JSON gives them: a count, or a list of one per layer.
-nlohmann::json kv_json(const GPTConfig& c) {
-  return c.per_layer_kv() ? nlohmann::json(c.layer_kv_heads) : nlohmann::json(c.n_kv_head);
-}
-
 // seeds follow the config's rule (TrainConfig's max_seed): 0 to 2^63 - 1
 const CLI::Range seed_range(uint64_t{0}, max_seed);
 
@@ -399,7 +394,7 @@ int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) 
                      {"kv_cache_bytes_per_token", kv_cache_bytes_per_token(cfg.model, shape.kv_cache)},
                      {"L", cfg.model.n_layer},
                      {"H", cfg.model.n_head},
-                     {"KV", kv_json(cfg.model)},
+                     {"KV", cfg.model.kv_heads_json()},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
                      {"step_times", r.step_s},
@@ -464,7 +459,7 @@ int run_bench(const BenchArgs& a) {
                      {"params", cost.params},
                      {"L", cfg.model.n_layer},
                      {"H", cfg.model.n_head},
-                     {"KV", kv_json(cfg.model)},
+                     {"KV", cfg.model.kv_heads_json()},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
                      {"precision", cfg.precision},

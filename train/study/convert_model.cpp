@@ -16,6 +16,20 @@
 
 namespace tapelm {
 
+double next_token_loss(GPT& m, const std::vector<Index>& windows) {
+  std::vector<std::pair<Index, Index>> ready;
+  for (const Index& x : windows) {
+    Index y = x;
+    const int64_t B = x.shape[0], T = x.shape[1];
+    for (int64_t b = 0; b < B; b++) {
+      for (int64_t t = 0; t + 1 < T; t++) y.data[b * T + t] = x.data[b * T + t + 1];
+      y.data[b * T + T - 1] = -1;  // ignored
+    }
+    ready.emplace_back(x, std::move(y));
+  }
+  return evaluate(m, EvalBatches(std::move(ready))).loss;
+}
+
 int64_t kv_budget_of(const KvTarget& t, const Variant& v, const GPTConfig& c) {
   if (t.budget > 0) return t.budget;
   if (v.grouping != Grouping::PerLayer) return 0;
@@ -34,7 +48,7 @@ Converted calibrate_and_convert(GPT& src, const KvTarget& target, const Variant&
     check_kv_budget(src.config(), budget);
     const std::vector<Index> windows = calibration_windows(source, src.config().block_size);
     calib = calibrate(src, windows);
-    heads = kv_budget_heads(src, budget, v, &*calib, windows);
+    heads = kv_budget_heads(src, budget, v, &*calib, [&](GPT& m) { return next_token_loss(m, windows); });
   } else {
     calib = calibration_for(src, converted_config(src.config(), heads), v, source);
   }
@@ -167,23 +181,16 @@ void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::O
   }
 }
 
-}  // namespace
-
-namespace {
-
-/// The counts per layer a request asks for: --kv-heads (one count, or one per layer) or, with a
-/// budget, the allocation measured on the whole model in memory (budget.h: a conversion per layer
-/// and count, each evaluated on the calibration windows), as calibrate_and_convert measures it.
-std::vector<int64_t> requested_kv_heads(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v,
-                                        const std::vector<Index>& batches) {
-  const int64_t budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, src.config);
-  if (budget <= 0) return r.kv_heads;
+/// A budget's counts per layer, measured on the whole model in memory (budget.h: a conversion per
+/// layer and count, each evaluated on the calibration windows), as calibrate_and_convert measures them.
+std::vector<int64_t> kv_budget_in_memory(const ConvertRequest& r, const formats::OpenedModel& src, const Variant& v, int64_t budget,
+                                         const std::vector<Index>& batches) {
   if (r.progress) std::printf("KV budget %ld: converting each layer alone to each count, on %s\n", static_cast<long>(budget), src.what.c_str());
   const double params = static_cast<double>(model_cost(src.config).params);  // the model and one converted copy
   check_memory(8.0 * params, available_memory_bytes(), "a KV budget, which converts " + src.what + " in memory layer by layer");
   std::unique_ptr<GPT> whole = src.load();
   const Calibration calib = calibrate(*whole, batches);
-  const std::vector<int64_t> heads = kv_budget_heads(*whole, budget, v, &calib, batches);
+  const std::vector<int64_t> heads = kv_budget_heads(*whole, budget, v, &calib, [&](GPT& m) { return next_token_loss(m, batches); });
   if (r.progress) std::printf("KV budget %ld: %s heads layer by layer\n", static_cast<long>(budget), converted_config(src.config, heads).kv_heads_str().c_str());
   return heads;
 }
@@ -196,25 +203,23 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   const formats::OpenedModel src = formats::open_model(r.from);
   const GPTConfig& c = src.config;
   if ((r.kv_budget > 0) == !r.kv_heads.empty()) throw Error(ErrorKind::usage, "convert: give either --kv-heads or --kv-budget");
-  // a budget calibrates (its allocation reads the layers' conversion errors), whatever the variant
-  const bool budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c) > 0;
-  if (budget) check_kv_budget(c, kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c));
+  // a budget calibrates (its allocation measures the layers' conversions), whatever the variant
+  const int64_t budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c);
+  if (budget > 0) check_kv_budget(c, budget);
   const std::string dtype = !r.dtype.empty() ? r.dtype : src.kept_dtype();
   // what the output cannot hold is refused before any work (a budget's counts: again once known)
-  write_output(r, budget ? c : converted_config(c, r.kv_heads), src, {}, dtype, nullptr);
-  const bool calibrates = budget || conversion_calibrates(c, converted_config(c, r.kv_heads), v);
+  write_output(r, budget > 0 ? c : converted_config(c, r.kv_heads), src, {}, dtype, nullptr);
+  const bool calibrates = budget > 0 || conversion_calibrates(c, converted_config(c, r.kv_heads), v);
   const std::vector<Index> batches =
       calibrates ? calibration_windows(calibration_source(r, src, v), c.block_size) : std::vector<Index>{};
   check_streaming_memory(src, batches);
-  const GPTConfig nc = converted_config(c, requested_kv_heads(r, src, v, batches));
-  const nlohmann::json from{{"kv_heads_from", c.per_layer_kv() ? nlohmann::json(c.layer_kv_heads) : nlohmann::json(c.n_kv_head)},
-                            {"kv_heads", nc.per_layer_kv() ? nlohmann::json(nc.layer_kv_heads) : nlohmann::json(nc.n_kv_head)},
-                            {"method", r.method},
-                            {"grouping", r.grouping}};
+  const GPTConfig nc = converted_config(c, budget > 0 ? kv_budget_in_memory(r, src, v, budget, batches) : r.kv_heads);
+  const nlohmann::json from{
+      {"kv_heads_from", c.kv_heads_json()}, {"kv_heads", nc.kv_heads_json()}, {"method", r.method}, {"grouping", r.grouping}};
   ConvertModelResult out;
   out.dtype = dtype;
   out.kv_heads = nc.per_layer_kv() ? nc.layer_kv_heads : std::vector<int64_t>{nc.n_kv_head};
-  if (budget) write_output(r, nc, src, from, out.dtype, nullptr);
+  if (budget > 0) write_output(r, nc, src, from, out.dtype, nullptr);
   out.kv_heads_from = c.n_kv_head;
   for (const Index& b : batches) out.calib_tokens += b.numel();
   const ConvertBlocks plan{r, src, nc, v, batches, out.calib_tokens, t0};

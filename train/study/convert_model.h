@@ -24,6 +24,9 @@ struct KvTarget {
   std::vector<int64_t> heads;
   int64_t budget = 0;
 };
+/// Mean next-token loss of m on calibration windows (each window predicts its own tokens 1 … T−1),
+/// in eval mode: what a KV budget's allocation measures (budget.h).
+double next_token_loss(GPT& m, const std::vector<Index>& windows);
 /// The budget a conversion places: target.budget, or for grouping per-layer its one count in
 /// every layer (G · n_layer); 0: none.
 int64_t kv_budget_of(const KvTarget& target, const Variant& v, const GPTConfig& c);

@@ -92,8 +92,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.dir_locked = true;   // dir holds the lock
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
                                  {"kv_heads_from", src.config().n_kv_head},
-                                 {"kv_heads", converted->config().per_layer_kv() ? nlohmann::json(converted->config().layer_kv_heads)
-                                                                                 : nlohmann::json(o.kv_heads)},
+                                 {"kv_heads", converted->config().kv_heads_json()},
                                  {"method", o.variant.method->name},
                                  {"grouping", to_string(o.variant.grouping)},
                                  {"fraction", o.fraction},

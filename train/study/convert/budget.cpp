@@ -3,30 +3,11 @@
 #include <cmath>
 #include <limits>
 
-#include "autograd/ops.h"
 #include "train/study/convert/convert.h"
 
 namespace tapelm {
 
 namespace {
-
-/// Mean next-token cross-entropy of m on the windows: each window predicts its own tokens 1 … T−1.
-double window_loss(const GPT& m, const std::vector<Index>& windows) {
-  NoGrad ng;
-  double sum = 0, n = 0;
-  for (const Index& x : windows) {
-    Index y = x;
-    const int64_t B = x.shape[0], T = x.shape[1];
-    for (int64_t b = 0; b < B; b++) {
-      for (int64_t t = 0; t + 1 < T; t++) y.data[b * T + t] = x.data[b * T + t + 1];
-      y.data[b * T + T - 1] = -1;  // ignored
-    }
-    const double rows = static_cast<double>(B * (T - 1));
-    sum += m.loss(x, y).item() * rows;
-    n += rows;
-  }
-  return sum / n;
-}
 
 void check_budget(int64_t budget, int64_t fewest, int64_t most) {
   if (budget < fewest || budget > most)
@@ -36,18 +17,13 @@ void check_budget(int64_t budget, int64_t fewest, int64_t most) {
 
 }  // namespace
 
-std::vector<std::map<int64_t, double>> layer_costs(GPT& src, const Variant& v, const Calibration* calib,
-                                                   const std::vector<Index>& windows) {
+std::vector<std::map<int64_t, double>> layer_costs(GPT& src, const Variant& v, const Calibration* calib, const ModelLoss& loss) {
   if (v.method->fresh)
     throw Error(ErrorKind::usage, "a KV budget by " + v.name() + ": a fresh init has no conversion error to place the heads by");
-  if (windows.empty()) throw Error(ErrorKind::internal, "layer_costs: no calibration windows");
   const GPTConfig& c = src.config();
   std::vector<int64_t> own;
   for (int64_t l = 0; l < c.n_layer; l++) own.push_back(c.kv_heads(l));
-  const bool was_training = src.is_training();
-  src.eval();  // no dropout: the same loss every time
-  const double base = window_loss(src, windows);
-  src.train(was_training);
+  const double base = loss(src);
   std::vector<std::map<int64_t, double>> out(static_cast<size_t>(c.n_layer));
   for (int64_t l = 0; l < c.n_layer; l++)
     for (int64_t g = 1; g <= own[l]; g++) {
@@ -59,8 +35,7 @@ std::vector<std::map<int64_t, double>> layer_costs(GPT& src, const Variant& v, c
       std::vector<int64_t> heads = own;
       heads[l] = g;
       std::unique_ptr<GPT> one = convert_kv_heads(src, heads, {.variant = v, .calib = calib});
-      one->eval();
-      out[l][g] = window_loss(*one, windows) - base;
+      out[l][g] = loss(*one) - base;
     }
   return out;
 }
@@ -98,12 +73,11 @@ std::vector<int64_t> allocate_kv_heads(const std::vector<std::map<int64_t, doubl
   return out;
 }
 
-std::vector<int64_t> kv_budget_heads(GPT& src, int64_t budget, const Variant& v, const Calibration* calib,
-                                     const std::vector<Index>& windows) {
+std::vector<int64_t> kv_budget_heads(GPT& src, int64_t budget, const Variant& v, const Calibration* calib, const ModelLoss& loss) {
   const GPTConfig& c = src.config();
   check_kv_budget(c, budget);
   if (budget == c.n_layer) return std::vector<int64_t>(static_cast<size_t>(c.n_layer), 1);  // one choice: nothing to measure
-  return allocate_kv_heads(layer_costs(src, v, calib, windows), budget);
+  return allocate_kv_heads(layer_costs(src, v, calib, loss), budget);
 }
 
 }  // namespace tapelm

@@ -9,6 +9,7 @@
 // aligned-fit alike; the fit's calibrated residual per layer, tried first, picked uniform for
 // aligned-fit and a worse than uniform one for mean: docs/guide/uptraining.md.)
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -18,11 +19,14 @@
 
 namespace tapelm {
 
-/// Per layer, the cost of each count dividing its kv heads (its own count: 0): the loss of src on
-/// `windows` (in eval mode, its mode restored) with that layer alone converted by v (calibrated by `calib` when v needs
-/// it), less src's own. A fresh method (random init) is a usage Error: nothing to place heads by.
-std::vector<std::map<int64_t, double>> layer_costs(GPT& src, const Variant& v, const Calibration* calib,
-                                                   const std::vector<Index>& windows);
+/// A model's loss on the calibration windows (convert_model.h's next_token_loss: eval mode, the
+/// windows' next tokens).
+using ModelLoss = std::function<double(GPT&)>;
+
+/// Per layer, the cost of each count dividing its kv heads (its own count: 0): the loss of src
+/// with that layer alone converted by v (calibrated by `calib` when v needs it), less src's own.
+/// A fresh method (random init) is a usage Error: nothing to place heads by.
+std::vector<std::map<int64_t, double>> layer_costs(GPT& src, const Variant& v, const Calibration* calib, const ModelLoss& loss);
 
 /// The counts per layer, one of each layer's candidates, summing to at most `budget`, of least
 /// total cost (ties broken alike every time: at each layer, the most heads). A budget below the
@@ -33,9 +37,7 @@ std::vector<int64_t> allocate_kv_heads(const std::vector<std::map<int64_t, doubl
 /// Error allocate_kv_heads gives (checked before any work).
 void check_kv_budget(const GPTConfig& c, int64_t budget);
 
-/// The allocation for converting src by v under the budget: layer_costs on the windows, then
-/// allocate_kv_heads.
-std::vector<int64_t> kv_budget_heads(GPT& src, int64_t budget, const Variant& v, const Calibration* calib,
-                                     const std::vector<Index>& windows);
+/// The allocation for converting src by v under the budget: layer_costs, then allocate_kv_heads.
+std::vector<int64_t> kv_budget_heads(GPT& src, int64_t budget, const Variant& v, const Calibration* calib, const ModelLoss& loss);
 
 }  // namespace tapelm

@@ -170,12 +170,10 @@ SweepPlan::SweepPlan(const SweepPreset& p)
     }
   }
   add_distilled_cells(*this);
-  if (p.scratch)
-    for (int64_t kv : kv_heads)
-      if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, scratch_steps});
-  if (p.scratch && distills())
-    for (int64_t kv : kv_heads)
-      if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, distill_scratch_steps, true});
+  for (bool distilled : {false, true})  // from scratch: at plain, then at distilled compute
+    if (p.scratch && (!distilled || distills()))
+      for (int64_t kv : kv_heads)
+        if (kv < H) cells.push_back({CellKind::scratch, kv, {}, 0, 1, distilled ? distill_scratch_steps : scratch_steps, distilled});
   if (p.smaller) {
     if (!p.from.empty()) throw Error(ErrorKind::internal, "the smaller MHA model needs the study's own recipe, not --from");
     const GPTConfig& m = p.pretrain.model;
@@ -185,7 +183,6 @@ SweepPlan::SweepPlan(const SweepPreset& p)
     cells.push_back({CellKind::smaller, H, {}, 0, 1, P});
   }
 }
-
 
 const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed, bool distill) const {
   for (const Cell& c : cells)
