@@ -10,6 +10,7 @@
 #include "autograd/cpu.h"
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/elementwise.h"
+#include "autograd/kernels/matmul.h"
 #include "autograd/omp_wait.h"
 #include "autograd/tensor.h"
 
@@ -83,6 +84,8 @@ const CpuPeak& cpu_peak_at_threads() {
 }  // namespace
 
 double cpu_peak_flops() { return cpu_peak_at_threads().flops; }
+
+double linear_product_seconds() { return kern::linear_kernel_seconds(); }
 
 std::string gemm_backend_name() { return kern::gemm_backend_description(); }
 

@@ -24,6 +24,11 @@ double cpu_peak_flops();
 /// The denominator of a decoding step's "% of the bandwidth limit".
 double memory_bandwidth();
 
+/// Wall seconds this process has spent in the linear layers' products (forward and backward, f32
+/// and bf16; kern::linear_kernel_seconds): the benchmark's split of a training step into the part
+/// bf16 products shorten and the rest.
+double linear_product_seconds();
+
 /// The library behind sgemm: "oneDNN (matrix-vector products: OpenBLAS)" or "OpenBLAS".
 std::string gemm_backend_name();
 

@@ -4,6 +4,8 @@
 # For every configuration of docs/formats.md §5 it runs, round after round,
 #   tapelm        build/tapelm --threads N bench ... --json          at N threads and N threads + OMP_WAIT_POLICY=passive
 #   PyTorch       python3 ../shared/reference/bench.py ...           at 1 thread, N threads, N threads + OMP_WAIT_POLICY=passive
+# (the -bf16 rows: tapelm --precision bf16 against bench/autocast_bench.py, bench.py's step under
+# torch.autocast bf16; on a CPU without bf16 instructions tapelm refuses bf16 and only PyTorch runs)
 # each under /usr/bin/time -f %M (peak RSS), then prints tables of the medians over rounds, the
 # tapelm/PyTorch ratio (PyTorch held at the best of its three settings), peak RSS, nano-training
 # model FLOP/s against the measured sgemm peak and tapelm's 2-thread/1-thread speed-up on `mid`,
@@ -56,8 +58,11 @@ Environment:
                   other); name a stand-in as such, e.g. CPU_CLASS=avx2-standin for AVX2 paths
                   forced on an AVX-512 CPU
 
-Rows: train-baby, train-mid-kv8, train-mid-kv2, train-mid-kv1, train-nano,
-      decode-mid-kv{8,2,1}-b{1,32}  (KV 2 and 1 decode rows are informative)
+Rows: train-baby, train-mid-kv8, train-mid-kv2, train-mid-kv1, train-nano, train-nano-bf16,
+      train-gpt2s, train-gpt2s-bf16 (GPT-2 small's shape: 12 layers, d 768, vocab 50257, T 512,
+      batch 4), decode-mid-kv{8,2,1}-b{1,32}  (KV 2 and 1 decode rows are informative)
+      A -bf16 row is its f32 row in bf16 mixed precision (tapelm --precision bf16, PyTorch autocast);
+      the report sets the two side by side: the step's and the linear layers' products' speed-up.
 Installs python3-torch (+ python3-h5py) and the `time` package with apt-get if missing, and says so.
 EOF
 }
@@ -149,13 +154,16 @@ TAPELM_D=$(rel "$TAPELM")
 REF_D=$(rel "$REF_DIR")
 
 # ---------------------------------------------------------------------------------------- rows
-# name mode L H KV d T B decode_batch default_iters
+# name mode L H KV d T B decode_batch default_iters [precision (f32) [vocab (65)]]
 ALL_ROWS=(
   "train-baby         train  4 4 4 128  64 12  0 10"
   "train-mid-kv8      train  6 8 8 256 128 32  0 10"
   "train-mid-kv2      train  6 8 2 256 128 32  0 10"
   "train-mid-kv1      train  6 8 1 256 128 32  0 10"
   "train-nano         train  6 6 6 384 256 64  0 5"
+  "train-nano-bf16    train  6 6 6 384 256 64  0 5 bf16"
+  "train-gpt2s        train 12 12 12 768 512 4 0 3 f32 50257"
+  "train-gpt2s-bf16   train 12 12 12 768 512 4 0 3 bf16 50257"
   "decode-mid-kv8-b1  decode 6 8 8 256 128 32  1 5"
   "decode-mid-kv8-b32 decode 6 8 8 256 128 32 32 5"
   "decode-mid-kv2-b1  decode 6 8 2 256 128 32  1 5"
@@ -220,8 +228,9 @@ wait_for_tapelm() {  # the binary may be mid-rebuild: wait until it exists and h
 # build_cmd ROW WHO SETTING -> sets CMD (array), ENVV (array of VAR=value) and CMD_TXT (for display)
 build_cmd() {
   local row=$1 who=$2 setting=$3
-  local name mode L H KV d T B DB it
-  read -r name mode L H KV d T B DB it <<<"$row"
+  local name mode L H KV d T B DB it prec V
+  read -r name mode L H KV d T B DB it prec V <<<"$row"
+  prec=${prec:-f32}; V=${V:-65}
   local iters=${ITERS:-$it}
   local warm=${WARMUP:-$([[ $mode == train ]] && echo 2 || echo 1)}
   local th=${setting#t}; th=${th%f}; th=${th%p}
@@ -230,18 +239,29 @@ build_cmd() {
   # The same OpenBLAS kernels for PyTorch as tapelm runs; tapelm's f settings force them too.
   if [[ -n $BEST_CORE && ( $who == torch || $setting == *f ) ]]; then ENVV+=(OPENBLAS_CORETYPE="$BEST_CORE"); fi
   if [[ $who == tapelm ]]; then
-    CMD=("$TAPELM" --threads "$th" bench --set vocab_size=65 --set "n_layer=$L" --set "n_head=$H"
+    CMD=("$TAPELM" --threads "$th" bench --set "vocab_size=$V" --set "n_layer=$L" --set "n_head=$H"
          --set "n_kv_head=$KV" --set "n_embd=$d" --set "block_size=$T" --set "batch_size=$B"
          --mode "$mode")
     [[ $mode == decode ]] && CMD+=(--batch "$DB")
+    [[ $prec != f32 ]] && CMD+=(--precision "$prec")
     CMD+=(--iters "$iters" --warmup "$warm" --json)
     CMD_TXT="${ENVV[*]:+${ENVV[*]} }/usr/bin/time -f %M $TAPELM_D ${CMD[*]:1}"
   else
-    CMD=("$PY" "$REF_DIR/bench.py" --threads "$th" --vocab 65 --layers "$L" --heads "$H" --kv-heads "$KV"
+    if [[ $prec == bf16 ]]; then  # bench.py's step with its forward under torch.autocast bf16
+      CMD=("$PY" "$SCRIPT_DIR/autocast_bench.py" --reference-dir "$REF_DIR")
+    else
+      CMD=("$PY" "$REF_DIR/bench.py")
+    fi
+    local head=${#CMD[@]}
+    CMD+=(--threads "$th" --vocab "$V" --layers "$L" --heads "$H" --kv-heads "$KV"
          --dim "$d" --block "$T" --batch "$B" --mode "$mode")
     [[ $mode == decode ]] && CMD+=(--decode-batch "$DB")
     CMD+=(--iters "$iters" --warmup "$warm")
-    CMD_TXT="${ENVV[*]:+${ENVV[*]} }/usr/bin/time -f %M $PY $REF_D/bench.py ${CMD[*]:2}"
+    if [[ $prec == bf16 ]]; then
+      CMD_TXT="${ENVV[*]:+${ENVV[*]} }/usr/bin/time -f %M $PY bench/autocast_bench.py --reference-dir $REF_D ${CMD[*]:head}"
+    else
+      CMD_TXT="${ENVV[*]:+${ENVV[*]} }/usr/bin/time -f %M $PY $REF_D/bench.py ${CMD[*]:head}"
+    fi
   fi
 }
 
@@ -252,15 +272,31 @@ if [[ -z $BEST_CORE && -x $TAPELM ]]; then
   BEST_CORE=$(env -u OPENBLAS_CORETYPE -u TAPELM_BLAS_CORE "$TAPELM" inspect --system 2>/dev/null | sed -n 's/^openblas core \([A-Za-z0-9_]*\).*/\1/p' | head -1)
 fi
 
+# bf16 rows: tapelm refuses bf16 on a CPU without bf16 instructions (one line saying what is
+# missing); then only PyTorch's autocast runs, and the report says why tapelm's are absent.
+BF16_REFUSED=""
+for r in "${ROWS[@]}"; do
+  read -r _ _ _ _ _ _ _ _ _ _ prec _ <<<"$r"
+  [[ $prec == bf16 && $DRY == 0 ]] || continue
+  if [[ -x $TAPELM ]] && ! probe=$("$TAPELM" --threads 1 bench --precision bf16 --set n_layer=1 --set n_embd=32 \
+      --set n_head=2 --set block_size=8 --batch 1 --iters 1 --warmup 0 --json 2>&1 >/dev/null); then
+    BF16_REFUSED=$(printf '%s' "$probe" | tail -1)
+    NOTES+=("tapelm's bf16 runs were not made: ${BF16_REFUSED#tapelm: error: }")
+    echo "compare.sh: tapelm refuses bf16 here (${BF16_REFUSED#tapelm: error: }): its bf16 runs are skipped" >&2
+  fi
+  break
+done
+
 # the runs of one round, in order: "rowindex who setting"
 PLAN=()
 for i in "${!ROWS[@]}"; do
-  read -r name _ <<<"${ROWS[$i]}"
+  read -r name _ _ _ _ _ _ _ _ _ prec _ <<<"${ROWS[$i]}"
   tl=("${TAPELM_SET[@]}")
   if [[ $name == "$SCALING_ROW" && " ${tl[*]} " != *" t1 "* ]]; then tl+=(t1); fi
-  # training rows also run tapelm with the best core forced: its speed with no environment
-  # variable set must be within 10 % of that
-  [[ $name == train-* ]] && tl+=("t${THREADS}f")
+  # f32 training rows also run tapelm with the best core forced: its speed with no environment
+  # variable set must be within 10 % of that (bf16 products do not run on OpenBLAS)
+  [[ $name == train-* && ${prec:-f32} == f32 ]] && tl+=("t${THREADS}f")
+  [[ ${prec:-f32} == bf16 && -n $BF16_REFUSED ]] && tl=()
   for s in "${tl[@]}"; do PLAN+=("$i tapelm $s"); done
   for s in "${PEER_SET[@]}"; do PLAN+=("$i torch $s"); done
 done

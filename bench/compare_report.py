@@ -36,6 +36,8 @@ CPU_MFU_TARGET = 0.70          # nano training against the CPU's theoretical pea
 CPU_MFU_TARGET_AVX2 = 0.60     # the same on an AVX2 CPU (two FMA pipes x 8 lanes)
 NO_ENV_TARGET = 0.90           # tapelm with no environment variable ÷ with the best core forced
 SCALING_ROW, SCALING_TARGET = "train-mid-kv8", 1.7
+BF16_STEP_TARGET = 1.4         # a -bf16 row's step against its f32 row (tapelm, bf16 instructions)
+BF16_LINEAR_TARGET = 1.8       # the same for the linear layers' products alone (bench's linear_s)
 
 def setting_label(s):
     """t2 -> '2 threads', t2p -> '2 threads, OMP_WAIT_POLICY=passive'."""
@@ -342,6 +344,7 @@ def build_tables(d, tapelm_best_from):
         extra.append(f"| mid KV 8 training: tapelm 2 threads ÷ 1 thread | {detail} | "
                      f"{'—' if sp is None else f'{sp:.2f}×'} | ≥ {SCALING_TARGET:.1f}× | {met(ok)} |")
         summary.append(("mid 2-thread speed-up", ok))
+    lines.extend(bf16_table(d, tapelm_best_from, summary))
     if extra:
         lines.append("")
         lines.append("### Efficiency and scaling (tapelm)\n")
@@ -384,6 +387,67 @@ def build_tables(d, tapelm_best_from):
     if missed:
         head += "; missed: " + ", ".join(missed)
     return head, lines
+
+
+def median_json(d, row, who, setting, key):
+    v = [r["json"][key] for r in d.ok(row, who, setting) if r.get("json", {}).get(key) is not None]
+    return statistics.median(v) if v else None
+
+
+def bf16_table(d, tapelm_best_from, summary):
+    """Each -bf16 row beside its f32 row: tapelm's step and linear-product speed-ups (the targets,
+    on a CPU with bf16 instructions), the rest of the step, and PyTorch autocast's speed-up."""
+    pairs = [(r[:-len("-bf16")], r) for r in d.rows if r.endswith("-bf16") and r[:-len("-bf16")] in d.rows]
+    if not pairs:
+        return []
+    lines = ["", "### bf16 mixed precision against f32 (median over rounds, each program at its best setting)\n",
+             "tapelm `--precision bf16` (the linear layers' products in bf16 with f32 sums, everything else f32) "
+             "against tapelm f32; PyTorch: bench.py's step with its forward under "
+             "`torch.autocast(\"cpu\", dtype=torch.bfloat16)` (bench/autocast_bench.py) against bench.py. "
+             "Linear products: tapelm's `linear_s`, the wall time per step inside the linear layers' "
+             "kernels (forward and backward: the GEMMs, bias, bf16 rounding of the output gradient); "
+             "rest = step − linear products.\n",
+             "| row | tapelm f32 step ms (linear, rest) | tapelm bf16 step ms (linear, rest) | step speed-up | "
+             "linear speed-up | PyTorch f32 → autocast tok/s | PyTorch speed-up | tapelm bf16 ÷ PyTorch autocast |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def split(row, setting):
+        if setting is None:
+            return None, None
+        step, lin = median_json(d, row, "tapelm", setting, "median_s"), median_json(d, row, "tapelm", setting, "linear_s")
+        return step, lin
+
+    def cell(step, lin):
+        if step is None:
+            return "—"
+        if lin is None:
+            return f"{1e3 * step:.1f}"
+        return f"{1e3 * step:.1f} ({1e3 * lin:.1f}, {1e3 * (step - lin):.1f})"
+
+    for f32_row, bf_row in pairs:
+        ts32, tv32 = d.best(f32_row, "tapelm", tapelm_best_from)
+        tsbf, tvbf = d.best(bf_row, "tapelm", tapelm_best_from)
+        _, pv32 = d.best(f32_row, "torch")
+        _, pvbf = d.best(bf_row, "torch")
+        s32, l32 = split(f32_row, ts32)
+        sbf, lbf = split(bf_row, tsbf)
+        step_up = tvbf / tv32 if (tvbf and tv32) else None
+        lin_up = l32 / lbf if (l32 and lbf) else None
+        torch_up = pvbf / pv32 if (pvbf and pv32) else None
+        vs_torch = tvbf / pvbf if (tvbf and pvbf) else None
+
+        def ratio(x, target=None):
+            if x is None:
+                return "—"
+            return f"{x:.2f}×" + ("" if target is None else f" (≥ {target:.1f}×: {met(x >= target)})")
+        lines.append(f"| {bf_row} | {cell(s32, l32)} | {cell(sbf, lbf) if tsbf else 'not run (see notes)'} | "
+                     f"{ratio(step_up, BF16_STEP_TARGET)} | {ratio(lin_up, BF16_LINEAR_TARGET)} | "
+                     f"{fmt_tok(pv32)} → {fmt_tok(pvbf)} | {ratio(torch_up)} | {ratio(vs_torch)} |")
+        if step_up is not None:
+            summary.append((f"{bf_row} step speed-up", step_up >= BF16_STEP_TARGET))
+        if lin_up is not None:
+            summary.append((f"{bf_row} linear-product speed-up", lin_up >= BF16_LINEAR_TARGET))
+    return lines
 
 
 def hold_peak_to_8_lanes(d):

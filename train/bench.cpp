@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "autograd/error.h"
+#include "autograd/runtime.h"
 #include "nn/accounting.h"
 #include "nn/gpt.h"
 #include "optim/optim.h"
@@ -55,7 +56,14 @@ BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, 
     opt.zero_grad(false);
   };
   BenchResult res;
-  res.times = timeit(step, iters, warmup);
+  auto timed_step = [&] {
+    const double l0 = linear_product_seconds();
+    step();
+    res.linear_times.push_back(linear_product_seconds() - l0);
+  };
+  res.times = timeit(timed_step, iters, warmup);
+  res.linear_times.erase(res.linear_times.begin(), res.linear_times.begin() + warmup);
+  res.linear_median_s = median(res.linear_times);
   res.median_s = median(res.times);
   res.min_s = *std::min_element(res.times.begin(), res.times.end());
   res.tokens_per_iter = B * T;

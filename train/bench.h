@@ -15,6 +15,10 @@ struct BenchResult {
   double tokens_per_s = 0;  // from the median
   int64_t tokens_per_iter = 0;
   std::vector<double> times;  // per iteration (a training step, or a whole generation)
+  /// train: per step, the seconds in the linear layers' products (linear_product_seconds), and
+  /// their median: the part of the step bf16 products shorten
+  std::vector<double> linear_times;
+  double linear_median_s = 0;
 };
 
 /// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch.

@@ -1,6 +1,10 @@
 #include "autograd/kernels/matmul.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+
+#include <omp.h>
 
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/common.h"
@@ -9,6 +13,24 @@
 namespace tapelm::kern {
 
 namespace {
+std::atomic<int64_t> g_linear_ns{0};
+
+// Adds its lifetime to g_linear_ns, for calls made outside a parallel region (the tape's thread),
+// so that a product run by several threads at once is counted once.
+class LinearClock {
+ public:
+  LinearClock() : on_(!omp_in_parallel()), t0_(std::chrono::steady_clock::now()) {}
+  ~LinearClock() {
+    if (on_) g_linear_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  LinearClock(const LinearClock&) = delete;
+  LinearClock& operator=(const LinearClock&) = delete;
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 void add_bias(float* y, const float* b, int64_t rows, int64_t outf) {
 #pragma omp parallel for schedule(static) if (rows * outf >= kParallelMin)
   for (int64_t r = 0; r < rows; r++)
@@ -45,12 +67,14 @@ void matmul_bwd(float* dA, float* dB, const float* dC, const float* a, const flo
 }
 
 void linear_fwd(float* y, const float* x, const float* w, const float* b, int64_t rows, int64_t in, int64_t outf) {
+  const LinearClock clock;
   sgemm(false, true, rows, outf, in, 1.f, x, in, w, in, 0.f, y, outf);
   if (b) add_bias(y, b, rows, outf);
 }
 
 void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, const float* const* bs, const int64_t* outs,
                      int n, int64_t rows, int64_t in) {
+  const LinearClock clock;
   XwtProduct ps[kMaxXwtProducts];
   for (int i = 0; i < n && i < kMaxXwtProducts; i++) ps[i] = XwtProduct{ws[i], in, outs[i], ys[i], outs[i], bs[i]};
   sgemm_xwt_many(rows, in, x, in, ps, n);
@@ -58,6 +82,7 @@ void linear_many_fwd(float* const* ys, const float* x, const float* const* ws, c
 
 void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x, const float* w, int64_t rows,
                 int64_t in, int64_t outf) {
+  const LinearClock clock;
   if (dx) sgemm(false, false, rows, in, outf, 1.f, dy, outf, w, in, 1.f, dx, in);
   if (dw) sgemm(true, false, outf, in, rows, 1.f, dy, outf, x, in, 1.f, dw, in);
   if (db) colsum_add(db, dy, rows, outf);
@@ -66,12 +91,14 @@ void linear_bwd(float* dx, float* dw, float* db, const float* dy, const float* x
 
 void linear_fwd_bf16(float* y, const uint16_t* x, const uint16_t* w, const float* b, int64_t rows,
                      int64_t in, int64_t outf) {
+  const LinearClock clock;
   gemm_bf16(false, true, rows, outf, in, 1.f, x, in, w, in, 0.f, y, outf);
   if (b) add_bias(y, b, rows, outf);
 }
 
 void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uint16_t* x,
                      const uint16_t* w, int64_t rows, int64_t in, int64_t outf) {
+  const LinearClock clock;
   if (dx || dw) {
     const std::unique_ptr<uint16_t[]> dyb(new uint16_t[static_cast<size_t>(rows * outf)]);
     to_bf16(dyb.get(), dy, rows * outf);
@@ -80,5 +107,7 @@ void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uin
   }
   if (db) colsum_add(db, dy, rows, outf);
 }
+
+double linear_kernel_seconds() { return 1e-9 * static_cast<double>(g_linear_ns.load()); }
 
 }  // namespace tapelm::kern

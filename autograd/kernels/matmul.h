@@ -53,4 +53,10 @@ void linear_fwd_bf16(float* y, const uint16_t* x, const uint16_t* w, const float
 void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uint16_t* x,
                      const uint16_t* w, int64_t rows, int64_t in, int64_t out);
 
+/// Wall seconds spent in the linear kernels above (linear_fwd, linear_many_fwd, linear_bwd and their
+/// bf16 forms: the products, bias, and the bf16 rounding of the output gradient) since the process
+/// started, counting calls made outside OpenMP parallel regions: the linear layers' share of a
+/// training step, for the benchmark (what bf16 products shorten).
+double linear_kernel_seconds();
+
 }  // namespace tapelm::kern

@@ -248,7 +248,7 @@ BOOST_AUTO_TEST_CASE(both_peaks_are_printed_and_consistent) {
   BOOST_TEST(contains(line, "CPU"), line);
   // bench reports the core and both peaks, so a crippled BLAS shows as low MFU against the CPU.
   const Run r = run_cli("--threads 1 bench --mode train --set n_layer=1 --set n_embd=32 --set block_size=8 "
-                        "--batch 2 --iters 1 --warmup 0 --json",
+                        "--batch 2 --iters 2 --warmup 1 --json",
                         "env TAPELM_BLAS_CORE=Prescott ");
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -256,6 +256,16 @@ BOOST_AUTO_TEST_CASE(both_peaks_are_printed_and_consistent) {
   BOOST_TEST(j.at("cpu_peak_flops_per_s").get<double>() > 0);
   BOOST_TEST(j.at("sgemm_peak_flops_per_s").get<double>() > 0);
   BOOST_TEST(j.at("model_flops_per_s").get<double>() > 0);
+  // the linear layers' share of each timed step: positive (the model has linear layers) and within
+  // the step it was measured in (the warm-up's is not counted)
+  const auto steps = j.at("times").get<std::vector<double>>();
+  const auto linear = j.at("linear_times").get<std::vector<double>>();
+  BOOST_REQUIRE_EQUAL(linear.size(), 2u);
+  BOOST_REQUIRE_EQUAL(steps.size(), 2u);
+  for (size_t i = 0; i < 2; i++) {
+    BOOST_TEST(linear[i] > 0.0, r.out);
+    BOOST_TEST(linear[i] <= steps[i], r.out);
+  }
 }
 
 // x·Wᵀ with 2 to 16 rows (a decoding batch) has its own kernel: checked against the sum in double,

@@ -464,6 +464,10 @@ int run_bench(const BenchArgs& a) {
                      {"T", cfg.model.block_size},
                      {"precision", cfg.precision},
                      {"times", r.times}};
+  if (train_mode) {
+    out["linear_s"] = r.linear_median_s;  // the linear layers' products, median per step
+    out["linear_times"] = r.linear_times;
+  }
   const ComputeInfo ci = compute_info();
   out["blas_core"] = ci.blas_core;
   out["gemm"] = ci.gemm;
@@ -485,6 +489,8 @@ int run_bench(const BenchArgs& a) {
       const double mf = r.tokens_per_s * cost.train_flops_per_token;
       std::printf("model FLOP/s %.1f G: MFU %.1f%% of sgemm peak, %.1f%% of CPU peak\n", mf / 1e9,
                   100.0 * mf / ci.sgemm_peak, 100.0 * mf / ci.cpu_peak);
+      std::printf("linear layers' products: median %.3f ms per step (%.0f%% of the step's median)\n",
+                  r.linear_median_s * 1e3, 100.0 * r.linear_median_s / r.median_s);
     }
   }
   return 0;
