@@ -322,6 +322,12 @@ BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
     "decode_ms_per_sample_b": 2.0, "decode_ms_per_sample_b16": 3.0})"));
   BOOST_TEST(odd.size() == 1u);
   BOOST_TEST(odd.at(16).ms_per_sample == 3.0);
+  // what the times ran with is kept, and absent from an older file
+  nlohmann::json with = converted;
+  with["decode_timed_with"] = "2 threads, OpenMP wait: OMP_WAIT_POLICY=passive";
+  BOOST_TEST(CellResult::from_json(with).decode_timed_with == "2 threads, OpenMP wait: OMP_WAIT_POLICY=passive");
+  BOOST_TEST(CellResult::from_json(with).to_json() == with);
+  BOOST_TEST(CellResult::from_json(converted).decode_timed_with.empty());
 }
 
 // ---- the report -----------------------------------------------------------------------------------
@@ -373,8 +379,16 @@ BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {
   const SweepPlan plan(hand_preset());
   const ReportContext ctx{"tiny.txt", 900, 100, "2024-01-02"};
   std::ostringstream out;
-  write_report_md(out, plan, hand_results(plan), ctx);
+  std::vector<CellResult> rs = hand_results(plan);
+  for (CellResult& r : rs) r.decode_timed_with = "3 threads, OpenMP wait: spin";
+  write_report_md(out, plan, rs, ctx);
   const std::string md = out.str();
+  BOOST_TEST(md.find(" Decoding ran on 3 threads, OpenMP wait: spin.") != std::string::npos, md);
+  {  // an older sweep's times say nothing of it: the report says so
+    std::ostringstream old;
+    write_report_md(old, plan, hand_results(plan), ctx);
+    BOOST_TEST(old.str().find("Decoding ran on a thread count and OpenMP wait policy not recorded") != std::string::npos);
+  }
   BOOST_TEST(md.starts_with("# GQA/MQA uptraining trade-off — preset `micro`\n\nMeasured 2024-01-02 on `tiny.txt` "
                             "(900 train / 100 val tokens). MHA model: 1 layers, 4 heads, d 16, T 16, pretrained 20 steps "
                             "of batch 4."),
@@ -613,8 +627,11 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
                            "Conversion wall time", "| smaller MHA (d 8, pretrained, 20 steps) | 4 |",
                            "- A converted model beats the smaller MHA model at equal or lower decoding time (batch 4"})
     BOOST_TEST(report.find(part) != std::string::npos, part);
-  for (const char* f : {"kv4.json", "kv2.json", "kv1.json", "smaller.json"})  // every shape's decoding times
-    BOOST_TEST(ShapeDecodeTimes::from_json(nlohmann::json::parse(slurp(d / (std::string("sw/decode/") + f)))).decode.at(4).runs >= 3, f);
+  for (const char* f : {"kv4.json", "kv2.json", "kv1.json", "smaller.json"}) {  // every shape's decoding times
+    const ShapeDecodeTimes t = ShapeDecodeTimes::from_json(nlohmann::json::parse(slurp(d / (std::string("sw/decode/") + f))));
+    BOOST_TEST(t.decode.at(4).runs >= 3, f);
+    BOOST_TEST(t.timed_with.find(" threads, OpenMP wait: ") != std::string::npos, t.timed_with);
+  }
   BOOST_TEST(fs::exists(d / "sw/runs/pretrain_mha_smaller/checkpoint.h5"));  // kept, as the MHA model's
   // the sweep's lock on OUT and each cell's on its run directory are separate files: no deadlock
   for (const char* f : {"sw/.lock", "sw/runs/pretrain_mha/.lock", "sw/runs/kv1_mean_a0.05_s2/.lock"})

@@ -124,7 +124,7 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
 namespace {
 
 /// The study's shape in one paragraph: data, model, recipe, how losses and decoding were measured.
-void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& ctx) {
+void write_header(std::ostream& md, const SweepPlan& plan, const Table& t, const ReportContext& ctx) {
   const SweepPreset& p = plan.preset;
   const TrainConfig& cfg = p.pretrain;
   const int64_t P = plan.pretrain_steps;
@@ -145,6 +145,9 @@ void write_header(std::ostream& md, const SweepPlan& plan, const ReportContext& 
      << p.decode_batches.back() << " is the serving batch of the findings, also timed with the smallest KV cache that "
         "costs no quality (q8 where the head dimension is a multiple of 32, else f16; the KV-cache section below) in "
         "Table 1's last decode column.";
+  const std::string& with = t.costs(plan.n_head).decode_timed_with;
+  md << " Decoding ran on " << (with.empty() ? "a thread count and OpenMP wait policy not recorded (an older sweep's times)" : with)
+     << ".";
   if (cfg.model.pos == PosKind::Rope)
     md << " The model has RoPE, so decoding is also timed at 4 × T = " << 4 * cfg.model.block_size << " (a prompt of "
        << 2 * cfg.model.block_size << " tokens, batch " << p.decode_batches.back()
@@ -565,7 +568,7 @@ void write_kv_bytes(std::ostream& md, const Table& t) {
 void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<CellResult>& results,
                      const ReportContext& ctx) {
   const Table t{plan, results};
-  write_header(md, plan, ctx);
+  write_header(md, plan, t, ctx);
   write_table1(md, t);
   write_method_tables(md, t);
   write_alpha_table(md, t);

@@ -63,6 +63,7 @@ nlohmann::json ShapeDecodeTimes::to_json() const {
     j["decode_lowkv_cache"] = lowkv_cache;
     j.update(decode_times_to_json(decode_lowkv, "decode_lowkv_"));
   }
+  if (!timed_with.empty()) j["decode_timed_with"] = timed_with;
   return j;
 }
 
@@ -76,6 +77,7 @@ ShapeDecodeTimes ShapeDecodeTimes::from_json(const nlohmann::json& j) {
     s.lowkv_cache = j["decode_lowkv_cache"].get<std::string>();
     s.decode_lowkv = decode_times_from_json(j, "decode_lowkv_");
   }
+  if (j.contains("decode_timed_with")) s.timed_with = j["decode_timed_with"].get<std::string>();
   return s;
 }
 

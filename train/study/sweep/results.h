@@ -41,6 +41,9 @@ struct ShapeDecodeTimes {
   /// dimension is a multiple of 32, else "f16"; "" in older sweeps' files, not timed).
   std::string lowkv_cache;
   DecodeTimes decode_lowkv;
+  /// What the times depend on beyond the model: "2 threads, OpenMP wait: <how idle threads wait>"
+  /// (a passive wait doubled batch-1 decoding on the tiny study); "" in older sweeps' files.
+  std::string timed_with;
   nlohmann::json to_json() const;
   static ShapeDecodeTimes from_json(const nlohmann::json& j);
 };
@@ -67,13 +70,17 @@ struct CellResult {
   std::string decode_lowkv_cache;   // see ShapeDecodeTimes
   DecodeTimes decode_lowkv;
   /// The decoding times above as their shape's, and from them.
-  ShapeDecodeTimes decode_times() const { return {decode, decode_long_context, decode_long, decode_lowkv_cache, decode_lowkv}; }
+  std::string decode_timed_with;    // see ShapeDecodeTimes
+  ShapeDecodeTimes decode_times() const {
+    return {decode, decode_long_context, decode_long, decode_lowkv_cache, decode_lowkv, decode_timed_with};
+  }
   void set_decode_times(const ShapeDecodeTimes& t) {
     decode = t.decode;
     decode_long_context = t.long_context;
     decode_long = t.decode_long;
     decode_lowkv_cache = t.lowkv_cache;
     decode_lowkv = t.decode_lowkv;
+    decode_timed_with = t.timed_with;
   }
 
   /// The cell file's object.

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "autograd/omp_wait.h"
+#include "autograd/runtime.h"
 #include "data/dataset.h"
 #include "data/io.h"
 #include "data/sampler.h"
@@ -195,7 +197,9 @@ class DecodeTimer {
   bool complete(const ShapeDecodeTimes& t, const Cell& c) const {
     for (int64_t b : plan_.preset.decode_batches)
       if (!t.decode.count(b)) return false;
-    return t.long_context == long_context() && (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back())) &&
+    // times that do not say what they ran with (an older sweep's) are taken again
+    return !t.timed_with.empty() && t.long_context == long_context() &&
+           (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back())) &&
            t.lowkv_cache == kv_type_name(lowkv(c)) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
   }
   /// The KV cache of Table 1's low-precision column for a cell's model: q8 where its head dimension
@@ -257,7 +261,11 @@ class DecodeTimer {
     }
     const int64_t b_hi = plan_.preset.decode_batches.back();
     for (auto& [k, t] : measure(b_hi, T, true)) d[k].decode_lowkv[b_hi] = t;
-    for (const Shape& s : shapes_) d[shape_key(s.cell)].lowkv_cache = kv_type_name(lowkv(s.cell));
+    const std::string with = std::to_string(get_num_threads()) + " threads, OpenMP wait: " + omp_wait_description();
+    for (const Shape& s : shapes_) {
+      d[shape_key(s.cell)].lowkv_cache = kv_type_name(lowkv(s.cell));
+      d[shape_key(s.cell)].timed_with = with;
+    }
     for (auto& [k, t] : d) {
       write_json_atomic(dir_ / (k + ".json"), t.to_json());
       cache_[k] = t;
