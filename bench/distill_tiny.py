@@ -4,7 +4,8 @@
 Pretrains the `tiny` sweep preset's MHA model once (train/study/sweep/plan.cpp: 4 layers, 4 heads,
 d 128, 1000 steps, seed 1337), then for each KV count (GQA-2, MQA) and seed (the sweep's 1, 2, 3)
 uptrains it with the best conversion (`aligned-fit`) at α = 0.05 — plainly, and with `--distill`
-at every λ and T given — and evaluates each result on the whole val split (`uptrain` does). Reports
+at every λ, T and attention weight β given (`--distill-attention`: each block's attention output
+against the teacher's) — and evaluates each result on the whole val split (`uptrain` does). Reports
 the mean val loss over seeds per setting, its difference from plain uptraining seed by seed
 (mean and sd of the paired differences), and the MHA model's own loss.
 
@@ -12,7 +13,7 @@ Compute is not equal across rows: a distilled step also runs the teacher's forwa
 of a training step); the sweep's equal-compute accounting is separate.
 Writes bench/DISTILL.md (or --out) and every run to the .jsonl beside it. Run from the repository
 root after `bash scripts/build.sh`:
-    python3 bench/distill_tiny.py [--lambdas 0.5,1] [--temperatures 1,2,4] [--seeds 1,2,3]
+    python3 bench/distill_tiny.py [--lambdas 0.5,1] [--temperatures 1,2,4] [--attention 0,1] [--seeds 1,2,3]
 """
 import argparse
 import datetime
@@ -49,17 +50,18 @@ def write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss):
     name = {H: "MHA (unconverted)", 1: "MQA"}
     md = ["# Distillation during uptraining on the `tiny` study", "",
           f"`python3 bench/distill_tiny.py --kv {args.kv} --lambdas {args.lambdas} --temperatures {args.temperatures} "
-          f"--seeds {args.seeds}` ({datetime.date.today().isoformat()}, commit {commit}). Machine: {system}.", "",
+          + (f"--attention {args.attention} " if args.attention != "0" else "") + f"--seeds {args.seeds}` ({datetime.date.today().isoformat()}, commit {commit}). Machine: {system}.", "",
           f"The `tiny` MHA model (val loss {mha_loss:.4f}, 1000 steps) converted by `aligned-fit` and uptrained "
           "α = 0.05 (50 steps, seeds as the sweep's); the MHA row uptrains the MHA model itself the same way (the "
           "study's \"MHA + α\"). Val loss on the whole val split, mean over seeds; Δ plain = distilled − plain and "
           "Δ MHA = this KV count − MHA under the same setting, both paired by seed (mean ± sd). A distilled step "
           "also runs the teacher's forward: rows of different settings are not at equal compute.", "",
-          "| KV heads | λ | T | val loss | Δ plain | Δ MHA |", "|---|---:|---:|---:|---:|---:|"]
+          "β weighs the per-layer attention-output term (0: off).", "",
+          "| KV heads | λ | T | β | val loss | Δ plain | Δ MHA |", "|---|---:|---:|---:|---:|---:|---:|"]
 
     def pick(kv, s):
         return {r["seed"]: r["val_loss"] for r in rows if r["kv"] == kv and
-                (r["lambda"] == 0 if s is None else (r["lambda"], r["temperature"]) == s)}
+                (r["lambda"] == 0 if s is None else (r["lambda"], r["temperature"], r.get("attention", 0.0)) == s)}
 
     def paired(a, b):
         d = [a[k] - b[k] for k in a if k in b]
@@ -70,8 +72,8 @@ def write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss):
             got = pick(kv, s)
             if not got:
                 continue
-            lam, temp = ("0 (plain)", "–") if s is None else (f"{s[0]:g}", f"{s[1]:g}")
-            md.append(f"| {name.get(kv, f'GQA-{kv}')} | {lam} | {temp} | {statistics.mean(got.values()):.4f} | "
+            lam, temp, beta = ("0 (plain)", "–", "–") if s is None else (f"{s[0]:g}", f"{s[1]:g}", f"{s[2]:g}")
+            md.append(f"| {name.get(kv, f'GQA-{kv}')} | {lam} | {temp} | {beta} | {statistics.mean(got.values()):.4f} | "
                       f"{'–' if s is None else paired(got, pick(kv, None))} | {'–' if kv == H else paired(got, pick(H, s))} |")
     with open(args.out, "w") as f:
         f.write("\n".join(md) + "\n")
@@ -81,6 +83,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lambdas", default="0.5,1")
     ap.add_argument("--temperatures", default="1,2,4")
+    ap.add_argument("--attention", default="0", help="weights β of the attention-output term (0: off)")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--kv", default="4,2,1", help="KV head counts; 4 (the MHA model's own) uptrains it unconverted")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "DISTILL.md"))
@@ -94,7 +97,8 @@ def main():
                                            text=True).stdout.strip() or "unknown"
     system = "; ".join(line for line in run([tapelm, "inspect", "--system"]).splitlines()
                        if line.startswith(("cpu ", "simd ", "threads ")))
-    settings = [None] + [(float(l), float(t)) for l in args.lambdas.split(",") for t in args.temperatures.split(",")]
+    settings = [None] + [(float(l), float(t), float(b)) for l in args.lambdas.split(",")
+                         for t in args.temperatures.split(",") for b in args.attention.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     kvs = [int(k) for k in args.kv.split(",")]
     raw = os.path.splitext(args.out)[0] + ".jsonl"
@@ -121,8 +125,11 @@ def main():
                            "--out", out, "--quiet"]
                     if s:
                         cmd += ["--distill", "--distill-lambda", str(s[0]), "--distill-temperature", str(s[1])]
+                        if s[2] > 0:
+                            cmd += ["--distill-attention", str(s[2])]
                     m = DONE.search(run(cmd))
                     r = {"kv": kv, "seed": seed, "lambda": s[0] if s else 0, "temperature": s[1] if s else None,
+                         "attention": s[2] if s else 0.0,
                          "val_loss": float(m.group(1)), "converted": float(m.group(2)), "mha": mha_loss, "commit": commit}
                     print(json.dumps(r), flush=True)
                     rows.append(r)

@@ -55,11 +55,12 @@ Var GPT::embed(const Index& idx, int64_t pos0) const {
   return x;
 }
 
-Var GPT::forward(const Index& idx, const Index* key_keep) const {
+Var GPT::forward(const Index& idx, const Index* key_keep, std::vector<Var>* attn_outs) const {
   Var x = drop_->forward(embed(idx, 0));
   if (key_keep && key_keep->shape != idx.shape)
     throw Error(ErrorKind::shape, "gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
-  for (const auto& b : blocks) x = b->forward(x, key_keep);
+  if (attn_outs) attn_outs->assign(blocks.size(), Var());
+  for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward(x, key_keep, nullptr, attn_outs ? &(*attn_outs)[l] : nullptr);
   return head(ln_f->forward(x));
 }
 

@@ -39,7 +39,8 @@ class GPT : public Module, public Decoder {
   void init_weights(uint64_t seed);
 
   /// Logits [B, T, V] for ids [B, T]; key_keep [B, T] (1 keep, 0 pad) masks padded keys.
-  Var forward(const Index& idx, const Index* key_keep = nullptr) const;
+  /// attn_outs, when given, receives each block's attention output [B, T, d] (Block::forward).
+  Var forward(const Index& idx, const Index* key_keep = nullptr, std::vector<Var>* attn_outs = nullptr) const;
   /// The input of every layer's attention, ln1(x) [B, T, d] per layer, from the forward pass
   /// (what conversion calibrates on; call it under NoGrad, in eval mode).
   std::vector<Tensor> attention_inputs(const Index& idx) const;

@@ -102,10 +102,12 @@ Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) {
   drop = register_module("drop", std::make_shared<Dropout>(c.dropout, rng));
 }
 
-Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in) const {
+Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const {
   Var a = ln1->forward(x);
   if (attn_in) *attn_in = a.val();
-  Var h = add(x, drop->forward(attn->forward(a, key_keep)));
+  const Var o = attn->forward(a, key_keep);
+  if (attn_out) *attn_out = o;
+  Var h = add(x, drop->forward(o));
   return add(h, drop->forward(mlp->forward(ln2->forward(h))));
 }
 

@@ -93,8 +93,9 @@ class Attention : public Module {
 class Block : public Module {
  public:
   Block(const GPTConfig& c, std::shared_ptr<Rng> rng);
-  /// attn_in, when given, receives the attention's input ln1(x) [B,T,d] (calibration statistics).
-  Var forward(const Var& x, const Index* key_keep, Tensor* attn_in = nullptr) const;
+  /// attn_in, when given, receives the attention's input ln1(x) [B,T,d] (calibration statistics);
+  /// attn_out the attention's output [B,T,d] before dropout and the residual (on the tape).
+  Var forward(const Var& x, const Index* key_keep, Tensor* attn_in = nullptr, Var* attn_out = nullptr) const;
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
   /// The block's linear layers by name ("attn.wq", ..., "mlp.down"), those its MLP kind has.
   std::vector<std::pair<std::string, std::shared_ptr<Linear>>> linears() const;

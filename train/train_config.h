@@ -44,7 +44,8 @@ inline constexpr int64_t max_threads = 4096;
   X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */ \
   X(std::string, precision, "f32", any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
-  X(double, distill_temperature, 2.0, positive, none)
+  X(double, distill_temperature, 2.0, positive, none)                                              \
+  X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
 
 struct TrainConfig {
   GPTConfig model;

@@ -242,8 +242,9 @@ Trainer::Step Trainer::step() {
   Step s;
   s.lr = lr_at(st_.step, cfg_.schedule());
   const float inv_accum = 1.0f / static_cast<float>(cfg_.grad_accum);
-  double loss_sum = 0, distill_sum = 0;
+  double loss_sum = 0, distill_sum = 0, attention_sum = 0;
   const bool distill = opt_.teacher && cfg_.distill_lambda > 0;
+  const bool attention = opt_.teacher && cfg_.distill_attention > 0;
   // A step of many micro-batches can take arbitrarily long: a stop between them abandons it, and
   // the data and dropout streams go back to where it began, so that the checkpoint of the last
   // completed step resumes as if this step had never started.
@@ -262,18 +263,20 @@ Trainer::Step Trainer::step() {
       return s;
     }
     sampler_->next(x_, y_);
-    const Var loss = micro_batch_loss(loss_sum, distill_sum);
+    const Var loss = micro_batch_loss(loss_sum, distill_sum, attention_sum);
     backward(cfg_.grad_accum > 1 ? mul(loss, inv_accum) : loss);
   }
   autocast.reset();  // before the update changes the weights
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
   if (distill) s.distill = distill_sum / static_cast<double>(cfg_.grad_accum);
+  if (attention) s.distill_attention = attention_sum / static_cast<double>(cfg_.grad_accum);
   if (multi_) {  // every rank leaves with the same gradients, loss and decision to stop
     const auto t_comm = Clock::now();
     std::tie(s.loss, s.stop) = reducer_->reduce(s.loss, opt_.stop.requested());
-    if (distill) {
-      dist::allreduce_sum(&s.distill, 1);
-      s.distill /= world_;
+    for (double* term : {distill ? &s.distill : nullptr, attention ? &s.distill_attention : nullptr}) {
+      if (!term) continue;
+      dist::allreduce_sum(term, 1);
+      *term /= world_;
     }
     res_.comm_seconds += seconds_since(t_comm);
   }
@@ -302,24 +305,46 @@ Trainer::Step Trainer::step() {
   return s;
 }
 
-Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum) {
-  if (!opt_.teacher || cfg_.distill_lambda <= 0) {
+Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum, double& attention_sum) {
+  const bool kl = cfg_.distill_lambda > 0, attention = cfg_.distill_attention > 0;
+  if (!opt_.teacher || (!kl && !attention)) {
     Var loss = model_.loss(x_, y_);
     ce_sum += loss.item();
     return loss;
   }
-  const Var logits = model_.forward(x_);
+  std::vector<Var> outs, teacher_outs;
+  const Var logits = model_.forward(x_, nullptr, attention ? &outs : nullptr);
   const Var ce = cross_entropy(logits, y_);
   Tensor teacher;
   {
     NoGrad no_grad;
-    teacher = opt_.teacher->forward(x_).val();
+    teacher = opt_.teacher->forward(x_, nullptr, attention ? &teacher_outs : nullptr).val();
   }
-  const Var kd = distill_kl(logits, teacher, y_, static_cast<float>(cfg_.distill_temperature));
   ce_sum += ce.item();
-  distill_sum += kd.item();
   const float lambda = static_cast<float>(cfg_.distill_lambda);
-  return add(mul(ce, 1.f - lambda), mul(kd, lambda));
+  Var loss = mul(ce, 1.f - lambda);
+  if (kl) {
+    const Var kd = distill_kl(logits, teacher, y_, static_cast<float>(cfg_.distill_temperature));
+    distill_sum += kd.item();
+    loss = add(loss, mul(kd, lambda));
+  }
+  if (attention) {
+    if (teacher_outs.size() != outs.size())
+      throw Error(ErrorKind::config, "distill_attention: the teacher has " + std::to_string(teacher_outs.size()) +
+                                         " layers, the model " + std::to_string(outs.size()));
+    Var a;
+    for (size_t l = 0; l < outs.size(); l++) {
+      const Tensor& t = teacher_outs[l].val();
+      double tt = 0;  // ‖t_l‖², a constant of the batch
+      for (int64_t i = 0; i < t.numel(); i++) tt += static_cast<double>(t[i]) * t[i];
+      const Var d = sub(outs[l], Var(t));
+      const Var rel = mul(sum(mul(d, d)), static_cast<float>(1.0 / (std::max(tt, 1e-30) * static_cast<double>(outs.size()))));
+      a = l == 0 ? rel : add(a, rel);
+    }
+    attention_sum += a.item();
+    loss = add(loss, mul(a, static_cast<float>(cfg_.distill_attention)));
+  }
+  return loss;
 }
 
 bool Trainer::stop_between_micro_steps() {
@@ -379,8 +404,11 @@ void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_s
     std::snprintf(b, sizeof b, " | all-reduce %.0f%%", 100.0 * res_.comm_seconds / seconds_since(t_start_));
     comm = b;
   }
-  char kd[40] = "";
-  if (s.distill >= 0) std::snprintf(kd, sizeof kd, " (distill %.4f)", s.distill);
+  char kd[64] = "";
+  if (s.distill >= 0 && s.distill_attention >= 0)
+    std::snprintf(kd, sizeof kd, " (distill %.4f, attention %.4f)", s.distill, s.distill_attention);
+  else if (s.distill >= 0 || s.distill_attention >= 0)
+    std::snprintf(kd, sizeof kd, s.distill >= 0 ? " (distill %.4f)" : " (attention %.4f)", std::max(s.distill, s.distill_attention));
   const double model_flops = tokens_per_s * cost_.train_flops_per_token;
   std::printf("%sstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% of sgemm, %.1f%% of CPU%s | ETA %s\n",
               opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, kd, s.lr,
@@ -423,6 +451,7 @@ TrainResult Trainer::run() {
       steps_since_log = 0;
       nlohmann::json rec{{"step", st_.step}, {"train_loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tps}};
       if (s.distill >= 0) rec["distill_kl"] = s.distill;
+      if (s.distill_attention >= 0) rec["distill_attention"] = s.distill_attention;
       if (st_.step % cfg_.eval_interval == 0 || last) evaluate(rec);
       if (last && opt_.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
         const Autocast autocast(precision_);

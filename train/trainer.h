@@ -42,8 +42,9 @@ struct TrainOptions {
   bool final_eval = true;                 // after the last step, also the loss on the whole val split
   StopToken stop;                         // requested: save at the last completed step and return
   bool dir_locked = false;                // the caller holds out_dir's lock already (uptrain takes it before converting)
-  /// The teacher of distillation (distill_lambda > 0): a model over the same vocabulary, run
-  /// forward only on every micro-batch; its logits live for that micro-batch alone.
+  /// The teacher of distillation (distill_lambda or distill_attention > 0): a model over the same
+  /// vocabulary and width, run forward only on every micro-batch; its logits and attention outputs
+  /// live for that micro-batch alone.
   const GPT* teacher = nullptr;
 };
 
@@ -65,6 +66,7 @@ class Trainer {
   struct Step {
     double loss = 0;      // cross-entropy, mean over micro-batches (and ranks)
     double distill = -1;  // distillation: the soft-target loss T²·KL, mean likewise (else -1)
+    double distill_attention = -1;  // the attention-output term (micro_batch_loss), mean likewise (else -1)
     double lr = 0;
     bool stop = false;    // the stop token was requested (on any rank)
     bool abandoned = false;  // stopped between micro-batches: no step taken, state as before the call
@@ -89,8 +91,10 @@ class Trainer {
   void set_up();
   bool stop_between_micro_steps();
   /// The loss of the micro-batch in x_, y_ (its cross-entropy added to ce_sum): cross-entropy,
-  /// or with a teacher (1 − λ)·CE + λ·T²·KL(teacher ‖ model) (the KL term added to distill_sum).
-  Var micro_batch_loss(double& ce_sum, double& distill_sum);
+  /// or with a teacher (1 − λ)·CE + λ·T²·KL(teacher ‖ model) + β·A (the KL term added to
+  /// distill_sum, A to attention_sum), where A = (1/L) Σ_l ‖o_l − t_l‖² / ‖t_l‖² compares each
+  /// block's attention output o_l with the teacher's t_l on the same batch (β = distill_attention).
+  Var micro_batch_loss(double& ce_sum, double& distill_sum, double& attention_sum);
   void print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last);
 
   const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up

@@ -643,7 +643,9 @@ BOOST_AUTO_TEST_CASE(micro_sweep_writes_everything_and_resumes) {
   BOOST_TEST(again.out.find("step ") == std::string::npos, "a finished cell ran again: " << again.out);
   BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));
   // distilled cells join the finished study: only they, and the models from scratch at their compute, run
-  expect_error(run_cli(args + " --distill-lambda 0.3 --out " + (d / "sw")), "sweep: --distill-lambda and --distill-temperature need --distill");
+  expect_error(run_cli(args + " --distill-lambda 0.3 --out " + (d / "sw")), "sweep: --distill-lambda, --distill-temperature and --distill-attention need --distill");
+  // the attention-output term is uptrain's alone
+  expect_error(run_cli(args + " --distill --distill-attention 1 --out " + (d / "sw")), "--distill-attention");
   Run kd = run_cli(args + " --distill --distill-methods fit --out " + (d / "sw"));
   BOOST_TEST_REQUIRE(kd.code == 0, kd.err);
   BOOST_TEST((fs::last_write_time(d / "sw/cells/kv1_mean_a0.05_s2.json") == stamp));

@@ -345,4 +345,37 @@ BOOST_AUTO_TEST_CASE(a_resume_without_a_checkpoint_leaves_nothing_behind) {
   BOOST_TEST(!fs::exists(d / "up"));
 }
 
+// distill_attention: each block's attention output against the teacher's, relative. A teacher that
+// is the model with the attention's output projection doubled gives outputs exactly 2·o in a
+// one-layer model (scaling by 2 is exact in floating point), so the term is
+// ‖o − 2o‖² / ‖2o‖² = 1/4 at the first step; weighted heavily, training lowers it.
+BOOST_AUTO_TEST_CASE(the_attention_output_term_is_its_definition_and_training_lowers_it) {
+  TempDir d;
+  TrainConfig cfg = tiny_train(6);
+  cfg.model.n_layer = 1;
+  cfg.model.dropout = 0;
+  cfg.distill_attention = 100;
+  GPT student(cfg.model, 11), teacher(cfg.model, 11);
+  int doubled = 0;
+  for (auto& [name, p] : teacher.named_parameters())
+    if (name.find("attn.wo") != std::string::npos) {
+      Tensor& w = p.val();
+      for (int64_t i = 0; i < w.numel(); i++) w[i] *= 2;
+      doubled++;
+    }
+  BOOST_REQUIRE(doubled >= 1);
+  teacher.eval();
+  TrainOptions o;
+  o.quiet = true;
+  o.init_from = &student;
+  o.teacher = &teacher;
+  Trainer t(cfg, shakespeare(), d / "run", o);
+  const Trainer::Step first = t.step();
+  BOOST_TEST(first.distill == -1.0);  // λ = 0: no soft-target term
+  BOOST_TEST(first.distill_attention == 0.25, tt::tolerance(1e-5));
+  double last = first.distill_attention;
+  for (int i = 0; i < 5; i++) last = t.step().distill_attention;
+  BOOST_TEST(last < 0.2, "the attention term after 6 steps: " << last);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -174,18 +174,25 @@ struct DistillArgs {
   bool on = false;
   double lambda = -1;  // not given
   double temperature = UptrainOptions{}.distill_temperature;
+  double attention = 0;
 
-  void add_flags(CLI::App& c, const std::string& what) {
+  /// with_attention: also --distill-attention (uptrain)
+  void add_flags(CLI::App& c, const std::string& what, bool with_attention = false) {
     c.add_flag("--distill", on, what);
     c.add_option("--distill-lambda", lambda, "with --distill: the weight of the source's soft targets (default " +
                                                  std::to_string(kDefaultDistillLambda).substr(0, 4) + ")")
         ->check(CLI::Range(0.0, 1.0));
     c.add_option("--distill-temperature", temperature, "with --distill: the softmax temperature T")->check(CLI::PositiveNumber);
+    if (with_attention)
+      c.add_option("--distill-attention", attention,
+                   "with --distill: the weight beta of a per-layer term, beta·mean over layers of |o - t|²/|t|², each "
+                   "block's attention output o against the source's t (default 0: off)")
+          ->check(CLI::NonNegativeNumber);
   }
   /// λ: 0 without --distill; the settings without --distill are a usage Error.
   double lambda_for(const std::string& command) const {
-    if ((lambda >= 0 || temperature != UptrainOptions{}.distill_temperature) && !on)
-      throw Error(ErrorKind::usage, command + ": --distill-lambda and --distill-temperature need --distill");
+    if ((lambda >= 0 || temperature != UptrainOptions{}.distill_temperature || attention > 0) && !on)
+      throw Error(ErrorKind::usage, command + ": --distill-lambda, --distill-temperature and --distill-attention need --distill");
     return !on ? 0 : lambda >= 0 ? lambda : kDefaultDistillLambda;
   }
 };
@@ -220,7 +227,7 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range);
   c.add_option("--precision", a.precision, std::string(precision_help) + " (default: the original run's)")
       ->check(CLI::IsMember(precision_names));
-  a.distill.add_flags(c, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)");
+  a.distill.add_flags(c, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)", true);
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
@@ -246,6 +253,7 @@ int run_uptrain(const UptrainArgs& a) {
   if (!a.precision.empty()) o.precision = a.precision;
   o.distill_lambda = a.distill.lambda_for("uptrain");
   o.distill_temperature = a.distill.temperature;
+  o.distill_attention = a.distill.attention;
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
   if (o.stop.requested()) {
     std::printf("uptraining stopped by signal; resume with --resume\n");

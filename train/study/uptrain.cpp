@@ -34,6 +34,7 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   if (o.precision) c.precision = *o.precision;
   c.distill_lambda = o.distill_lambda;
   c.distill_temperature = o.distill_temperature;
+  c.distill_attention = o.distill_attention;
   c.validate();  // λ in [0, 1], T > 0
   if (o.schedule == UptrainSchedule::Rewarm) {
     c.learning_rate = o.lr ? *o.lr : original.learning_rate * o.rewarm_scale;
@@ -84,7 +85,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.label = o.label;
   to.stop = o.stop;
   to.init_from = converted.get();
-  if (o.distill_lambda > 0) {
+  if (o.distill_lambda > 0 || o.distill_attention > 0) {
     src.eval();  // the teacher: no dropout
     to.teacher = &src;
   }
@@ -98,7 +99,8 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
                                  {"fraction", o.fraction},
                                  {"schedule", to_string(o.schedule)},
                                  {"distill_lambda", o.distill_lambda},
-                                 {"distill_temperature", o.distill_temperature}}
+                                 {"distill_temperature", o.distill_temperature},
+                                 {"distill_attention", o.distill_attention}}
                       .dump();
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {

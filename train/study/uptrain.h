@@ -46,6 +46,8 @@ struct UptrainOptions {
   /// converted) on every batch (autograd/ops.h, distill_kl); λ = 0: plain uptraining.
   double distill_lambda = 0;
   double distill_temperature = 2.0;
+  /// β of the per-layer attention-output term (train/trainer.h, micro_batch_loss); 0: off.
+  double distill_attention = 0;
 };
 
 struct UptrainResult {
