@@ -305,6 +305,26 @@ Trainer::Step Trainer::step() {
   return s;
 }
 
+namespace {
+/// (1/L) Σ_l ‖o_l − t_l‖² / ‖t_l‖² over the blocks' attention outputs o_l (on the tape) and the
+/// teacher's t_l (constants).
+Var attention_distance(const std::vector<Var>& outs, const std::vector<Var>& teacher_outs) {
+  if (teacher_outs.size() != outs.size())
+    throw Error(ErrorKind::config, "distill_attention: the teacher has " + std::to_string(teacher_outs.size()) +
+                                       " layers, the model " + std::to_string(outs.size()));
+  Var a;
+  for (size_t l = 0; l < outs.size(); l++) {
+    const Tensor& t = teacher_outs[l].val();
+    double tt = 0;  // ‖t_l‖²
+    for (int64_t i = 0; i < t.numel(); i++) tt += static_cast<double>(t[i]) * t[i];
+    const Var d = sub(outs[l], Var(t));
+    const Var rel = mul(sum(mul(d, d)), static_cast<float>(1.0 / (std::max(tt, 1e-30) * static_cast<double>(outs.size()))));
+    a = l == 0 ? rel : add(a, rel);
+  }
+  return a;
+}
+}  // namespace
+
 Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum, double& attention_sum) {
   const bool kl = cfg_.distill_lambda > 0, attention = cfg_.distill_attention > 0;
   if (!opt_.teacher || (!kl && !attention)) {
@@ -329,18 +349,7 @@ Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum, double& atten
     loss = add(loss, mul(kd, lambda));
   }
   if (attention) {
-    if (teacher_outs.size() != outs.size())
-      throw Error(ErrorKind::config, "distill_attention: the teacher has " + std::to_string(teacher_outs.size()) +
-                                         " layers, the model " + std::to_string(outs.size()));
-    Var a;
-    for (size_t l = 0; l < outs.size(); l++) {
-      const Tensor& t = teacher_outs[l].val();
-      double tt = 0;  // ‖t_l‖², a constant of the batch
-      for (int64_t i = 0; i < t.numel(); i++) tt += static_cast<double>(t[i]) * t[i];
-      const Var d = sub(outs[l], Var(t));
-      const Var rel = mul(sum(mul(d, d)), static_cast<float>(1.0 / (std::max(tt, 1e-30) * static_cast<double>(outs.size()))));
-      a = l == 0 ? rel : add(a, rel);
-    }
+    const Var a = attention_distance(outs, teacher_outs);
     attention_sum += a.item();
     loss = add(loss, mul(a, static_cast<float>(cfg_.distill_attention)));
   }
@@ -404,14 +413,17 @@ void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_s
     std::snprintf(b, sizeof b, " | all-reduce %.0f%%", 100.0 * res_.comm_seconds / seconds_since(t_start_));
     comm = b;
   }
-  char kd[64] = "";
-  if (s.distill >= 0 && s.distill_attention >= 0)
-    std::snprintf(kd, sizeof kd, " (distill %.4f, attention %.4f)", s.distill, s.distill_attention);
-  else if (s.distill >= 0 || s.distill_attention >= 0)
-    std::snprintf(kd, sizeof kd, s.distill >= 0 ? " (distill %.4f)" : " (attention %.4f)", std::max(s.distill, s.distill_attention));
+  std::string kd;  // " (distill K, attention A)", the terms a distilled run has
+  for (const auto& [name, v] : {std::pair{"distill", s.distill}, std::pair{"attention", s.distill_attention}}) {
+    if (v < 0) continue;
+    char b[40];
+    std::snprintf(b, sizeof b, "%s%s %.4f", kd.empty() ? " (" : ", ", name, v);
+    kd += b;
+  }
+  if (!kd.empty()) kd += ")";
   const double model_flops = tokens_per_s * cost_.train_flops_per_token;
   std::printf("%sstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% of sgemm, %.1f%% of CPU%s | ETA %s\n",
-              opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, kd, s.lr,
+              opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, kd.c_str(), s.lr,
               tokens_per_s, 100.0 * model_flops / peak_flops_, 100.0 * model_flops / cpu_peak_flops_, comm.c_str(),
               fmt_duration(eta).c_str());
   if (res_.val_loss_full >= 0 && last)
