@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -19,25 +22,57 @@ namespace tapelm {
 // set_num_threads and get_num_threads live in kernels/blas.cpp, next to the OpenMP and OpenBLAS
 // calls they make.
 
-double sgemm_peak_flops() {
+namespace {
+
+// The best rate (FLOP/s) of several n³ products (n = kPeakSide: large enough for the BLAS to reach
+// its steady rate on every thread), remembered per thread count in `at`. make(n) allocates the
+// operands and returns the product to time.
+double product_peak(std::map<int, double>& at, const std::function<std::function<void()>(int64_t)>& make) {
   static std::mutex mu;
-  static std::map<int, double> peak_at;  // by thread count
   std::lock_guard<std::mutex> lock(mu);
   const int threads = get_num_threads();
-  if (auto it = peak_at.find(threads); it != peak_at.end()) return it->second;
+  if (auto it = at.find(threads); it != at.end()) return it->second;
   using Clock = std::chrono::steady_clock;
-  // Large enough for OpenBLAS to reach its steady rate on every thread; best of several runs.
-  const int64_t n = 1536;
-  Tensor a = Tensor::full({n, n}, 0.5f), b = Tensor::full({n, n}, 0.25f), c = Tensor::zeros({n, n});
+  const int64_t n = kPeakSide;
+  const std::function<void()> product = make(n);
   double best = 1e30;
   for (int r = 0; r < 8; r++) {
     const auto t0 = Clock::now();
-    kern::sgemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    product();
     if (r >= 2) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  const double peak = 2.0 * n * n * n / best;
-  peak_at[threads] = peak;
-  return peak;
+  return at[threads] = 2.0 * n * n * n / best;
+}
+
+}  // namespace
+
+double sgemm_peak_flops() {
+  static std::map<int, double> at;  // by thread count
+  return product_peak(at, [](int64_t n) -> std::function<void()> {
+    Tensor a = Tensor::full({n, n}, 0.5f), b = Tensor::full({n, n}, 0.25f), c = Tensor::zeros({n, n});
+    return [=]() mutable { kern::sgemm(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); };
+  });
+}
+
+double bf16_gemm_peak_flops() {
+  if (!kern::bf16_gemm_native_missing().empty()) return 0;
+  static std::map<int, double> at;  // by thread count
+  return product_peak(at, [](int64_t n) -> std::function<void()> {
+    auto a = std::make_shared<std::vector<uint16_t>>(n * n, 0x3f00), b = std::make_shared<std::vector<uint16_t>>(n * n, 0x3e80);
+    auto c = std::make_shared<std::vector<float>>(n * n);  // a = 0.5, b = 0.25 in bf16
+    return [=] { kern::gemm_bf16(false, false, n, n, n, 1.f, a->data(), n, b->data(), n, 0.f, c->data(), n); };
+  });
+}
+
+std::string bf16_rate_note() {
+  const double bf = bf16_gemm_peak_flops();
+  if (bf <= 0) return "";
+  const double f = sgemm_peak_flops(), r = bf / f;
+  char b[320];
+  std::snprintf(b, sizeof b, "bf16 products run at %.2fx the f32 rate here (%.1f against %.1f GFLOP/s, %d^3, measured)%s", r,
+                bf / 1e9, f / 1e9, int(kPeakSide),
+                r < 1 ? ": on this CPU bf16 trains slower than f32 (bf16-emulated rounds alike at about f32's speed)" : "");
+  return b;
 }
 
 double memory_bandwidth() {

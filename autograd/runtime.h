@@ -9,9 +9,22 @@ namespace tapelm {
 void set_num_threads(int n);
 int get_num_threads();
 
+/// The side of the square products the peaks below are measured on.
+constexpr int kPeakSide = 1536;
+
 /// The sgemm throughput (FLOP/s) at the current thread count: best of several 1536³ products,
 /// measured once per thread count and remembered. The denominator of MFU.
 double sgemm_peak_flops();
+
+/// The same for the bf16 products of --precision bf16 (kern::gemm_bf16: bf16 inputs, f32
+/// accumulation and output); 0 where they cannot run (no AVX512-BF16, or no oneDNN).
+double bf16_gemm_peak_flops();
+
+/// "" where bf16 products cannot run; else one line: their measured rate as a multiple of
+/// sgemm's, and, where it is below 1, that bf16 trains slower than f32 on this CPU (AVX512-BF16
+/// without AMX can issue its bf16 dot products at half the FMA rate: bench/bench_gemm's
+/// dpbf16_rate against fma_rate shows it).
+std::string bf16_rate_note();
 
 /// The CPU's theoretical single-precision peak (FLOP/s) at the current thread count: cores x FMA
 /// units x lanes x 2 x measured clock (autograd/cpu.h), measured once per thread count. The

@@ -457,6 +457,16 @@ BOOST_AUTO_TEST_CASE(inspect_says_what_the_binary_was_compiled_for) {
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const std::string want = "compiled for " + (isa_built() ? isa_names(isa_built()) : std::string("the x86-64 baseline"));
   BOOST_TEST(contains(r.out, want), r.out);
+  // and whether bf16 products run here: the reason they cannot, or their measured rate
+  const std::string missing = kern::bf16_gemm_native_missing();
+  if (!missing.empty()) {
+    BOOST_TEST(contains(r.out, "bf16 peak unavailable: precision bf16: " + missing), r.out);
+  } else {
+    const size_t at = r.out.find("bf16 peak ");
+    BOOST_REQUIRE_MESSAGE(at != std::string::npos, r.out);
+    BOOST_TEST(std::stod(r.out.substr(at + 10)) > 0, r.out);
+    BOOST_TEST(contains(r.out, "x sgemm)"), r.out);
+  }
 }
 
 // End to end on a CPU without this build's extensions: QEMU's user-mode emulation of a Haswell

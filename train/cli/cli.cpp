@@ -485,6 +485,7 @@ int run_bench(const BenchArgs& a) {
   out["cpu_peak_flops_per_s"] = ci.cpu_peak;
   out["cpu_clock_hz"] = ci.clock_hz;
   out["cpu_peak_lanes"] = ci.lanes;
+  if (train_mode && cfg.precision == "bf16") out["bf16_gemm_peak_flops_per_s"] = bf16_gemm_peak_flops();
   if (train_mode) out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
@@ -499,6 +500,7 @@ int run_bench(const BenchArgs& a) {
                   100.0 * mf / ci.sgemm_peak, 100.0 * mf / ci.cpu_peak);
       std::printf("linear layers' products: median %.3f ms per step (%.0f%% of the step's median)\n",
                   r.linear_median_s * 1e3, 100.0 * r.linear_median_s / r.median_s);
+      if (cfg.precision == "bf16") std::printf("%s\n", bf16_rate_note().c_str());
     }
   }
   return 0;
@@ -751,7 +753,12 @@ int run_inspect_system() {
   std::printf("openblas core %s\n", c.blas_core.c_str());
   std::printf("gemm %s\n", c.gemm.c_str());
   std::printf("openmp wait %s\n", c.omp_wait.c_str());
-  std::printf("sgemm peak %.1f GFLOP/s (measured, 1536^3)\n", c.sgemm_peak / 1e9);
+  std::printf("sgemm peak %.1f GFLOP/s (measured, %d^3)\n", c.sgemm_peak / 1e9, kPeakSide);
+  if (const std::string missing = precision_unavailable(Precision::bf16); !missing.empty())
+    std::printf("bf16 peak unavailable: %s\n", missing.c_str());
+  else
+    std::printf("bf16 peak %.1f GFLOP/s (measured, %d^3; %.2fx sgemm)\n", bf16_gemm_peak_flops() / 1e9, kPeakSide,
+                bf16_gemm_peak_flops() / c.sgemm_peak);
   std::printf("cpu peak %.1f GFLOP/s = %d cores x %d FMA units x %d lanes x 2 x %.2f GHz (clock measured; %s)\n",
               c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9, c.peak_basis.c_str());
   std::printf("memory bandwidth %.1f GB/s (measured: STREAM triad over 3 x 256 MB)\n", memory_bandwidth() / 1e9);
