@@ -123,12 +123,18 @@ BOOST_AUTO_TEST_CASE(linear_with_and_without_bias) {
 BOOST_AUTO_TEST_CASE(linears_of_one_input) {
   for (Shape xs : {Shape{1, 1, 70}, Shape{2, 3, 70}, Shape{20, 70}, Shape{3, 5}}) {
     const int64_t in = xs.back();
+    // The objective is quadratic in every single input element, so central differences have no
+    // truncation error at any step: a wider step than the default only divides the float32
+    // rounding of the outputs by more (at 0.01 it reached 1.7x the tolerance on [20, 70] in a
+    // build whose kernels round differently).
+    GradCheckOptions opt;
+    opt.eps = 0.05;
     check_grad("linears " + str(xs),
                [](const std::vector<Var>& x) {
                  const std::vector<Var> y = linears(x[0], {x[1], x[2], x[3]}, {x[4], Var(), x[5]});
                  return add(add(mul(y[0], y[0]), y[1]), mul(y[2], y[0]));
                },
-               {rnd(xs), rnd({3, in}), rnd({3, in}), rnd({3, in}), rnd({3}), rnd({3})});
+               {rnd(xs), rnd({3, in}), rnd({3, in}), rnd({3, in}), rnd({3}), rnd({3})}, opt);
   }
 }
 
