@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -58,9 +57,11 @@ double bf16_gemm_peak_flops() {
   if (!kern::bf16_gemm_native_missing().empty()) return 0;
   static std::map<int, double> at;  // by thread count
   return product_peak(at, [](int64_t n) -> std::function<void()> {
-    auto a = std::make_shared<std::vector<uint16_t>>(n * n, 0x3f00), b = std::make_shared<std::vector<uint16_t>>(n * n, 0x3e80);
-    auto c = std::make_shared<std::vector<float>>(n * n);  // a = 0.5, b = 0.25 in bf16
-    return [=] { kern::gemm_bf16(false, false, n, n, n, 1.f, a->data(), n, b->data(), n, 0.f, c->data(), n); };
+    // a = 0.5, b = 0.25 in bf16
+    return [n, a = std::vector<uint16_t>(n * n, 0x3f00), b = std::vector<uint16_t>(n * n, 0x3e80),
+            c = std::vector<float>(n * n)]() mutable {
+      kern::gemm_bf16(false, false, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    };
   });
 }
 

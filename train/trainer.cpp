@@ -167,8 +167,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   if (!quiet_) {
     std::printf("%s%s%s\n", opt_.label.c_str(), compute_summary(compute_info()).c_str(),
                 precision_ == Precision::f32 ? "" : (std::string(" | precision ") + precision_name(precision_)).c_str());
-    if (precision_ == Precision::bf16 && precision_unavailable(precision_).empty())
-      std::printf("%s%s\n", opt_.label.c_str(), bf16_rate_note().c_str());
+    if (precision_ == Precision::bf16)  // "" where bf16 cannot run: set_up refuses it in one line
+      if (const std::string note = bf16_rate_note(); !note.empty()) std::printf("%s%s\n", opt_.label.c_str(), note.c_str());
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
   if (multi_) reducer_ = std::make_unique<GradReducer>(params_);

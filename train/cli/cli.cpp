@@ -754,11 +754,12 @@ int run_inspect_system() {
   std::printf("gemm %s\n", c.gemm.c_str());
   std::printf("openmp wait %s\n", c.omp_wait.c_str());
   std::printf("sgemm peak %.1f GFLOP/s (measured, %d^3)\n", c.sgemm_peak / 1e9, kPeakSide);
-  if (const std::string missing = precision_unavailable(Precision::bf16); !missing.empty())
+  if (const std::string missing = precision_unavailable(Precision::bf16); !missing.empty()) {
     std::printf("bf16 peak unavailable: %s\n", missing.c_str());
-  else
-    std::printf("bf16 peak %.1f GFLOP/s (measured, %d^3; %.2fx sgemm)\n", bf16_gemm_peak_flops() / 1e9, kPeakSide,
-                bf16_gemm_peak_flops() / c.sgemm_peak);
+  } else {
+    const double bf16 = bf16_gemm_peak_flops();
+    std::printf("bf16 peak %.1f GFLOP/s (measured, %d^3; %.2fx sgemm)\n", bf16 / 1e9, kPeakSide, bf16 / c.sgemm_peak);
+  }
   std::printf("cpu peak %.1f GFLOP/s = %d cores x %d FMA units x %d lanes x 2 x %.2f GHz (clock measured; %s)\n",
               c.cpu_peak / 1e9, c.threads, c.fma_units, c.lanes, c.clock_hz / 1e9, c.peak_basis.c_str());
   std::printf("memory bandwidth %.1f GB/s (measured: STREAM triad over 3 x 256 MB)\n", memory_bandwidth() / 1e9);
