@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "data/io.h"
+#include "data/outdir.h"
 #include "data/prepare.h"
 #include "data/tokens.h"
 #include "data/tokenizer/char.h"
@@ -123,6 +124,7 @@ Corpus load_corpus(const std::string& path_or_dir) {
   if (!fs::exists(st)) throw Error(ErrorKind::data, "data path " + path_or_dir + ": no such file or directory");
   if (!fs::is_directory(st)) return tokenize_file(path_or_dir);
   const fs::path dir(path_or_dir);
+  require_complete_output(path_or_dir, "corpus directory");
   if (fs::exists(dir / "meta.json")) return load_sharded(dir);
   // train.bin, val.bin and tokenizer.json, as earlier versions of prepare wrote them
   const std::string tok_path = (dir / "tokenizer.json").string();

@@ -167,59 +167,92 @@ void sync_path(const std::string& path, bool directory) {
     throw Error(ErrorKind::data, "cannot write " + path + ": cannot sync it to disk: " + std::strerror(err));
 }
 
-void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write) {
-  for (const std::string& path : paths) {
-    remove_stale_temps(path);
-    require_replaceable(path);
-  }
-  // Temps and backups are removed if a signal ends the process (guards) or on any error (below).
-  std::vector<std::string> temps, backups(paths.size());
+void replace_files(const std::vector<std::string>& temps, const std::vector<std::string>& paths, bool* restored) {
+  if (restored) *restored = true;
+  // The files go together or not at all: each one replaced is kept as a hard link first, so a
+  // later rename that fails (a directory, an immutable file) puts the earlier ones back. One file
+  // needs no backup (its rename is all or nothing), nor can a file system without hard links keep
+  // one: there the files before a failed rename stay new.
+  std::vector<std::string> backups(paths.size());
+  std::vector<bool> had_old(paths.size(), false);
   std::vector<std::unique_ptr<TempFileGuard>> guards;
-  auto remove_all = [&] {
+  auto remove_backups = [&] {
     std::error_code ec;
-    for (const std::string& t : temps) fs::remove(t, ec);
     for (const std::string& b : backups)
       if (!b.empty()) fs::remove(b, ec);
   };
   try {
-    for (const std::string& path : paths) {
-      temps.push_back(temp_path_for(path));
-      guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
-    }
-    write(temps);
-    for (const std::string& t : temps) sync_path(t);
-    // The files go together or not at all: each one replaced is kept as a hard link first, so a
-    // later rename that fails (a directory, an immutable file) puts the earlier ones back.
     for (size_t i = 0; i < paths.size(); i++) {
       const std::string& path = paths[i];
-      if (!fs::exists(path)) continue;
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) != 0) continue;
+      had_old[i] = true;
+      if (paths.size() == 1) break;
       backups[i] = temp_path_for(path);
       guards.push_back(std::make_unique<TempFileGuard>(backups[i]));
       if (::link(path.c_str(), backups[i].c_str()) != 0) {
         const int err = errno;
         backups[i].clear();
+        if (err == EPERM || err == ENOTSUP || err == EOPNOTSUPP || err == ENOSYS || err == EMLINK) continue;
         throw Error(ErrorKind::data, "cannot write " + path + ": cannot keep the old file while replacing it: " + std::strerror(err));
       }
     }
     for (size_t i = 0; i < paths.size(); i++) {
       std::error_code ec;
-      fs::rename(temps[i], paths[i], ec);
+      // a target that was absent stays absent until this rename: what arrived meanwhile is not
+      // replaced (renameat2's RENAME_NOREPLACE, where the file system has it)
+      if (!had_old[i] && ::renameat2(AT_FDCWD, temps[i].c_str(), AT_FDCWD, paths[i].c_str(), RENAME_NOREPLACE) == 0) continue;
+      if (!had_old[i] && errno != EINVAL && errno != ENOSYS) ec = std::error_code(errno, std::generic_category());
+      else fs::rename(temps[i], paths[i], ec);
       if (!ec) continue;
       for (size_t j = 0; j < i; j++) {  // undo: the old file back, or no file where there was none
         std::error_code undo;
         if (!backups[j].empty()) fs::rename(backups[j], paths[j], undo);
-        else fs::remove(paths[j], undo);
+        else if (!had_old[j]) fs::remove(paths[j], undo);
+        else undo = std::make_error_code(std::errc::operation_not_supported);
+        if (undo && restored) *restored = false;
       }
       throw Error(ErrorKind::data, "cannot write " + paths[i] + ": " + ec.message());
     }
   } catch (...) {
-    remove_all();
+    remove_backups();
     throw;
   }
-  remove_all();  // the backups (the temps are renamed away)
+  remove_backups();
   std::set<std::string> dirs;
   for (const std::string& path : paths) dirs.insert(parent_of(path));
-  for (const std::string& d : dirs) sync_path(d, true);
+  try {
+    for (const std::string& d : dirs) sync_path(d, true);
+  } catch (const Error&) {
+    if (restored) *restored = false;  // every file is new, but not known to be on disk
+    throw;
+  }
+}
+
+void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write) {
+  for (const std::string& path : paths) {
+    remove_stale_temps(path);
+    require_replaceable(path);
+  }
+  // The temps are removed if a signal ends the process (guards) or on any error (below).
+  std::vector<std::string> temps;
+  std::vector<std::unique_ptr<TempFileGuard>> guards;
+  auto remove_temps = [&] {
+    std::error_code ec;
+    for (const std::string& t : temps) fs::remove(t, ec);
+  };
+  try {
+    for (const std::string& path : paths) {
+      temps.push_back(reserve_temp_for(path));
+      guards.push_back(std::make_unique<TempFileGuard>(temps.back()));
+    }
+    write(temps);
+    for (const std::string& t : temps) sync_path(t);
+    replace_files(temps, paths);
+  } catch (...) {
+    remove_temps();
+    throw;
+  }
 }
 
 void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files) {
@@ -255,92 +288,5 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) { write_files_atomic({{path, bytes}}); }
-
-// ---- DirectoryCommit --------------------------------------------------------------------------------
-
-namespace {
-
-void remove_tree(const fs::path& p) {
-  std::error_code ec;
-  fs::remove_all(p, ec);
-}
-
-// The sibling a directory output is built in; those of processes that no longer run (killed
-// mid-build) are removed.
-fs::path build_dir_for(const fs::path& out, const std::string& tag) {
-  const std::string prefix = "." + out.filename().string() + "." + tag + ".";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out.parent_path(), ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(prefix, 0) != 0) continue;
-    const long pid = std::strtol(n.c_str() + prefix.size(), nullptr, 10);
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) remove_tree(e.path());
-  }
-  return out.parent_path() / (prefix + std::to_string(::getpid()));
-}
-
-// "HF model" -> "HF-model": the noun as part of a file name.
-std::string tag_of(std::string noun) {
-  for (char& c : noun)
-    if (c == ' ' || c == '/' || c == '.') c = '-';
-  return noun;
-}
-
-}  // namespace
-
-DirectoryCommit::DirectoryCommit(const std::string& out, const std::string& noun, std::function<bool(const std::string&)> is_output,
-                                 ErrorKind kind)
-    : noun_(noun), is_output_(std::move(is_output)), kind_(kind) {
-  out_ = fs::absolute(out).lexically_normal();
-  if (out_.filename().empty()) out_ = out_.parent_path();  // "dir/"
-  std::error_code ec;
-  const fs::file_status st = fs::status(out_, ec);
-  existed_ = fs::exists(st);
-  if (existed_ && !fs::is_directory(st)) throw Error(kind, "output directory " + out + ": cannot create: a file of that name exists");
-  lock_.emplace(out_.string(), kind);  // one writer: a second one fails here
-  built_ = build_dir_for(out_, tag_of(noun));
-  remove_tree(built_);
-  fs::create_directory(built_, ec);
-  if (ec) {
-    lock_.reset();
-    if (!existed_) remove_tree(out_);
-    throw Error(kind, "output directory " + out + ": cannot write beside it: " + ec.message());
-  }
-}
-
-DirectoryCommit::~DirectoryCommit() {
-  if (committed_) return;
-  remove_tree(built_);
-  if (!existed_) {  // leave nothing new behind: the directory this run made for its lock
-    std::error_code ec;
-    fs::remove(out_ / ".lock", ec);
-    lock_.reset();
-    fs::remove(out_, ec);
-  }
-}
-
-void DirectoryCommit::commit() {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(built_, ec))
-    if (e.is_regular_file()) sync_path(e.path().string());
-  for (const auto& e : fs::directory_iterator(out_, ec)) {
-    const std::string n = e.path().filename().string();
-    if (is_output_(n)) continue;
-    const fs::path to = built_ / n;
-    if (fs::exists(to)) continue;  // the new contents have a file of that name
-    std::error_code mv;
-    if (e.is_regular_file() ? ::link(e.path().c_str(), to.c_str()) != 0 : (fs::rename(e.path(), to, mv), bool(mv)))
-      throw Error(kind_, "cannot write " + out_.string() + ": cannot carry " + n + " over to the new contents");
-  }
-  sync_path(built_.string(), true);
-  if (::renameat2(AT_FDCWD, built_.c_str(), AT_FDCWD, out_.c_str(), RENAME_EXCHANGE) != 0)
-    throw Error(kind_, "cannot write " + out_.string() + ": cannot swap in the new contents: " + std::strerror(errno));
-  committed_ = true;
-  sync_path(out_.parent_path().string(), true);
-  fs::remove_all(built_, ec);
-  if (ec)
-    std::fprintf(stderr, "tapelm: warning: the previous %s could not be removed whole: %s holds what is left (%s)\n",
-                 noun_.c_str(), built_.c_str(), ec.message().c_str());
-}
 
 }  // namespace tapelm

@@ -5,13 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "autograd/error.h"
-#include "data/dirlock.h"
 
 namespace tapelm {
 
@@ -69,6 +67,11 @@ void commit_files(const std::vector<std::pair<std::string, PathWriter>>& files);
 /// shards): write(temps) fills the temporary paths, in the order of `paths`; then all are synced
 /// and renamed into place together.
 void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write);
+/// Renames each temps[i] onto paths[i], all or none: each file replaced is kept as a hard link
+/// first, so that a rename that fails puts back the files renamed before it (*restored says
+/// whether that undo worked; a data Error names the file that failed). Then the directories are
+/// synced.
+void replace_files(const std::vector<std::string>& temps, const std::vector<std::string>& paths, bool* restored = nullptr);
 /// commit_files with each file's bytes streamed by its writer.
 void write_files_atomic_streamed(const std::vector<std::pair<std::string, StreamWriter>>& files);
 /// commit_files with each file's bytes in memory.
@@ -77,36 +80,5 @@ void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& 
 void write_file_atomic(const std::string& path, const std::string& bytes);
 /// Syncs a file's data (or a directory's entries) to disk; a data Error naming it on failure.
 void sync_path(const std::string& path, bool directory = false);
-
-/// A directory output (a corpus, an HF model directory) built in a sibling directory and swapped in
-/// whole: at every instant the output holds the old contents or the new, whatever ends the process.
-/// The output is locked (DirLock: one writer at a time) from construction to destruction.
-class DirectoryCommit {
- public:
-  /// Locks `out` (creating it when absent: an existing non-directory is an Error of `kind`) and
-  /// makes the sibling `.<name>.<noun>.<pid>` to build in (noun: "corpus", "model", as messages
-  /// name the contents), removing those of processes that no
-  /// longer run. is_output(name) says which files of out the new contents replace; the others (a
-  /// user's notes, the lock) are carried over.
-  DirectoryCommit(const std::string& out, const std::string& noun, std::function<bool(const std::string&)> is_output,
-                  ErrorKind kind);
-  ~DirectoryCommit();
-  DirectoryCommit(const DirectoryCommit&) = delete;
-  DirectoryCommit& operator=(const DirectoryCommit&) = delete;
-
-  /// Where the new contents are built.
-  const std::filesystem::path& dir() const { return built_; }
-  /// Syncs the built files, carries over what is not an output, exchanges the two directories in
-  /// one rename (renameat2 RENAME_EXCHANGE), syncs the parent and removes the old contents.
-  void commit();
-
- private:
-  std::filesystem::path out_, built_;
-  std::string noun_;
-  std::function<bool(const std::string&)> is_output_;
-  ErrorKind kind_;
-  bool existed_ = false, committed_ = false;
-  std::optional<DirLock> lock_;
-};
 
 }  // namespace tapelm

@@ -12,6 +12,7 @@
 
 #include "autograd/runtime.h"
 #include "data/io.h"
+#include "data/outdir.h"
 #include "data/shards.h"
 #include "data/tokenizer/char.h"
 #include "data/tokenizer/sentencepiece.h"
@@ -410,9 +411,9 @@ struct EncodeProgress {
 /// Encodes one split's segments into dir/<name>_NNNNNN.bin: batches of pieces read in order,
 /// encoded on every thread. Returns the shards as meta.json lists them.
 nlohmann::json encode_split(const PrepareOptions& o, const Tokenizer& tok, const std::vector<Segment>& segs,
-                            const std::string& name, const fs::path& dir, EncodeProgress& progress, int64_t* tokens) {
+                            const std::string& name, DirectoryCommit& out, EncodeProgress& progress, int64_t* tokens) {
   const size_t batch = static_cast<size_t>(4 * std::max(1, get_num_threads()));
-  ShardWriter w(dir.string(), name, tok.vocab_size() > 65536, o.shard_tokens);
+  ShardWriter w([&out](const std::string& file) { return out.path(file); }, name, tok.vocab_size() > 65536, o.shard_tokens);
   Chunker chunker(o.texts, tok, o.chunk_bytes);
   std::vector<Piece> pieces;
   std::vector<std::vector<int32_t>> ids;
@@ -479,7 +480,7 @@ bool corpus_file(const std::string& n) {
   const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
   return shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model" ||
          n == "tokenizer.byte_bpe.json" ||
-         n == "meta.json" || n == ".prepare.tmp";
+         n == "meta.json";
 }
 
 }  // namespace
@@ -490,18 +491,17 @@ PrepareResult prepare_corpus(const PrepareOptions& o) {
   PrepareResult r;
   const Inputs in = read_inputs(o, r);
   DirectoryCommit out(o.out_dir, "corpus", corpus_file, ErrorKind::data);  // one writer: a second prepare fails here
-  const fs::path& built = out.dir();
   r.tok = make_tokenizer(o, in);
   const Split sp = split_documents(o, in.docs, r.tok, r);
   const auto t_enc = Clock::now();
   EncodeProgress progress{o.progress, in.doc_bytes};
-  const nlohmann::json train = encode_split(o, r.tok, sp.train, "train", built, progress, &r.train_tokens);
-  const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", built, progress, &r.val_tokens);
+  const nlohmann::json train = encode_split(o, r.tok, sp.train, "train", out, progress, &r.train_tokens);
+  const nlohmann::json val = encode_split(o, r.tok, sp.val, "val", out, progress, &r.val_tokens);
   r.shards = static_cast<int64_t>(train.size() + val.size());
   r.encode_seconds = since(t_enc);
   const std::string tok_file = corpus_file_name(r.tok.kind());
-  write_files_atomic({{(built / tok_file).string(), r.tok.as<CharTokenizer>() ? r.tok.serialized() + "\n" : r.tok.serialized()},
-                      {(built / "meta.json").string(), corpus_meta(o, r, train, val, tok_file)}});
+  write_files_atomic({{out.path(tok_file), r.tok.as<CharTokenizer>() ? r.tok.serialized() + "\n" : r.tok.serialized()},
+                      {out.path("meta.json"), corpus_meta(o, r, train, val, tok_file)}});
   out.commit();
   r.seconds = since(t0);
   return r;

@@ -4,9 +4,10 @@
 //   DIR/train_000000.bin ...   DIR/val_000000.bin ...   (llm.c shards, see data/shards.h)
 //   DIR/tokenizer.json (char) or DIR/tokenizer.model (sentencepiece)
 //   DIR/meta.json              tokenizer kind, vocab size, every shard with its token count, documents
-// Everything is built in a sibling directory and swapped in for DIR in one rename (renameat2,
-// RENAME_EXCHANGE): DIR holds the old corpus or the new one at every instant, and a re-run after
-// a crash removes the dead run's sibling. DIR is locked (DirLock) for the whole run.
+// The files go into DIR as one set (DirectoryCommit, data/outdir.h): a folder of tapelm's own gets
+// the old corpus or the new one at every instant; beside a user's files, each file is old or new.
+// Nothing in DIR that tapelm did not write is touched, and another corpus's files there that no
+// tapelm write recorded are refused. DIR is locked for the whole run.
 #include <cstdint>
 #include <string>
 #include <vector>

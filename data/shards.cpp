@@ -191,8 +191,11 @@ bool TokenSeq::operator==(const std::vector<int32_t>& ids) const {
 
 // ---- writing ------------------------------------------------------------------------------------
 
-ShardWriter::ShardWriter(std::string dir, std::string prefix, bool wide, int64_t max_tokens)
-    : dir_(std::move(dir)), prefix_(std::move(prefix)), wide_(wide), max_tokens_(std::max<int64_t>(1, max_tokens)) {}
+ShardWriter::ShardWriter(Place place, std::string prefix, bool wide, int64_t max_tokens)
+    : place_(std::move(place)), prefix_(std::move(prefix)), wide_(wide), max_tokens_(std::max<int64_t>(1, max_tokens)) {}
+
+ShardWriter::ShardWriter(const std::string& dir, std::string prefix, bool wide, int64_t max_tokens)
+    : ShardWriter([dir](const std::string& name) { return (fs::path(dir) / name).string(); }, std::move(prefix), wide, max_tokens) {}
 
 ShardWriter::~ShardWriter() {
   if (file_) std::fclose(static_cast<std::FILE*>(file_));
@@ -201,7 +204,8 @@ ShardWriter::~ShardWriter() {
 void ShardWriter::open_next() {
   char name[64];
   std::snprintf(name, sizeof name, "%s_%06zu.bin", prefix_.c_str(), shards_.size());
-  const std::string path = (fs::path(dir_) / name).string();
+  path_ = place_(name);
+  const std::string& path = path_;
   errno = 0;
   file_ = std::fopen(path.c_str(), "wb");
   if (!file_) throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
@@ -214,7 +218,7 @@ void ShardWriter::open_next() {
 
 void ShardWriter::close_current() {
   auto* f = static_cast<std::FILE*>(file_);
-  const std::string path = (fs::path(dir_) / shards_.back().first).string();
+  const std::string& path = path_;
   const std::string h = token_file_header(wide_ ? wide_token_file_magic : token_file_magic,
                                           wide_ ? wide_token_file_version : token_file_version, static_cast<uint32_t>(in_current_));
   bool ok = std::fseek(f, 0, SEEK_SET) == 0 && std::fwrite(h.data(), 1, h.size(), f) == h.size() && std::fflush(f) == 0 &&
@@ -244,7 +248,7 @@ void ShardWriter::write(const std::vector<int32_t>& ids) {
       }
     }
     if (std::fwrite(buf_.data(), 1, buf_.size(), static_cast<std::FILE*>(file_)) != buf_.size())
-      throw Error(ErrorKind::data, "cannot write " + (fs::path(dir_) / shards_.back().first).string() + ": " + std::strerror(errno));
+      throw Error(ErrorKind::data, "cannot write " + path_ + ": " + std::strerror(errno));
     in_current_ += static_cast<int64_t>(take);
     total_ += static_cast<int64_t>(take);
     i += take;

@@ -7,6 +7,7 @@
 // with uint32 tokens (vocabularies above 65,536 ids). Headerless uint16 files (llama2.c's
 // pretokenized shards, nanoGPT's train.bin) map too.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -63,12 +64,16 @@ class TokenSeq {
   int64_t n_ = 0;
 };
 
-/// Streams ids into shard files `dir/<prefix>_000000.bin`, ... of at most max_tokens each
-/// (uint16 when wide = false, else llm.c's uint32 variant). Each file is complete when the next
-/// starts or finish() returns; the caller renames them into place (see prepare).
+/// Streams ids into shard files `<prefix>_000000.bin`, ... of at most max_tokens each (uint16 when
+/// wide = false, else llm.c's uint32 variant). Each file is complete when the next starts or
+/// finish() returns; the caller renames them into place (see prepare).
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, std::string prefix, bool wide, int64_t max_tokens);
+  /// Where the shard of a given file name is written (a corpus's DirectoryCommit::path).
+  using Place = std::function<std::string(const std::string& name)>;
+  ShardWriter(Place place, std::string prefix, bool wide, int64_t max_tokens);
+  /// The shards written in `dir` under their names.
+  ShardWriter(const std::string& dir, std::string prefix, bool wide, int64_t max_tokens);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -85,7 +90,8 @@ class ShardWriter {
   void open_next();
   void close_current();
 
-  std::string dir_, prefix_;
+  Place place_;
+  std::string prefix_, path_;  // path_: where the current shard is written
   bool wide_;
   int64_t max_tokens_, in_current_ = 0, total_ = 0;
   void* file_ = nullptr;  // std::FILE*

@@ -1,6 +1,8 @@
 #include "data/tempfile.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+
+#include "autograd/error.h"
 
 namespace tapelm {
 
@@ -52,6 +56,18 @@ std::string temp_path_for(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 
+std::string reserve_temp_for(const std::string& path) {
+  for (int tries = 0;; tries++) {
+    const std::string t = temp_path_for(path);
+    const int fd = ::open(t.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      return t;
+    }
+    if (errno != EEXIST || tries >= 100) throw Error(ErrorKind::data, "cannot write " + path + ": " + std::strerror(errno));
+  }
+}
+
 TempFileGuard::TempFileGuard(const std::string& path) {
   if (path.size() >= kPathMax) return;  // not guarded; the next writer's sweep still removes it
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -79,13 +95,16 @@ void remove_stale_temps(const std::string& path) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
+    // exactly <name>.tmp.<pid>.<k>, a regular file, of a process that no longer runs
     const std::string rest = name.substr(prefix.size());
     const size_t digits = rest.find_first_not_of("0123456789");
-    if (digits == 0 || rest.empty()) continue;
+    if (digits == 0 || digits == std::string::npos || rest[digits] != '.' || rest.size() == digits + 1 ||
+        rest.find_first_not_of("0123456789", digits + 1) != std::string::npos)
+      continue;
     const long pid = std::strtol(rest.substr(0, digits).c_str(), nullptr, 10);
     if (pid <= 0 || pid == ::getpid() || process_runs(pid)) continue;
-    std::error_code rm;
-    fs::remove(e.path(), rm);
+    struct stat st {};
+    if (::lstat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) ::unlink(e.path().c_str());
   }
 }
 

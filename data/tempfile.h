@@ -8,6 +8,10 @@ namespace tapelm {
 
 /// The temp path for writing `path`: `<path>.tmp.<pid>.<k>`, k counting within this process.
 std::string temp_path_for(const std::string& path);
+/// temp_path_for's path made as a new, empty file of this process's (O_CREAT | O_EXCL |
+/// O_NOFOLLOW: never a file or a symbolic link that was there); a data Error naming `path` when it
+/// cannot be made.
+std::string reserve_temp_for(const std::string& path);
 
 /// While alive, `path` is unlinked if SIGINT, SIGTERM or SIGHUP ends the process, before the
 /// signal takes its default effect. Signals a command handles itself (train's stop handler) are

@@ -158,6 +158,37 @@ struct Run {
   std::string out, err;
 };
 
+/// The id of a process that has ended: what a killed run leaves in its file names.
+inline pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return pid;
+}
+
+/// A copy of a folder tapelm wrote that keeps each file's identity, as its manifest records it
+/// (device, inode, size, time): files hard-linked (tapelm never writes into a file in place; it
+/// renames new ones over), the lock and the manifest copied, so that copies lock files of their
+/// own. Across file systems files are copied.
+inline void link_tree(const std::filesystem::path& from, const std::filesystem::path& to) {
+  namespace fs = std::filesystem;
+  fs::create_directories(to);
+  for (const auto& e : fs::directory_iterator(from)) {
+    const fs::path t = to / e.path().filename();
+    const fs::file_status st = e.symlink_status();
+    std::error_code ec;
+    if (fs::is_symlink(st)) {
+      fs::copy_symlink(e.path(), t);
+    } else if (fs::is_directory(st)) {
+      link_tree(e.path(), t);
+    } else if (e.path().filename() == ".lock" || e.path().filename() == ".tapelm-manifest.json" ||
+               (fs::create_hard_link(e.path(), t, ec), bool(ec))) {
+      fs::copy_file(e.path(), t);
+    }
+  }
+}
+
 /// Runs a shell command line, capturing both streams.
 inline Run run_shell(const std::string& cmdline) {
   TempDir d;

@@ -221,9 +221,9 @@ BOOST_AUTO_TEST_CASE(a_second_writer_gets_one_line_and_a_killed_writer_leaves_no
     int pid;
     ~KillAtEnd() { ::kill(pid, SIGKILL); }
   } holder{std::stoi(pid)};
-  for (int i = 0; i < 400 && slurp(d / "run/.lock") != pid + "\n"; i++)
+  for (int i = 0; i < 400 && slurp(d / "run/.lock") != "tapelm " + pid + "\n"; i++)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  BOOST_TEST_REQUIRE(slurp(d / "run/.lock") == pid + "\n");
+  BOOST_TEST_REQUIRE(slurp(d / "run/.lock") == "tapelm " + pid + "\n");
   Run second = run_cli(train + " --set max_iters=2");
   expect_error(second, d / "run");
   BOOST_TEST(second.err.find("pid " + pid) != std::string::npos, second.err);
@@ -293,6 +293,8 @@ BOOST_AUTO_TEST_CASE(a_fifo_for_any_input_is_refused_at_once) {
     fs::create_directories(fs::path(d / f).parent_path());
     BOOST_TEST_REQUIRE(::mkfifo((d / f).c_str(), 0600) == 0, f);
   }
+  // the sweep's state file as a sweep leaves it listed in the folder's manifest (its own, then)
+  write_bytes(d / "sw/.tapelm-manifest.json", R"({"format": "tapelm-manifest", "version": 1, "files": {"sweep.json": {"by": "sweep"}}})");
   // a tokenizer.json whose tokenizer_config.json beside it is a FIFO
   fs::copy_file(fixture_path("gguf/qwen2mini/tokenizer.json"), d / "tok/tokenizer.json");
   const std::string bin = std::string(TAPELM_BINARY) + " ";

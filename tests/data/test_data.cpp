@@ -268,7 +268,7 @@ BOOST_AUTO_TEST_CASE(prepare_writes_shards_and_loads_like_the_text) {
   const std::string out = dir / ("prepared/shakespeare");
   const Corpus prepared = prepare(shakespeare_path(), out);
   BOOST_TEST((dir.listing().size() == 1u));
-  BOOST_TEST(files_in(out) == 5u);  // train_000000.bin, val_000000.bin, tokenizer.json, meta.json, .lock
+  BOOST_TEST(files_in(out) == 6u);  // train_000000.bin, val_000000.bin, tokenizer.json, meta.json, .lock, .tapelm-manifest.json
   BOOST_TEST(fs::file_size(out + "/train_000000.bin") == 1024u + 2 * 1003854u);
   BOOST_TEST(fs::file_size(out + "/val_000000.bin") == 1024u + 2 * 111540u);
   const Corpus from_dir = load_corpus(out);
@@ -282,7 +282,7 @@ BOOST_AUTO_TEST_CASE(prepare_writes_shards_and_loads_like_the_text) {
 
   // Preparing again over the same directory replaces the files and leaves no temp files.
   prepare(test::fixture_path("tiny.txt"), out);
-  BOOST_TEST(files_in(out) == 5u);
+  BOOST_TEST(files_in(out) == 6u);
   const Corpus tiny = load_corpus(out);
   BOOST_TEST(tiny.tok.vocab_size() == 31);
   BOOST_TEST(tiny.train.size() == 471u);
@@ -294,7 +294,7 @@ BOOST_AUTO_TEST_CASE(prepare_and_load_errors) {
   TempDir dir;
   const std::string blocker = dir / ("a_file");
   write_bytes(blocker, "x");
-  check_error([&] { prepare(test::fixture_path("tiny.txt"), blocker); }, {"output directory", blocker, "cannot create"});
+  check_error([&] { prepare(test::fixture_path("tiny.txt"), blocker); }, {"corpus directory", blocker, "exists and is not a directory"});
   const std::string missing = dir / ("missing.txt");
   check_error([&] { prepare(missing, dir / ("out")); }, {missing, "no such file"});
   BOOST_TEST(!fs::exists(dir / ("out")));
@@ -722,13 +722,19 @@ BOOST_AUTO_TEST_CASE(prepare_bad_inputs_give_one_line_and_leave_nothing) {
   o.texts = {d / "good.txt", d / "latin1.txt"};
   check_error([&] { run(o); }, {"latin1.txt"});
   BOOST_TEST(read_file_bytes(d / "out/meta.json", "meta") == meta);
-  BOOST_TEST(!fs::exists(d / "out/.prepare.tmp"));
-  // a leftover of a killed run is cleared by the next one
-  fs::create_directories(d / "out/.prepare.tmp");
-  write_bytes(d / "out/.prepare.tmp/train_000000.bin", "junk");
+  // what a killed run left beside the folder is cleared by the next one (its staging marker says
+  // it is tapelm's); a folder of a similar name without the marker is a user's, and stays
+  const fs::path stale = d / (".out.corpus." + std::to_string(test::dead_pid()));
+  fs::create_directories(stale);
+  write_bytes((stale / ".tapelm-staging").string(), (d / "out") + "\n");
+  write_bytes((stale / "train_000000.bin").string(), "junk");
+  const fs::path users = d / ".out.corpus.1";  // pid 1 always runs: not a killed run's
+  fs::create_directories(users);
+  write_bytes((users / "train_000000.bin").string(), "mine");
   o.texts = {d / "good.txt"};
   prepare_corpus(o);
-  BOOST_TEST(!fs::exists(d / "out/.prepare.tmp"));
+  BOOST_TEST(!fs::exists(stale));
+  BOOST_TEST(read_file_bytes((users / "train_000000.bin").string(), "file") == "mine");
 
   // --doc-sep never found: one document, and a warning
   o.doc_sep = "<|never|>";

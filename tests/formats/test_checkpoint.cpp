@@ -567,7 +567,7 @@ BOOST_AUTO_TEST_CASE(a_signal_mid_write_removes_the_temp_file_and_the_next_write
   const pid_t gone = ::fork();
   if (gone == 0) ::_exit(0);
   ::waitpid(gone, nullptr, 0);
-  const std::string dead = d / ("w.h5.tmp." + std::to_string(gone)), live = d / ("w.h5.tmp." + std::to_string(::getppid()));
+  const std::string dead = d / ("w.h5.tmp." + std::to_string(gone) + ".0"), live = d / ("w.h5.tmp." + std::to_string(::getppid()) + ".0");
   const std::string dead_bin = d / ("m.bin.tmp." + std::to_string(gone) + ".0");
   for (const std::string& f : {dead, live, dead_bin}) std::ofstream(f) << "left behind";
   save_model(d / "w.h5", GPT(tiny_train(1).model, 1));

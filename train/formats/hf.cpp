@@ -11,6 +11,7 @@
 
 #include "autograd/error.h"
 #include "data/io.h"
+#include "data/outdir.h"
 #include "data/tokenizer/bytebpe/byte_bpe.h"
 #include "data/tokenizer/sentencepiece.h"
 #include "data/tokenizer/tokenizer.h"
@@ -363,6 +364,7 @@ namespace {
 // Opens the directory, filling r with what an import reports.
 formats::OpenedModel open_dir(const std::string& dir, ImportResult& r) {
   if (!fs::is_directory(dir)) throw Error(ErrorKind::data, "HF model directory " + dir + ": not a directory");
+  require_complete_output(dir, "HF model directory");
   r.hf = read_config((fs::path(dir) / "config.json").string());
   formats::OpenedModel m;
   m.path = dir;
@@ -456,20 +458,21 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
   if (!plan.index_json.empty()) small.emplace_back("model.safetensors.index.json", plan.index_json);
   tokenizer_files(tok, cfg.block_size, small, r.note);
 
-  // Written whole beside the directory and swapped in: never a new config.json beside old weights.
+  // One set: never a new config.json beside old weights (DirectoryCommit). The shards are named
+  // first, so that where the files are renamed one at a time, config.json comes last.
   DirectoryCommit out(dir, "HF model", hf_model_file, ErrorKind::data);
-  std::vector<std::pair<std::string, std::string>> whole;
-  for (const auto& [name, bytes] : small) whole.emplace_back((out.dir() / name).string(), bytes);
   std::vector<formats::PlacedFile> placed;
   std::vector<formats::Placement> placements;
   size_t next = 0;  // the shards hold the layout's tensors in order
   for (size_t i = 0; i < plan.shards.size(); i++) {
-    placed.push_back({(out.dir() / plan.names[i]).string(), safetensors::header_bytes(plan.shards[i], st, {{"format", "pt"}})});
+    placed.push_back({out.path(plan.names[i]), safetensors::header_bytes(plan.shards[i], st, {{"format", "pt"}})});
     const std::vector<uint64_t> at = safetensors::data_offsets(plan.shards[i], st, placed.back().header.size());
     const std::string p = (fs::path(dir) / plan.names[i]).string();
     for (size_t j = 0; j < plan.shards[i].size(); j++, next++)
       placements.push_back({layout[next], i, at[j], [t = plan.shards[i][j], &st, p](const std::vector<float>& v) { return safetensors::encode(t, v, st, p); }});
   }
+  std::vector<std::pair<std::string, std::string>> whole;
+  for (auto it = small.rbegin(); it != small.rend(); ++it) whole.emplace_back(out.path(it->first), it->second);
   formats::write_placed("HF model directory " + dir, cfg, whole, placed, placements, fill);
   out.commit();
   for (const auto& [name, bytes] : small) r.files.push_back((fs::path(dir) / name).string());

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <map>
 #include <string_view>
 
 #include "data/io.h"
+#include "data/outdir.h"
 #include "train/formats/layout.h"
 #include "train/formats/tensor_source.h"
 #include "nn/accounting.h"
@@ -454,8 +456,18 @@ Header export_model(const std::string& checkpoint, int version, const std::strin
   };
   std::vector<std::pair<std::string, std::string>> files{
       {out, model_bytes(model, version, table("freq_cis_real"), table("freq_cis_imag"))}};
-  if (!tok_path.empty()) files.emplace_back(tok_path, std::move(tok_bytes));
+  // tokenizer.bin is a name the user did not give: written where there is none, or where the one
+  // there is tapelm's (the folder's manifest lists it); one holding these very bytes is left as it is.
+  std::optional<OutputFolder> folder;
+  if (!tok_path.empty() && !(std::filesystem::is_regular_file(tok_path) && read_file_bytes(tok_path, "tokenizer file") == tok_bytes)) {
+    const std::filesystem::path parent = std::filesystem::path(tok_path).parent_path();
+    folder.emplace(parent.empty() ? "." : parent.string(), "folder of " + out, ErrorKind::data);
+    folder->claim({"tokenizer.bin"}, "llama2c export");
+    folder->keep();
+    files.emplace_back(tok_path, std::move(tok_bytes));
+  }
   write_files_atomic(files);
+  if (folder) folder->record({"tokenizer.bin"});
   if (tokenizer_path) *tokenizer_path = tok_path;
   Header h = to_header(cfg);
   h.version = version;

@@ -730,15 +730,18 @@ void methods_script(std::ostream& gp, const PlotFiles& files, const SweepPlan& p
 void write_plots(const std::string& out_dir, const SweepPlan& plan, const std::vector<CellResult>& results) {
   const Table t{plan, results};
   const fs::path out(out_dir);
-  const PlotFiles files(out);
+  const ScratchDir d;  // the data files and images, until each image is put in place
+  const PlotFiles files(d.path());
   write_plot_data(files, t);
   std::ostringstream gp;
-  tradeoff_script(gp, files, t, out / "fig_tradeoff.png");
-  alpha_script(gp, files, plan, out / "fig_alpha.png");
-  methods_script(gp, files, plan, out / "fig_methods.png");
-  if (kv_points(t).size() > plan.kv_heads.size()) kvbytes_plot(gp, files, t, out / "fig_kvbytes.png");
+  std::vector<std::pair<fs::path, fs::path>> images;
+  for (const char* name : {"fig_tradeoff.png", "fig_alpha.png", "fig_methods.png", "fig_kvbytes.png"}) images.emplace_back(d / name, out / name);
+  tradeoff_script(gp, files, t, images[0].first);
+  alpha_script(gp, files, plan, images[1].first);
+  methods_script(gp, files, plan, images[2].first);
+  if (kv_points(t).size() > plan.kv_heads.size()) kvbytes_plot(gp, files, t, images[3].first);
   run_gnuplot(gp.str());
-  for (const fs::path& f : {files.tradeoff, files.alpha, files.methods, files.smaller, files.kvbytes}) fs::remove(f);
+  place_images(images);
 }
 
 }  // namespace tapelm

@@ -15,6 +15,7 @@
 #include "autograd/runtime.h"
 #include "data/dataset.h"
 #include "data/io.h"
+#include "data/outdir.h"
 #include "data/sampler.h"
 #include "nn/accounting.h"
 #include "train/bench.h"
@@ -85,13 +86,16 @@ CellResult read_cell(const fs::path& p, const Cell& c) {
 
 /// OUT/{runs,cells,decode}/ and OUT/sweep.json, locked for the whole sweep (OUT/.lock; each cell's
 /// run directory has its own lock, a separate file, so they do not collide); refuses a directory
-/// that holds another configuration.
+/// that holds another configuration, or a file of the sweep's names that tapelm did not write.
 struct SweepDirs {
-  DirLock lock;  // first: a second sweep on OUT fails before anything in it is touched
+  OutputFolder folder;  // first: a second sweep on OUT fails before anything in it is touched
   fs::path out, runs, cells, decode;
 
   SweepDirs(const std::string& out_dir, const json& stamp_meta)
-      : lock(out_dir), out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
+      : folder(out_dir, "sweep directory", ErrorKind::io), out(out_dir), runs(out / "runs"), cells(out / "cells"), decode(out / "decode") {
+    folder.claim({"sweep.json", "runs", "cells", "decode"}, "sweep");
+    folder.refuse_foreign(report_files(), "sweep");  // claimed when they are written, at the end
+    folder.keep();
     std::error_code ec;
     for (const fs::path& d : {out, runs, cells, decode}) {
       fs::create_directories(d, ec);
@@ -133,6 +137,10 @@ struct SweepDirs {
     }
   }
   fs::path cell_file(const Cell& c) const { return cells / (c.id() + ".json"); }
+  /// What the report writes in OUT, each whole.
+  static std::vector<std::string> report_files() {
+    return {"report.md", "results.csv", "fig_tradeoff.png", "fig_alpha.png", "fig_methods.png", "fig_kvbytes.png"};
+  }
   bool finished(const Cell& c) const { return fs::exists(cell_file(c)); }
 };
 
@@ -425,7 +433,7 @@ class SweepRun {
   }
 
   // results.csv, report.md and the plots of every cell.
-  void write_report() const;
+  void write_report();
 
  private:
   static SweepPreset with_vocab(const SweepPreset& p, const Corpus& corpus) {
@@ -539,7 +547,7 @@ class SweepRun {
   std::map<std::string, double> converted_loss_;
 };
 
-void SweepRun::write_report() const {
+void SweepRun::write_report() {
   std::vector<CellResult> results;
   for (const Cell& c : plan_.cells) {
     // the decoding times of the cell's shape as the study measured them last (a cell file from
@@ -548,6 +556,7 @@ void SweepRun::write_report() const {
     r.set_decode_times(decode_.times(c));
     results.push_back(std::move(r));
   }
+  dirs_.folder.claim(SweepDirs::report_files(), "sweep");  // none changed by hand since it was written
   std::ostringstream csv;
   write_results_csv(csv, plan_, results);
   write_atomic(dirs_.out / "results.csv", csv.str());
@@ -564,6 +573,10 @@ void SweepRun::write_report() const {
     md << "\n(Plots not drawn: " << e.what() << ")\n";
   }
   write_atomic(dirs_.out / "report.md", md.str());
+  std::vector<std::string> written;
+  for (const std::string& f : SweepDirs::report_files())
+    if (fs::exists(dirs_.out / f)) written.push_back(f);
+  dirs_.folder.record(written);
   if (quiet_) return;
   std::printf("\nsweep done in %s: %s/report.md%s\n\n", fmt_eta(seconds_since(progress_.t0)).c_str(), out_dir_.c_str(),
               plots ? " (plots: fig_tradeoff.png, fig_alpha.png, fig_methods.png)" : "");
