@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: the layering check (and its own
-# self-test), then the unit tests (CTest) twice from one build: against the Release build, and
-# against a copy of tapelm built with AddressSanitizer and UndefinedBehaviorSanitizer, where any
-# report fails the run (TAPELM_SKIP_SANITIZERS=1 skips that pass).
+# self-test) and the check of docs/formats.md's section references, then the unit tests (CTest)
+# twice from one build: against the Release build, and against a copy of tapelm built with
+# AddressSanitizer and UndefinedBehaviorSanitizer, where any report fails the run
+# (TAPELM_SKIP_SANITIZERS=1 skips that pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/check_layers.sh --self-test
 bash scripts/check_layers.sh
+bash scripts/check_doc_refs.sh
 bash scripts/setup.sh
 sanitize=ON
 [ "${TAPELM_SKIP_SANITIZERS:-0}" = "1" ] && sanitize=OFF

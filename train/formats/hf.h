@@ -1,7 +1,7 @@
 #pragma once
 // Hugging Face transformers model directories (config.json + safetensors + tokenizer files), read
 // and written for the architectures whose function tapelm's GPT computes exactly
-// (docs/formats.md §8):
+// (docs/formats.md §3.9):
 //
 //   LlamaForCausalLM / MistralForCausalLM   rmsnorm + swiglu + rope (HF's rotate_half pairs
 //                                           (j, j + hd/2) are tapelm's own), KV heads as given

@@ -1,6 +1,6 @@
 #pragma once
 // Hugging Face's safetensors files, read as hostile input and written as the reference library
-// writes them (docs/formats.md §8).
+// writes them (docs/formats.md §3.9).
 //
 // A file is: a little-endian uint64 N, N bytes of JSON — {"name": {"dtype": "F32", "shape":
 // [..], "data_offsets": [begin, end]}, ..., optional "__metadata__": {string: string}} — then the
