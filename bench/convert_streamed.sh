@@ -2,7 +2,8 @@
 # A model larger than memory in float32, converted one block at a time (bench/CONVERT_STREAMED.md):
 # a synthetic Hugging Face directory of a real MHA model's shape (bench/make_synthetic_hf.cpp,
 # random BF16 weights) converted by aligned-fit with 16,384 calibration tokens of tinyshakespeare
-# and written as an HF directory in BF16, then the result evaluated on 4,096 tokens, each under
+# and written as an HF directory in BF16, then the result evaluated on 4,096 tokens (the README's
+# two commands), each under
 # /usr/bin/time for the wall time and the peak RSS. Before it: the import (streamed, BF16 kept),
 # a `mean` conversion checked against the definition by bench/check_mean_conversion.py (which
 # reads the safetensors itself), and a streamed sample of the mean conversion (byte-level
@@ -59,5 +60,5 @@ else
     --calib corpora/tinyshakespeare.txt --calib-tokens 16384 "${format[@]}" --out "$out"
 fi
 du -sh "$out"
-echo "--- eval of the result on 4,096 tokens (streamed when it does not fit in float32)"
-timed "$build/tapelm" eval --checkpoint "$out" --data corpora/tinyshakespeare.txt --tokens 4096 --batch 1
+echo "--- eval of the result on 4,096 tokens (streamed when it does not fit in float32), as the README runs it"
+timed "$build/tapelm" eval --checkpoint "$out" --data corpora/tinyshakespeare.txt --tokens 4096

@@ -107,6 +107,41 @@ EvalResult evaluate_streamed(const formats::OpenedModel& m, const EvalBatches& b
   return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<int64_t>(sums[1])};
 }
 
+namespace {
+// The bytes a stored element takes, by the dtype names the formats give.
+double stored_element_bytes(const std::string& dtype) {
+  if (dtype == "F64") return 8;
+  if (dtype == "F16" || dtype == "BF16") return 2;
+  if (dtype == "Q8_0") return 34.0 / 32.0;
+  return 4;
+}
+
+// The largest block's tensors as the file stores them.
+double largest_block_file_bytes(const formats::OpenedModel& m) {
+  std::vector<double> per_layer(static_cast<size_t>(std::max<int64_t>(1, m.config.n_layer)), 0.0);
+  for (const formats::FileTensor& t : m.layout) {
+    if (t.parts.empty() || t.parts.front().first.rfind("blocks.", 0) != 0) continue;
+    const size_t l = static_cast<size_t>(std::strtoll(t.parts.front().first.c_str() + 7, nullptr, 10));
+    const formats::TensorSource::Info* info = m.src ? m.src->find(t.name) : nullptr;
+    if (l < per_layer.size()) per_layer[l] += static_cast<double>(shape_numel(t.shape)) * stored_element_bytes(info ? info->dtype : "F32");
+  }
+  return *std::max_element(per_layer.begin(), per_layer.end());
+}
+}  // namespace
+
+double streamed_eval_bytes(const formats::OpenedModel& m, double tokens, double pass_rows) {
+  const GPTConfig& c = m.config;
+  const double d = static_cast<double>(c.n_embd), h = static_cast<double>(c.mlp_hidden), v = static_cast<double>(c.vocab_size);
+  // Floats a row of one pass holds at the peak of each phase, as measured (bench/EVAL_MEMORY.md:
+  // d 2048, h 5504, vocab 512 and 32,000, 2,048 and 4,096 rows): the block's forward about 8d + 4h
+  // (at the MLP's down projection its input, norm, attention output and residual, the norm the
+  // MLP reads, its fused gate|up, their activation and product, and the projection's output), the
+  // logits 2 vocab + 2d (the logits and their log-softmax beside the last hidden state and norm).
+  const double pass = 4.0 * pass_rows * std::max(8 * d + 4 * h, 2 * v + 2 * d);
+  constexpr double kProcess = 32e6;  // the binary, its libraries and the thread pools: 28 MB measured
+  return StreamedModel::resident_bytes(c) + 4.0 * tokens * d + pass + largest_block_file_bytes(m) + kProcess;
+}
+
 EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches) {
   EvalMode mode(model);
   Index x, y;

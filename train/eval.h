@@ -53,6 +53,14 @@ EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ra
 /// loss, bit for bit.
 EvalResult evaluate_streamed(const formats::OpenedModel& m, const EvalBatches& batches);
 
+/// The peak memory of evaluate_streamed, in bytes, on `tokens` tokens in passes of at most
+/// `pass_rows` rows (batch x T): the model's tensors outside the blocks and one block in float32,
+/// the hidden state of every token, the larger of one pass's block forward and its logits, the
+/// largest block's bytes as its file stores them (the pages mapped while it is read) and the
+/// process itself. bench/EVAL_MEMORY.md checks it against the peak RSS of HF, GGUF and checkpoint
+/// forms of one model.
+double streamed_eval_bytes(const formats::OpenedModel& m, double tokens, double pass_rows);
+
 /// As evaluate, recording the tape: adds d(mean loss)/d(parameter) into every parameter's grad.
 EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches);
 

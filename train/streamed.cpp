@@ -1,8 +1,13 @@
 #include "train/streamed.h"
 
 #include "autograd/ops.h"
+#include "nn/accounting.h"
 
 namespace tapelm {
+
+bool read_streamed(const formats::OpenedModel& m, double beside, bool asked) {
+  return asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available_memory_bytes();
+}
 
 StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m) {
   const GPTConfig& c = m.config;

@@ -11,6 +11,12 @@
 
 namespace tapelm {
 
+/// Whether a command reads m one block at a time rather than whole: when asked, or when the
+/// float32 model and `beside` bytes (what the command holds besides: a batch's activations, a KV
+/// cache) would take more than 90 % of the memory available. MemAvailable is an estimate: a
+/// 23.7 GB model on a machine reporting 24 GB was killed by the OOM killer.
+bool read_streamed(const formats::OpenedModel& m, double beside, bool asked);
+
 class StreamedModel : public Decoder {
  public:
   /// Reads the tensors outside the blocks (embeddings, final norm, head).

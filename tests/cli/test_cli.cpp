@@ -21,6 +21,22 @@ namespace tt = boost::test_tools;
 
 BOOST_AUTO_TEST_SUITE(cli)
 
+// A streamed evaluation's memory estimate counts the windows there are: one window costs the same at
+// --batch 16 as at --batch 1 (it counted sixteen, and refused the README's 7B evaluation, a 3.5 GB
+// run, at 25.3 GB), and two windows in one pass cost more than one at a time.
+BOOST_AUTO_TEST_CASE(eval_estimates_the_memory_of_the_windows_there_are) {
+  auto estimate = [](const std::string& args) {
+    const Run r = run_cli("eval --checkpoint " + fixture_path("hf/llama_mha_f32") + " --data " + fixture_path("tiny.txt") +
+                          " --split all --stream --json " + args);
+    BOOST_TEST_REQUIRE(r.code == 0, r.err);
+    return nlohmann::json::parse(r.out).at("memory_estimate_bytes").get<double>();
+  };
+  const double one = estimate("--tokens 32 --batch 1");  // block_size 32: one window
+  BOOST_TEST(estimate("--tokens 32 --batch 16") == one);
+  BOOST_TEST(estimate("--tokens 64 --batch 2") > estimate("--tokens 64 --batch 1"));
+  BOOST_TEST(estimate("--tokens 64 --batch 1") > one);  // the second window's hidden states
+}
+
 BOOST_AUTO_TEST_CASE(eval_cli_on_a_parity_fixture) {
   TempDir d;
   const std::string f = parity_fixture("mha.h5");

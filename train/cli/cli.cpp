@@ -535,15 +535,24 @@ int run_eval(const EvalArgs& a) {
   }
   const bool grads = !a.grad_out.empty();
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params);
-  const double batch_bytes = prefill_bytes(m.config, a.batch, data.T, get_num_threads()) +
-                             4.0 * static_cast<double>(a.batch * data.T) * static_cast<double>(m.config.vocab_size);
-  // Streamed when asked, or when the float32 model and one batch's forward would take more than
-  // 90 % of the memory available (MemAvailable is an estimate: a 23.7 GB model on a machine
-  // reporting 24 GB was killed by the OOM killer): one block at a time, the hidden states of every
-  // window kept (tokens × d floats).
-  const bool stream = a.stream || whole + batch_bytes > 0.9 * available_memory_bytes();
+  // the rows of one pass: a batch of windows, or fewer when there are fewer windows to evaluate
+  double tokens = 0, pass_rows = 0;
+  if (data.ready.empty()) {
+    tokens = static_cast<double>(data.starts.size() * data.T);
+    pass_rows = static_cast<double>(std::min<int64_t>(a.batch, static_cast<int64_t>(data.starts.size())) * data.T);
+  } else {
+    for (const auto& [x, y] : data.ready) {
+      tokens += static_cast<double>(shape_numel(x.shape));
+      pass_rows = std::max(pass_rows, static_cast<double>(shape_numel(x.shape)));
+    }
+  }
+  const double batch_bytes = prefill_bytes(m.config, static_cast<int64_t>(pass_rows) / std::max<int64_t>(1, data.T), data.T, get_num_threads()) +
+                             4.0 * pass_rows * static_cast<double>(m.config.vocab_size);
+  // one block at a time, the hidden states of every window kept (tokens × d floats)
+  const bool stream = read_streamed(m, batch_bytes, a.stream);
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
+  double estimate = 0;
   const KvType kv_round = kv_type_from_name(a.kv_cache, "--kv-cache");
   check_kv_type(kv_round, m.config.head_dim());
   if (kv_round != KvType::f32 && grads) throw Error(ErrorKind::usage, "--kv-cache rounds K and V for evaluation: no --grad-out");
@@ -551,9 +560,9 @@ int run_eval(const EvalArgs& a) {
     if (grads) throw Error(ErrorKind::usage, "--grad-out needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
     if (kv_round != KvType::f32)
       throw Error(ErrorKind::usage, "--kv-cache " + a.kv_cache + " needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
-    const double tokens = static_cast<double>(data.starts.size() * data.T), d = static_cast<double>(m.config.n_embd);
-    check_memory(StreamedModel::resident_bytes(m.config) + whole / static_cast<double>(m.config.n_layer) + 4 * tokens * d + batch_bytes,
-                 available_memory_bytes(), "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
+    estimate = streamed_eval_bytes(m, tokens, pass_rows);
+    check_memory(estimate, available_memory_bytes(),
+                 "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
     r = evaluate_streamed(m, data.batches(a.batch));
   }
   std::unique_ptr<GPT> loaded = stream ? nullptr : m.load();
@@ -567,13 +576,15 @@ int run_eval(const EvalArgs& a) {
   if (grads) write_gradients(a.grad_out, *loaded, r.loss);
   if (a.json) {
     nlohmann::json j{{"loss", r.loss}, {"tokens", r.targets}, {"perplexity", std::exp(r.loss)}, {"kv_cache", a.kv_cache}};
-    if (stream) j["streamed"] = true, j["seconds"] = seconds;
+    if (stream) j["streamed"] = true, j["seconds"] = seconds, j["memory_estimate_bytes"] = estimate;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("loss %.6f over %ld tokens (perplexity %.4f)\n", r.loss, (long)r.targets, std::exp(r.loss));
     if (stream)
-      std::printf("streamed one block at a time: %.1f s, %.1f tokens/s, %.1f GFLOP/s\n", seconds, static_cast<double>(r.targets) / seconds,
-                  model_cost(m.config, data.T).forward_flops_per_token * static_cast<double>(r.targets) / seconds / 1e9);
+      std::printf("streamed one block at a time: %.1f s, %.1f tokens/s, %.1f GFLOP/s, about %s of memory\n", seconds,
+                  static_cast<double>(r.targets) / seconds,
+                  model_cost(m.config, data.T).forward_flops_per_token * static_cast<double>(r.targets) / seconds / 1e9,
+                  byte_size_str(estimate).c_str());
   }
   return 0;
 }
@@ -608,12 +619,11 @@ int run_sample(const SampleArgs& a) {
   const Tokenizer* tok = &*m.tok;
   const KvType kv_type = kv_type_from_name(a.kv_cache, "--kv-cache");
   check_kv_type(kv_type, m.config.head_dim());
-  // Streamed when asked, or when the float32 model and the cache would take more than 90 % of the
-  // memory available (as eval decides): each token then reads every block from the file.
+  // each token then reads every block from the file
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
                cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(m.config.block_size) +
                        prefill_bytes(m.config, 1, m.config.block_size, get_num_threads());
-  const bool stream = a.stream || whole + cache > 0.9 * available_memory_bytes();
+  const bool stream = read_streamed(m, cache, a.stream);
   // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
   // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
   const bool q8 = a.weights == "q8_0" || (a.weights == "auto" && !stream && m.dtypes.find("Q8_0") != std::string::npos);

@@ -161,8 +161,12 @@ const formats::TensorSource::Info* CheckpointSource::find(const std::string& nam
 }
 
 void CheckpointSource::read_f32(const Info& t, float* out) const {
-  const Tensor v = read_finite(f_, group_ + "/" + t.name);
-  std::copy(v.data(), v.data() + v.numel(), out);
+  const std::string obj = group_ + "/" + t.name;
+  const int64_t n = shape_numel(t.shape);
+  f_.read_tensor_into(obj, out, n);  // into its place: no buffer of its own kept by the tensor cache
+  if (const int64_t at = formats::first_non_finite(out, n); at >= 0)
+    throw Error(ErrorKind::checkpoint, f_.path() + ": " + obj + " holds " + (std::isnan(out[at]) ? "NaN" : out[at] > 0 ? "Inf" : "-Inf") + " at index " +
+                                           std::to_string(at) + " (non-finite weights)");
 }
 
 void read_model_weights(const H5File& f, GPT& model, const std::string& group) {

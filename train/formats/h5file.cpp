@@ -370,23 +370,30 @@ auto allocate(const std::string& prefix, const Shape& shape, const Make& make) {
 
 Tensor H5File::read_tensor(const std::string& obj) const {
   const std::string p = norm(obj);
+  const Shape shape = dataset_shape(p);
+  Tensor t = allocate(path_ + ": " + p, shape, [&] { return Tensor::empty(shape); });
+  read_tensor_into(p, t.data(), t.numel());
+  return t;
+}
+
+void H5File::read_tensor_into(const std::string& obj, float* out, int64_t numel) const {
+  const std::string p = norm(obj);
   const std::string prefix = path_ + ": " + p;
   Dataset d = open_for_read(open_dataset(p), prefix);
   H5T_class_t cls = H5Tget_class(d.type.get());
   if (cls != H5T_FLOAT && cls != H5T_INTEGER)
     raise(prefix, "is " + type_name(d.type.get()) + ", expected a numeric dataset");
-  Tensor t = allocate(prefix, d.shape, [&] { return Tensor::empty(d.shape); });
+  if (d.numel != numel) raise(prefix, "holds " + std::to_string(d.numel) + " values, not " + std::to_string(numel));
   const std::string enc = tensor_encoding(p);
   if (enc == "BF16" || enc == "F16") {  // 16-bit floats stored as their bits: widened
     std::vector<uint16_t> bits = allocate(prefix, d.shape, [&] { return std::vector<uint16_t>(static_cast<size_t>(d.numel)); });
     if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data()) < 0)
       fail("cannot read dataset " + p + h5_detail());
-    for (int64_t i = 0; i < d.numel; i++) t[i] = enc == "BF16" ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
-    return t;
+    for (int64_t i = 0; i < d.numel; i++) out[i] = enc == "BF16" ? bf16_to_f32(bits[i]) : f16_to_f32(bits[i]);
+    return;
   }
-  if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
+  if (d.numel > 0 && H5Dread(d.ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
     fail("cannot read dataset " + p + h5_detail());
-  return t;
 }
 
 std::string H5File::tensor_encoding(const std::string& obj) const {

@@ -49,6 +49,9 @@ class H5File {
   Shape dataset_shape(const std::string& obj) const;
   /// Reads a numeric dataset as float32 (float64 and integer datasets are converted).
   Tensor read_tensor(const std::string& obj) const;
+  /// read_tensor into out[numel] (numel must be the dataset's), without a tensor of its own: what
+  /// a streamed read of a model uses, so that no block-sized buffer outlives it.
+  void read_tensor_into(const std::string& obj, float* out, int64_t numel) const;
   /// Writes a float32 dataset, creating intermediate groups and replacing an existing dataset.
   void write_tensor(const std::string& obj, const Tensor& t);
   /// Writes t rounded to 16 bits: encoding "bf16" or "f16", stored as an unsigned 16-bit dataset
