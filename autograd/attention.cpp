@@ -44,22 +44,6 @@ Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& 
   });
 }
 
-const char* kv_type_name(KvType t) {
-  switch (t) {
-    case KvType::f32: return "f32";
-    case KvType::f16: return "f16";
-    case KvType::bf16: return "bf16";
-    case KvType::q8: return "q8";
-  }
-  return "?";
-}
-
-KvType kv_type_from_name(const std::string& s, const std::string& what) {
-  for (KvType t : {KvType::f32, KvType::f16, KvType::bf16, KvType::q8})
-    if (s == kv_type_name(t)) return t;
-  fail(ErrorKind::usage, what + " \"" + s + "\" is not one of f32, f16, bf16, q8");
-}
-
 void check_kv_type(KvType t, int64_t hd) {
   if (t == KvType::q8 && hd % kQ8Block != 0)
     fail(ErrorKind::usage, "kv_cache q8 stores blocks of 32 values along each head, but the head dimension is " +
@@ -82,7 +66,7 @@ void check_storable(const Tensor& x, KvType t, const char* what) {
   float worst = 0;
   for (int64_t i = 0; i < x.numel(); i++) worst = std::max(worst, std::fabs(p[i]));
   if (worst > limit)
-    fail(ErrorKind::data, std::string("kv_cache ") + kv_type_name(t) + ": a " + what + " of magnitude " +
+    fail(ErrorKind::data, "kv_cache " + to_string(t) + ": a " + what + " of magnitude " +
                               std::to_string(worst) + " is beyond what it can hold (" + std::to_string(limit) +
                               "); use kv_cache bf16 or f32");
 }

@@ -25,10 +25,7 @@ Var attention(const Var& q, const Var& k, const Var& v, const AttentionOptions& 
 // How a KV cache stores keys and values (KvType, autograd/quant.h): f32; f16 or bf16 (half the
 // bytes; f16 as llama.cpp's default cache); q8 (llama.cpp's q8_0 blocks of 32 along each head's
 // row: 34 bytes per 32 values).
-/// "f32", "f16", "bf16", "q8".
-const char* kv_type_name(KvType t);
-/// The type named s; a usage error naming `what` and s otherwise.
-KvType kv_type_from_name(const std::string& s, const std::string& what = "kv_cache");
+// Named by EnumNames<KvType> (autograd/quant.h): to_string, enum_from_name<KvType>.
 /// Checks that rows of hd values can be stored as t (q8: hd a multiple of 32), else a usage error.
 void check_kv_type(KvType t, int64_t hd);
 

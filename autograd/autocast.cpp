@@ -9,21 +9,6 @@ namespace {
 thread_local Autocast* t_current = nullptr;
 }
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::f32: return "f32";
-    case Precision::bf16: return "bf16";
-    case Precision::bf16_emulated: return "bf16-emulated";
-  }
-  return "?";
-}
-
-Precision precision_from_name(const std::string& s, const std::string& what) {
-  for (Precision p : {Precision::f32, Precision::bf16, Precision::bf16_emulated})
-    if (s == precision_name(p)) return p;
-  fail(ErrorKind::usage, what + " \"" + s + "\" is not one of f32, bf16, bf16-emulated");
-}
-
 std::string precision_unavailable(Precision p) {
   if (p != Precision::bf16) return "";
   const std::string missing = kern::bf16_gemm_native_missing();

@@ -5,12 +5,15 @@
 // output; their backward rounds the output gradient to bf16 for both of its products. Everything
 // else stays float32: master weights, gradients, optimizer state, norms, softmax, attention,
 // losses, reductions and biases (docs/guide/precision.md).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "autograd/names.h"
 #include "autograd/tensor.h"
 
 namespace tapelm {
@@ -19,10 +22,10 @@ namespace tapelm {
 /// AVX512-BF16 or AMX). bf16-emulated: the same rounding on any CPU, multiplied by f32 sgemm —
 /// bf16's numbers (up to the order of the sums) at below f32's speed, for quality studies.
 enum class Precision { f32, bf16, bf16_emulated };
-/// "f32", "bf16", "bf16-emulated".
-const char* precision_name(Precision p);
-/// A usage Error naming `what` and the three choices for any other name.
-Precision precision_from_name(const std::string& s, const std::string& what);
+template <> struct EnumNames<Precision> {
+  static constexpr std::array<std::pair<Precision, const char*>, 3> values{
+      {{Precision::f32, "f32"}, {Precision::bf16, "bf16"}, {Precision::bf16_emulated, "bf16-emulated"}}};
+};
 /// "" when p can run on this machine; otherwise the one-line reason (bf16 without bf16
 /// instructions names what is missing and the emulated choice).
 std::string precision_unavailable(Precision p);

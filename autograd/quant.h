@@ -3,7 +3,11 @@
 // ggml's q8_0 blocks (32 int8 values and an f16 scale d = max|x| / 127: 34 bytes per 32 values)
 // and the rows of a 16-bit or 8-bit KV cache. Implemented beside the kernels that read them
 // (autograd/kernels/quant.cpp); the products of q8_0 weights are in autograd/kernels/quant.h.
+#include <array>
 #include <cstdint>
+#include <utility>
+
+#include "autograd/names.h"
 
 namespace tapelm {
 
@@ -24,6 +28,10 @@ void dequantize_q8_0(float* out, const uint8_t* q, int64_t n);
 /// How a KV cache stores its values. f16 and bf16 round to nearest even; q8 is q8_0 blocks along
 /// each head's row of hd values (hd a multiple of 32), one scale per block.
 enum class KvType { f32, f16, bf16, q8 };
+template <> struct EnumNames<KvType> {
+  static constexpr std::array<std::pair<KvType, const char*>, 4> values{
+      {{KvType::f32, "f32"}, {KvType::f16, "f16"}, {KvType::bf16, "bf16"}, {KvType::q8, "q8"}}};
+};
 /// Bytes of one cached row of hd values.
 int64_t kv_row_bytes(KvType t, int64_t hd);
 /// Stores n rows of hd floats as `t`, rows of kv_row_bytes(t, hd) bytes.

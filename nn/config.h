@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "autograd/error.h"
+#include "autograd/names.h"
 
 namespace tapelm {
 
@@ -18,8 +19,7 @@ enum class NormKind { LayerNorm, RMSNorm };
 enum class PosKind { Learned, Rope };
 enum class MlpKind { Gelu, GeluTanh, SwiGLU };
 
-/// The JSON spelling of each value of a config enum; parsed once, when a config is read.
-template <class E> struct EnumNames;
+/// The JSON spelling of each value of a config enum (autograd/names.h); parsed once, when a config is read.
 template <> struct EnumNames<NormKind> {
   static constexpr std::array<std::pair<NormKind, const char*>, 2> values{
       {{NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}}};
@@ -32,13 +32,6 @@ template <> struct EnumNames<MlpKind> {
   static constexpr std::array<std::pair<MlpKind, const char*>, 3> values{
       {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}}};
 };
-
-/// The JSON spelling of a config enum value.
-template <class E> std::string to_string(E e) {
-  for (const auto& [v, name] : EnumNames<E>::values)
-    if (v == e) return name;
-  throw Error(ErrorKind::internal, "config enum value without a name");
-}
 
 /// Range checks a table row can name; `any` checks nothing (validate() does the rest).
 enum class Check { any, positive, non_negative, unit_interval };

@@ -65,9 +65,6 @@ void TrainConfig::validate() const {
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
   if (distill_lambda > 1)
     throw Error(ErrorKind::config, "config distill_lambda must be in [0, 1], got " + echo_json(distill_lambda));
-  if (precision != "f32" && precision != "bf16" && precision != "bf16-emulated")
-    throw Error(ErrorKind::config,
-                "config precision must be \"f32\", \"bf16\" or \"bf16-emulated\", got \"" + cut_for_message(precision) + "\"");
 }
 
 void check_training_memory(const TrainConfig& c, double available) {
@@ -75,7 +72,7 @@ void check_training_memory(const TrainConfig& c, double available) {
   const double params = static_cast<double>(model_cost(m).params);
   // float weights, gradients and AdamW's two moments; in bf16 also the step's rounded copy of
   // the weights (2 bytes each, 4 when emulated: the bf16 values held in float32)
-  const double rounded = c.precision == "bf16" ? 2 : c.precision == "bf16-emulated" ? 4 : 0;
+  const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
   const double weights = (16 + rounded) * params;
   // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
   // hidden layer before and after its activation, one row of attention scores, and the logits
@@ -93,10 +90,10 @@ void check_training_memory(const TrainConfig& c, double available) {
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
-                                       (rounded > 0 ? " and the " + c.precision + " copy of the weights" : ""));
+                                       (rounded > 0 ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
   check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +
-                                           (rounded > 0 ? " with the " + c.precision + " copies of the linear layers' inputs" : ""));
+                                           (rounded > 0 ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));
   check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
                                        std::to_string(c.batch_size) + ": the evaluation windows");
   check_memory(weights + activations + windows, available, "training this config");

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/autocast.h"
 #include "nn/accounting.h"
 #include "nn/config.h"
 #include "optim/optim.h"
@@ -42,7 +43,7 @@ inline constexpr int64_t max_threads = 4096;
   X(uint64_t, seed, 1337, any, max_seed)                          \
   X(int64_t, threads, 0, non_negative, max_threads) /* 0: all cores */ \
   X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */ \
-  X(std::string, precision, "f32", any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
+  X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */

@@ -120,7 +120,7 @@ const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
 Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt)
     : t_start_(Clock::now()),
       cfg_(cfg),
-      precision_(precision_from_name(cfg.precision, "config precision")),
+      precision_(cfg.precision),
       corpus_(corpus),
       opt_(opt),
       dir_(out_dir),
@@ -166,7 +166,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   cpu_peak_flops_ = peaks[1];
   if (!quiet_) {
     std::printf("%s%s%s\n", opt_.label.c_str(), compute_summary(compute_info()).c_str(),
-                precision_ == Precision::f32 ? "" : (std::string(" | precision ") + precision_name(precision_)).c_str());
+                precision_ == Precision::f32 ? "" : (" | precision " + to_string(precision_)).c_str());
     if (precision_ == Precision::bf16)  // "" where bf16 cannot run: set_up refuses it in one line
       if (const std::string note = bf16_rate_note(); !note.empty()) std::printf("%s%s\n", opt_.label.c_str(), note.c_str());
   }

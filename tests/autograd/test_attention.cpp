@@ -134,7 +134,7 @@ BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
     for (int64_t KV : {8, 2, 1})
       for (auto [pos, t] : {std::pair<int64_t, int64_t>{0, 1}, {254, 1}, {255, 1}, {256, 1}, {700, 1}, {300, 5}}) {
         if (type != KvType::f32 && KV == 2) continue;  // the types read every head alike
-        BOOST_TEST_CONTEXT(kv_type_name(type) << ", KV " << KV << ", " << t << " new rows at " << pos) {
+        BOOST_TEST_CONTEXT(to_string(type) << ", KV " << KV << ", " << t << " new rows at " << pos) {
           const int64_t row = KV * hd;
           const Tensor ck = randn({B, KV, max_len, hd}, 20 + KV), cv = randn({B, KV, max_len, hd}, 30 + KV);
           const Tensor q = randn({B, t, H * hd}, 40 + pos), kn = randn({B, t, row}, 50 + pos), vn = randn({B, t, row}, 60 + pos);

@@ -540,7 +540,7 @@ BOOST_AUTO_TEST_CASE(bf16_linear_layers_multiply_bf16_values) {
   const std::vector<double> y_want = bf16_linear(x, w, b);
   const Tensor y32 = linear(Var(x), Var(w), Var(b)).val();
   for (Precision p : bf16_precisions()) {
-    BOOST_TEST_CONTEXT(precision_name(p)) {
+    BOOST_TEST_CONTEXT(to_string(p)) {
       Var xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true), w2v(w2.clone(), true);
       Tensor y, y_many, y2;
       {
@@ -608,8 +608,8 @@ BOOST_AUTO_TEST_CASE(bf16_without_bf16_instructions_is_refused_in_one_line) {
   BOOST_TEST(why.find('\n') == std::string::npos);
   BOOST_TEST((why.find("avx512_bf16") != std::string::npos || why.find("oneDNN") != std::string::npos), why);
   BOOST_CHECK_EXCEPTION(Autocast(Precision::bf16), Error, [&](const Error& e) { return std::string(e.what()) == why; });
-  BOOST_CHECK_EXCEPTION(precision_from_name("fp8", "config precision"), Error,
-                        [](const Error& e) { return std::string(e.what()).find("f32, bf16, bf16-emulated") != std::string::npos; });
+  BOOST_CHECK_EXCEPTION(enum_from_name<Precision>("fp8", "config precision"), Error,
+                        [](const Error& e) { return std::string(e.what()).find("f32, bf16 or bf16-emulated") != std::string::npos; });
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -129,8 +129,8 @@ BOOST_AUTO_TEST_CASE(a_forward_with_rounded_kv_equals_decoding_with_that_cache) 
           moved = std::max(moved, double(std::fabs(plain[(b * T + p) * V + v] - full[(b * T + p) * V + v])));
         }
     }
-    BOOST_TEST(worst < 1e-5, kv_type_name(t) << ": max |cached - rounded forward| " << worst);
-    BOOST_TEST(moved > 0.0, kv_type_name(t) << ": the rounding changes nothing");
+    BOOST_TEST(worst < 1e-5, to_string(t) << ": max |cached - rounded forward| " << worst);
+    BOOST_TEST(moved > 0.0, to_string(t) << ": the rounding changes nothing");
   }
   model.round_kv_as(KvType::f32);
   BOOST_TEST(model.forward(ids).val().to_vector() == plain.to_vector(), tt::per_element());
@@ -396,9 +396,9 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   TrainConfig big = cfg({{"n_layer", 24}, {"n_embd", 1024}, {"n_head", 16}, {"block_size", 64}, {"batch_size", 1}, {"eval_iters", 1}});
   const double room = 19 * static_cast<double>(model_cost(big.model).params);
   check_training_memory(big, room);
-  big.precision = "bf16";
+  big.precision = Precision::bf16;
   check_training_memory(big, room);
-  big.precision = "bf16-emulated";
+  big.precision = Precision::bf16_emulated;
   test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"the bf16-emulated copy of the weights"});
   // ... and every linear layer's rounded input, kept for the backward. The baby config at batch
   // 1000: f32 activations 4 bytes · (4·(4·128 + 2·512 + 4·64) + 2·65 = 7298 values) · 1000 · 64 =
@@ -407,11 +407,11 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   TrainConfig wide = cfg({{"batch_size", 1000}});
   const double acts = 4.0 * 7298 * 1000 * 64;
   check_training_memory(wide, acts + 0.3 * gb);
-  wide.precision = "bf16";
+  wide.precision = Precision::bf16;
   check_training_memory(wide, acts + 0.6 * gb);
   test::expect_throw([&] { check_training_memory(wide, acts + 0.3 * gb); }, ErrorKind::config,
                      {"one step's activations with the bf16 copies of the linear layers' inputs"});
-  wide.precision = "bf16-emulated";
+  wide.precision = Precision::bf16_emulated;
   test::expect_throw([&] { check_training_memory(wide, acts + 0.6 * gb); }, ErrorKind::config, {"bf16-emulated copies"});
   BOOST_TEST(available_memory_bytes() > 0);
   BOOST_TEST(byte_size_str(1536) == "1.5 KB");

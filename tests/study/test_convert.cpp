@@ -142,10 +142,10 @@ BOOST_AUTO_TEST_CASE(names_and_calibration_windows) {
     BOOST_TEST(Variant::parse(m + "+similar").name() == m + "+similar");
     BOOST_TEST((Variant::parse(m + "+similar") == Variant{&method(m), Grouping::Similar}));
   }
-  BOOST_TEST(to_string(parse_grouping("similar")) == "similar");
-  expect_throw([] { parse_grouping("random"); }, ErrorKind::usage, {"unknown grouping \"random\""});
+  BOOST_TEST(to_string(enum_from_name<Grouping>("similar", "grouping")) == "similar");
+  expect_throw([] { enum_from_name<Grouping>("random", "grouping"); }, ErrorKind::usage, {"grouping \"random\" is not one of"});
   expect_throw([] { method("median"); }, ErrorKind::usage, {"median", "aligned, fit, aligned-fit"});
-  expect_throw([] { Variant::parse("fit+sideways"); }, ErrorKind::usage, {"unknown grouping \"sideways\""});
+  expect_throw([] { Variant::parse("fit+sideways"); }, ErrorKind::usage, {"grouping \"sideways\" is not one of"});
   BOOST_TEST(Variant::parse("fit").needs_calibration());
   BOOST_TEST(Variant::parse("mean+similar").needs_calibration());
   BOOST_TEST(!Variant::parse("mean-norm").needs_calibration());
@@ -662,10 +662,11 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
       for (const char* g : {"contiguous", "similar"})
         for (const int64_t G : {int64_t{2}, int64_t{1}}) {
           BOOST_TEST_CONTEXT(from << ", " << m << ", " << g << ", " << G << " kv heads") {
-            const ConvertRequest r{.from = from, .out = d / "streamed.h5", .kv_heads = {G}, .method = m, .grouping = g,
+            const ConvertRequest r{.from = from, .out = d / "streamed.h5", .kv_heads = {G},
+                                   .variant = {&tapelm::method(m), enum_from_name<Grouping>(g, "grouping")},
                                    .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
             const ConvertModelResult res = convert_model(r);
-            const Variant v{&tapelm::method(m), parse_grouping(g)};
+            const Variant v{&tapelm::method(m), enum_from_name<Grouping>(g, "grouping")};
             CalibrationSource cs{.tokens = 64, .seed = 3, .what = r.calib};
             const EvalData data = load_eval_data(r.calib, "train", whole->config(), nullptr);
             cs.ids = data.ids;
@@ -746,11 +747,11 @@ BOOST_AUTO_TEST_CASE(per_layer_targets_convert_each_layer_as_the_uniform_convers
            {{.heads = {2, 1}}, "contiguous"}, {{.budget = 5}, "contiguous"}, {{.heads = {2}}, "per-layer"}}) {
     BOOST_TEST_CONTEXT(grouping << ", budget " << target.budget) {
       const ConvertRequest r{.from = d / "m.h5", .out = d / "s.h5", .kv_heads = target.heads, .kv_budget = target.budget,
-                             .method = "aligned-fit", .grouping = grouping, .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
+                             .variant = {&method("aligned-fit"), enum_from_name<Grouping>(grouping, "grouping")}, .calib = d / "calib.bin", .calib_tokens = 64, .seed = 3};
       const ConvertModelResult res = convert_model(r);
       CalibrationSource cs{.tokens = 64, .seed = 3, .what = r.calib};
       cs.ids = load_eval_data(r.calib, "train", m->config(), nullptr).ids;
-      const Converted in_memory = calibrate_and_convert(*m, target, Variant{&method("aligned-fit"), parse_grouping(grouping)}, 3, cs);
+      const Converted in_memory = calibrate_and_convert(*m, target, Variant{&method("aligned-fit"), enum_from_name<Grouping>(grouping, "grouping")}, 3, cs);
       const LoadedModel streamed = load_model(d / "s.h5");
       BOOST_TEST((streamed.model->config() == in_memory.model->config()));
       BOOST_TEST(res.kv_heads.size() == (in_memory.model->config().per_layer_kv() ? 2u : 1u));
@@ -857,7 +858,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "exp");
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5")})
     for (const char* m : {"mean", "aligned-fit"}) {
-      const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .method = m, .calib = d / "calib.bin", .calib_tokens = 64,
+      const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .variant = {&method(m)}, .calib = d / "calib.bin", .calib_tokens = 64,
                                 .seed = 3, .dtype = "f32"};
       convert_model(base);
       for (const char* dtype : {"f32", "bf16", "f16"}) {

@@ -203,7 +203,7 @@ BOOST_AUTO_TEST_CASE(plan_cells_and_ids) {
            {{"mean", "median"}, {"contiguous"}, "unknown conversion method \"median\""},
            {{"fit"}, {"contiguous"}, "must include mean"},
            {{"mean"}, {"similar"}, "must include contiguous"},
-           {{"mean"}, {"contiguous", "best"}, "unknown grouping \"best\""}}) {
+           {{"mean"}, {"contiguous", "best"}, "grouping \"best\" is not one of contiguous, similar or per-layer"}}) {
     SweepPreset bad = sweep_preset("micro");
     bad.methods = methods;
     bad.groupings = groupings;

@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
   TrainOptions quiet;
   quiet.quiet = true;
   TrainConfig bf16_8 = tiny_train(8), bf16_4 = tiny_train(4);
-  bf16_8.precision = bf16_4.precision = "bf16-emulated";
+  bf16_8.precision = bf16_4.precision = Precision::bf16_emulated;
   const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
   const TrainResult straight = tapelm::train(bf16_8, shakespeare(), d / "straight", quiet);
   tapelm::train(bf16_4, shakespeare(), d / "split", quiet);
@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
   BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
   BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
              "bf16 " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
-  BOOST_TEST(read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == "bf16-emulated");
+  BOOST_TEST((read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == Precision::bf16_emulated));
 }
 
 BOOST_AUTO_TEST_CASE(mapped_shards_train_as_the_text_does_and_resume_bit_exact) {

@@ -81,14 +81,14 @@ Command command(CLI::App& app, const char* name, const std::string& help, void (
   return {sub, [args, run] { return run(*args); }};
 }
 
-const std::vector<std::string> precision_names{"f32", "bf16", "bf16-emulated"};
+const std::vector<std::string> precision_names = enum_names<Precision>();
 constexpr const char* precision_help =
     "products of the linear layers: f32, bf16 (bf16 inputs, f32 sums and outputs, as torch.autocast; needs AVX512-BF16), "
     "bf16-emulated (bf16's numbers on any CPU, no faster than f32); the same as --set precision=...";
 
 /// The one-line refusal of a precision this machine cannot run, before any work is done.
-void check_precision_runs(const std::string& name) {
-  if (const std::string why = precision_unavailable(precision_from_name(name, "precision")); !why.empty())
+void check_precision_runs(Precision p) {
+  if (const std::string why = precision_unavailable(p); !why.empty())
     throw Error(ErrorKind::usage, why);
 }
 
@@ -235,12 +235,12 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
 int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
   const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
-  check_precision_runs(a.precision.empty() ? original.precision : a.precision);
+  check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
   if (const H5File f = H5File::open_read(a.from); has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
     throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
-  o.variant = {&method(a.method), parse_grouping(a.grouping)};
+  o.variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")};
   o.calib_tokens = a.calib_tokens;
   o.fraction = a.fraction;
   o.schedule = parse_uptrain_schedule(a.schedule);
@@ -250,7 +250,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.quiet = a.quiet;
   o.stop = signal_stop_token();
   o.original = original;
-  if (!a.precision.empty()) o.precision = a.precision;
+  if (!a.precision.empty()) o.precision = enum_from_name<Precision>(a.precision, "--precision");
   o.distill_lambda = a.distill.lambda_for("uptrain");
   o.distill_temperature = a.distill.temperature;
   o.distill_attention = a.distill.attention;
@@ -304,7 +304,7 @@ int run_sweep(const SweepArgs& a) {
     p.scratch = a.scratch;
     p.smaller = false;  // the study trains no model of its own here (but --scratch's)
   }
-  if (!a.precision.empty()) p.pretrain.precision = a.precision;
+  if (!a.precision.empty()) p.pretrain.precision = enum_from_name<Precision>(a.precision, "--precision");
   check_precision_runs(p.pretrain.precision);
   p.distill_lambda = a.distill.lambda_for("sweep");
   p.distill_temperature = a.distill.temperature;
@@ -340,7 +340,7 @@ struct BenchArgs {
   std::string kv_cache = "f32", weights = "f32", precision;
 };
 
-const std::vector<std::string> kv_cache_names{"f32", "f16", "bf16", "q8"};
+const std::vector<std::string> kv_cache_names = enum_names<KvType>();
 constexpr const char* kv_cache_help =
     "how the KV cache stores keys and values: f32, f16 or bf16 (half the bytes), q8 (q8_0 blocks of 32: 34 bytes per 32 values)";
 constexpr const char* weights_help = "linear weights while decoding: f32, or q8_0 (int8 rows with an f16 scale per 32, as llama.cpp's q8_0)";
@@ -367,7 +367,7 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
 // weights and the batch's KV cache at least once.
 int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) {
   DecodeShape shape{batch, a.prompt, a.decode_len};
-  shape.kv_cache = kv_type_from_name(a.kv_cache, "--kv-cache");
+  shape.kv_cache = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
   shape.q8_weights = a.weights == "q8_0";
   const DecodeResult r = bench_decode_shape(cfg.model, shape, a.iters, a.warmup, a.seed);
   const ComputeInfo ci = compute_info();
@@ -443,7 +443,7 @@ int run_bench(const BenchArgs& a) {
     // decoding holds the weights, the batch's KV cache and one prefill's activations, not training state
     const ModelCost cost = model_cost(cfg.model);
     const int64_t context = a.decode_len > 0 ? a.decode_len : cfg.model.block_size;
-    const double kv = static_cast<double>(kv_cache_bytes_per_token(cfg.model, kv_type_from_name(a.kv_cache, "--kv-cache")));
+    const double kv = static_cast<double>(kv_cache_bytes_per_token(cfg.model, enum_from_name<KvType>(a.kv_cache, "--kv-cache")));
     check_memory(4.0 * static_cast<double>(cost.params) + static_cast<double>(batch) * static_cast<double>(context) * kv +
                      prefill_bytes(cfg.model, batch, a.prompt, get_num_threads()),
                  available_memory_bytes(), "decoding " + std::to_string(batch) + " sequences of " + std::to_string(context) + " positions");
@@ -452,8 +452,7 @@ int run_bench(const BenchArgs& a) {
   cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
   cfg.eval_iters = 0;
   check_training_memory(cfg);
-  const Precision precision = precision_from_name(cfg.precision, "precision");
-  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, precision);
+  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, cfg.precision);
   const ModelCost cost = model_cost(cfg.model);
   nlohmann::json out{{"mode", a.mode},
                      {"tokens_per_s", r.tokens_per_s},
@@ -470,7 +469,7 @@ int run_bench(const BenchArgs& a) {
                      {"KV", cfg.model.kv_heads_json()},
                      {"d", cfg.model.n_embd},
                      {"T", cfg.model.block_size},
-                     {"precision", cfg.precision},
+                     {"precision", to_string(cfg.precision)},
                      {"times", r.times}};
   if (train_mode) {
     out["linear_s"] = r.linear_median_s;  // the linear layers' products, median per step
@@ -485,14 +484,14 @@ int run_bench(const BenchArgs& a) {
   out["cpu_peak_flops_per_s"] = ci.cpu_peak;
   out["cpu_clock_hz"] = ci.clock_hz;
   out["cpu_peak_lanes"] = ci.lanes;
-  if (train_mode && cfg.precision == "bf16") out["bf16_gemm_peak_flops_per_s"] = bf16_gemm_peak_flops();
+  if (train_mode && cfg.precision == Precision::bf16) out["bf16_gemm_peak_flops_per_s"] = bf16_gemm_peak_flops();
   if (train_mode) out["model_flops_per_s"] = r.tokens_per_s * cost.train_flops_per_token;
   if (a.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("%s\n", compute_summary(ci).c_str());
     std::printf("%s%s: median %.3f ms per %s, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
-                a.mode.c_str(), train_mode ? (" (" + cfg.precision + ")").c_str() : "", r.median_s * 1e3,
+                a.mode.c_str(), train_mode ? (" (" + to_string(cfg.precision) + ")").c_str() : "", r.median_s * 1e3,
                 train_mode ? "step" : "token step", r.tokens_per_s, a.iters, a.warmup, get_num_threads());
     if (train_mode) {
       const double mf = r.tokens_per_s * cost.train_flops_per_token;
@@ -500,7 +499,7 @@ int run_bench(const BenchArgs& a) {
                   100.0 * mf / ci.sgemm_peak, 100.0 * mf / ci.cpu_peak);
       std::printf("linear layers' products: median %.3f ms per step (%.0f%% of the step's median)\n",
                   r.linear_median_s * 1e3, 100.0 * r.linear_median_s / r.median_s);
-      if (cfg.precision == "bf16") std::printf("%s\n", bf16_rate_note().c_str());
+      if (cfg.precision == Precision::bf16) std::printf("%s\n", bf16_rate_note().c_str());
     }
   }
   return 0;
@@ -553,7 +552,7 @@ int run_eval(const EvalArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   EvalResult r;
   double estimate = 0;
-  const KvType kv_round = kv_type_from_name(a.kv_cache, "--kv-cache");
+  const KvType kv_round = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
   check_kv_type(kv_round, m.config.head_dim());
   if (kv_round != KvType::f32 && grads) throw Error(ErrorKind::usage, "--kv-cache rounds K and V for evaluation: no --grad-out");
   if (stream) {
@@ -617,7 +616,7 @@ int run_sample(const SampleArgs& a) {
   if (!m.tok) throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
   if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   const Tokenizer* tok = &*m.tok;
-  const KvType kv_type = kv_type_from_name(a.kv_cache, "--kv-cache");
+  const KvType kv_type = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
   check_kv_type(kv_type, m.config.head_dim());
   // each token then reads every block from the file
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
@@ -731,7 +730,7 @@ int run_convert(const ConvertArgs& a) {
   if (a.kv_heads.empty() == (a.kv_budget == 0)) throw Error(ErrorKind::usage, "convert: give --kv-heads or --kv-budget");
   const ConvertModelResult r =
       convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_kv_heads(a.kv_heads, "--kv-heads"),
-                     .kv_budget = a.kv_budget, .method = a.method, .grouping = a.grouping, .calib = a.calib, .calib_tokens = a.calib_tokens,
+                     .kv_budget = a.kv_budget, .variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")}, .calib = a.calib, .calib_tokens = a.calib_tokens,
                      .seed = a.seed, .progress = true, .dtype = a.dtype, .format = a.format});
   std::string heads;
   for (int64_t k : r.kv_heads) heads += (heads.empty() ? "" : ",") + std::to_string(k);

@@ -199,7 +199,7 @@ std::vector<int64_t> kv_budget_in_memory(const ConvertRequest& r, const formats:
 
 ConvertModelResult convert_model(const ConvertRequest& r) {
   const auto t0 = Clock::now();
-  const Variant v{&method(r.method), parse_grouping(r.grouping)};
+  const Variant& v = r.variant;
   const formats::OpenedModel src = formats::open_model(r.from);
   const GPTConfig& c = src.config;
   if ((r.kv_budget > 0) == !r.kv_heads.empty()) throw Error(ErrorKind::usage, "convert: give either --kv-heads or --kv-budget");
@@ -215,7 +215,7 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   check_streaming_memory(src, batches);
   const GPTConfig nc = converted_config(c, budget > 0 ? kv_budget_in_memory(r, src, v, budget, batches) : r.kv_heads);
   const nlohmann::json from{
-      {"kv_heads_from", c.kv_heads_json()}, {"kv_heads", nc.kv_heads_json()}, {"method", r.method}, {"grouping", r.grouping}};
+      {"kv_heads_from", c.kv_heads_json()}, {"kv_heads", nc.kv_heads_json()}, {"method", v.method->name}, {"grouping", to_string(v.grouping)}};
   ConvertModelResult out;
   out.dtype = dtype;
   out.kv_heads = nc.per_layer_kv() ? nc.layer_kv_heads : std::vector<int64_t>{nc.n_kv_head};

@@ -41,7 +41,7 @@ struct ConvertRequest {
   std::string from, out;        // from: a checkpoint, an HF directory or a GGUF file
   std::vector<int64_t> kv_heads;  // one count for every layer, or one per layer
   int64_t kv_budget = 0;        // instead: the kv heads of all layers together, placed by budget.h
-  std::string method = "mean", grouping = "contiguous";
+  Variant variant;              // method and grouping (default: mean, contiguous)
   std::string calib;            // calibration data, as eval reads it (text: its train split); needed by calibrated variants
   int64_t calib_tokens = 16384;
   uint64_t seed = 0;            // --method random and the calibration windows

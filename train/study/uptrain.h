@@ -41,7 +41,7 @@ struct UptrainOptions {
   // unset: the source's own /train config.
   std::optional<TrainConfig> original;
   /// The precision of the uptraining run (autograd/autocast.h); unset: the original run's.
-  std::optional<std::string> precision;
+  std::optional<Precision> precision;
   /// Distillation from the source model as the teacher: loss (1 − λ)·CE + λ·T²·KL(source ‖
   /// converted) on every batch (autograd/ops.h, distill_kl); λ = 0: plain uptraining.
   double distill_lambda = 0;

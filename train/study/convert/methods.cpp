@@ -56,17 +56,6 @@ std::vector<std::string> method_names() {
   return names;
 }
 
-Grouping parse_grouping(const std::string& s) {
-  if (s == "contiguous") return Grouping::Contiguous;
-  if (s == "similar") return Grouping::Similar;
-  if (s == "per-layer") return Grouping::PerLayer;
-  throw Error(ErrorKind::usage, "unknown grouping \"" + s.substr(0, 80) + "\" (expected contiguous, similar or per-layer)");
-}
-
-std::string to_string(Grouping g) {
-  return g == Grouping::Contiguous ? "contiguous" : g == Grouping::Similar ? "similar" : "per-layer";
-}
-
 std::string Variant::name() const {
   return grouping == Grouping::Contiguous ? method->name : method->name + "+" + to_string(grouping);
 }
@@ -74,7 +63,7 @@ std::string Variant::name() const {
 Variant Variant::parse(const std::string& s) {
   const size_t plus = s.find('+');
   if (plus == std::string::npos) return {&tapelm::method(s), Grouping::Contiguous};
-  return {&tapelm::method(s.substr(0, plus)), parse_grouping(s.substr(plus + 1))};
+  return {&tapelm::method(s.substr(0, plus)), enum_from_name<Grouping>(s.substr(plus + 1), "grouping")};
 }
 
 }  // namespace tapelm

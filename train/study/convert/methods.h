@@ -15,10 +15,13 @@
 // Groupings: contiguous (kv heads g·r … (g+1)·r−1), per-layer (contiguous, as many groups in each
 // layer as a budget allocates: budget.h) or similar (heads with alike aligned K/V
 // activations, found by a swap search and made contiguous by a function-preserving permutation).
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "autograd/names.h"
 #include "nn/rng.h"
 
 namespace tapelm {
@@ -53,9 +56,10 @@ std::vector<std::string> method_names();
 /// PerLayer: contiguous groups, their number chosen per layer under the budget of as many heads
 /// in every layer (budget.h) — an allocation rather than a grouping, named beside them.
 enum class Grouping { Contiguous, Similar, PerLayer };
-/// "contiguous" | "similar" | "per-layer", else a usage Error naming the value.
-Grouping parse_grouping(const std::string& s);
-std::string to_string(Grouping g);
+template <> struct EnumNames<Grouping> {
+  static constexpr std::array<std::pair<Grouping, const char*>, 3> values{
+      {{Grouping::Contiguous, "contiguous"}, {Grouping::Similar, "similar"}, {Grouping::PerLayer, "per-layer"}}};
+};
 
 /// A method with a grouping: what one conversion does.
 struct Variant {

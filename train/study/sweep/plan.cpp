@@ -64,7 +64,7 @@ std::vector<Variant> sweep_variants(const SweepPreset& p) {
   std::vector<Variant> v;
   for (const std::string& g : p.groupings)
     for (const std::string& m : p.methods) {
-      const Variant one{&method(m), parse_grouping(g)};
+      const Variant one{&method(m), enum_from_name<Grouping>(g, "grouping")};
       if (one.grouping != Grouping::Contiguous && one.method->fresh) continue;
       v.push_back(one);
     }

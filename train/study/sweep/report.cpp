@@ -161,8 +161,8 @@ void write_header(std::ostream& md, const SweepPlan& plan, const Table& t, const
     md << " `per-layer`: a KV count's budget (that count in every layer) placed layer by layer where the calibrated conversion "
           "error is largest (docs/guide/uptraining.md), contiguous groups within a layer; its models are timed as the uniform "
           "model of that count (the same KV-cache bytes when the budget is spent).";
-  if (cfg.precision != "f32")
-    md << " Training and uptraining ran the linear layers' products in " << cfg.precision
+  if (cfg.precision != Precision::f32)
+    md << " Training and uptraining ran the linear layers' products in " << to_string(cfg.precision)
        << " (bf16 inputs, f32 sums; docs/guide/precision.md); every val loss is evaluated in f32.";
   md << " ± is the sample standard deviation over seeds.\n\n";
 }

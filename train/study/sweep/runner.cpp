@@ -208,7 +208,7 @@ class DecodeTimer {
     // times that do not say what they ran with (an older sweep's) are taken again
     return !t.timed_with.empty() && t.long_context == long_context() &&
            (long_context() == 0 || t.decode_long.count(plan_.preset.decode_batches.back())) &&
-           t.lowkv_cache == kv_type_name(lowkv(c)) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
+           t.lowkv_cache == to_string(lowkv(c)) && t.decode_lowkv.count(plan_.preset.decode_batches.back());
   }
   /// The KV cache of Table 1's low-precision column for a cell's model: q8 where its head dimension
   /// allows it (its quality cost was ≤ 0.0001 nats on the tiny study, docs/tiny/kvcache), else f16
@@ -271,7 +271,7 @@ class DecodeTimer {
     for (auto& [k, t] : measure(b_hi, T, true)) d[k].decode_lowkv[b_hi] = t;
     const std::string with = std::to_string(get_num_threads()) + " threads, OpenMP wait: " + omp_wait_description();
     for (const Shape& s : shapes_) {
-      d[shape_key(s.cell)].lowkv_cache = kv_type_name(lowkv(s.cell));
+      d[shape_key(s.cell)].lowkv_cache = to_string(lowkv(s.cell));
       d[shape_key(s.cell)].timed_with = with;
     }
     for (auto& [k, t] : d) {
@@ -309,7 +309,7 @@ std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const 
   for (KvType t : {KvType::f16, KvType::q8}) {
     if (t == KvType::q8 && m->config().head_dim() % kQ8Block != 0) continue;
     m->round_kv_as(t);
-    out[kv_type_name(t)] = evaluate_split(*m, corpus.val);
+    out[to_string(t)] = evaluate_split(*m, corpus.val);
   }
   return out;
 }
