@@ -123,4 +123,83 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   return res;
 }
 
+namespace {
+// The fields every record has: the model's shape and the machine.
+nlohmann::json record_base(const GPTConfig& cfg, int iters, int warmup, const ComputeInfo& ci) {
+  return {{"iters", iters},
+          {"warmup", warmup},
+          {"threads", get_num_threads()},
+          {"params", model_cost(cfg).params},
+          {"L", cfg.n_layer},
+          {"H", cfg.n_head},
+          {"KV", cfg.kv_heads_json()},
+          {"d", cfg.n_embd},
+          {"T", cfg.block_size},
+          {"blas_core", ci.blas_core},
+          {"gemm", ci.gemm},
+          {"omp_wait", ci.omp_wait},
+          {"cpu", ci.cpu}};
+}
+}  // namespace
+
+DecodeRoofline decode_roofline(const GPTConfig& cfg, const DecodeResult& r) {
+  DecodeRoofline d;
+  d.bandwidth = memory_bandwidth();
+  d.bandwidth_s = r.bytes_per_step / d.bandwidth;
+  const double mean_ctx = 0.5 * static_cast<double>(r.shape.prompt + 1 + r.shape.context);
+  d.flops = static_cast<double>(r.shape.batch) * model_cost(cfg, static_cast<int64_t>(mean_ctx)).forward_flops_per_token;
+  d.compute_s = d.flops / compute_info().sgemm_peak;
+  return d;
+}
+
+nlohmann::json bench_record(const GPTConfig& cfg, const BenchResult& r, int64_t batch, Precision p, int iters, int warmup) {
+  const ComputeInfo ci = compute_info();
+  nlohmann::json j = record_base(cfg, iters, warmup, ci);
+  j.update({{"mode", "train"},
+            {"tokens_per_s", r.tokens_per_s},
+            {"median_s", r.median_s},
+            {"min_s", r.min_s},
+            {"batch", batch},
+            {"tokens_per_iter", r.tokens_per_iter},
+            {"precision", to_string(p)},
+            {"times", r.times},
+            {"linear_s", r.linear_median_s},  // the linear layers' products, median per step
+            {"linear_times", r.linear_times},
+            {"sgemm_peak_flops_per_s", ci.sgemm_peak},
+            {"cpu_peak_flops_per_s", ci.cpu_peak},
+            {"cpu_clock_hz", ci.clock_hz},
+            {"cpu_peak_lanes", ci.lanes},
+            {"model_flops_per_s", r.tokens_per_s * model_cost(cfg).train_flops_per_token}});
+  if (p == Precision::bf16) j["bf16_gemm_peak_flops_per_s"] = bf16_gemm_peak_flops();
+  return j;
+}
+
+nlohmann::json bench_record(const GPTConfig& cfg, const DecodeResult& r, const DecodeRoofline& roof, int iters, int warmup) {
+  const int64_t batch = r.shape.batch;
+  nlohmann::json j = record_base(cfg, iters, warmup, compute_info());
+  j.update({{"mode", "decode"},
+            {"batch", batch},
+            {"prompt", r.shape.prompt},
+            {"context", r.shape.context},
+            {"prefill_ms", r.prefill_median_s * 1e3},
+            {"step_ms", r.step_median_s * 1e3},
+            {"step_ms_min", r.step_min_s * 1e3},
+            {"step_ms_max", r.step_max_s * 1e3},
+            {"us_per_token", r.step_median_s * 1e6 / static_cast<double>(batch)},
+            {"ms_per_sample", r.step_median_s * 1e3 * static_cast<double>(r.shape.context - r.shape.prompt) / static_cast<double>(batch)},
+            {"tokens_per_s", r.tokens_per_s},
+            {"bytes_per_step", r.bytes_per_step},
+            {"memory_bandwidth_bytes_per_s", roof.bandwidth},
+            {"bandwidth_limit_pct", 100.0 * roof.bandwidth_s / r.step_median_s},
+            {"flops_per_step", roof.flops},
+            {"roofline_pct", roof.roofline_pct(r.step_median_s)},
+            {"kv_cache", to_string(r.shape.kv_cache)},
+            {"weights", r.shape.q8_weights ? "q8_0" : "f32"},
+            {"kv_cache_bytes_per_token", kv_cache_bytes_per_token(cfg, r.shape.kv_cache)},
+            {"step_times", r.step_s},
+            {"prefill_times", r.prefill_s}});
+  return j;
+}
+
 }  // namespace tapelm
+

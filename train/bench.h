@@ -1,7 +1,10 @@
 #pragma once
 // Speed of a training step or of KV-cache decoding, measured as ../shared/reference/bench.py
 // measures PyTorch: same work, warm-up, then the median of timed iterations.
+#include <algorithm>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "autograd/autocast.h"
 #include "autograd/quant.h"
@@ -46,5 +49,20 @@ struct DecodeResult {
 /// Times iters generations after warmup untimed ones; shape errors (prompt < 1, context past
 /// block_size or not above prompt) are usage Errors.
 DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape shape, int iters, int warmup, uint64_t seed);
+
+/// A decoding step against its two limits: the bytes it must read at the memory bandwidth (STREAM
+/// triad), and its FLOPs (weights and attention at the mean context) at the sgemm peak.
+struct DecodeRoofline {
+  double bandwidth = 0, bandwidth_s = 0;  // bytes/s; seconds the step's bytes take at it
+  double flops = 0, compute_s = 0;        // the step's FLOPs; seconds at the sgemm peak
+  /// The larger limit as a share of the measured step, in %.
+  double roofline_pct(double step_s) const { return 100.0 * std::max(bandwidth_s, compute_s) / step_s; }
+};
+DecodeRoofline decode_roofline(const GPTConfig& cfg, const DecodeResult& r);
+
+/// What `bench --json` prints for a training run (r of `batch` windows in precision p) or a decoding
+/// run: the timings, the model's shape and the machine it ran on (compute_info), in one record.
+nlohmann::json bench_record(const GPTConfig& cfg, const BenchResult& r, int64_t batch, Precision p, int iters, int warmup);
+nlohmann::json bench_record(const GPTConfig& cfg, const DecodeResult& r, const DecodeRoofline& roof, int iters, int warmup);
 
 }  // namespace tapelm

@@ -37,6 +37,21 @@ BOOST_AUTO_TEST_CASE(eval_estimates_the_memory_of_the_windows_there_are) {
   BOOST_TEST(estimate("--tokens 64 --batch 1") > one);  // the second window's hidden states
 }
 
+// inspect opens a model as every command does: a checkpoint, an HF directory or a GGUF file
+// (it took checkpoints alone: "is a directory, not an HDF5 file").
+BOOST_AUTO_TEST_CASE(inspect_reads_every_model_format) {
+  TempDir d;
+  BOOST_TEST_REQUIRE(run_cli("export --checkpoint " + fixture_path("gguf/llama_spm.h5") + " --format gguf --out " + (d / "m.gguf")).code == 0);
+  for (const std::string m : {fixture_path("hf/llama_gqa_bf16_spm"), d / "m.gguf"}) {
+    const Run r = run_cli("inspect " + m);
+    BOOST_TEST(r.code == 0, m << ": " << r.err);
+    BOOST_TEST(r.out.find("model " + m + " (") == 0, r.out);
+    BOOST_TEST(r.out.find("parameters ") != std::string::npos, r.out);
+  }
+  const Run ck = run_cli("inspect " + parity_fixture("mha.h5"));
+  BOOST_TEST(ck.out.find("checkpoint ") == 0, ck.out);
+}
+
 BOOST_AUTO_TEST_CASE(eval_cli_on_a_parity_fixture) {
   TempDir d;
   const std::string f = parity_fixture("mha.h5");
@@ -163,7 +178,7 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   expect_error(train_with(cfg, " --set n_embd=4611686018427387904"), "n_embd");
   // seeds and threads: the same rule for flags and keys
   expect_error(train_with(cfg, " --set seed=18446744073709551615"), "seed");
-  expect_error(run_cli("--threads -1 demo"), "threads");
+  expect_error(run_cli("--threads -1 inspect --system"), "threads");
   expect_error(train_with(cfg, " --set threads=-1"), "threads");
   expect_error(run_cli("sample --checkpoint x.h5 --seed 18446744073709551615"), "seed");
   expect_error(run_cli("sample --checkpoint x.h5 --seed -1"), "seed");

@@ -1,7 +1,7 @@
 #pragma once
 // The subcommands behind the `tapelm` binary. Each has a setup function that registers its flags
 // with CLI11 (enumerated values checked there) and a run function over library calls, side by
-// side in cli.cpp; main.cpp parses and dispatches.
+// side in its group's file (train/cli/commands.h); main.cpp parses and dispatches.
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <vector>

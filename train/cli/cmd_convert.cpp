@@ -1,0 +1,90 @@
+// convert: MHA/GQA to fewer key/value heads, one block at a time.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "train/cli/commands.h"
+#include "train/cli/common.h"
+#include "train/study/convert/methods.h"
+#include "train/study/convert_model.h"
+
+namespace tapelm::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ConvertArgs {
+  std::string from, method = "mean", out, grouping = "contiguous", calib, dtype, format = "tapelm", kv_heads;
+  int64_t kv_budget = 0, calib_tokens = 16384;
+  uint64_t seed = 0;
+};
+
+/// "2" or "4,2,2,1": key/value head counts, each a positive integer; anything else is a usage
+/// Error naming the flag.
+std::vector<int64_t> parse_kv_heads(const std::string& s, const std::string& flag) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_list(s, flag)) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v <= 0 || v > (int64_t(1) << 20))
+      throw Error(ErrorKind::usage, flag + ": \"" + cut_for_message(item) + "\" is not a positive count of key/value heads");
+    out.push_back(v);
+  }
+  return out;
+}
+
+void convert_flags(CLI::App& c, ConvertArgs& a) {
+  c.add_option("--from", a.from, "source model: a checkpoint, a Hugging Face directory or a GGUF file (read one block at a time)")
+      ->required();
+  CLI::Option* kv = c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads (divides the old), or one per layer: 4,2,2,1");
+  c.add_option("--kv-budget", a.kv_budget, "instead of --kv-heads: the key/value heads of all layers together, placed where converting "
+                                           "a layer costs the most loss on the calibration windows (needs --calib)")
+      ->excludes(kv)
+      ->check(CLI::PositiveNumber);
+  c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
+  c.add_option("--grouping", a.grouping, "contiguous, similar (similar K/V heads share a group) or per-layer (--kv-heads G: "
+                                         "the budget of G in every layer, placed by the conversion error; see --kv-budget)")
+      ->check(CLI::IsMember({"contiguous", "similar", "per-layer"}));
+  c.add_option("--calib", a.calib,
+               "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
+  c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
+  c.add_option("--out", a.out, "the converted model: a checkpoint, an HF directory or a GGUF file (--format)")->required();
+  c.add_option("--format", a.format, "what --out is: tapelm (a checkpoint, default), hf (a Hugging Face directory) or gguf")
+      ->check(CLI::IsMember({"tapelm", "hf", "gguf"}));
+  c.add_option("--dtype", a.dtype, "weights as f32, bf16 or f16, or q8_0 in gguf (default: the source's 16-bit type, else f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
+  c.add_option("--seed", a.seed, "seed for --method random and the calibration windows")->check(seed_range());
+}
+
+int run_convert(const ConvertArgs& a) {
+  refuse_same_file(a.from, "--from", a.out, "--out");
+  if (a.kv_heads.empty() == (a.kv_budget == 0)) throw Error(ErrorKind::usage, "convert: give --kv-heads or --kv-budget");
+  const ConvertModelResult r =
+      convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_kv_heads(a.kv_heads, "--kv-heads"),
+                     .kv_budget = a.kv_budget, .variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")}, .calib = a.calib, .calib_tokens = a.calib_tokens,
+                     .seed = a.seed, .progress = true, .dtype = a.dtype, .format = a.format});
+  std::string heads;
+  for (int64_t k : r.kv_heads) heads += (heads.empty() ? "" : ",") + std::to_string(k);
+  std::printf("converted %s: %ld -> %s kv heads%s by %s (%s groups%s) in %.2fs, written to %s (%s)\n", a.from.c_str(), (long)r.kv_heads_from,
+              heads.c_str(), r.kv_heads.size() > 1 ? " (layer by layer)" : "", a.method.c_str(), a.grouping.c_str(),
+              r.calib_tokens ? (", calibrated on " + std::to_string(r.calib_tokens) + " tokens").c_str() : "",
+              r.seconds, a.out.c_str(), r.dtype.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command convert_command(CLI::App& app) {
+  return command(app, "convert", "convert MHA/GQA to fewer key/value heads", convert_flags, run_convert);
+}
+
+}  // namespace tapelm::cli

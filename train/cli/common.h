@@ -1,0 +1,57 @@
+#pragma once
+// What the subcommands share: registering a command over its Args, list and seed flags, the
+// precision and KV-cache flags' names and help, and --distill's settings. Each command group
+// (train/cli/cmd_*.cpp) is flags -> one library call -> print.
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/autocast.h"
+#include "autograd/quant.h"
+#include "train/cli/cli.h"
+#include "train/study/uptrain.h"
+
+namespace tapelm::cli {
+
+/// Registers a subcommand whose flags fill an Args (starting as `init`) held by the command itself.
+template <typename Args>
+Command command(CLI::App& app, const char* name, const std::string& help, void (*flags)(CLI::App&, Args&), int (*run)(const Args&),
+                Args init = {}) {
+  auto args = std::make_shared<Args>(std::move(init));
+  CLI::App* sub = app.add_subcommand(name, help);
+  flags(*sub, *args);
+  return {sub, [args, run] { return run(*args); }};
+}
+
+/// Seeds follow the config's rule (TrainConfig's max_seed): 0 to 2^63 - 1.
+const CLI::Range& seed_range();
+/// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
+std::vector<std::string> split_list(const std::string& s, const std::string& flag);
+/// A usage Error when `out` names the same file as the input `in`: writing it would replace the
+/// input it is made from (convert --out equal to --from silently overwrote its source).
+void refuse_same_file(const std::string& in, const std::string& in_flag, const std::string& out, const std::string& out_flag);
+/// "llama2c, hf, gguf".
+std::string format_list();
+
+/// --precision's help; its values are enum_names<Precision>().
+extern const char* const precision_help;
+/// The one-line refusal of a precision this machine cannot run, before any work is done.
+void check_precision_runs(Precision p);
+/// --kv-cache's and decoding --weights' help; --kv-cache's values are enum_names<KvType>().
+extern const char* const kv_cache_help;
+extern const char* const weights_help;
+
+/// --distill and its settings, as uptrain and sweep take them.
+struct DistillArgs {
+  bool on = false;
+  double lambda = -1;  // not given
+  double temperature = UptrainOptions{}.distill_temperature;
+  double attention = 0;
+  /// with_attention: also --distill-attention (uptrain)
+  void add_flags(CLI::App& c, const std::string& what, bool with_attention = false);
+  /// λ: 0 without --distill; the settings without --distill are a usage Error.
+  double lambda_for(const std::string& command) const;
+};
+
+}  // namespace tapelm::cli
