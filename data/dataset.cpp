@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "autograd/json_read.h"
 #include "data/io.h"
 #include "data/outdir.h"
 #include "data/prepare.h"
@@ -36,11 +37,7 @@ Corpus load_sharded(const fs::path& dir) {
   const std::string meta_path = (dir / "meta.json").string();
   auto bad = [&](const std::string& why) { return Error(ErrorKind::data, "corpus " + meta_path + ": " + why); };
   nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_file_bytes(meta_path, "corpus file"));
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(std::string("does not parse: ") + e.what());
-  }
+  m = parse_json(read_file_bytes(meta_path, "corpus file"), "corpus " + meta_path);
   if (!m.is_object() || !m.contains("tokenizer") || !m["tokenizer"].is_object())
     throw bad("no \"tokenizer\" object");
   const nlohmann::json& t = m["tokenizer"];

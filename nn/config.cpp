@@ -1,5 +1,7 @@
 #include "nn/config.h"
 
+#include "autograd/json_read.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -30,27 +32,7 @@ std::string echo_json(const nlohmann::json& v) {
 }
 
 nlohmann::json parse_config_json(const std::string& text, const std::string& what) {
-  std::vector<std::vector<std::string>> keys;  // the keys seen so far in each open object
-  auto check = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& v) {
-    using E = nlohmann::json::parse_event_t;
-    if ((ev == E::object_start || ev == E::array_start) && depth >= max_json_depth)
-      throw Error(ErrorKind::config, what + ": JSON nested deeper than " + std::to_string(max_json_depth) + " levels");
-    if (ev == E::object_start) keys.emplace_back();
-    if (ev == E::object_end) keys.pop_back();
-    if (ev == E::key && !keys.empty()) {
-      const std::string k = v.get<std::string>();
-      auto& seen = keys.back();
-      if (std::find(seen.begin(), seen.end(), k) != seen.end())
-        throw Error(ErrorKind::config, what + ": duplicate key '" + cut_for_message(k) + "'");
-      seen.push_back(k);
-    }
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text, check);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(ErrorKind::config, what + ": not valid JSON: " + cut_for_message(e.what(), 200));
-  }
+  return parse_json(text, what, ErrorKind::config, max_json_depth, true);
 }
 
 void config_get(const nlohmann::json& j, const std::string& k, int64_t& out) {

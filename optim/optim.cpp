@@ -6,6 +6,7 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "autograd/json_read.h"
 #include "autograd/kernels/optim.h"
 #include "autograd/kernels/reduce.h"
 
@@ -168,7 +169,7 @@ void SGD::update(const std::string& name, const Var& p, double lr) {
 // ---- factory, clipping, schedule ---------------------------------------------------------
 std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams params,
                                           const std::string& hparams_json) {
-  const auto j = nlohmann::json::parse(hparams_json);
+  const auto j = parse_json(hparams_json, "optimizer hyperparameters", ErrorKind::checkpoint);
   require(j.is_object(), "optimizer hyper-parameters: not a JSON object");
   auto take = [&](const std::map<std::string, double*>& reals, bool* flag) {
     for (const auto& [key, value] : j.items()) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "autograd/json_read.h"
+
 namespace tapelm {
 
 CharTokenizer CharTokenizer::from_text(const std::string& utf8) {
@@ -38,11 +40,7 @@ CharTokenizer CharTokenizer::from_symbols(std::vector<char32_t> symbols) {
 
 CharTokenizer CharTokenizer::from_json(const std::string& json) {
   nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::data, std::string("tokenizer JSON does not parse: ") + e.what());
-  }
+  j = parse_json(json, "tokenizer JSON");
   if (!j.is_object()) throw Error(ErrorKind::data, "tokenizer JSON is not an object");
   if (!j.contains("type") || j["type"] != "char")
     throw Error(ErrorKind::data, "tokenizer JSON has type " + (j.contains("type") ? j["type"].dump() : std::string("(missing)")) +

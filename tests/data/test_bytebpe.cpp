@@ -363,6 +363,22 @@ BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
     BOOST_TEST_REQUIRE(at != std::string::npos);
     text.replace(at, 17, "\"normalizer\":" + deep);
     expect_throw([&] { ByteBpe::from_json(text, "tok.json", "", ""); }, ErrorKind::data, {"tok.json", "nested deeper than 32 levels"});
+    // the same file through prepare --tokenizer-model, which reads the file and its siblings
+    // itself (SIGSEGV from 45,000 levels: the parsed value was copied recursively before the
+    // tokenizer's own depth check ran), and as a sibling tokenizer_config.json and config.json
+    TempDir dd;
+    write_bytes(dd / "t.txt", "some text\n");
+    const std::string prepare = "prepare --text " + (dd / "t.txt") + " --out " + (dd / "c") + " --quiet --tokenizer-model ";
+    write_bytes(dd / "deep.json", text);
+    expect_error(run_cli(prepare + (dd / "deep.json")), "deep.json: JSON nested deeper than 64 levels");
+    fs::create_directories(dd / "sib");
+    write_bytes(dd / "sib/tokenizer.json", base.dump());
+    write_bytes(dd / "sib/tokenizer_config.json", "{\"bos_token\": " + std::string(70000, '[') + std::string(70000, ']') + "}");
+    expect_error(run_cli(prepare + (dd / "sib/tokenizer.json")), "tokenizer_config.json: JSON nested deeper than 64 levels");
+    fs::remove(dd / "sib/tokenizer_config.json");
+    write_bytes(dd / "sib/config.json", std::string(70000, '[') + std::string(70000, ']'));
+    expect_error(run_cli(prepare + (dd / "sib/tokenizer.json")), "config.json: JSON nested deeper than 64 levels");
+    BOOST_TEST(!fs::exists(dd / "c"));
   }
   expect_throw([&] { ByteBpe::from_json(base.dump(), "tok.json", "<s>", ""); }, ErrorKind::data, {"<s>", "neither"});
   // invalid UTF-8 text is refused, as sentencepiece's is

@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "autograd/json_read.h"
 #include "nn/accounting.h"
 #include "train/formats/layout.h"
 #include "train/formats/model_sink.h"
@@ -59,7 +60,7 @@ std::string hparam_changes(const std::string& path, const std::string& type, con
   try {
     // Parsed by the one construction path, so a file the optimizer would not accept is an error.
     make_optimizer(type, {}, saved_json);
-    saved = nlohmann::json::parse(saved_json);
+    saved = parse_json(saved_json, "optimizer hyperparameters", ErrorKind::checkpoint);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::checkpoint, path + ": bad " + kOptim + " hparams: " + e.what());
   }

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "autograd/json_read.h"
+
 #include "data/io.h"
 #include "data/tokenizer/bytebpe/byte_bpe.h"
 #include "data/tokenizer/sentencepiece.h"
@@ -19,11 +21,7 @@ json sibling_json(const std::filesystem::path& p, const std::string& what) {
   if (!std::filesystem::exists(p, ec)) return json();
   require_regular_file(p.string(), what);
   if (std::filesystem::file_size(p, ec) > (64u << 20)) throw Error(ErrorKind::data, what + " " + p.string() + ": larger than 64 MiB");
-  try {
-    return json::parse(read_file_bytes(p.string(), what));
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::data, what + " " + p.string() + ": does not parse as JSON: " + e.what());
-  }
+  return parse_json(read_file_bytes(p.string(), what), what + " " + p.string());
 }
 
 // tokenizer_config.json's bos_token / eos_token: a string, {"content": ...}, or null.
@@ -55,11 +53,7 @@ Tokenizer read_tokenizer_file(const std::string& path) {
   }
   const fs::path dir = fs::path(path).parent_path();
   json probe;
-  try {
-    probe = json::parse(bytes);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::data, "tokenizer file " + path + ": does not parse as JSON: " + e.what());
-  }
+  probe = parse_json(bytes, "tokenizer file " + path);
   if (!probe.is_object()) throw Error(ErrorKind::data, "tokenizer file " + path + ": is not a JSON object");
   if (!probe.contains("model") || !probe["model"].is_object()) {  // GPT-2's vocab.json: merges.txt beside it
     const fs::path merges = dir / "merges.txt";
