@@ -386,15 +386,27 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
   index["weight_map"]["model.layers.0.mlp.extra.weight"] = "model-00001-of-00003.safetensors";
   write_bytes(named + "/model.safetensors.index.json", index.dump());
   expect_error(import_of(named), "puts tensor 'model.layers.0.mlp.extra.weight' in");
-  // a config claiming 64 layers of d 65,536 (13 TB) over the 0.2 MB fixture: the tensors' shapes
-  // are checked against the claim before anything is allocated (was refused after 49 s at 3.7 GB,
-  // once the model was built)
+  // a config claiming layers of d 65,536 (2 layers: 0.4 TB) over the 0.2 MB fixture: the tensors'
+  // shapes are checked against the claim before anything is allocated (was refused after 49 s at
+  // 3.7 GB, once the model was built)
   const std::string huge = copy_model("huge");
   edit_config(huge, [](auto& j) {
-    j["hidden_size"] = 65536, j["intermediate_size"] = 196608, j["num_hidden_layers"] = 64;
+    j["hidden_size"] = 65536, j["intermediate_size"] = 196608;
     j["num_attention_heads"] = 512, j["num_key_value_heads"] = 512;
   });
   expect_error(import_of(huge), "mis-shaped model.embed_tokens.weight [300, 32] (expected [300, 65536])");
+  // a config claiming 10^9 layers over the 2-layer fixture: refused at once by every command and
+  // --format (convert ran past 120 s under a 6 GiB cap listing the claimed layers' tensors)
+  const std::string deep = copy_model("deep");
+  edit_config(deep, [](auto& j) { j["num_hidden_layers"] = 1000000000; });
+  for (const std::string& cmd : {"import --format hf --model " + deep + " --out " + (d / "deep.h5"),
+                                  "convert --from " + deep + " --kv-heads 2 --out " + (d / "deep.h5"),
+                                  "convert --from " + deep + " --kv-heads 2 --format hf --out " + (d / "deep_hf"),
+                                  "convert --from " + deep + " --kv-heads 2 --format gguf --out " + (d / "deep.gguf"),
+                                  "eval --checkpoint " + deep + " --data " + fixture_path("tiny.txt")}) {
+    const Run r = run_cli(cmd, "timeout 20 ");
+    expect_error(r, "the config claims 1000000000 layers, but the");
+  }
   // a corrupt sentencepiece model beside the weights: named, without sentencepiece's source line
   const std::string spm = d / "spm";
   fs::copy(hfx("llama_gqa_bf16_spm"), spm, fs::copy_options::recursive);

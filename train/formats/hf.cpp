@@ -375,6 +375,7 @@ formats::OpenedModel open_dir(const std::string& dir, ImportResult& r) {
   r.weight_files = src->files();
   formats::LayoutOptions lo;
   if (r.hf.family == Family::gpt2 && src->find("transformer.wte.weight")) lo.hf_prefix = "transformer.";
+  formats::check_layer_count(m.config, r.hf.family, formats::Format::hf, lo, src->tensors().size(), "HF model " + dir);
   m.layout = formats::layout(m.config, r.hf.family, formats::Format::hf, lo);
   const safetensors::ModelFiles* files = src.get();
   const std::string emb = m.layout.front().name;

@@ -231,6 +231,22 @@ std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const L
   return out;
 }
 
+void check_layer_count(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o, size_t tensors_held, const std::string& what) {
+  if (c.n_layer <= 1) return;
+  GPTConfig one = c.layer(0), two = c.layer(0);  // one layer's tensors: the difference of two layouts
+  one.n_layer = 1;
+  two.n_layer = 2;
+  const auto count = [&](const GPTConfig& x) { return fmt == Format::tapelm ? parameter_layout(x).size() : layout(x, f, fmt, o).size(); };
+  const size_t n1 = count(one), per_layer = count(two) - n1, outside = n1 - per_layer;
+  if (per_layer == 0 || tensors_held < outside) return;  // the tensor check names what is missing
+  // a claim one layer past what the tensors make is left to the tensor check, which names the
+  // tensor missing; beyond that the listing itself would be the cost
+  const size_t most = (tensors_held - outside) / per_layer;
+  if (static_cast<uint64_t>(c.n_layer) > most + 1)
+    throw Error(ErrorKind::data, what + ": the config claims " + std::to_string(c.n_layer) + " layers, but the " +
+                                     std::to_string(tensors_held) + " tensors it holds make at most " + std::to_string(most));
+}
+
 std::vector<FileTensor> parameter_layout(const GPTConfig& c) {
   std::vector<FileTensor> out;
   for (const auto& [name, shape] : parameter_shapes(c)) out.push_back({name, shape, {{name, shape}}, false, 0, shape.size() == 2, false});

@@ -76,6 +76,12 @@ struct LayoutOptions {
 /// format writes them.
 std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o = {});
 
+/// A data Error starting with `what` when a config claims more layers than `tensors_held` tensors
+/// can make (each layer's tensors in format fmt, and those outside the layers): checked before a
+/// layout of c is built, so that a config claiming 10^9 layers over a 4-layer file is refused at
+/// once instead of listing 10^10 tensors. fmt tapelm: the checkpoint's parameters.
+void check_layer_count(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o, size_t tensors_held, const std::string& what);
+
 /// tapelm's own layout of any config: each parameter under its own name, as it is.
 std::vector<FileTensor> parameter_layout(const GPTConfig& c);
 

@@ -96,6 +96,7 @@ OpenedModel open_checkpoint(const std::string& path) {
   auto src = std::make_unique<OwnedCheckpoint>(path);
   m.config = read_model_config(src->file());
   if (has_tokenizer(src->file())) m.tok = read_tokenizer(src->file());
+  check_layer_count(m.config, Family::llama, Format::tapelm, {}, src->tensors().size(), "checkpoint " + path);
   m.layout = parameter_layout(m.config);
   m.rules = {"the model its config describes", ErrorKind::checkpoint, {}};
   check_tensors(m.layout, *src, m.rules);
