@@ -197,6 +197,37 @@ void require_complete_output(const std::string& dir, const std::string& what) {
                                      ") ended while replacing its files one at a time, so they may be of two writes; write it again");
 }
 
+// ---- outputs and inputs ------------------------------------------------------------------------
+
+void refuse_outputs_over_inputs(const std::vector<FlagPath>& outputs, const std::vector<FlagPath>& inputs) {
+  struct Id {
+    dev_t dev;
+    ino_t ino;
+  };
+  std::vector<std::pair<Id, const FlagPath*>> in;
+  for (const FlagPath& i : inputs) {
+    struct stat st {};
+    if (!i.path.empty() && ::stat(i.path.c_str(), &st) == 0) in.push_back({{st.st_dev, st.st_ino}, &i});
+  }
+  for (const FlagPath& o : outputs) {
+    if (o.path.empty()) continue;
+    std::error_code ec;
+    // the output, then each folder above it, as far as they exist (followed through links)
+    fs::path p = fs::absolute(o.path, ec).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    for (bool self = true;; self = false) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0)
+        for (const auto& [id, i] : in)
+          if (id.dev == st.st_dev && id.ino == st.st_ino)
+            throw Error(ErrorKind::usage, o.flag + " " + o.path + (self ? " is the " + i->flag + " file" : " lies inside the " + i->flag + " folder") +
+                                              (self && i->path == o.path ? "" : " " + i->path) + ": write it elsewhere");
+      if (p == p.parent_path()) break;
+      p = p.parent_path();
+    }
+  }
+}
+
 // ---- OutputFolder ------------------------------------------------------------------------------
 
 OutputFolder::OutputFolder(const std::string& dir, std::string what, ErrorKind kind) : given_(dir), what_(std::move(what)), kind_(kind) {
@@ -380,11 +411,13 @@ DirectoryCommit::DirectoryCommit(const std::string& out, const std::string& noun
       if (fd >= 0) {
         ::close(fd);
         stage_ = stage;
+        stage_guard_.emplace(stage_.string());
       } else {
         ::rmdir(stage.c_str());
       }
     }
   }
+  temps_guard_.emplace(dir.string(), ".tmp." + std::to_string(::getpid()) + ".");
   if (stage_.empty()) {  // temporary files beside their targets, in the folder: the manifest says whose
     m.temps_of = ::getpid();
     folder_.save(m);

@@ -14,6 +14,7 @@
 
 #include "autograd/error.h"
 #include "data/dirlock.h"
+#include "data/tempfile.h"
 
 namespace tapelm {
 
@@ -46,6 +47,17 @@ Manifest read_manifest(const std::filesystem::path& dir);
 /// A data Error naming `dir` (as `what` names it) when a write that replaced its files one at a
 /// time did not finish: its files may be a mix of two writes, so tapelm's readers refuse it.
 void require_complete_output(const std::string& dir, const std::string& what);
+
+/// A path a command reads or writes, with the flag that named it (for messages).
+struct FlagPath {
+  std::string flag, path;
+};
+/// A usage Error, before any work, when an output is one of the inputs or lies inside one of them
+/// (an input directory): compared by device and inode, so through symbolic and hard links
+/// (`convert --from D --out D/model.safetensors` replaced D's weights). An output folder that
+/// contains an input is left to the folder's manifest: the input is not one of its files to
+/// replace. Inputs or outputs given as "" are skipped.
+void refuse_outputs_over_inputs(const std::vector<FlagPath>& outputs, const std::vector<FlagPath>& inputs);
 
 /// A folder locked for writing tapelm's outputs into it, created when absent. `what` names it in
 /// messages ("run directory", "HF model directory"). The root folder (`/`), a path that exists and
@@ -143,6 +155,8 @@ class DirectoryCommit {
   std::vector<std::string> names_;
   std::map<std::string, std::string> where_;
   bool committed_ = false, exchanged_ = false;
+  // a signal that ends the process removes the staging folder and this process's temporary files
+  std::optional<FolderGuard> stage_guard_, temps_guard_;
 };
 
 }  // namespace tapelm

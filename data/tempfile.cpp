@@ -1,6 +1,8 @@
 #include "data/tempfile.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,9 +29,58 @@ volatile sig_atomic_t g_used[kSlots];
 std::mutex g_mutex;  // guards slot assignment (not the handler's reads)
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
+// Folders: a staging folder to empty and remove, or (with a name part) an output folder whose
+// entries holding that part (this process's temporary files) are removed.
+constexpr int kFolderSlots = 4;
+constexpr size_t kPartMax = 64;
+char g_folders[kFolderSlots][kPathMax];
+char g_parts[kFolderSlots][kPartMax];
+volatile sig_atomic_t g_folder_used[kFolderSlots];
+
+bool has_part(const char* name, const char* part) {
+  for (const char* s = name; *s; s++) {
+    size_t i = 0;
+    while (part[i] && s[i] == part[i]) i++;
+    if (!part[i]) return true;
+  }
+  return false;
+}
+
+// With open, getdents64, unlinkat and rmdir alone (async-signal-safe); entries removed while the
+// folder is read may hide others from the same pass, so passes repeat until one removes nothing.
+void clean_folder(const char* dir, const char* part) {
+  for (int pass = 0; pass < 8; pass++) {
+    const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    bool removed = false;
+    alignas(8) char buf[4096];
+    for (long n; (n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;) {
+      for (long at = 0; at < n;) {
+        struct Entry {
+          uint64_t ino;
+          int64_t off;
+          unsigned short reclen;
+          unsigned char type;
+          char name[1];
+        };
+        const Entry* e = reinterpret_cast<const Entry*>(buf + at);
+        at += e->reclen;
+        if (e->type == DT_DIR || (e->name[0] == '.' && (!e->name[1] || (e->name[1] == '.' && !e->name[2])))) continue;
+        if (*part && !has_part(e->name, part)) continue;
+        removed = ::unlinkat(fd, e->name, 0) == 0 || removed;
+      }
+    }
+    ::close(fd);
+    if (!removed) break;
+  }
+  if (!*part) ::rmdir(dir);
+}
+
 void on_fatal_signal(int sig) {
   for (int i = 0; i < kSlots; i++)
     if (g_used[i]) ::unlink(g_paths[i]);
+  for (int i = 0; i < kFolderSlots; i++)
+    if (g_folder_used[i]) clean_folder(g_folders[i], g_parts[i]);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -79,6 +130,26 @@ TempFileGuard::TempFileGuard(const std::string& path) {
       slot_ = i;
       return;
     }
+}
+
+FolderGuard::FolderGuard(const std::string& dir, const std::string& part) {
+  if (dir.size() >= kPathMax || part.size() >= kPartMax) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  install_where_default();
+  for (int i = 0; i < kFolderSlots; i++)
+    if (!g_folder_used[i]) {
+      std::memcpy(g_folders[i], dir.c_str(), dir.size() + 1);
+      std::memcpy(g_parts[i], part.c_str(), part.size() + 1);
+      g_folder_used[i] = 1;
+      slot_ = i;
+      return;
+    }
+}
+
+FolderGuard::~FolderGuard() {
+  if (slot_ < 0) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_folder_used[slot_] = 0;
 }
 
 TempFileGuard::~TempFileGuard() {

@@ -27,6 +27,21 @@ class TempFileGuard {
   int slot_ = -1;
 };
 
+/// While alive, a folder of this process's is cleaned if SIGINT, SIGTERM or SIGHUP ends the
+/// process: with no `part`, a staging folder is emptied of its files and removed; with one, the
+/// files in `dir` whose names hold `part` (this process's temporary files beside their targets)
+/// are removed. Never through a symbolic link; sub-folders are left.
+class FolderGuard {
+ public:
+  explicit FolderGuard(const std::string& dir, const std::string& part = "");
+  ~FolderGuard();
+  FolderGuard(const FolderGuard&) = delete;
+  FolderGuard& operator=(const FolderGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
 /// Removes `<path>.tmp.<pid>...` files beside `path` whose process no longer runs: what a writer
 /// killed before its rename left behind.
 void remove_stale_temps(const std::string& path);

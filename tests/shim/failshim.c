@@ -7,8 +7,9 @@
 //             (remove(3) counts as one of these two), write (write and pwrite)
 //     ~text   only calls whose path contains text (ends with it, when text ends in $)
 //     @n      only the n-th call the rule matches in the process (1-based); without it, every one
-//     action  an errno name (EINVAL, EIO, EXDEV, ENOSPC, EPERM, EACCES, EROFS, ENOTSUP), or kill:
-//             the process kills itself with SIGKILL just before the call
+//     action  an errno name (EINVAL, EIO, EXDEV, ENOSPC, EPERM, EACCES, EROFS, ENOTSUP), or kill,
+//             term, int, hup: the process sends itself SIGKILL, SIGTERM, SIGINT or SIGHUP just before
+//             the call (a handled signal returns, and the call goes on)
 //   TAPELM_FAILSHIM_LOG=FILE           appends "call path" for every such call, in order
 //
 // `write` counts and fails only writes to descriptors above 2 (never stdout or stderr), and the log
@@ -37,7 +38,7 @@ struct rule {
   char text[128];  // "": any path
   long nth;        // 0: every call
   long seen;       // calls matched so far
-  int action;      // an errno, or -1 for kill
+  int action;      // an errno, or minus a signal to send
 };
 
 static struct rule g_rules[16];
@@ -52,7 +53,10 @@ static int errno_of(const char* s) {
                  {"EACCES", EACCES}, {"EROFS", EROFS},   {"ENOTSUP", ENOTSUP}, {"EBUSY", EBUSY}, {"ENOSYS", ENOSYS}};
   for (size_t i = 0; i < sizeof kErrnos / sizeof kErrnos[0]; i++)
     if (strcmp(s, kErrnos[i].name) == 0) return kErrnos[i].value;
-  if (strcmp(s, "kill") == 0) return -1;
+  if (strcmp(s, "kill") == 0) return -SIGKILL;
+  if (strcmp(s, "term") == 0) return -SIGTERM;
+  if (strcmp(s, "int") == 0) return -SIGINT;
+  if (strcmp(s, "hup") == 0) return -SIGHUP;
   return 0;
 }
 
@@ -114,7 +118,10 @@ static int check(int call, const char* path) {
     const long seen = ++rl->seen;
     if (!action && (!rl->nth || rl->nth == seen)) action = rl->action;
   }
-  if (action < 0) kill(getpid(), SIGKILL);
+  if (action < 0) {
+    kill(getpid(), -action);
+    return 0;
+  }
   return action;
 }
 

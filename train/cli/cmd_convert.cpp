@@ -8,6 +8,7 @@
 
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
+#include "data/outdir.h"
 #include "train/study/convert/methods.h"
 #include "train/study/convert_model.h"
 
@@ -66,7 +67,7 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
 }
 
 int run_convert(const ConvertArgs& a) {
-  refuse_same_file(a.from, "--from", a.out, "--out");
+  refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--calib", a.calib}});
   if (a.kv_heads.empty() == (a.kv_budget == 0)) throw Error(ErrorKind::usage, "convert: give --kv-heads or --kv-budget");
   const ConvertModelResult r =
       convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_kv_heads(a.kv_heads, "--kv-heads"),

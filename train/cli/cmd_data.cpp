@@ -8,6 +8,7 @@
 
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
+#include "data/outdir.h"
 #include "data/prepare.h"
 #include "train/formats/hf_tokenizer.h"
 
@@ -48,6 +49,9 @@ void prepare_flags(CLI::App& c, PrepareArgs& a) {
 
 int run_prepare(const PrepareArgs& a) {
   PrepareOptions po = a.o;
+  std::vector<FlagPath> inputs{{"--tokenizer-model", a.tokenizer_model}};
+  for (const std::string& t : po.texts) inputs.push_back({"--text", t});
+  refuse_outputs_over_inputs({{"--out", po.out_dir}}, inputs);
   if (!a.tokenizer_model.empty()) {
     if (a.tokenizer_given && po.tokenizer == "char")
       throw Error(ErrorKind::usage, "a tokenizer model is a subword tokenizer: use it with the bpe or unigram tokenizer");

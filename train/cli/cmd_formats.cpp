@@ -8,6 +8,7 @@
 
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
+#include "data/outdir.h"
 #include "train/formats/registry.h"
 
 namespace tapelm::cli {
@@ -52,7 +53,7 @@ void export_flags(CLI::App& c, ExportArgs& a) {
 }
 
 int run_export(const ExportArgs& a) {
-  refuse_same_file(a.r.checkpoint, "--checkpoint", a.r.out, "--out");
+  refuse_outputs_over_inputs({{"--out", a.r.out}}, {{"--checkpoint", a.r.checkpoint}});
   const formats::ModelFormat& f = formats::model_format(a.format);
   formats::check_export_flags(f, a.r, a.version_opt->count() > 0, a.dtype_opt->count() > 0);
   std::printf("%s\n", f.export_model(a.r).c_str());
@@ -75,8 +76,8 @@ void import_flags(CLI::App& c, ImportArgs& a) {
 }
 
 int run_import(const ImportArgs& a) {
-  refuse_same_file(a.r.model, "--model", a.r.out, "--out");
-  if (!a.r.tokenizer_model.empty()) refuse_same_file(a.r.tokenizer_model, "--tokenizer-model", a.r.out, "--out");
+  refuse_outputs_over_inputs({{"--out", a.r.out}},
+                             {{"--model", a.r.model}, {"--tokenizer-model", a.r.tokenizer_model}, {"--tokenizer-bin", a.r.tokenizer_bin}});
   const formats::ModelFormat& f = formats::model_format(a.format);
   formats::check_import_flags(f, a.r);
   std::printf("%s\n", f.import_model(a.r).c_str());

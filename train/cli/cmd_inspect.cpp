@@ -9,6 +9,7 @@
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
 #include "autograd/isa.h"
+#include "data/outdir.h"
 #include "autograd/runtime.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
@@ -143,6 +144,7 @@ void eval_flags(CLI::App& c, EvalArgs& a) {
 
 int run_eval(const EvalArgs& a) {
   if (a.batch <= 0) throw Error(ErrorKind::usage, "--batch must be positive");
+  refuse_outputs_over_inputs({{"--grad-out", a.grad_out}}, {{"--checkpoint", a.checkpoint}, {"--data", a.data}});
   const formats::OpenedModel m = formats::open_model(a.checkpoint);
   EvalData data = load_eval_data(a.data, a.split, m.config, m.tok ? &*m.tok : nullptr);
   if (a.tokens > 0) {

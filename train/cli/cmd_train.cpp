@@ -9,6 +9,7 @@
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
 #include "data/dataset.h"
+#include "data/outdir.h"
 #include "nn/accounting.h"
 #include "train/dist.h"
 #include "train/formats/checkpoint.h"
@@ -51,6 +52,7 @@ int run_train(const TrainArgs& a) {
   TrainConfig cfg;
   std::string setup_error;
   try {  // in a multi-rank job every rank reads its own inputs; dist::agree ends the job if one fails
+    refuse_outputs_over_inputs({{"--out", a.out}}, {{"--data", a.data}, {"--config", a.config}});
     corpus = load_corpus(a.data);
     std::vector<std::string> sets = a.sets;
     if (!a.precision.empty()) sets.push_back("precision=" + a.precision);
@@ -137,6 +139,7 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
 }
 
 int run_uptrain(const UptrainArgs& a) {
+  refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--data", a.data}, {"--config", a.config}});
   Corpus corpus = load_corpus(a.data);
   const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
   check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
@@ -199,6 +202,7 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
 }
 
 int run_sweep(const SweepArgs& a) {
+  refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--data", a.data}, {"--config", a.config}});
   SweepPreset p = sweep_preset(a.preset);
   if (!a.methods.empty()) p.methods = split_list(a.methods, "--methods");
   if (!a.groupings.empty()) p.groupings = split_list(a.groupings, "--groupings");

@@ -1,6 +1,5 @@
 #include "train/cli/common.h"
 
-#include <filesystem>
 #include <sstream>
 
 #include "autograd/error.h"
@@ -9,8 +8,6 @@
 #include "train/train_config.h"
 
 namespace tapelm::cli {
-
-namespace fs = std::filesystem;
 
 const CLI::Range& seed_range() {
   static const CLI::Range r(uint64_t{0}, max_seed);
@@ -26,12 +23,6 @@ std::vector<std::string> split_list(const std::string& s, const std::string& fla
   }
   if (out.empty()) throw Error(ErrorKind::usage, flag + ": no items");
   return out;
-}
-
-void refuse_same_file(const std::string& in, const std::string& in_flag, const std::string& out, const std::string& out_flag) {
-  std::error_code ec;
-  if (fs::equivalent(in, out, ec) || fs::absolute(in).lexically_normal() == fs::absolute(out).lexically_normal())
-    throw Error(ErrorKind::usage, out_flag + " " + out + " is the " + in_flag + " file: write the result elsewhere");
 }
 
 std::string format_list() {

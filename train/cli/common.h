@@ -28,9 +28,6 @@ Command command(CLI::App& app, const char* name, const std::string& help, void (
 const CLI::Range& seed_range();
 /// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
 std::vector<std::string> split_list(const std::string& s, const std::string& flag);
-/// A usage Error when `out` names the same file as the input `in`: writing it would replace the
-/// input it is made from (convert --out equal to --from silently overwrote its source).
-void refuse_same_file(const std::string& in, const std::string& in_flag, const std::string& out, const std::string& out_flag);
 /// "llama2c, hf, gguf".
 std::string format_list();
 
