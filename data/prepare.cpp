@@ -378,6 +378,11 @@ Split split_documents(const PrepareOptions& o, const std::vector<Doc>& docs, con
   if (docs.size() == 1) {
     const Doc& d = docs[0];
     const int64_t cut = one_document_cut(o, d, tok);
+    if (o.val_fraction > 0 && cut >= d.end)  // the val split was empty without a word
+      std::fprintf(stderr,
+                   "tapelm: warning: %s: no place after the first %.0f%% of this one document where the tokenizer's pieces allow a cut: "
+                   "the val split is empty (give several documents with --doc-sep, or --val-fraction 0)\n",
+                   o.texts[d.file].c_str(), 100.0 * (1.0 - o.val_fraction));
     sp.train.push_back({d.file, d.begin, cut, true});
     if (cut < d.end) sp.val.push_back({d.file, cut, d.end, false});
     r.train_docs = 1;

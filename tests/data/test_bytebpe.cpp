@@ -425,6 +425,17 @@ BOOST_AUTO_TEST_CASE(prepare_ids_equal_each_whole_documents_for_random_texts) {
   layouts.push_back({"GPT-2, added token with a space", {{"added_tokens", added}}});
   layouts.push_back({"unknown: whitespace runs", seq({split(R"(\s+)", "Isolated", false)})});
   layouts.push_back({"unknown: no split", seq({})});
+  // one document and a pattern tapelm cannot cut: the val split is empty, and prepare says so in
+  // one line (it was empty without a word)
+  {
+    TempDir d;
+    write_bytes(d / "tokenizer.json", layout_doc(seq({})).dump());
+    write_bytes(d / "one.txt", "a single document of words and words\n");
+    const Run r = run_cli("prepare --quiet --text " + (d / "one.txt") + " --out " + (d / "c") + " --tokenizer-model " + (d / "tokenizer.json"));
+    BOOST_TEST(r.code == 0, r.err);
+    BOOST_TEST(r.err.find("tapelm: warning: " + (d / "one.txt") + ": no place after the first 90% of this one document") != std::string::npos, r.err);
+    BOOST_TEST(r.err.find("the val split is empty") != std::string::npos, r.err);
+  }
   const std::vector<std::string> bits{" ", " ", " ", "  ", "   ", "\t", "\t\t", "\r\n", "\n", "\n\n", " \n", "\u00a0", "\u3000",
                                       "\u180e", " \t ", "\u2003", "ab", "x", "The", "hello", "ROMEO", "\u65e5\u672c", "\u00dcber",
                                       "1", "12345", ".", ",", "'s", "'LL", "!?", "--", "/", "\u0301"};
