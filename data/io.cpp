@@ -231,6 +231,14 @@ void replace_files(const std::vector<std::string>& temps, const std::vector<std:
 
 void commit_together(const std::vector<std::string>& paths, const std::function<void(const std::vector<std::string>& temps)>& write) {
   for (const std::string& path : paths) {
+    // the folders above an output are made when missing, as for an output folder (transformers'
+    // save_pretrained and nanoGPT's out_dir do the same): one rule for every output
+    std::error_code ec;
+    const fs::path parent = parent_of(path);
+    if (!fs::is_directory(parent, ec)) {
+      fs::create_directories(parent, ec);
+      if (ec) throw Error(ErrorKind::data, "cannot write " + path + ": cannot create the folder " + parent.string() + ": " + ec.message());
+    }
     remove_stale_temps(path);
     require_replaceable(path);
   }

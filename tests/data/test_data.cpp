@@ -214,8 +214,11 @@ BOOST_AUTO_TEST_CASE(token_file_write_errors_leave_nothing) {
   check_error([&] { write_token_file(path, {1, 65536}); }, {path, "token id 65536", "position 1", "uint16"});
   check_error([&] { write_token_file(path, {-3}); }, {path, "token id -3", "position 0"});
   BOOST_TEST(files_in(dir.path) == 0u);
-  const std::string nodir = dir / ("no/such/dir/t.bin");
-  check_error([&] { write_token_file(nodir, {1}); }, {nodir, "cannot write"});
+  // a file where a folder must be: named (missing folders above an output are made)
+  write_bytes(dir / "file", "x");
+  const std::string nodir = dir / ("file/such/dir/t.bin");
+  check_error([&] { write_token_file(nodir, {1}); }, {nodir, "cannot write", "cannot create the folder"});
+  fs::remove(dir / "file");
   // A failed rewrite leaves the previous file intact.
   write_token_file(path, {5, 6});
   check_error([&] { write_token_file(path, {70000}); }, {"70000"});

@@ -193,7 +193,7 @@ H5File H5File::open_read(const std::string& path) {
   return H5File(id, path);
 }
 
-H5File H5File::create(const std::string& path) {
+H5File H5File::create(const std::string& path, const std::string& shown) {
   init_hdf5();
   // The 1.10 file format: its superblock, object headers, attribute heaps and chunk indexes carry
   // checksums, so a corrupted file is an error when read instead of a crash inside the library
@@ -202,8 +202,8 @@ H5File H5File::create(const std::string& path) {
   if (!fapl.ok() || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
     throw Error(ErrorKind::checkpoint, path + ": cannot set the HDF5 file format" + h5_detail());
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  if (id < 0) throw Error(ErrorKind::checkpoint, path + ": cannot create HDF5 file" + h5_detail());
-  return H5File(id, path);
+  if (id < 0) throw Error(ErrorKind::checkpoint, (shown.empty() ? path : shown) + ": cannot create HDF5 file" + h5_detail());
+  return H5File(id, shown.empty() ? path : shown);
 }
 
 bool H5File::exists(const std::string& obj) const {
@@ -679,7 +679,7 @@ void H5File::close() {
 
 void write_h5_atomic(const std::string& path, const std::function<void(H5File&)>& fill) {
   commit_files({{path, [&](const std::string& tmp) {
-                   H5File f = H5File::create(tmp);
+                   H5File f = H5File::create(tmp, path);
                    fill(f);
                    if (f.is_open()) {
                      f.flush();

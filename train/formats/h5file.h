@@ -28,8 +28,9 @@ class H5File {
 
   /// Opens an existing file read-only; throws if it is missing, unreadable, truncated or not HDF5.
   static H5File open_read(const std::string& path);
-  /// Creates a file, truncating any existing one.
-  static H5File create(const std::string& path);
+  /// Creates a file, truncating any existing one. `shown`, when given, is the name messages use
+  /// (a temporary file's target: an f16 overflow named the temporary file, not --out).
+  static H5File create(const std::string& path, const std::string& shown = "");
 
   /// The path the file was opened with.
   const std::string& path() const { return path_; }
