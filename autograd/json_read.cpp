@@ -26,6 +26,10 @@ nlohmann::json parse_json(const std::string& text, const std::string& what, Erro
     return nlohmann::json::parse(text, check);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(kind, what + ": not valid JSON: " + cut_for_message(e.what(), 200));
+  } catch (const nlohmann::json::out_of_range& e) {  // 1e400: nlohmann's raw out_of_range.406 reached the user
+    const std::string m = e.what();
+    const size_t at = m.find("number overflow parsing");
+    throw Error(kind, what + ": " + (at == std::string::npos ? cut_for_message(m, 200) : "a number beyond a double's range: " + cut_for_message(m.substr(at + 24), 60)));
   }
 }
 

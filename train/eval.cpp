@@ -227,8 +227,14 @@ EvalData load_eval_data(const std::string& path, const std::string& split, const
       corpus = load_corpus(path);
     } else {
       const std::string text = read_text_file(path);
-      corpus.tok = tok ? *tok : Tokenizer::of(CharTokenizer::from_text(text));
-      std::vector<int32_t> ids = corpus.tok.encode(text);
+      std::vector<int32_t> ids;
+      try {  // invalid UTF-8 named no file (convert --calib, eval --data)
+        corpus.tok = tok ? *tok : Tokenizer::of(CharTokenizer::from_text(text));
+        ids = corpus.tok.encode(text);
+      } catch (const Error& e) {
+        if (e.kind() != ErrorKind::data) throw;
+        throw Error(ErrorKind::data, "data file " + path + ": " + e.what());
+      }
       // one document: a sentencepiece tokenizer starts it with BOS, as prepare does
       if (corpus.tok.bos_id() >= 0) ids.insert(ids.begin(), corpus.tok.bos_id());
       TokenSplit sp = split_90_10(ids);

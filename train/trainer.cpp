@@ -223,6 +223,9 @@ void Trainer::set_up() {
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
                   opt_.label.c_str(), st_.optim_hparams_changed.c_str());
+    if (lead_ && !quiet_ && saved.precision != cfg_.precision)  // a switch was silent
+      std::printf("%sresuming in precision %s, where the checkpoint trained in %s\n", opt_.label.c_str(), to_string(cfg_.precision).c_str(),
+                  to_string(saved.precision).c_str());
     if (rank_ == 0) {
       sampler_->set_state(st_.sampler_state);
     } else if (rank_ < st_.world_size) {  // this rank's own streams, where it left them

@@ -182,6 +182,55 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   expect_error(train_with(cfg, " --set threads=-1"), "threads");
   expect_error(run_cli("sample --checkpoint x.h5 --seed 18446744073709551615"), "seed");
   expect_error(run_cli("sample --checkpoint x.h5 --seed -1"), "seed");
+  // numbers on the command line: one grammar for count lists, NaN and out-of-range values refused
+  // with their bounds as people write them, before any model is read (x.h5 does not exist). Each
+  // once: accepted (" 2", "+2", "2,2,2,2,"; λ nan ran as 0.5; T 1e-30 dropped the KL term), or
+  // refused echoing CLI11's 309-digit bound (--kv-budget 0, --tokens -1), or refused only after
+  // the model was loaded and the prompt printed (--temperature, --top-k)
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"convert --from x.h5 --out y.h5 --kv-heads \" 2\"", "--kv-heads: \" 2\" is not a positive count of key/value heads (1 to 1048576)"},
+           {"convert --from x.h5 --out y.h5 --kv-heads \"2 \"", "--kv-heads: \"2 \" is not a positive count"},
+           {"convert --from x.h5 --out y.h5 --kv-heads +2", "--kv-heads: \"+2\" is not a positive count"},
+           {"convert --from x.h5 --out y.h5 --kv-heads 2,2,2,2,", "--kv-heads: empty item in \"2,2,2,2,\""},
+           {"convert --from x.h5 --out y.h5 --kv-budget 0", "--kv-budget: \"0\" is not a whole number from 1 to 1048576"},
+           {"eval --checkpoint x.h5 --data x.txt --tokens -1", "--tokens: \"-1\" is not a whole number from 0 to 1099511627776"},
+           {"eval --checkpoint x.h5 --data x.txt --batch 0", "--batch: \"0\" is not a whole number from 1"},
+           {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-lambda nan", "--distill-lambda: \"nan\" is not a finite number from 0 to 1"},
+           {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-temperature 1e-30",
+            "--distill-temperature: \"1e-30\" is not a finite number from 0.1 to 100"},
+           {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-attention -1", "--distill-attention: \"-1\" is not a finite number at least 0"},
+           {"sample --checkpoint x.h5 --temperature 0", "--temperature: \"0\" is not a finite number greater than 0"},
+           {"sample --checkpoint x.h5 --temperature inf", "--temperature: \"inf\" is not a finite number"},
+           {"sample --checkpoint x.h5 --top-k -1", "--top-k: \"-1\" is not a whole number from 0"},
+           {"sample --checkpoint x.h5 --tokens -1", "--tokens: \"-1\" is not a whole number from 0"}}) {
+    const Run r = run_cli(args);
+    expect_error(r, says);
+    BOOST_TEST(r.err.find("1797693") == std::string::npos, args);
+  }
+  // text that is not UTF-8 is named by its file wherever a text is read (convert --calib and eval
+  // --data named none)
+  write_bytes(d / "bad.txt", "hello \xff world\n");
+  const std::string spm = fixture_path("hf/llama_gqa_bf16_spm");
+  expect_error(run_cli("convert --from " + spm + " --kv-heads 1 --method fit --calib " + (d / "bad.txt") + " --out " + (d / "never.h5")),
+               "data file " + (d / "bad.txt") + ": invalid UTF-8 at byte offset 6");
+  expect_error(run_cli("eval --checkpoint " + spm + " --data " + (d / "bad.txt")), "data file " + (d / "bad.txt") + ": invalid UTF-8");
+  BOOST_TEST(!fs::exists(d / "never.h5"));
+  // a number beyond a double's range in a config: named with its file (was nlohmann's raw
+  // out_of_range.406)
+  std::ofstream(d / "huge.json") << R"({"n_layer": 4, "n_head": 4, "n_embd": 16, "n_kv_head": [4, 2, 2, 1e400]})";
+  expect_error(train_with(d / "huge.json"), (d / "huge.json") + ": a number beyond a double's range: '1e400'");
+  // uptrain from a per-layer checkpoint (4,2 kv heads) to one count that divides each: it runs (was
+  // refused as "config n_kv_head is not the largest of its per-layer counts", naming no file); a
+  // count that does not divide a layer's is named with the layer
+  const std::string hf = fixture_path("hf/llama_mha_f32");
+  BOOST_TEST_REQUIRE(run_cli("convert --from " + hf + " --kv-heads 4,2 --out " + (d / "pl.h5")).code == 0);
+  std::ofstream(d / "up.json") << R"({"batch_size": 2, "max_iters": 4, "eval_interval": 2, "eval_iters": 1})";
+  const std::string up = "uptrain --from " + (d / "pl.h5") + " --data " + fixture_path("tiny.txt") + " --config " + (d / "up.json") +
+                         " --fraction 0.5 --quiet --out ";
+  const Run one = run_cli(up + (d / "up1") + " --kv-heads 1");
+  BOOST_TEST(one.code == 0, one.err);
+  BOOST_TEST(one.out.find("to 1 kv heads") != std::string::npos, one.out);
+  expect_error(run_cli(up + (d / "up4") + " --kv-heads 4"), "cannot convert 2 kv heads to 4 in layer 1");
   // CLI11's parse errors: one line, exit 1; help still exits 0
   expect_error(run_cli("eval --checkpoint x.h5 --data y --split bogus"), "split");
   expect_error(run_cli("eval --data y"), "--checkpoint");

@@ -237,6 +237,10 @@ BOOST_AUTO_TEST_CASE(cli_resume_names_changed_hparams) {
   BOOST_TEST_REQUIRE(changed.code == 0, changed.err);
   BOOST_TEST(changed.out.find("not the checkpoint's: lr 0.001 -> 0.0005") != std::string::npos, changed.out);
   BOOST_TEST(inspect_checkpoint(d / "run/checkpoint.h5").step == 4);
+  // a switch of precision on resume is said too (it was silent); bf16-emulated runs on any CPU
+  Run precision = run_cli(base + " --resume --set max_iters=5 --precision bf16-emulated");
+  BOOST_TEST_REQUIRE(precision.code == 0, precision.err);
+  BOOST_TEST(precision.out.find("resuming in precision bf16-emulated, where the checkpoint trained in f32") != std::string::npos, precision.out);
 }
 
 BOOST_AUTO_TEST_CASE(train_config_builds_its_optimizer_through_make_optimizer) {

@@ -827,7 +827,24 @@ BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
   big.model->named_parameters().back().second.val()[0] = 1e5f;
   write_converted(d / "big.h5", *big.model, big.tok ? &*big.tok : nullptr, "{}");
   fs::remove(d / "c.h5");
-  expect_error(run_cli("convert --from " + (d / "big.h5") + " --kv-heads 1 --dtype f16 --out " + (d / "c.h5")), "beyond f16's range");
+  // named by --out, not by the temporary file it was written as
+  const Run f16 = run_cli("convert --from " + (d / "big.h5") + " --kv-heads 1 --dtype f16 --out " + (d / "c.h5"));
+  expect_error(f16, (d / "c.h5") + ": /model/");
+  expect_error(f16, "beyond f16's range");
+  BOOST_TEST(f16.err.find(".tmp.") == std::string::npos, f16.err);
+  // a finite weight of 3e38 overflows the calibration forward: the calibrating methods refuse it
+  // naming the file, the layer and the method (was "la::svd: LAPACK failed (info -5), NaN in the
+  // matrix?"); uptrain's in-memory conversion runs the same convert_attention
+  for (auto& [n, q] : whole->named_parameters())
+    if (n == "blocks.0.ln1.weight") q.val().fill(3e38f);  // x·3e38 at the attention's input: its Gram matrix overflows
+  write_converted(d / "big.h5", *whole, opened.tok ? &*opened.tok : nullptr, "{}");
+  for (const char* m : {"aligned-fit", "fit", "aligned"}) {
+    const Run r = run_cli("convert --from " + (d / "big.h5") + " --kv-heads 1 --method " + m + " --calib " + fixture_path("tiny.txt") +
+                          " --calib-tokens 64 --out " + (d / "c.h5"));
+    expect_error(r, (d / "big.h5") + ": layer 0: converting by " + m);
+    expect_error(r, "calibration activations at the attention's input are not finite");
+    BOOST_TEST(!fs::exists(d / "c.h5"));
+  }
   BOOST_TEST(!fs::exists(d / "c.h5"));
 }
 
@@ -1022,6 +1039,17 @@ BOOST_AUTO_TEST_CASE(distilled_uptraining_resumes_and_moves_towards_the_teacher)
   BOOST_TEST(r.config.distill_lambda == 1.0);
   BOOST_TEST(r.val_loss != plain.val_loss);
   expect_resume_equals_one_go(d, o, "kd", r);
+  // the teacher is the model the run began from, by digest: another model under --from (here the
+  // same shape with one weight changed) is refused on --resume (it was distilled from, exit 0)
+  {
+    LoadedModel other = load_model(d / "mha/checkpoint.h5");
+    other.model->named_parameters().front().second.val()[0] += 1.0f;
+    save_training_checkpoint(d / "other.h5", *other.model, *pre.make_optimizer(other.model->named_parameters()), pre, TrainState{}, *other.tok);
+    UptrainOptions again = o;
+    again.resume = true;
+    test::expect_throw([&] { uptrain(d / "other.h5", shakespeare(), d / "kd", again); }, ErrorKind::usage,
+                       {"uptrain --resume: " + (d / "kd/checkpoint.h5"), "was uptrained from a model of digest", "resume with the model the run began from"});
+  }
   // KL(teacher ‖ model) on the first val windows: lower after distilling
   const auto teacher = load_model(d / "mha/checkpoint.h5").model;
   const int64_t T = pre.model.block_size, B = 8;

@@ -24,25 +24,6 @@ struct ConvertArgs {
   uint64_t seed = 0;
 };
 
-/// "2" or "4,2,2,1": key/value head counts, each a positive integer; anything else is a usage
-/// Error naming the flag.
-std::vector<int64_t> parse_kv_heads(const std::string& s, const std::string& flag) {
-  std::vector<int64_t> out;
-  for (const std::string& item : split_list(s, flag)) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v <= 0 || v > (int64_t(1) << 20))
-      throw Error(ErrorKind::usage, flag + ": \"" + cut_for_message(item) + "\" is not a positive count of key/value heads");
-    out.push_back(v);
-  }
-  return out;
-}
-
 void convert_flags(CLI::App& c, ConvertArgs& a) {
   c.add_option("--from", a.from, "source model: a checkpoint, a Hugging Face directory or a GGUF file (read one block at a time)")
       ->required();
@@ -50,7 +31,7 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
   c.add_option("--kv-budget", a.kv_budget, "instead of --kv-heads: the key/value heads of all layers together, placed where converting "
                                            "a layer costs the most loss on the calibration windows (needs --calib)")
       ->excludes(kv)
-      ->check(CLI::PositiveNumber);
+      ->check(count_in(1, int64_t{1} << 20));
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
   c.add_option("--grouping", a.grouping, "contiguous, similar (similar K/V heads share a group) or per-layer (--kv-heads G: "
                                          "the budget of G in every layer, placed by the conversion error; see --kv-budget)")
@@ -70,7 +51,7 @@ int run_convert(const ConvertArgs& a) {
   refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--calib", a.calib}});
   if (a.kv_heads.empty() == (a.kv_budget == 0)) throw Error(ErrorKind::usage, "convert: give --kv-heads or --kv-budget");
   const ConvertModelResult r =
-      convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_kv_heads(a.kv_heads, "--kv-heads"),
+      convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_counts(a.kv_heads, "--kv-heads", "a positive count of key/value heads", int64_t{1} << 20),
                      .kv_budget = a.kv_budget, .variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")}, .calib = a.calib, .calib_tokens = a.calib_tokens,
                      .seed = a.seed, .progress = true, .dtype = a.dtype, .format = a.format});
   std::string heads;

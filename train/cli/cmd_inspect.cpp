@@ -132,18 +132,17 @@ struct EvalArgs {
 void eval_flags(CLI::App& c, EvalArgs& a) {
   c.add_option("--checkpoint", a.checkpoint, "model: a checkpoint, a Hugging Face directory or a GGUF file")->required();
   c.add_option("--data", a.data, "text file, token file (.bin), prepared directory or parity file (.h5)")->required();
-  c.add_option("--tokens", a.tokens, "evaluate the first windows holding this many tokens (0: all)")->check(CLI::NonNegativeNumber);
+  c.add_option("--tokens", a.tokens, "evaluate the first windows holding this many tokens (0: all)")->check(count_in(0, int64_t{1} << 40));
   c.add_flag("--stream", a.stream, "read the model one block at a time (also when it does not fit in memory in float32)");
   c.add_option("--split", a.split, "for text: train, val or all")->check(CLI::IsMember({"train", "val", "all"}));
   c.add_option("--grad-out", a.grad_out, "write d loss / d parameter to this HDF5 file");
-  c.add_option("--batch", a.batch, "windows per forward pass");
+  c.add_option("--batch", a.batch, "windows per forward pass")->check(count_in(1, int64_t{1} << 20));
   c.add_flag("--json", a.json, "print one JSON line");
   c.add_option("--kv-cache", a.kv_cache, "round K and V as a KV cache of this type stores them: the loss a 16-bit or 8-bit cache gives")
       ->check(CLI::IsMember(enum_names<KvType>()));
 }
 
 int run_eval(const EvalArgs& a) {
-  if (a.batch <= 0) throw Error(ErrorKind::usage, "--batch must be positive");
   refuse_outputs_over_inputs({{"--grad-out", a.grad_out}}, {{"--checkpoint", a.checkpoint}, {"--data", a.data}});
   const formats::OpenedModel m = formats::open_model(a.checkpoint);
   EvalData data = load_eval_data(a.data, a.split, m.config, m.tok ? &*m.tok : nullptr);
@@ -179,8 +178,13 @@ int run_eval(const EvalArgs& a) {
     if (kv_round != KvType::f32)
       throw Error(ErrorKind::usage, "--kv-cache " + a.kv_cache + " needs the whole model in memory (" + byte_size_str(whole) + " in float32)");
     estimate = streamed_eval_bytes(m, tokens, pass_rows);
+    const int64_t windows = static_cast<int64_t>(pass_rows) / std::max<int64_t>(1, data.T);
+    // streaming chosen by tapelm, not asked for: say why, and what a smaller --batch would hold
+    // (eval --batch 100000 was refused with the estimate of a streamed run alone)
+    const std::string why = a.stream ? "" : " (streamed because the model in float32 and a pass of " + std::to_string(windows) +
+                                                 " windows, " + byte_size_str(whole + batch_bytes) + ", do not fit in memory; a smaller --batch holds less)";
     check_memory(estimate, available_memory_bytes(),
-                 "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens");
+                 "evaluating " + m.what + " one block at a time on " + std::to_string(static_cast<int64_t>(tokens)) + " tokens" + why);
     r = evaluate_streamed(m, data.batches(a.batch));
   }
   std::unique_ptr<GPT> loaded = stream ? nullptr : m.load();
@@ -220,9 +224,9 @@ void sample_flags(CLI::App& c, SampleArgs& a) {
   c.add_option("--checkpoint", a.checkpoint, "model with a tokenizer: a checkpoint, a Hugging Face directory or a GGUF file")->required();
   c.add_flag("--stream", a.stream, "read the model one block at a time for every token (also when it does not fit in memory in float32)");
   c.add_option("--prompt", a.prompt, "text to continue (default: a newline)");
-  c.add_option("--tokens", a.tokens, "tokens to generate");
-  c.add_option("--temperature", a.temperature, "softmax temperature");
-  c.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)");
+  c.add_option("--tokens", a.tokens, "tokens to generate")->check(count_in(0, int64_t{1} << 40));
+  c.add_option("--temperature", a.temperature, "softmax temperature, above 0 (--greedy: the most likely token)")->check(number_in(0, std::numeric_limits<double>::infinity(), true));
+  c.add_option("--top-k", a.top_k, "sample among the k most likely tokens (0: all)")->check(count_in(0, int64_t{1} << 31));
   c.add_option("--seed", a.seed, "random seed")->check(seed_range());
   c.add_flag("--greedy", a.greedy, "always take the most likely token");
   c.add_option("--kv-cache", a.kv_cache, kv_cache_help)->check(CLI::IsMember(enum_names<KvType>()));
@@ -233,7 +237,6 @@ void sample_flags(CLI::App& c, SampleArgs& a) {
 int run_sample(const SampleArgs& a) {
   const formats::OpenedModel m = formats::open_model(a.checkpoint);
   if (!m.tok) throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
-  if (a.tokens < 0) throw Error(ErrorKind::usage, "--tokens must be >= 0");
   const Tokenizer* tok = &*m.tok;
   const KvType kv_type = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
   check_kv_type(kv_type, m.config.head_dim());

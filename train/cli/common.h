@@ -3,6 +3,8 @@
 // precision and KV-cache flags' names and help, and --distill's settings. Each command group
 // (train/cli/cmd_*.cpp) is flags -> one library call -> print.
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,16 @@ Command command(CLI::App& app, const char* name, const std::string& help, void (
 const CLI::Range& seed_range();
 /// "a,b,c" -> {a, b, c}; an empty item is a usage error naming the flag.
 std::vector<std::string> split_list(const std::string& s, const std::string& flag);
+/// "4,2,2,1" -> {4, 2, 2, 1}: each item digits alone, 1 to `most`; anything else (a sign, a blank,
+/// an empty item, a trailing comma) is a usage Error naming the flag and the item, saying it is not
+/// `what` ("a positive count of key/value heads").
+std::vector<int64_t> parse_counts(const std::string& s, const std::string& flag, const std::string& what, int64_t most);
+/// A finite number from lo to hi (hi infinite: no upper bound; lo_open: lo itself excluded): NaN,
+/// infinities and text are refused, and the message states the bounds as people write them (CLI11's
+/// PositiveNumber echoed a 309-digit bound).
+CLI::Validator number_in(double lo, double hi = std::numeric_limits<double>::infinity(), bool lo_open = false);
+/// A whole number from lo to hi, digits alone (an optional leading minus).
+CLI::Validator count_in(int64_t lo, int64_t hi);
 /// "llama2c, hf, gguf".
 std::string format_list();
 

@@ -143,7 +143,12 @@ void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
     const double calib_s = since(tc);
     const auto tv = Clock::now();
     Attention converted(p.nc.layer(l), std::make_shared<Rng>(0));  // the block's attention converted; the rest is written as read
-    convert_attention(*blk.attn, converted, c.layer(l), p.nc.kv_heads(l), p.v, S ? &*S : nullptr, rng);
+    try {
+      convert_attention(*blk.attn, converted, c.layer(l), p.nc.kv_heads(l), p.v, S ? &*S : nullptr, rng, l);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::data) throw;
+      throw Error(ErrorKind::data, p.src.what + ": " + e.what());
+    }
     const std::string prefix = "blocks." + std::to_string(l) + ".";
     for (const auto& [n, q] : blk.named_parameters())
       if (n.rfind("attn.", 0) != 0) w.tensor(prefix + n, q.val());

@@ -6,7 +6,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "autograd/json_read.h"
+#include "data/io.h"
 #include "data/sampler.h"
+#include "train/formats/h5file.h"
 
 namespace tapelm {
 
@@ -26,7 +29,9 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   if (o.lr && !(*o.lr > 0 && std::isfinite(*o.lr)))  // 0, -1 and NaN were taken as "not given"
     throw Error(ErrorKind::usage, "uptraining learning rate " + echo_json(*o.lr) + " is not positive and finite");
   TrainConfig c = original;
-  c.model.n_kv_head = o.kv_heads;
+  // uniform: a per-layer source's list goes (it was left beside the new count, and validate()
+  // refused the pair naming no file); a per-layer result sets its own list after converting
+  c.model.set_kv_heads({o.kv_heads});
   c.model.validate();
   const int64_t steps = std::llround(o.fraction * static_cast<double>(original.max_iters));
   c.max_iters = steps;
@@ -61,6 +66,19 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   // --out fails here, not after minutes of calibration and conversion.
   RunDir dir(out_dir);
   dir.prepare();
+  // The run's teacher and starting point, by content: --resume with another model under --from (of
+  // the same shape, or a GQA one) went on distilling from it, exit 0
+  const std::string from_digest = file_digest(from, "uptrain --from checkpoint");
+  if (o.resume) {
+    H5File f = H5File::open_read(dir.checkpoint());
+    const nlohmann::json extra =
+        f.has_attr("/train", "extra") ? parse_json(f.read_attr_string("/train", "extra"), dir.checkpoint() + " /train extra", ErrorKind::checkpoint)
+                                      : nlohmann::json::object();
+    const std::string was = extra.is_object() && extra.contains("from_digest") && extra["from_digest"].is_string() ? extra["from_digest"].get<std::string>() : "";
+    if (!was.empty() && was != from_digest)
+      throw Error(ErrorKind::usage, "uptrain --resume: " + dir.checkpoint() + " was uptrained from a model of digest " + was + ", but --from " + from +
+                                        " has digest " + from_digest + ": resume with the model the run began from");
+  }
   LoadedModel loaded = load_model(from);
   GPT& src = *loaded.model;
   const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
@@ -92,6 +110,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.final_eval = false;  // evaluated below, outside the timed training
   to.dir_locked = true;   // dir holds the lock
   to.extra_json = nlohmann::json{{"uptrain_from", fs::path(from).filename().string()},
+                                 {"from_digest", from_digest},
                                  {"kv_heads_from", src.config().n_kv_head},
                                  {"kv_heads", converted->config().kv_heads_json()},
                                  {"method", o.variant.method->name},

@@ -1,5 +1,6 @@
 #include "train/study/convert/convert.h"
 
+#include <cmath>
 #include <unordered_set>
 
 #include "train/study/convert/align.h"
@@ -35,8 +36,10 @@ std::unordered_set<const float*> kv_tensors(const Attention& a) {
 
 }  // namespace
 
-void convert_attention(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
-                       const la::Mat* S, Rng& rng) {
+namespace {
+
+void convert_attention_unchecked(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
+                                 const la::Mat* S, Rng& rng) {
   const MethodRow& m = *v.method;
   const int64_t rep = c.n_kv_head / G, hd = c.head_dim();
   if (rep == 1 && !m.fresh) {
@@ -57,6 +60,33 @@ void convert_attention(const Attention& src, const Attention& out, const GPTConf
   copy_parameters(from, out, kv_tensors(out));
   pool_kv(from, out, m, rep, hd, rng);
   if (m.fits) fit_kv(from, out, rep, hd, *S);
+}
+
+}  // namespace
+
+void convert_attention(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
+                       const la::Mat* S, Rng& rng, int64_t layer) {
+  const std::string at = "layer " + std::to_string(layer) + ": converting by " + v.name();
+  // A finite source can still overflow float32 in the calibration forward (one weight of 3e38):
+  // LAPACK then refused the statistics with "info -5", naming no layer.
+  if (S)
+    for (const double x : S->a)
+      if (!std::isfinite(x))
+        throw Error(ErrorKind::data, at + ": the calibration activations at the attention's input are not finite (weights beyond "
+                                          "float32's range in the products before it?); convert by mean, which needs none");
+  try {
+    convert_attention_unchecked(src, out, c, G, v, S, rng);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::internal || std::string(e.what()).rfind("la::", 0) != 0) throw;
+    throw Error(ErrorKind::data, at + ": " + e.what());
+  }
+  for (const auto& [n, p] : out.named_parameters()) {
+    const Tensor& t = p.val();
+    for (int64_t i = 0; i < t.numel(); i++)
+      if (!std::isfinite(t[i]))
+        throw Error(ErrorKind::data, at + ": attn." + n + " came out non-finite at element " + std::to_string(i) +
+                                          " (weights beyond float32's range in the source?)");
+  }
 }
 
 GPTConfig converted_config(const GPTConfig& c, const std::vector<int64_t>& G) {
@@ -96,7 +126,7 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src, const std::vector<int64_t>
   Rng rng(o.seed ^ 0xC0DE);
   for (int64_t l = 0; l < c.n_layer; l++)
     convert_attention(*src.blocks[l]->attn, *out->blocks[l]->attn, c.layer(l), nc.kv_heads(l), o.variant,
-                      o.calib && calibrates ? &o.calib->gram[l] : nullptr, rng);
+                      o.calib && calibrates ? &o.calib->gram[l] : nullptr, rng, l);
   return out;
 }
 

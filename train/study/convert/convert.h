@@ -37,8 +37,9 @@ std::unique_ptr<GPT> convert_kv_heads(const GPT& src, int64_t G, const ConvertOp
 /// calibration second moments (null when the variant does not calibrate); rng: the method's random
 /// draws, one stream through the layers in order (Rng(seed ^ 0xC0DE)). convert_kv_heads is this on
 /// every layer; a conversion that holds one block at a time calls it directly and gets the same
-/// bits.
+/// bits. Statistics that are not finite, a linear-algebra step that fails on them, and a result
+/// that is not finite are data Errors naming `layer` and the variant.
 void convert_attention(const Attention& src, const Attention& out, const GPTConfig& c, int64_t G, const Variant& v,
-                       const la::Mat* S, Rng& rng);
+                       const la::Mat* S, Rng& rng, int64_t layer);
 
 }  // namespace tapelm
