@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "autograd/error.h"
 #include "autograd/runtime.h"
@@ -90,6 +91,20 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   DecodeResult res;
   res.shape = sh;
   using Clock = std::chrono::steady_clock;
+  // A long bench says up front what it costs and shows each run as it ends: an 80,000-token
+  // prefill ran 15 minutes with no line. The prefill's attention is causal (half the T² scores).
+  const int runs = warmup + iters;
+  const ModelCost at_prompt = model_cost(cfg, sh.prompt), at_context = model_cost(cfg, sh.context);
+  const double d = static_cast<double>(cfg.n_embd), L = static_cast<double>(cfg.n_layer), B = static_cast<double>(sh.batch);
+  const double prefill_flops = B * static_cast<double>(sh.prompt) *
+                               (at_prompt.forward_flops_per_token - 2.0 * L * static_cast<double>(sh.prompt) * d);
+  const double run_flops = prefill_flops + B * static_cast<double>(steps) * at_context.forward_flops_per_token;
+  const bool long_run = run_flops * runs > 1e12;
+  if (long_run)
+    std::fprintf(stderr, "tapelm: decode bench: %d runs (%d warm-up) of a %ld-token prefill and %ld step%s, %.1f TFLOP each: at least %.0f s at the sgemm peak\n",
+                 runs, warmup, static_cast<long>(sh.prompt), static_cast<long>(steps), steps == 1 ? "" : "s", run_flops / 1e12,
+                 run_flops * runs / sgemm_peak_flops());
+  const auto start = Clock::now();
   for (int it = 0; it < warmup + iters; it++) {
     KVCache cache = model.make_cache(sh.batch, sh.context, sh.kv_cache);
     const auto t0 = Clock::now();
@@ -107,6 +122,11 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
       logits = model.decode_step(next, cache);
     }
     const auto t2 = Clock::now();
+    const double so_far = std::chrono::duration<double>(t2 - start).count();
+    if (long_run || so_far > 10)
+      std::fprintf(stderr, "tapelm: decode bench: run %d/%d%s: prefill %.1f s, %ld step%s %.1f s; %.0f s so far, about %.0f s left\n", it + 1, runs,
+                   it < warmup ? " (warm-up)" : "", std::chrono::duration<double>(t1 - t0).count(), static_cast<long>(steps), steps == 1 ? "" : "s",
+                   std::chrono::duration<double>(t2 - t1).count(), so_far, so_far / (it + 1) * (runs - it - 1));
     if (it < warmup) continue;
     res.prefill_s.push_back(std::chrono::duration<double>(t1 - t0).count());
     res.step_s.push_back(std::chrono::duration<double>(t2 - t1).count() / static_cast<double>(steps));

@@ -1,6 +1,7 @@
 #include "train/streamed.h"
 
 #include "autograd/ops.h"
+#include "autograd/quant.h"
 #include "nn/accounting.h"
 
 namespace tapelm {
@@ -45,9 +46,17 @@ void StreamedModel::for_each_block(const std::function<void(const Block&, int64_
       block_kv_ = m_.config.kv_heads(l);
     }
     const std::string prefix = "blocks." + std::to_string(l) + ".";
+    for (const auto& [n, lin] : block_->linears())  // the previous layer's q8_0 rows: float room again
+      if (lin->q8) {
+        lin->weight.val() = Tensor::empty({lin->q8->rows, lin->q8->cols});
+        lin->q8.reset();
+      }
     formats::TensorMap mine;
     for (const auto& [n, p] : block_->named_parameters()) mine.emplace(prefix + n, p.val());
     m_.read(mine);
+    if (q8_)
+      for (const auto& [n, lin] : block_->linears())
+        if (lin->weight.dim(1) % kQ8Block == 0) lin->quantize_q8_0(prefix + n);
     f(*block_, l);
   }
 }
@@ -65,8 +74,18 @@ Tensor StreamedModel::decode_step(const Index& idx, KVCache& cache) const {
 
 Var StreamedModel::logits(const Tensor& x) const {
   if (outer_.empty()) throw Error(ErrorKind::internal, "StreamedModel::logits after drop_outer");
+  if (head_q8_) return linear_q8(ln_f_->forward(Var(x)), *head_q8_);
   const Tensor& head = m_.config.tie_embeddings ? outer_.at("wte.weight") : outer_.at("lm_head.weight");
   return linear(ln_f_->forward(Var(x)), Var(head));
+}
+
+void StreamedModel::quantize_q8_0() {
+  q8_ = true;
+  block_.reset();  // quantized from the next read on
+  if (!m_.config.tie_embeddings && outer_.count("lm_head.weight") && outer_.at("lm_head.weight").dim(1) % kQ8Block == 0) {
+    head_q8_ = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(outer_.at("lm_head.weight"), "lm_head"));
+    outer_.erase("lm_head.weight");
+  }
 }
 
 }  // namespace tapelm

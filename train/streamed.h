@@ -41,6 +41,10 @@ class StreamedModel : public Decoder {
   const formats::TensorMap& outer() const { return outer_; }
   /// Frees them (embed and logits then throw): a conversion needs them only at the start.
   void drop_outer() { outer_.clear(); }
+  /// Linear weights in q8_0 from now on, as GPT::quantize_q8_0 holds them in memory: each block's
+  /// matrices quantized as they are read, an untied head once (streamed sampling of a q8_0 GGUF
+  /// file ran float32 weights where the in-memory run used q8_0, and the texts differed).
+  void quantize_q8_0();
 
  private:
   const formats::OpenedModel& m_;
@@ -48,6 +52,8 @@ class StreamedModel : public Decoder {
   std::shared_ptr<Norm> ln_f_;
   mutable std::unique_ptr<Block> block_;  // the block being run, its tensors read anew for each layer
   mutable int64_t block_kv_ = 0;          // its key/value heads (layers may differ: a new block then)
+  bool q8_ = false;
+  std::shared_ptr<const Q8Matrix> head_q8_;
 };
 
 }  // namespace tapelm

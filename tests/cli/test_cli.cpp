@@ -431,6 +431,17 @@ BOOST_AUTO_TEST_CASE(an_output_that_is_a_fifo_is_refused_and_left_alone) {
 
 // An output that is its own input is refused before anything is read: convert --out equal to
 // --from and import --out equal to --model silently overwrote their input.
+// A decode bench whose runs cost more than a TFLOP says so before it starts (an 80,000-token
+// prefill ran 15 minutes with no line): 2 runs of 0.8 TFLOP (80,000 tokens, 1 layer, d 64: causal
+// attention's scores and weighted values, 2·T·d per token on average, 2·T²·d = 0.82 TFLOP; the
+// projections' 24·d² per token add 0.008), stopped by `timeout 5` after the line is out.
+BOOST_AUTO_TEST_CASE(a_long_decode_bench_says_its_cost_up_front) {
+  const Run r = run_shell("timeout 5 " + std::string(TAPELM_BINARY) +
+                          " bench --mode decode --set n_layer=1 --set n_embd=64 --set n_head=2 --set block_size=80001 --prompt 80000 --iters 2 --warmup 0");
+  BOOST_TEST(r.code == 124, r.err);
+  BOOST_TEST(r.err.find("tapelm: decode bench: 2 runs (0 warm-up) of a 80000-token prefill and 1 step, 0.8 TFLOP each: at least") != std::string::npos, r.err);
+}
+
 BOOST_AUTO_TEST_CASE(an_output_that_is_the_input_is_refused) {
   TempDir d;
   fs::copy_file(parity_fixture("gqa.h5"), d / "ck.h5");

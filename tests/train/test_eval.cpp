@@ -249,6 +249,19 @@ BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
   BOOST_TEST_REQUIRE(streamed.code == 0, streamed.err);
   BOOST_TEST(whole.out == streamed.out);
   BOOST_TEST(streamed.err.find("one block at a time") != std::string::npos, streamed.err);
+  // a q8_0 GGUF file decodes with q8_0 weights streamed as in memory (streamed ran float32 and the
+  // texts differed from byte 8); --weights q8_0 over an f32 file alike (it was refused streamed)
+  Run q8 = run_cli("export --format gguf --dtype q8_0 --checkpoint " + fixture_path("gguf/llama_spm.h5") + " --out " + (d / "q8.gguf"));
+  BOOST_TEST_REQUIRE(q8.code == 0, q8.err);
+  for (const auto& [model, weights] : std::vector<std::pair<std::string, std::string>>{{d / "q8.gguf", "auto"}, {d / "gpt2.gguf", "q8_0"}}) {
+    const std::string args = model + " --weights " + weights, cmd = "sample --prompt ROMEO --tokens 60 --seed 3 --checkpoint " + model;
+    const Run in_memory = run_cli(cmd + " --weights " + weights), one_block = run_cli(cmd + " --weights " + weights + " --stream"),
+              as_f32 = run_cli(cmd + " --weights f32");
+    BOOST_TEST_REQUIRE(in_memory.code == 0, in_memory.err);
+    BOOST_TEST_REQUIRE(one_block.code == 0, one_block.err);
+    BOOST_TEST(in_memory.out == one_block.out, args);
+    BOOST_TEST(in_memory.out != as_f32.out, args << ": q8_0 and f32 weights give the same text; the test proves nothing");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -247,16 +247,16 @@ int run_sample(const SampleArgs& a) {
   const bool stream = read_streamed(m, cache, a.stream);
   // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
   // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
-  const bool q8 = a.weights == "q8_0" || (a.weights == "auto" && !stream && m.dtypes.find("Q8_0") != std::string::npos);
+  // streamed too: each block quantized as it is read, so the text is the in-memory run's
+  const bool q8 = a.weights == "q8_0" || (a.weights == "auto" && m.dtypes.find("Q8_0") != std::string::npos);
   std::unique_ptr<Decoder> model;
-  if (stream && a.weights == "q8_0")
-    throw Error(ErrorKind::usage, "--weights q8_0 quantizes the model in memory, but " + a.checkpoint +
-                                      (a.stream ? " is read one block at a time (--stream)" : " does not fit in memory in float32 (" + byte_size_str(whole) + ")"));
   if (stream) {
     check_memory(StreamedModel::resident_bytes(m.config) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
     std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
                  byte_size_str(whole).c_str());
-    model = std::make_unique<StreamedModel>(m);
+    auto sm = std::make_unique<StreamedModel>(m);
+    if (q8) sm->quantize_q8_0();
+    model = std::move(sm);
   } else {
     std::unique_ptr<GPT> loaded = m.load();
     if (q8) loaded->quantize_q8_0();
