@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <set>
 
 #include "data/tempfile.h"
@@ -72,7 +73,78 @@ std::string read_file_bytes(const std::string& path, const std::string& what) {
 
 // ---- MappedFile -----------------------------------------------------------------------------------
 
-MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
+namespace {
+
+// The mappings alive, for the SIGBUS handler: a file truncated under a mapping faults on the
+// first page past its new end. The handler names the file, removes this process's temporary
+// files and ends the process (exit 1), with async-signal-safe calls alone.
+constexpr int kMapSlots = 64;
+constexpr size_t kMapPath = 512;
+struct MapSlot {
+  volatile sig_atomic_t used;
+  uintptr_t begin, end;
+  char path[kMapPath];
+};
+MapSlot g_maps[kMapSlots];
+std::mutex g_maps_mutex;
+
+void write_all(const char* s) {
+  size_t n = std::strlen(s);
+  while (n > 0) {
+    const ssize_t w = ::write(2, s, n);
+    if (w <= 0) return;
+    s += w, n -= static_cast<size_t>(w);
+  }
+}
+
+void on_sigbus(int sig, siginfo_t* info, void*) {
+  const auto at = reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr);
+  for (const MapSlot& m : g_maps)
+    if (m.used && at >= m.begin && at < m.end) {
+      write_all("tapelm: error: ");
+      write_all(m.path);
+      write_all(": the file shrank while it was read (truncated or rewritten in place): nothing of it was used; read it again once it is written whole\n");
+      remove_guarded_now();
+      ::_exit(1);
+    }
+  ::signal(sig, SIG_DFL);  // not a mapping of ours: the default action
+  ::raise(sig);
+}
+
+int register_mapping(const uint8_t* data, uint64_t size, const std::string& what, const std::string& path) {
+  std::lock_guard<std::mutex> lock(g_maps_mutex);
+  static bool installed = false;
+  if (!installed) {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+    installed = true;
+  }
+  for (int i = 0; i < kMapSlots; i++)
+    if (!g_maps[i].used) {
+      const std::string name = cut_for_message(what + " " + path, kMapPath - 1);
+      std::memcpy(g_maps[i].path, name.c_str(), name.size() + 1);
+      g_maps[i].begin = reinterpret_cast<uintptr_t>(data);
+      g_maps[i].end = g_maps[i].begin + size;
+      g_maps[i].used = 1;
+      return i;
+    }
+  return -1;  // more mappings than slots: SIGBUS then ends the process by its default action
+}
+
+void unregister_mapping(int slot) {
+  if (slot < 0) return;
+  std::lock_guard<std::mutex> lock(g_maps_mutex);
+  g_maps[slot].used = 0;
+}
+
+int64_t mtime_ns(const struct stat& st) { return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec; }
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
   require_regular_file(path, what);
   const std::string at = what + " " + path + ": ";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -84,6 +156,7 @@ MappedFile::MappedFile(const std::string& path, const std::string& what) : path_
     throw Error(ErrorKind::data, at + "cannot stat: " + std::strerror(err));
   }
   size_ = static_cast<uint64_t>(st.st_size);
+  mtime_ns_ = mtime_ns(st);
   if (size_ > 0) {
     void* a = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     const int err = errno;
@@ -92,25 +165,52 @@ MappedFile::MappedFile(const std::string& path, const std::string& what) : path_
       throw Error(ErrorKind::data, at + "cannot map: " + std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(a);
+    slot_ = register_mapping(data_, size_, what, path);
   }
+  dev_ = static_cast<uint64_t>(st.st_dev), ino_ = static_cast<uint64_t>(st.st_ino);
   ::close(fd);  // the mapping keeps the file
 }
 
 MappedFile::~MappedFile() {
+  unregister_mapping(slot_);
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    : path_(std::move(o.path_)),
+      what_(std::move(o.what_)),
+      data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      dev_(o.dev_),
+      ino_(o.ino_),
+      mtime_ns_(o.mtime_ns_),
+      slot_(std::exchange(o.slot_, -1)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
+    unregister_mapping(slot_);
     if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
     path_ = std::move(o.path_);
+    what_ = std::move(o.what_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    dev_ = o.dev_, ino_ = o.ino_;
+    mtime_ns_ = o.mtime_ns_;
+    slot_ = std::exchange(o.slot_, -1);
   }
   return *this;
+}
+
+void MappedFile::check_unchanged() const {
+  // The path's file: another file renamed over it, or none, leaves the mapped one intact (it lives
+  // while mapped); the same file written or cut in place does not.
+  struct stat st {};
+  if (!data_ || ::stat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_) return;
+  const auto now = static_cast<uint64_t>(st.st_size);
+  if (now != size_ || mtime_ns(st) != mtime_ns_)
+    throw Error(ErrorKind::data, what_ + " " + path_ + ": changed while it was read (" +
+                                     (now != size_ ? std::to_string(size_) + " bytes, now " + std::to_string(now) : std::string("written again")) +
+                                     "): nothing of it was used; read it again once it is written whole");
 }
 
 void MappedFile::advise_random() const {

@@ -39,11 +39,19 @@ class MappedFile {
   /// Drops the mapped pages around bytes [begin, end) from this process (they stay in the page
   /// cache), so that walking a file larger than memory does not grow the resident set.
   void release(uint64_t begin, uint64_t end) const;
+  /// A data Error naming the file when it is not as it was mapped: shorter or longer, or written
+  /// since (its modification time), while it is read. Readers call it before and after each
+  /// tensor: a model rewritten in place under a streamed run gave text from half of each model.
+  /// A file that shrinks under a read in progress raises SIGBUS; while a mapping lives, that
+  /// signal ends the process with one line naming the file, exit 1, temporary files removed.
+  void check_unchanged() const;
 
  private:
-  std::string path_;
+  std::string path_, what_;
   const uint8_t* data_ = nullptr;
-  uint64_t size_ = 0;
+  uint64_t size_ = 0, dev_ = 0, ino_ = 0;
+  int64_t mtime_ns_ = 0;
+  int slot_ = -1;  // in the SIGBUS handler's table of mappings
 };
 
 /// A 16-hex-digit digest of a file's bytes (non-cryptographic: it tells files apart, it does not

@@ -77,10 +77,7 @@ void clean_folder(const char* dir, const char* part) {
 }
 
 void on_fatal_signal(int sig) {
-  for (int i = 0; i < kSlots; i++)
-    if (g_used[i]) ::unlink(g_paths[i]);
-  for (int i = 0; i < kFolderSlots; i++)
-    if (g_folder_used[i]) clean_folder(g_folders[i], g_parts[i]);
+  remove_guarded_now();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -101,6 +98,13 @@ void install_where_default() {
 bool process_runs(long pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM; }
 
 }  // namespace
+
+void remove_guarded_now() {
+  for (int i = 0; i < kSlots; i++)
+    if (g_used[i]) ::unlink(g_paths[i]);
+  for (int i = 0; i < kFolderSlots; i++)
+    if (g_folder_used[i]) clean_folder(g_folders[i], g_parts[i]);
+}
 
 std::string temp_path_for(const std::string& path) {
   static std::atomic<uint64_t> counter{0};

@@ -42,6 +42,10 @@ class FolderGuard {
   int slot_ = -1;
 };
 
+/// Removes every guarded temporary file and cleans every guarded folder now, with
+/// async-signal-safe calls alone: what a fatal signal's handler runs before the process ends.
+void remove_guarded_now();
+
 /// Removes `<path>.tmp.<pid>...` files beside `path` whose process no longer runs: what a writer
 /// killed before its rename left behind.
 void remove_stale_temps(const std::string& path);

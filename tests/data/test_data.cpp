@@ -1,6 +1,8 @@
 // The char tokenizer against nanoGPT's tinyshakespeare numbers, llm.c token files byte for byte,
 // the 90/10 split, corpus loading, the batch sampler's reproducibility and every bad-input error.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -206,6 +208,69 @@ BOOST_AUTO_TEST_CASE(token_file_errors_name_the_file_and_the_problem) {
     ::chmod(locked.c_str(), 0);
     check_error([&] { read_token_file(locked); }, {locked, "cannot open", "Permission denied"});
   }
+}
+
+// A mapped file that changes while it is read is refused, never mixed in: streamed eval and sample
+// of a GGUF or safetensors file died of SIGBUS when it was truncated under them, and gave text
+// from half of each model (exit 0) when it was rewritten in place. Cut or written in place:
+// check_unchanged names it; another file renamed over the path leaves the mapped one intact (no
+// error); a read past the new end (SIGBUS) ends a child process with one line and exit 1.
+BOOST_AUTO_TEST_CASE(a_mapped_file_that_changes_under_its_reader_is_refused) {
+  TempDir dir;
+  const std::string path = dir / "m.bin";
+  write_bytes(path, std::string(1 << 16, 'x'));
+  {
+    const MappedFile m(path, "model file");
+    m.check_unchanged();
+    BOOST_TEST_REQUIRE(::truncate(path.c_str(), 1 << 12) == 0);
+    check_error([&] { m.check_unchanged(); }, {"model file " + path, "changed while it was read (65536 bytes, now 4096)"});
+  }
+  {
+    write_bytes(path, std::string(1 << 16, 'x'));
+    const MappedFile m(path, "model file");
+    {  // the same bytes' count, written in place a second later
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.write("yy", 2);
+    }
+    struct stat st {};
+    BOOST_TEST_REQUIRE(::stat(path.c_str(), &st) == 0);
+    const struct timespec times[2] = {st.st_atim, {st.st_mtim.tv_sec + 1, st.st_mtim.tv_nsec}};
+    BOOST_TEST_REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    check_error([&] { m.check_unchanged(); }, {"model file " + path, "changed while it was read (written again)"});
+  }
+  {
+    write_bytes(path, std::string(1 << 16, 'x'));
+    const MappedFile m(path, "model file");
+    write_bytes(dir / "other.bin", "other");
+    fs::rename(dir / "other.bin", path);  // the mapped file lives on, whole
+    m.check_unchanged();
+    BOOST_TEST(m.data()[1 << 15] == 'x');
+  }
+  write_bytes(path, std::string(1 << 16, 'x'));
+  int err[2];
+  BOOST_TEST_REQUIRE(::pipe(err) == 0);
+  const pid_t child = ::fork();
+  BOOST_TEST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::dup2(err[1], 2);
+    const MappedFile m(path, "model file");
+    if (::truncate(path.c_str(), 0) != 0) ::_exit(3);
+    volatile uint8_t b = m.data()[1 << 15];  // past the new end: SIGBUS
+    (void)b;
+    ::_exit(4);
+  }
+  ::close(err[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  ::close(err[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 1, said);
+  BOOST_TEST(said == "tapelm: error: model file " + path +
+                         ": the file shrank while it was read (truncated or rewritten in place): nothing of it was used; read it again once it is written whole\n");
 }
 
 BOOST_AUTO_TEST_CASE(token_file_write_errors_leave_nothing) {

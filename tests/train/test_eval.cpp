@@ -1,5 +1,7 @@
 // Evaluation: the mean over targets however the batches fall, its gradient, and the loaders of
 // `tapelm eval --data` agreeing on the same tokens.
+#include <unistd.h>
+
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <fstream>
@@ -261,6 +263,16 @@ BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
     BOOST_TEST_REQUIRE(one_block.code == 0, one_block.err);
     BOOST_TEST(in_memory.out == one_block.out, args);
     BOOST_TEST(in_memory.out != as_f32.out, args << ": q8_0 and f32 weights give the same text; the test proves nothing");
+  }
+  // a GGUF file and an HF directory's weights cut while a streamed run has them open: the next
+  // block read is refused naming the file (was SIGBUS, or text from half of each model)
+  fs::copy(fixture_path("hf/llama_gqa_bf16_spm"), d / "hf", fs::copy_options::recursive);
+  for (const auto& [model, file] : std::vector<std::pair<std::string, std::string>>{{d / "gpt2.gguf", d / "gpt2.gguf"},
+                                                                                    {d / "hf", d / "hf/model.safetensors"}}) {
+    const formats::OpenedModel m = formats::open_model(model);
+    const StreamedModel streamed(m);
+    BOOST_TEST_REQUIRE(::truncate(file.c_str(), static_cast<off_t>(fs::file_size(file) / 2)) == 0);
+    test::expect_throw([&] { streamed.for_each_block([](const Block&, int64_t) {}); }, ErrorKind::data, {file, "changed while it was read"});
   }
 }
 

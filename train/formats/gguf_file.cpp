@@ -292,6 +292,7 @@ void File::parse() {
 
 void File::read_f32(const Info& info, float* v) const {
   const TensorInfo& t = table_.at(info.name);
+  map_.check_unchanged();  // and again once read (data/io.h)
   const uint8_t* b = data_ + t.offset;
   if (t.type == T_F32) {
     std::memcpy(v, b, t.count * 4);
@@ -310,6 +311,7 @@ void File::read_f32(const Info& info, float* v) const {
   }
   const uint64_t at = static_cast<uint64_t>(data_ - map_.data()) + t.offset;
   map_.release(at, at + t.bytes);  // read once: out of the resident set (safetensors.cpp)
+  map_.check_unchanged();
   if (const int64_t i = formats::first_non_finite(v, static_cast<int64_t>(t.count)); i >= 0)
     fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
 }

@@ -53,7 +53,9 @@ class Source : public formats::TensorSource {
     return nullptr;
   }
   void read_f32(const Info& t, float* out) const override {
+    file_.check_unchanged();
     std::memcpy(out, file_.data() + offsets_.at(t.name), 4 * static_cast<size_t>(shape_numel(t.shape)));
+    file_.check_unchanged();
   }
 
  private:

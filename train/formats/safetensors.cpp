@@ -159,10 +159,12 @@ const TensorInfo* File::find(const std::string& name) const {
 }
 
 std::string_view File::bytes(const TensorInfo& t) const {
+  map_->check_unchanged();
   return {reinterpret_cast<const char*>(map_->data() + data_start_ + t.begin), static_cast<size_t>(t.end - t.begin)};
 }
 
 void File::read_f32(const TensorInfo& t, float* out) const {
+  map_->check_unchanged();  // and again once read: a file written under the read is never mixed in
   const unsigned char* p = map_->data() + data_start_ + t.begin;
   const int64_t n = t.numel();
   if (t.dtype == "F32") {
@@ -188,6 +190,7 @@ void File::read_f32(const TensorInfo& t, float* out) const {
   // Read once: its pages leave this process (they stay in the page cache), so that reading a
   // model larger than memory tensor by tensor does not grow the resident set by the file's size.
   map_->release(data_start_ + t.begin, data_start_ + t.end);
+  map_->check_unchanged();
 }
 
 namespace {
