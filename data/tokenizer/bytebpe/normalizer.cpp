@@ -4,8 +4,29 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
+
+#include "data/tokenizer/bytebpe/nfc_starters.h"
 
 namespace tapelm::bytebpe {
+
+namespace {
+
+std::string utf8proc_nfc(const char* s, size_t size) {
+  utf8proc_uint8_t* dst = nullptr;
+  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s), static_cast<utf8proc_ssize_t>(size), &dst,
+                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) throw Error(ErrorKind::data, std::string("NFC normalization failed: ") + utf8proc_errmsg(n));
+  std::string out(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
+  std::free(dst);
+  return out;
+}
+
+bool library_starter(uint32_t cp) {
+  return std::binary_search(std::begin(kNfcLibraryStarters), std::end(kNfcLibraryStarters), cp);
+}
+
+}  // namespace
 
 Normalizer Normalizer::parse(const Parser& p, const json& n, const std::string& field) {
   Normalizer r;
@@ -29,12 +50,24 @@ void Normalizer::add(const Parser& p, const json& n, const std::string& field, i
 
 std::string Normalizer::apply(const std::string& s) const {
   if (!nfc_ || std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) return s;
-  utf8proc_uint8_t* dst = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()),
-                                          &dst, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) throw Error(ErrorKind::data, std::string("NFC normalization failed: ") + utf8proc_errmsg(n));
-  std::string out(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
-  std::free(dst);
+  // NFC as Hugging Face's library computes it: its tables give the marks of nfc_starters.h class 0,
+  // so each is a starter with no decomposition that nothing composes with. The text is normalized
+  // in the runs between them, each kept as it is (utf8proc alone reordered `a\u1ac1\u0316`).
+  std::string out;
+  size_t from = 0;
+  for (size_t i = 0; i < s.size();) {
+    utf8proc_int32_t cp = -1;
+    const utf8proc_ssize_t len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i), static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (len <= 0) break;  // invalid UTF-8: utf8proc_map below names it
+    if (cp >= 0 && library_starter(static_cast<uint32_t>(cp))) {
+      if (i > from) out += utf8proc_nfc(s.data() + from, i - from);
+      out.append(s, i, static_cast<size_t>(len));
+      from = i + static_cast<size_t>(len);
+    }
+    i += static_cast<size_t>(len);
+  }
+  if (from == 0) return utf8proc_nfc(s.data(), s.size());
+  if (from < s.size()) out += utf8proc_nfc(s.data() + from, s.size() - from);
   return out;
 }
 
