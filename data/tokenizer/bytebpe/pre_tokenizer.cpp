@@ -273,7 +273,15 @@ const std::vector<std::pair<size_t, size_t>>& with_behavior(const Parts& parts, 
 // search moves one character on, and an empty match right where the previous match ended is
 // skipped), each flagged as a match (flipped by `invert`); then the behavior joins or drops
 // pieces, and empty pieces are dropped (PreTokenizedString::split).
-void split_pieces(const Regex& re, SplitBehavior behavior, bool invert, std::string_view text, std::vector<std::string_view>& out) {
+// The work PCRE2 may spend on one text, in its match-limit steps: a floor and a share per byte,
+// over every Split of the text together. Each search runs under a small limit first and, when it
+// reaches it, again under four times as much, each try charged in full (its work is at most its
+// limit), so the charge is within a small factor of the work done. A per-search limit that grew
+// with the piece let (?:a+)+b|. spend 2^20 steps on each run of 20 letters: 37 s for 160 KB.
+constexpr uint64_t kRegexFloor = 65536, kRegexPerByte = 1000, kRegexFirstTry = 100;
+
+void split_pieces(const Regex& re, SplitBehavior behavior, bool invert, std::string_view text, std::vector<std::string_view>& out,
+                  uint64_t& budget, size_t text_bytes) {
   if (text.empty()) return;
   thread_local MatchState st;
   thread_local Parts parts;
@@ -281,17 +289,23 @@ void split_pieces(const Regex& re, SplitBehavior behavior, bool invert, std::str
   const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0, prev = 0;
   bool matched_before = false;
+  // the depth limit bounds memory, not time: generous, as before
+  pcre2_set_depth_limit(st.ctx, static_cast<uint32_t>(std::min<size_t>(UINT32_MAX, std::max<size_t>(1 << 20, 64 * text.size()))));
   while (pos <= text.size()) {
-    // PCRE2's match and depth limits, scaled with the text so that the patterns tokenizers use
-    // never reach them; a pattern that backtracks exponentially ((?:a+)+b) reaches them at once.
-    const auto limit = static_cast<uint32_t>(std::min<size_t>(UINT32_MAX, std::max<size_t>(1 << 20, 64 * text.size())));
-    pcre2_set_match_limit(st.ctx, limit);
-    pcre2_set_depth_limit(st.ctx, limit);
-    const int rc = pcre2_match(re.code, s, text.size(), pos, PCRE2_NO_UTF_CHECK, st.md, st.ctx);
+    int rc = 0;
+    for (uint64_t want = kRegexFirstTry;; want *= 4) {
+      const uint64_t limit = std::min<uint64_t>({want, budget, UINT32_MAX});
+      pcre2_set_match_limit(st.ctx, static_cast<uint32_t>(limit));
+      rc = pcre2_match(re.code, s, text.size(), pos, PCRE2_NO_UTF_CHECK, st.md, st.ctx);
+      budget -= limit;
+      if (rc != PCRE2_ERROR_MATCHLIMIT || limit < want || budget == 0) break;
+    }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      throw Error(ErrorKind::data, re.where + " backtracks too much: PCRE2's limit was reached at byte " + std::to_string(pos) + " of a " +
-                                       std::to_string(text.size()) + "-byte piece (" + pcre2_message(rc) + ")");
+      throw Error(ErrorKind::data, re.where + " backtracks too much: the work allowed for a " + std::to_string(text_bytes) + "-byte text (" +
+                                       std::to_string(kRegexFloor) + " + " + std::to_string(kRegexPerByte) +
+                                       " steps a byte) ran out at byte " + std::to_string(pos) + " of a " + std::to_string(text.size()) +
+                                       "-byte piece (" + pcre2_message(rc) + ")");
     if (rc < 0) throw Error(ErrorKind::data, re.where + " failed at byte " + std::to_string(pos) + ": " + pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
     const size_t b = ov[0], e = ov[1];
@@ -407,6 +421,7 @@ std::string PreTokenizer::describe() const {
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned) const {
   std::vector<std::string_view> pieces{text}, next;
+  uint64_t budget = kRegexFloor + kRegexPerByte * static_cast<uint64_t>(text.size());
   for (const Step& s : steps_) {
     next.clear();
     for (std::string_view piece : pieces) {
@@ -415,7 +430,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
         piece = owned.back();
       }
       if (s.re)
-        split_pieces(*s.re, s.behavior, s.invert, piece, next);
+        split_pieces(*s.re, s.behavior, s.invert, piece, next, budget, text.size());
       else
         next.push_back(piece);
     }
