@@ -498,7 +498,11 @@ BOOST_AUTO_TEST_CASE(prepare_ids_equal_each_whole_documents_for_random_texts) {
   }
   const std::vector<std::string> bits{" ", " ", " ", "  ", "   ", "\t", "\t\t", "\r\n", "\n", "\n\n", " \n", "\u00a0", "\u3000",
                                       "\u180e", " \t ", "\u2003", "ab", "x", "The", "hello", "ROMEO", "\u65e5\u672c", "\u00dcber",
-                                      "1", "12345", ".", ",", "'s", "'LL", "!?", "--", "/", "\u0301"};
+                                      "1", "12345", ".", ",", "'s", "'LL", "!?", "--", "/", "\u0301",
+                                      // letters of other scripts, cut between too: Cyrillic, Arabic, Greek, Devanagari (with its
+                                      // marks, \p{M}), a Cyrillic capital run, and a letter of Unicode 16 (U+1C89)
+                                      "\u043c\u0438\u0440", "\u0421\u041b\u041e\u0412\u041e", "\u0633\u0644\u0627\u0645", "\u03bb\u03cc\u03b3\u03bf\u03c2",
+                                      "\u0928\u092e\u0938\u094d\u0924\u0947", "\u1c89"};
   std::mt19937 rng(20261126);
   for (const auto& [name, overrides] : layouts) {
     std::vector<std::string> docs(3);

@@ -4,6 +4,7 @@
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <utf8proc.h>
 
 #include "data/tokenizer/bytebpe/bpe.h"
 #include "data/tokenizer/bytebpe/byte_level.h"
@@ -257,8 +258,17 @@ bool ByteBpe::is_added(int32_t id) const {
 const std::string& ByteBpe::serialized() const { return m_->serialized; }
 
 bool ByteBpe::can_cut_before(std::string_view text, size_t i) const {
-  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
-  if (!letter(text[i - 1]) || !letter(text[i + 1])) return false;
+  // letters of any script on both sides (Russian or Arabic prose was never cut: one thread, and
+  // memory growing with the document), each a whole code point inside the text
+  if (i == 0 || i + 1 >= text.size()) return false;
+  size_t b = i - 1;
+  while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) b--;
+  utf8proc_int32_t left = -1, right = -1;
+  const auto* u = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  if (utf8proc_iterate(u + b, static_cast<utf8proc_ssize_t>(i - b), &left) != static_cast<utf8proc_ssize_t>(i - b) ||
+      utf8proc_iterate(u + i + 1, static_cast<utf8proc_ssize_t>(text.size() - i - 1), &right) <= 0)
+    return false;
+  if (!bytebpe::PreTokenizer::is_letter(static_cast<uint32_t>(left)) || !bytebpe::PreTokenizer::is_letter(static_cast<uint32_t>(right))) return false;
   if (!(text[i] == ' ' ? m_->pre.cuts_at_space() : text[i] == '\n' && m_->pre.cuts_at_newline())) return false;
   // The normalizer (none or NFC) never joins across an ASCII space or newline; an added token,
   // matched in the raw text first, may: no occurrence may start before i and end after it, and

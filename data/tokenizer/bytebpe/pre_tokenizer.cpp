@@ -328,6 +328,14 @@ void split_pieces(const Regex& re, SplitBehavior behavior, bool invert, std::str
 
 }  // namespace
 
+bool PreTokenizer::is_letter(uint32_t cp) {
+  static const OnigClass* letters = onig_class("\\p{L}");
+  if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
+  const auto* end = letters->ranges + letters->n;
+  const auto* it = std::upper_bound(letters->ranges, end, cp, [](uint32_t c, const uint32_t(&r)[2]) { return c < r[0]; });
+  return it != letters->ranges && cp <= (*(it - 1))[1];
+}
+
 PreTokenizer PreTokenizer::parse(const Parser& p, const json& t, const std::string& field) {
   PreTokenizer r;
   r.add(p, t, field);

@@ -35,12 +35,14 @@ class PreTokenizer {
   /// byte-level step adds a prefix space).
   void split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned) const;
   /// Where a text may be cut with the pre-tokens of the parts, side by side, those of the whole
-  /// (docs/tokenizers.md): before a ' ' between two ASCII letters when every step is a split
+  /// (docs/tokenizers.md): before a ' ' between two letters (\p{L}, of any script) when every step is a split
   /// tapelm knows (the GPT-2, cl100k/Llama 3, Qwen2, o200k and DeepSeek V3 patterns, digits, CJK
-  /// runs) and one of them splits words; also before a '\n' between two ASCII letters unless the
+  /// runs) and one of them splits words; also before a '\n' between two letters unless the
   /// byte-level step adds a prefix space. Both false for any other pipeline.
   bool cuts_at_space() const { return cut_space_; }
   bool cuts_at_newline() const { return cut_newline_; }
+  /// cp is in \p{L} as the patterns match it (Oniguruma's table, onig_classes.h).
+  static bool is_letter(uint32_t cp);
 
  private:
   enum class Kind { split, bytelevel };
