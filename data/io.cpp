@@ -113,14 +113,14 @@ void on_sigbus(int sig, siginfo_t* info, void*) {
 
 int register_mapping(const uint8_t* data, uint64_t size, const std::string& what, const std::string& path) {
   std::lock_guard<std::mutex> lock(g_maps_mutex);
-  static bool installed = false;
-  if (!installed) {
+  // (again whenever another handler took SIGBUS since: a test harness installs its own per test)
+  struct sigaction now {};
+  if (::sigaction(SIGBUS, nullptr, &now) == 0 && !((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)) {
     struct sigaction sa {};
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGBUS, &sa, nullptr);
-    installed = true;
   }
   for (int i = 0; i < kMapSlots; i++)
     if (!g_maps[i].used) {
@@ -144,7 +144,7 @@ int64_t mtime_ns(const struct stat& st) { return static_cast<int64_t>(st.st_mtim
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
+MappedFile::MappedFile(const std::string& path, const std::string& what, uint64_t offset, uint64_t length) : path_(path), what_(what) {
   require_regular_file(path, what);
   const std::string at = what + " " + path + ": ";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -155,32 +155,44 @@ MappedFile::MappedFile(const std::string& path, const std::string& what) : path_
     ::close(fd);
     throw Error(ErrorKind::data, at + "cannot stat: " + std::strerror(err));
   }
-  size_ = static_cast<uint64_t>(st.st_size);
+  file_size_ = static_cast<uint64_t>(st.st_size);
   mtime_ns_ = mtime_ns(st);
+  dev_ = static_cast<uint64_t>(st.st_dev), ino_ = static_cast<uint64_t>(st.st_ino);
+  if (offset > file_size_ || (length != UINT64_MAX && length > file_size_ - offset)) {
+    ::close(fd);
+    throw Error(ErrorKind::data, at + "holds " + std::to_string(file_size_) + " bytes, fewer than the " + std::to_string(offset) + " + " +
+                                     std::to_string(length) + " read from it (truncated?)");
+  }
+  size_ = length == UINT64_MAX ? file_size_ - offset : length;
   if (size_ > 0) {
-    void* a = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    const uint64_t aligned = offset / page_bytes * page_bytes;
+    base_len_ = size_ + (offset - aligned);
+    void* a = ::mmap(nullptr, base_len_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(aligned));
     const int err = errno;
     if (a == MAP_FAILED) {
       ::close(fd);
       throw Error(ErrorKind::data, at + "cannot map: " + std::strerror(err));
     }
-    data_ = static_cast<const uint8_t*>(a);
-    slot_ = register_mapping(data_, size_, what, path);
+    base_ = static_cast<const uint8_t*>(a);
+    data_ = base_ + (offset - aligned);
+    slot_ = register_mapping(base_, base_len_, what, path);
   }
-  dev_ = static_cast<uint64_t>(st.st_dev), ino_ = static_cast<uint64_t>(st.st_ino);
   ::close(fd);  // the mapping keeps the file
 }
 
 MappedFile::~MappedFile() {
   unregister_mapping(slot_);
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), base_len_);
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : path_(std::move(o.path_)),
       what_(std::move(o.what_)),
+      base_(std::exchange(o.base_, nullptr)),
       data_(std::exchange(o.data_, nullptr)),
       size_(std::exchange(o.size_, 0)),
+      base_len_(std::exchange(o.base_len_, 0)),
+      file_size_(o.file_size_),
       dev_(o.dev_),
       ino_(o.ino_),
       mtime_ns_(o.mtime_ns_),
@@ -189,32 +201,38 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
     unregister_mapping(slot_);
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (base_) ::munmap(const_cast<uint8_t*>(base_), base_len_);
     path_ = std::move(o.path_);
     what_ = std::move(o.what_);
+    base_ = std::exchange(o.base_, nullptr);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
-    dev_ = o.dev_, ino_ = o.ino_;
+    base_len_ = std::exchange(o.base_len_, 0);
+    file_size_ = o.file_size_, dev_ = o.dev_, ino_ = o.ino_;
     mtime_ns_ = o.mtime_ns_;
     slot_ = std::exchange(o.slot_, -1);
   }
   return *this;
 }
 
+bool MappedFile::same_file_as(const MappedFile& o) const {
+  return dev_ == o.dev_ && ino_ == o.ino_ && file_size_ == o.file_size_ && mtime_ns_ == o.mtime_ns_;
+}
+
 void MappedFile::check_unchanged() const {
   // The path's file: another file renamed over it, or none, leaves the mapped one intact (it lives
   // while mapped); the same file written or cut in place does not.
   struct stat st {};
-  if (!data_ || ::stat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_) return;
+  if (::stat(path_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_dev) != dev_ || static_cast<uint64_t>(st.st_ino) != ino_) return;
   const auto now = static_cast<uint64_t>(st.st_size);
-  if (now != size_ || mtime_ns(st) != mtime_ns_)
+  if (now != file_size_ || mtime_ns(st) != mtime_ns_)
     throw Error(ErrorKind::data, what_ + " " + path_ + ": changed while it was read (" +
-                                     (now != size_ ? std::to_string(size_) + " bytes, now " + std::to_string(now) : std::string("written again")) +
+                                     (now != file_size_ ? std::to_string(file_size_) + " bytes, now " + std::to_string(now) : std::string("written again")) +
                                      "): nothing of it was used; read it again once it is written whole");
 }
 
 void MappedFile::advise_random() const {
-  if (data_) ::madvise(const_cast<uint8_t*>(data_), size_, MADV_RANDOM);
+  if (base_) ::madvise(const_cast<uint8_t*>(base_), base_len_, MADV_RANDOM);
 }
 
 void MappedFile::release(uint64_t begin, uint64_t end) const {
@@ -225,7 +243,8 @@ void MappedFile::release(uint64_t begin, uint64_t end) const {
   const uint64_t span = 2u << 20;
   const auto base = reinterpret_cast<uintptr_t>(data_);
   const uint64_t lo = std::max<uint64_t>(0, (base + begin) / span * span), hi = (base + end + span - 1) / span * span;
-  const uint64_t a = std::max<uint64_t>(base, lo), z = std::min<uint64_t>((base + size_ + page_bytes - 1) / page_bytes * page_bytes, hi);
+  const auto first = reinterpret_cast<uintptr_t>(base_);
+  const uint64_t a = std::max<uint64_t>(first, lo), z = std::min<uint64_t>((first + base_len_ + page_bytes - 1) / page_bytes * page_bytes, hi);
   if (z > a) ::madvise(reinterpret_cast<void*>(a), z - a, MADV_DONTNEED);
 }
 

@@ -24,20 +24,24 @@ std::string read_file_bytes(const std::string& path, const std::string& what);
 /// copied. `what` ("GGUF file", "token file", ...) starts each error; an empty file maps to no bytes.
 class MappedFile {
  public:
-  MappedFile(const std::string& path, const std::string& what);
+  /// The whole file, or the window of `length` bytes from `offset` (within the file: a data Error
+  /// otherwise): a streamed reader maps one tensor at a time, so that its address space is that
+  /// tensor's and not the model's (under `prlimit --as`, a mapped 618 MB model left 7.59 MB).
+  MappedFile(const std::string& path, const std::string& what, uint64_t offset = 0, uint64_t length = UINT64_MAX);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  /// The window's bytes (the whole file's by default).
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
   /// No read-ahead: the bytes are read at random (token windows).
   void advise_random() const;
-  /// Drops the mapped pages around bytes [begin, end) from this process (they stay in the page
-  /// cache), so that walking a file larger than memory does not grow the resident set.
+  /// Drops the mapped pages around bytes [begin, end) of the window from this process (they stay
+  /// in the page cache), so that walking a file larger than memory does not grow the resident set.
   void release(uint64_t begin, uint64_t end) const;
   /// A data Error naming the file when it is not as it was mapped: shorter or longer, or written
   /// since (its modification time), while it is read. Readers call it before and after each
@@ -45,11 +49,16 @@ class MappedFile {
   /// A file that shrinks under a read in progress raises SIGBUS; while a mapping lives, that
   /// signal ends the process with one line naming the file, exit 1, temporary files removed.
   void check_unchanged() const;
+  /// The file's size when it was mapped.
+  uint64_t file_size() const { return file_size_; }
+  /// Both map the same file as it was: device, inode, size and modification time.
+  bool same_file_as(const MappedFile& o) const;
 
  private:
   std::string path_, what_;
+  const uint8_t* base_ = nullptr;  // the mapping, from the page holding `offset`
   const uint8_t* data_ = nullptr;
-  uint64_t size_ = 0, dev_ = 0, ino_ = 0;
+  uint64_t size_ = 0, base_len_ = 0, file_size_ = 0, dev_ = 0, ino_ = 0;
   int64_t mtime_ns_ = 0;
   int slot_ = -1;  // in the SIGBUS handler's table of mappings
 };

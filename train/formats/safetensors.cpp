@@ -76,19 +76,22 @@ int dtype_size(const std::string& d) {
 File File::open(const std::string& path) {
   File f;
   f.path_ = path;
-  f.map_.emplace(path, "safetensors file");
-  f.size_ = f.map_->size();
+  // The header alone is mapped here; each tensor is mapped when it is read (read_f32), so the
+  // address space a streamed run holds is one tensor's, not the model's.
+  const MappedFile none(path, "safetensors file", 0, 0);  // no bytes: the file's size
+  f.size_ = none.file_size();
   if (f.size_ < 8) fail(path, "truncated: " + std::to_string(f.size_) + " bytes, shorter than the 8-byte header length");
-  const unsigned char* map = f.map_->data();
-
+  const MappedFile length(path, "safetensors file", 0, 8);
   uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = (n << 8) | map[i];
+  for (int i = 7; i >= 0; i--) n = (n << 8) | length.data()[i];
   if (n > kMaxHeaderBytes)
     fail(path, "header length " + std::to_string(n) + " exceeds the format's limit of " + std::to_string(kMaxHeaderBytes) + " bytes");
   if (n > f.size_ - 8)
     fail(path, "header length " + std::to_string(n) + " runs past the file's end (" + std::to_string(f.size_) + " bytes)");
   f.data_start_ = 8 + n;
-  const json h = parse_header(path, std::string_view(reinterpret_cast<const char*>(map + 8), n));
+  f.head_.emplace(path, "safetensors file", 0, 8 + n);
+  if (!f.head_->same_file_as(length)) fail(path, "changed while its header was read");
+  const json h = parse_header(path, std::string_view(reinterpret_cast<const char*>(f.head_->data() + 8), n));
   if (!h.is_object()) fail(path, "header is not a JSON object");
 
   for (auto it = h.begin(); it != h.end(); ++it) {
@@ -158,14 +161,23 @@ const TensorInfo* File::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-std::string_view File::bytes(const TensorInfo& t) const {
-  map_->check_unchanged();
-  return {reinterpret_cast<const char*>(map_->data() + data_start_ + t.begin), static_cast<size_t>(t.end - t.begin)};
+MappedFile File::window(const TensorInfo& t) const {
+  head_->check_unchanged();  // names how it changed since it was opened
+  MappedFile w(path_, "safetensors file", data_start_ + t.begin, t.end - t.begin);
+  if (!w.same_file_as(*head_)) fail(path_, "is another file than the one opened (replaced while it was read): read it again once it is written whole");
+  return w;
+}
+
+std::string File::bytes(const TensorInfo& t) const {
+  const MappedFile w = window(t);
+  std::string out(reinterpret_cast<const char*>(w.data()), static_cast<size_t>(w.size()));
+  w.check_unchanged();
+  return out;
 }
 
 void File::read_f32(const TensorInfo& t, float* out) const {
-  map_->check_unchanged();  // and again once read: a file written under the read is never mixed in
-  const unsigned char* p = map_->data() + data_start_ + t.begin;
+  const MappedFile w = window(t);  // checked again once read: a file written under the read is never mixed in
+  const unsigned char* p = w.data();
   const int64_t n = t.numel();
   if (t.dtype == "F32") {
     std::memcpy(out, p, static_cast<size_t>(n) * 4);
@@ -187,10 +199,9 @@ void File::read_f32(const TensorInfo& t, float* out) const {
   } else {
     fail(path_, "tensor '" + cut_for_message(t.name) + "' has dtype " + t.dtype + "; weights are read from F32, F16, BF16 or F64");
   }
-  // Read once: its pages leave this process (they stay in the page cache), so that reading a
-  // model larger than memory tensor by tensor does not grow the resident set by the file's size.
-  map_->release(data_start_ + t.begin, data_start_ + t.end);
-  map_->check_unchanged();
+  // Read once: the window is unmapped (its pages stay in the page cache), so that reading a model
+  // larger than memory tensor by tensor grows neither the resident set nor the address space.
+  w.check_unchanged();
 }
 
 namespace {
@@ -370,7 +381,7 @@ void ModelFiles::read_f32(const Info& t, float* out) const {
                                      std::to_string(i));
 }
 
-std::string_view ModelFiles::bytes(const Info& t) const {
+std::string ModelFiles::bytes(const Info& t) const {
   const auto& [k, entry] = where_.at(t.name);
   return files_[k].bytes(*entry);
 }

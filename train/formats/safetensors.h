@@ -53,8 +53,8 @@ class File {
   const TensorInfo* find(const std::string& name) const;
   /// The header's __metadata__ (string values only; others are refused on open).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  /// The tensor's bytes as stored.
-  std::string_view bytes(const TensorInfo& t) const;
+  /// The tensor's bytes as stored (a copy: the file is mapped a tensor at a time).
+  std::string bytes(const TensorInfo& t) const;
   /// Its values widened to float32 into out[numel]; F32, F16, BF16 and F64 (narrowed, values
   /// beyond float range refused) are read, any other dtype is a data Error naming the tensor.
   void read_f32(const TensorInfo& t, float* out) const;
@@ -62,7 +62,8 @@ class File {
  private:
   File() = default;
   std::string path_;
-  std::optional<MappedFile> map_;
+  MappedFile window(const TensorInfo& t) const;
+  std::optional<MappedFile> head_;  // the header, mapped while the file is open: its identity
   uint64_t size_ = 0, data_start_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t> index_;
@@ -83,7 +84,7 @@ class ModelFiles : public formats::TensorSource {
   const std::vector<Info>& tensors() const override { return infos_; }
   const Info* find(const std::string& name) const override;
   void read_f32(const Info& t, float* out) const override;
-  std::string_view bytes(const Info& t) const override;
+  std::string bytes(const Info& t) const override;
   /// The safetensors files, in order.
   const std::vector<std::string>& files() const { return paths_; }
 

@@ -31,7 +31,7 @@ class TensorSource {
   /// Its values widened to float32 into out[numel]; a value that is not finite -> data Error naming it.
   virtual void read_f32(const Info& t, float* out) const = 0;
   /// Its bytes as stored (to compare two tensors), or empty when the source cannot tell.
-  virtual std::string_view bytes(const Info&) const { return {}; }
+  virtual std::string bytes(const Info&) const { return {}; }
 };
 
 /// The index of the first element of v[n] that is not finite, or -1: a branch-free scan of the
