@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "data/tokens.h"
@@ -307,6 +308,64 @@ BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
   }
   BOOST_TEST_MESSAGE(kKills << " kills: " << killed << " while running, " << mid_save << " during a save");
   BOOST_TEST(killed >= kKills / 2, "most kills must hit a running process, not one that had finished");
+}
+
+// Streamed eval of a GGUF file and of an HF directory while the model file is cut to half, written
+// in place (8 bytes in its middle, same size) or replaced by a rename, at seeded moments of the
+// run: every run exits 0 with the loss of the model before the change or, when the change came
+// before the file was opened, after it; or 1 with one line naming the file. Never a signal, a
+// hang, or a third loss with exit 0: half of each model (before: SIGBUS with no error line, or
+// text from half of each model with exit 0).
+BOOST_AUTO_TEST_CASE(models_changed_under_a_streamed_eval_are_read_whole_or_refused) {
+  TempDir d;
+  const std::string text = small_corpus(d);
+  BOOST_TEST_REQUIRE(run_cli("export --format gguf --dtype f32 --checkpoint " + fixture_path("gguf/llama_spm.h5") + " --out " + (d / "m.gguf")).code == 0);
+  fs::copy(fixture_path("hf/llama_gqa_bf16_spm"), d / "hf", fs::copy_options::recursive);
+  const std::vector<std::pair<std::string, std::string>> models{{d / "m.gguf", d / "m.gguf"}, {d / "hf", d / "hf/model.safetensors"}};
+  const int moments = sanitized() ? 2 : 6;
+  std::mt19937_64 rng(53);
+  std::map<std::string, int> outcomes;
+  for (const auto& [model, file] : models) {
+    const std::string pristine = read_bytes(file);
+    const std::string eval = binary() + " eval --stream --json --batch 1 --checkpoint " + model + " --data " + text;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Run ref = run_shell(eval);
+    const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    BOOST_TEST_REQUIRE(ref.code == 0, ref.err);
+    const double want = nlohmann::json::parse(ref.out)["loss"].get<double>();
+    for (const std::string change : {"cut", "written in place", "replaced"}) {
+      const std::string act = change == "cut"                ? "truncate -s " + std::to_string(pristine.size() / 2) + " " + file
+                              : change == "written in place" ? "printf 'XXXXXXXX' | dd of=" + file + " bs=1 seek=" +
+                                                                   std::to_string(pristine.size() / 2) + " conv=notrunc status=none"
+                                                             : "cp " + file + " " + file + ".new && mv " + file + ".new " + file;
+      // the changed model, read whole: its loss, when it has one
+      write_bytes(file, pristine);
+      const Run changed = run_shell(act + " && " + eval);
+      const double after = changed.code == 0 ? nlohmann::json::parse(changed.out)["loss"].get<double>() : want;
+      for (int k = 0; k < moments; k++) {
+        write_bytes(file, pristine);
+        char delay[32];
+        std::snprintf(delay, sizeof delay, "%.3f", ref_s * static_cast<double>(rng() % 1000) / 1000.0);
+        const Run r = run_shell("{ timeout 60 " + eval + " > " + (d / "out.json") + " 2> " + (d / "err.txt") + " & p=$!; sleep " + delay + "; " +
+                                act + "; wait $p; echo $?; }");
+        const std::string where = fs::path(model).filename().string() + ", " + change + " after " + delay + " s";
+        const int code = std::atoi(r.out.c_str());
+        const std::string out = read_bytes(d / "out.json"), err = read_bytes(d / "err.txt");
+        BOOST_TEST((code == 0 || code == 1), where << ": exit " << code << ", " << err);
+        if (code == 0) {
+          const double loss = nlohmann::json::parse(out)["loss"].get<double>();
+          BOOST_TEST((loss == want || loss == after), where << ": loss " << loss << ", neither the model's before (" << want << ") nor after (" << after << ")");
+          outcomes[change + (loss == want ? ": exit 0, the loss before" : ": exit 0, the loss after (changed before it was opened)")]++;
+        } else if (code == 1) {
+          BOOST_TEST(is_one_error_line({1, out, err}), where << ": " << err);
+          BOOST_TEST(err.find(file) != std::string::npos, where << ": " << err);
+          outcomes[change + ": exit 1, refused"]++;
+        }
+      }
+    }
+    write_bytes(file, pristine);
+  }
+  for (const auto& [o, n] : outcomes) BOOST_TEST_MESSAGE("models changed under a streamed eval: " << o << " x" << n);
 }
 
 namespace {
