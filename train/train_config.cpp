@@ -65,6 +65,10 @@ void TrainConfig::validate() const {
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
   if (distill_lambda > 1)
     throw Error(ErrorKind::config, "config distill_lambda must be in [0, 1], got " + echo_json(distill_lambda));
+  // one rule with --distill-temperature: the soft targets' term is scaled by T², so at 1e-30 it
+  // vanished from the loss without a word
+  if (!(distill_temperature >= 0.1 && distill_temperature <= 100))
+    throw Error(ErrorKind::config, "config distill_temperature must be from 0.1 to 100, got " + echo_json(distill_temperature));
 }
 
 void check_training_memory(const TrainConfig& c, double available) {

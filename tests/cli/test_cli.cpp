@@ -215,6 +215,8 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
                "data file " + (d / "bad.txt") + ": invalid UTF-8 at byte offset 6");
   expect_error(run_cli("eval --checkpoint " + spm + " --data " + (d / "bad.txt")), "data file " + (d / "bad.txt") + ": invalid UTF-8");
   BOOST_TEST(!fs::exists(d / "never.h5"));
+  // the config key follows the flag's rule
+  expect_error(train_with(cfg, " --set distill_temperature=1e-30"), "config distill_temperature must be from 0.1 to 100, got 1e-30");
   // a number beyond a double's range in a config: named with its file (was nlohmann's raw
   // out_of_range.406)
   std::ofstream(d / "huge.json") << R"({"n_layer": 4, "n_head": 4, "n_embd": 16, "n_kv_head": [4, 2, 2, 1e400]})";

@@ -257,7 +257,8 @@ BOOST_AUTO_TEST_CASE(distilled_cells_and_their_compute) {
   BOOST_TEST(!r.to_json().contains("distill"));
   for (auto [lambda, temperature, methods, part] : std::vector<std::tuple<double, double, std::vector<std::string>, std::string>>{
            {1.5, 2.0, {"mean"}, "lambda must be in (0, 1]"},
-           {0.5, 0.0, {"mean"}, "temperature above 0"},
+           {0.5, 0.0, {"mean"}, "temperature from 0.1 to 100"},
+           {0.5, 1e-30, {"mean"}, "temperature from 0.1 to 100"},
            {0.5, 2.0, {"random", "aligned"}, "none of the distilled methods"},
            {0.5, 2.0, {"median"}, "unknown conversion method \"median\""}}) {
     SweepPreset bad = distilled_preset();
