@@ -37,11 +37,17 @@ char g_folders[kFolderSlots][kPathMax];
 char g_parts[kFolderSlots][kPartMax];
 volatile sig_atomic_t g_folder_used[kFolderSlots];
 
-bool has_part(const char* name, const char* part) {
-  for (const char* s = name; *s; s++) {
+// name is `<target><part><digits>`, the whole form temp_path_for gives this process's temporary
+// files (part ".tmp.<pid>."), and nothing else: a user's file that merely holds the part is kept.
+bool is_temp_name(const char* name, const char* part) {
+  for (const char* s = name + 1; *s; s++) {
     size_t i = 0;
     while (part[i] && s[i] == part[i]) i++;
-    if (!part[i]) return true;
+    if (part[i]) continue;
+    const char* d = s + i;
+    if (!*d) return false;
+    while (*d >= '0' && *d <= '9') d++;
+    if (!*d) return true;
   }
   return false;
 }
@@ -65,8 +71,9 @@ void clean_folder(const char* dir, const char* part) {
         };
         const Entry* e = reinterpret_cast<const Entry*>(buf + at);
         at += e->reclen;
-        if (e->type == DT_DIR || (e->name[0] == '.' && (!e->name[1] || (e->name[1] == '.' && !e->name[2])))) continue;
-        if (*part && !has_part(e->name, part)) continue;
+        // regular files alone (a sub-folder or a symbolic link is never this process's file)
+        if (e->type == DT_DIR || e->type == DT_LNK || (e->name[0] == '.' && (!e->name[1] || (e->name[1] == '.' && !e->name[2])))) continue;
+        if (*part && !is_temp_name(e->name, part)) continue;
         removed = ::unlinkat(fd, e->name, 0) == 0 || removed;
       }
     }

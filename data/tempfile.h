@@ -28,9 +28,10 @@ class TempFileGuard {
 };
 
 /// While alive, a folder of this process's is cleaned if SIGINT, SIGTERM or SIGHUP ends the
-/// process: with no `part`, a staging folder is emptied of its files and removed; with one, the
-/// files in `dir` whose names hold `part` (this process's temporary files beside their targets)
-/// are removed. Never through a symbolic link; sub-folders are left.
+/// process: with no `part`, a staging folder this process made is emptied of its files and removed
+/// (rmdir: only when empty); with one, the regular files in `dir` named `<target><part><digits>`,
+/// the form temp_path_for gives this process's temporary files, are removed, and no other. Never
+/// through a symbolic link; sub-folders and links are left.
 class FolderGuard {
  public:
   explicit FolderGuard(const std::string& dir, const std::string& part = "");
