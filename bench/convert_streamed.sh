@@ -40,15 +40,7 @@ if [ "$shape" = llama2-7b ]; then
   timed "$build/tapelm" convert --from "$dir" --kv-heads "$kv" --method mean "${format[@]}" --out "$work/$shape-mean" | tail -2
   /usr/bin/python3 bench/check_mean_conversion.py "$dir" "$work/$shape-mean" --blocks 0 15 31 | grep -v "the same bytes"
   echo "--- sample from it, one block at a time per token"
-  /usr/bin/python3 -c '
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs = bs[:]
-for b in range(256):
-    if b not in bs: bs.append(b); cs.append(256 + len(cs) - 188)
-m = dict(zip(bs, cs))
-json.dump({chr(m[b]): b for b in range(256)}, open(sys.argv[1] + "/vocab.json", "w"))
-open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")' "$work/$shape-mean"
+  /usr/bin/python3 bench/byte_vocab.py "$work/$shape-mean"
   timed "$build/tapelm" sample --checkpoint "$work/$shape-mean" --prompt "ROMEO:" --tokens 3 --greedy
   rm -rf "$work/$shape-mean"
 fi

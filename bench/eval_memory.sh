@@ -18,18 +18,7 @@ if [ ! -f "$work/hf/config.json" ]; then
   "$build/make_synthetic_hf" --out "$work/hf" "${shape[@]}" >/dev/null
   # a byte-level vocabulary of the model's 32,000 ids (GGUF files carry one): GPT-2's bytes-to-characters
   # table, then pairs of them, no merges
-  /usr/bin/python3 -c '
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs = bs[:]
-for b in range(256):
-    if b not in bs: bs.append(b); cs.append(256 + len(cs) - 188)
-m = dict(zip(bs, cs))
-v = {chr(m[b]): b for b in range(256)}
-pairs = (chr(m[a]) + chr(m[b]) for a in range(256) for b in range(256))
-while len(v) < 32000: v.setdefault(next(pairs), len(v))  # unreachable ids up to the size of the model vocabulary
-json.dump(v, open(sys.argv[1] + "/vocab.json", "w"))
-open(sys.argv[1] + "/merges.txt", "w").write("#version: 0.2\n")' "$work/hf"
+  /usr/bin/python3 bench/byte_vocab.py "$work/hf" --ids 32000
 fi
 [ -f "$work/bf16.h5" ] || "$build/tapelm" import --format hf --model "$work/hf" --out "$work/bf16.h5" >/dev/null
 [ -f "$work/f32.h5" ] || "$build/tapelm" convert --from "$work/hf" --kv-heads 16 --dtype f32 --out "$work/f32.h5" >/dev/null
