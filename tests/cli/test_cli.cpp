@@ -193,6 +193,9 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
            {"convert --from x.h5 --out y.h5 --kv-heads +2", "--kv-heads: \"+2\" is not a positive count"},
            {"convert --from x.h5 --out y.h5 --kv-heads 2,2,2,2,", "--kv-heads: empty item in \"2,2,2,2,\""},
            {"convert --from x.h5 --out y.h5 --kv-budget 0", "--kv-budget: \"0\" is not a whole number from 1 to 1048576"},
+           // past 2^63: named, not stoll's raw out_of_range (which ended the process with `what(): stoll`)
+           {"convert --from x.h5 --out y.h5 --kv-heads 9999999999999999999", "--kv-heads: \"9999999999999999999\" is not a positive count"},
+           {"eval --checkpoint x.h5 --data x.txt --tokens 9999999999999999999", "--tokens: \"9999999999999999999\" is not a whole number"},
            {"eval --checkpoint x.h5 --data x.txt --tokens -1", "--tokens: \"-1\" is not a whole number from 0 to 1099511627776"},
            {"eval --checkpoint x.h5 --data x.txt --batch 0", "--batch: \"0\" is not a whole number from 1"},
            {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-lambda nan", "--distill-lambda: \"nan\" is not a finite number from 0 to 1"},

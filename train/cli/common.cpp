@@ -37,7 +37,7 @@ std::vector<int64_t> parse_counts(const std::string& s, const std::string& flag,
   for (const std::string& item : split_list(s, flag)) {
     // digits alone: stoll's leading blanks and sign are not part of a count ("2 " and " 2" alike)
     int64_t v = 0;
-    bool ok = !item.empty() && item.size() <= 19;
+    bool ok = !item.empty() && item.size() <= 18;  // 18 digits: below 2^63, stoll cannot throw
     for (const char ch : item) ok = ok && ch >= '0' && ch <= '9';
     if (ok) v = std::stoll(item);
     if (!ok || v <= 0 || v > most)
@@ -82,7 +82,7 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
 CLI::Validator count_in(int64_t lo, int64_t hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        bool ok = !text.empty() && text.size() <= 19;
+        bool ok = !text.empty() && text.size() <= 18;  // a sign and 17 digits, or 18: stoll cannot throw
         for (size_t i = 0; i < text.size(); i++) ok = ok && ((text[i] >= '0' && text[i] <= '9') || (i == 0 && text[i] == '-' && text.size() > 1));
         const int64_t v = ok ? std::stoll(text) : 0;
         if (!ok || v < lo || v > hi) return "\"" + cut_for_message(text, 40) + "\" is not a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
