@@ -79,12 +79,12 @@ int main(int argc, char** argv) {
     GPTConfig c;
     formats::apply_family(fam->family, c);
     c.n_layer = layers, c.n_embd = d, c.n_head = heads, c.n_kv_head = kv, c.mlp_hidden = hidden;
-    c.vocab_size = vocab, c.block_size = ctx, c.tie_embeddings = fam->family == formats::Family::gpt2;
+    c.vocab_size = vocab, c.block_size = ctx, c.tie_embeddings = fam->hf.tie_fallback;
     c.validate();
     const std::string st_dtype = dtype == "bf16" ? "BF16" : dtype == "f16" ? "F16" : "F32";
     const std::string torch_dtype = dtype == "bf16" ? "bfloat16" : dtype == "f16" ? "float16" : "float32";
     formats::LayoutOptions lo;
-    if (fam->family == formats::Family::gpt2) lo.hf_prefix = "transformer.";
+    lo.hf_prefix = fam->hf.prefix;
     std::vector<st::OutTensor> tensors;
     uint64_t stream = seed;
     for (const formats::FileTensor& t : formats::layout(c, fam->family, formats::Format::hf, lo)) {

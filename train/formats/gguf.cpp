@@ -47,23 +47,35 @@ TensorType matrix_type(const std::string& dtype, int64_t row) {
 // The family llama.cpp runs a config as, with what GGUF adds to the family's own refusals.
 Family family_for_gguf(const GPTConfig& c, const std::string& what) {
   const Family f = formats::family_of(c, what);
-  if (formats::family_info(f).pos == PosKind::Rope && c.head_dim() % 2)
+  const formats::FamilyInfo& x = formats::family_info(f);
+  if (x.pos == PosKind::Rope && c.head_dim() % 2)
     refuse(what, "head_dim " + std::to_string(c.head_dim()) + " is odd: RoPE needs pairs");
-  if (f == Family::gpt2 && c.mlp == MlpKind::Gelu)
-    refuse(what, "mlp \"gelu\" (exact, erf): llama.cpp's gpt2 computes the tanh GELU; train or import with mlp \"gelu_tanh\"");
-  if (f != Family::llama && c.per_layer_kv())
-    refuse(what, "key/value heads per layer (" + c.kv_heads_str() + ") in " + formats::family_info(f).name +
-                     "'s layout: llama.cpp runs them in the llama layout alone (as its deci architecture)");
+  if (!x.swiglu && c.mlp != x.gguf.gelu)
+    refuse(what, "mlp \"" + to_string(c.mlp) + "\": llama.cpp's " + x.name + " computes mlp \"" + to_string(x.gguf.gelu) + "\"; train or import with it");
+  if (!*x.gguf.per_layer_kv_arch && c.per_layer_kv()) {
+    std::string with, as;
+    for (const formats::FamilyInfo& o : formats::families())
+      if (*o.gguf.per_layer_kv_arch)
+        with += std::string(with.empty() ? "" : ", ") + o.name, as += std::string(as.empty() ? "" : ", ") + o.gguf.per_layer_kv_arch;
+    refuse(what, "key/value heads per layer (" + c.kv_heads_str() + ") in " + x.name + "'s layout: llama.cpp runs them in the " + with +
+                     " layout alone (as its " + as + " architecture)");
+  }
   return f;
 }
 
-// llama.cpp's "deci" architecture (Llama-3.1-Nemotron's variable layers) is its llama graph with
-// each layer's own head counts; its "llama" sizes every layer's K and V by one count. A llama-layout
-// model with KV heads per layer is written, and read, as deci.
-constexpr const char* kDeci = "deci";
+// The architecture a model is written as: its family's, or the one llama.cpp runs its per-layer
+// KV heads as.
+std::string gguf_arch(const GPTConfig& c, Family f) {
+  const formats::FamilyInfo& x = formats::family_info(f);
+  return c.per_layer_kv() && *x.gguf.per_layer_kv_arch ? x.gguf.per_layer_kv_arch : x.name;
+}
 
-// The architecture a model is written as: its family's, or deci (above).
-std::string gguf_arch(const GPTConfig& c, Family f) { return f == Family::llama && c.per_layer_kv() ? kDeci : formats::family_info(f).name; }
+// The family of a file's general.architecture, or null.
+const formats::FamilyInfo* family_of_arch(const std::string& a) {
+  for (const formats::FamilyInfo& x : formats::families())
+    if (a == x.name || (*x.gguf.per_layer_kv_arch && a == x.gguf.per_layer_kv_arch)) return &x;
+  return nullptr;
+}
 
 // The pre-tokenizers llama.cpp knows by name (it picks its regex by the name, never reads one), as
 // the models' own tokenizer.json files give them, with what else those files set: Llama 3 ignores
@@ -152,11 +164,10 @@ void config_meta(Meta& m, const GPTConfig& c, Family f) {
   m.u32(a + ".attention.head_count", c.n_head);
   if (c.per_layer_kv()) m.u32s(a + ".attention.head_count_kv", c.layer_kv_heads);  // llama.cpp reads a count per layer
   else m.u32(a + ".attention.head_count_kv", c.n_kv_head);
-  if (f == Family::gpt2) {
-    m.f32(a + ".attention.layer_norm_epsilon", c.norm_eps);
-  } else {
-    m.f32(a + ".rope.freq_base", c.rope_theta);
-    m.f32(a + ".attention.layer_norm_rms_epsilon", c.norm_eps);
+  const formats::FamilyInfo& x = formats::family_info(f);
+  if (x.gguf.rope) m.f32(a + ".rope.freq_base", c.rope_theta);
+  m.f32(a + "." + x.gguf.eps, c.norm_eps);
+  if (x.gguf.rope) {
     m.u32(a + ".rope.dimension_count", c.head_dim());
     m.u32(a + ".vocab_size", c.vocab_size);
   }
@@ -263,18 +274,15 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
   if (static_cast<uint64_t>(c.n_layer) > g.table().size())
     g.fail("key " + a + ".block_count is " + std::to_string(c.n_layer) + ", but the file holds " + std::to_string(g.table().size()) +
            " tensors");
-  if (f == Family::gpt2) {
-    c.mlp = MlpKind::GeluTanh;
-    c.norm_eps = g.real(a + ".attention.layer_norm_epsilon", 0, true);
-  } else {
-    c.norm_eps = g.real(a + ".attention.layer_norm_rms_epsilon", 0, true);
-    c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
-    if (f == Family::llama) c.bias = g.tensor("blk.0.attn_output.bias") != nullptr;
-  }
+  const formats::FamilyInfo& x = formats::family_info(f);
+  if (!x.swiglu) c.mlp = x.gguf.gelu;
+  c.norm_eps = g.real(a + "." + x.gguf.eps, 0, true);
+  if (x.gguf.rope) c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
+  if (x.gguf.optional_bias) c.bias = g.tensor("blk.0.attn_output.bias") != nullptr;
   if (c.n_head == 0 || c.n_embd % c.n_head || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
     g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide embedding " +
            std::to_string(c.n_embd));
-  if (f != Family::gpt2 && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
+  if (x.gguf.rope && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
     g.fail("key " + a + ".rope.dimension_count is " + std::to_string(g.count(a + ".rope.dimension_count")) +
            ": tapelm rotates the whole head (" + std::to_string(c.head_dim()) + ")");
   try {
@@ -359,9 +367,13 @@ formats::OpenedModel open_file(const std::string& path, ImportResult& r) {
   auto owned = std::make_unique<File>(path);
   const File& g = *owned;
   const std::string a = g.string("general.architecture");
-  const formats::FamilyInfo* fam = formats::find_family(a == kDeci ? "llama" : a);
-  if (!fam || (a != fam->name && a != kDeci))
-    g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads llama (and deci, its layers' own KV heads), qwen2 and gpt2");
+  const formats::FamilyInfo* fam = family_of_arch(a);
+  if (!fam) {
+    std::string known;
+    for (const formats::FamilyInfo& x : formats::families())
+      known += std::string(known.empty() ? "" : ", ") + x.name + (*x.gguf.per_layer_kv_arch ? std::string(" (and ") + x.gguf.per_layer_kv_arch + ", its layers' own KV heads)" : "");
+    g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads " + known);
+  }
   r.architecture = a;
   refuse_unsupported_keys(g, a);
   formats::OpenedModel m;

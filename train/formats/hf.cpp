@@ -31,8 +31,6 @@ using formats::Family;
 
 namespace {
 
-// Mistral is Llama's function under another name (with a sliding window by default).
-constexpr const char* kMistral = "MistralForCausalLM";
 // The longest context read: GGUF's context_length limit, so every import can be exported.
 constexpr int64_t kMaxPositions = int64_t(1) << 24;
 
@@ -58,8 +56,11 @@ std::string arch_of(const json& j, const std::string& what) {
   }
   std::string mt;
   get(j, "model_type", mt, what);
-  if (mt == "mistral") return kMistral;
-  if (const formats::FamilyInfo* f = formats::find_family(mt); f && mt == f->hf_model_type) return f->hf_architecture;
+  if (const formats::FamilyInfo* f = formats::find_family(mt)) {
+    if (mt == f->hf.model_type) return f->hf_architecture;
+    for (const auto& [arch, model_type] : f->hf_aliases)
+      if (mt == model_type) return arch;
+  }
   refuse(what, mt.empty() ? "names neither architectures nor model_type" : "model_type \"" + cut_for_message(mt) + "\" is not one tapelm reads");
 }
 
@@ -88,100 +89,54 @@ void read_rope(const json& j, GPTConfig& c, const std::string& what) {
   }
 }
 
-void llama_like(const json& j, HfConfig& h, const std::string& what) {
-  GPTConfig& c = h.config;
-  const bool qwen = h.family == Family::qwen2;
-  formats::apply_family(h.family, c);
-  c.tie_embeddings = false;
-  for (const char* k : {"hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size"})
-    if (!j.contains(k)) refuse(what, std::string("has no ") + k);
-  get(j, "vocab_size", c.vocab_size, what);
-  get(j, "hidden_size", c.n_embd, what);
-  get(j, "num_hidden_layers", c.n_layer, what);
-  get(j, "num_attention_heads", c.n_head, what);
-  c.n_kv_head = c.n_head;
-  if (present(j, "num_key_value_heads")) get(j, "num_key_value_heads", c.n_kv_head, what);
-  if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
-    refuse(what, "num_key_value_heads " + std::to_string(c.n_kv_head) + " does not divide num_attention_heads " + std::to_string(c.n_head));
-  get(j, "intermediate_size", c.mlp_hidden, what);
-  c.norm_eps = 1e-6;
-  get(j, "rms_norm_eps", c.norm_eps, what);
-  c.block_size = 2048;
-  get(j, "max_position_embeddings", c.block_size, what);
-  if (c.block_size > kMaxPositions)
-    refuse(what, "max_position_embeddings " + std::to_string(c.block_size) + " is beyond the " + std::to_string(kMaxPositions) +
-                     " positions tapelm reads (as GGUF's context_length)");
-  get(j, "tie_word_embeddings", c.tie_embeddings, what);
-  std::string act = "silu";
-  get(j, "hidden_act", act, what);
-  if (act != "silu") refuse(what, "hidden_act \"" + cut_for_message(act) + "\": tapelm's gated MLP uses silu");
-  read_rope(j, c, what);
-  if (present(j, "head_dim")) {
-    int64_t hd = 0;
-    get(j, "head_dim", hd, what);
-    if (c.n_head <= 0 || hd * c.n_head != c.n_embd)
-      refuse(what, "head_dim " + std::to_string(hd) + " is not hidden_size / num_attention_heads (" + std::to_string(c.n_embd) +
-                       " / " + std::to_string(c.n_head) + ")");
-  }
-  if (present(j, "quantization_config")) refuse(what, "quantization_config: a quantized model (tapelm reads F32, F16 and BF16)");
-  // A sliding window at least as long as the context never applies. Qwen2 uses one only when
-  // use_sliding_window is true; Mistral's config defaults to a 4096-token window, as transformers'.
-  bool sliding = !qwen || (present(j, "use_sliding_window") && j["use_sliding_window"] == true);
-  if (qwen) get(j, "use_sliding_window", sliding, what);
-  const bool mistral_default = h.architecture == kMistral && !j.contains("sliding_window");
-  if (sliding && (present(j, "sliding_window") || mistral_default)) {
-    int64_t w = 4096;
-    get(j, "sliding_window", w, what);
-    if (w < c.block_size)
-      refuse(what, std::string(mistral_default ? "no sliding_window (Mistral's default is 4096)" : "sliding_window " + std::to_string(w)) + " is shorter than the context (max_position_embeddings " +
-                       std::to_string(c.block_size) + "): tapelm attends over the whole context");
-  }
-  if (!qwen) {
-    bool attn_bias = false, mlp_bias = false;
-    get(j, "attention_bias", attn_bias, what);
-    get(j, "mlp_bias", mlp_bias, what);
-    if (attn_bias != mlp_bias)
-      refuse(what, std::string("attention_bias ") + (attn_bias ? "true" : "false") + " with mlp_bias " + (mlp_bias ? "true" : "false") +
-                       ": tapelm's bias puts biases on every projection or none (Qwen2's q/k/v biases are qkv_bias)");
-    c.bias = attn_bias;
-  }
+// A size: the key's value, or its fallback when absent or null (-1: required).
+int64_t size_of(const json& j, const formats::HfKey& k, const std::string& what) {
+  int64_t v = k.fallback;
+  if (present(j, k.key)) get(j, k.key, v, what);
+  else if (k.fallback < 0) refuse(what, std::string("has no ") + k.key);
+  return v;
 }
 
-void gpt2(const json& j, HfConfig& h, const std::string& what) {
+// The config of a family's config.json, by the keys its row names.
+void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const std::string& what) {
+  const formats::HfConfigKeys& k = f.hf;
   GPTConfig& c = h.config;
-  formats::apply_family(Family::gpt2, c);
-  c.tie_embeddings = true;
-  // GPT2Config's defaults: the 124M model
-  c.vocab_size = 50257;
-  c.block_size = 1024;
-  c.n_embd = 768;
-  c.n_layer = 12;
-  c.n_head = 12;
-  get(j, "vocab_size", c.vocab_size, what);
-  get(j, "n_positions", c.block_size, what);
+  formats::apply_family(f.family, c);
+  c.vocab_size = size_of(j, k.vocab, what);
+  c.n_embd = size_of(j, k.hidden, what);
+  c.n_layer = size_of(j, k.layers, what);
+  c.n_head = size_of(j, k.heads, what);
+  c.mlp_hidden = k.ffn.fallback == 0 && !present(j, k.ffn.key) ? 4 * c.n_embd : size_of(j, k.ffn, what);
+  c.block_size = size_of(j, k.positions, what);
   if (c.block_size > kMaxPositions)
-    refuse(what, "n_positions " + std::to_string(c.block_size) + " is beyond the " + std::to_string(kMaxPositions) + " positions tapelm reads");
-  get(j, "n_embd", c.n_embd, what);
-  get(j, "n_layer", c.n_layer, what);
-  get(j, "n_head", c.n_head, what);
+    refuse(what, std::string(k.positions.key) + " " + std::to_string(c.block_size) + " is beyond the " + std::to_string(kMaxPositions) +
+                     " positions tapelm reads (as GGUF's context_length)");
   c.n_kv_head = c.n_head;
-  c.mlp_hidden = 4 * c.n_embd;
-  if (present(j, "n_inner")) get(j, "n_inner", c.mlp_hidden, what);
-  c.norm_eps = 1e-5;
-  get(j, "layer_norm_epsilon", c.norm_eps, what);
+  if (*k.kv_heads && present(j, k.kv_heads)) get(j, k.kv_heads, c.n_kv_head, what);
+  if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
+    refuse(what, std::string(k.kv_heads) + " " + std::to_string(c.n_kv_head) + " does not divide " + k.heads.key + " " + std::to_string(c.n_head));
+  c.norm_eps = k.eps_fallback;
+  get(j, k.eps, c.norm_eps, what);
+  c.tie_embeddings = k.tie_fallback;
   get(j, "tie_word_embeddings", c.tie_embeddings, what);
-  std::string act = "gelu_new";
-  get(j, "activation_function", act, what);
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") c.mlp = MlpKind::GeluTanh;
-  else if (act == "gelu") c.mlp = MlpKind::Gelu;
-  else refuse(what, "activation_function \"" + cut_for_message(act) + "\": tapelm has GELU (exact, or tanh as gelu_new)");
-  bool scale = true, by_layer = false, cross = false;
-  get(j, "scale_attn_weights", scale, what);
-  get(j, "scale_attn_by_inverse_layer_idx", by_layer, what);
-  get(j, "add_cross_attention", cross, what);
-  if (!scale) refuse(what, "scale_attn_weights false: tapelm scales scores by 1/sqrt(head dim)");
-  if (by_layer) refuse(what, "scale_attn_by_inverse_layer_idx true: tapelm scales every layer's scores alike");
-  if (cross) refuse(what, "add_cross_attention true: tapelm's blocks have no cross-attention");
+  std::string act = k.acts.front().first, known;
+  get(j, k.act, act, what);
+  bool found = false;
+  for (const auto& [name, kind] : k.acts) {
+    known += std::string(known.empty() ? "" : ", ") + name;
+    if (act == name) c.mlp = kind, found = true;
+  }
+  if (!found) refuse(what, std::string(k.act) + " \"" + cut_for_message(act) + "\": tapelm reads " + f.hf_architecture + " with " + known);
+  if (f.pos == PosKind::Rope) read_rope(j, c, what);
+  if (*k.head_dim && present(j, k.head_dim)) {
+    int64_t hd = 0;
+    get(j, k.head_dim, hd, what);
+    if (c.n_head <= 0 || hd * c.n_head != c.n_embd)
+      refuse(what, std::string(k.head_dim) + " " + std::to_string(hd) + " is not " + k.hidden.key + " / " + k.heads.key + " (" +
+                       std::to_string(c.n_embd) + " / " + std::to_string(c.n_head) + ")");
+  }
+  if (present(j, "quantization_config")) refuse(what, "quantization_config: a quantized model (tapelm reads F32, F16 and BF16)");
+  if (k.read) k.read(formats::HfJson(j, what), h.architecture, c);
 }
 
 }  // namespace
@@ -190,16 +145,17 @@ HfConfig parse_config(const json& j, const std::string& what) {
   if (!j.is_object()) refuse(what, "is not a JSON object");
   HfConfig h;
   h.architecture = arch_of(j, what);
-  const formats::FamilyInfo* f = h.architecture == kMistral ? &formats::family_info(Family::llama) : formats::find_family(h.architecture);
-  if (f && (h.architecture == f->hf_architecture || h.architecture == kMistral)) h.family = f->family;
-  else f = nullptr;
-  if (f && f->family == Family::gpt2)
-    gpt2(j, h, what);
-  else if (f)
-    llama_like(j, h, what);
-  else
-    refuse(what, "architecture \"" + cut_for_message(h.architecture) +
-                     "\" is not one tapelm reads (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)");
+  const formats::FamilyInfo* f = formats::find_family(h.architecture);
+  if (!f) {
+    std::string known;
+    for (const formats::FamilyInfo& x : formats::families()) {
+      known += std::string(known.empty() ? "" : ", ") + x.hf_architecture;
+      for (const auto& [arch, model_type] : x.hf_aliases) known += std::string(", ") + arch;
+    }
+    refuse(what, "architecture \"" + cut_for_message(h.architecture) + "\" is not one tapelm reads (" + known + ")");
+  }
+  h.family = f->family;
+  read_family(j, *f, h, what);
   h.config.dropout = 0;
   for (const char* k : {"bos_token_id", "eos_token_id"}) {
     if (!present(j, k)) continue;
@@ -227,10 +183,11 @@ std::string architecture_for(const GPTConfig& c, const std::string& what) {
   if (c.per_layer_kv())
     throw Error(ErrorKind::config, what + ": key/value heads per layer (" + c.kv_heads_str() +
                                        "): a Hugging Face config has one num_key_value_heads (export to GGUF, which has a count per layer)");
-  if (f == Family::gpt2 && c.n_kv_head != c.n_head)
+  const formats::FamilyInfo& x = formats::family_info(f);
+  if (!*x.hf.kv_heads && c.n_kv_head != c.n_head)
     throw Error(ErrorKind::config, what + ": " + std::to_string(c.n_kv_head) + " key/value heads for " + std::to_string(c.n_head) +
-                                       " query heads: GPT-2's layout (learned positions, LayerNorm, GELU) has no HF config with fewer KV heads");
-  return formats::family_info(f).hf_architecture;
+                                       " query heads: " + x.hf_architecture + " has no HF config with fewer KV heads");
+  return x.hf_architecture;
 }
 
 nlohmann::ordered_json config_json(const GPTConfig& c, const std::string& arch, const std::string& torch_dtype, int64_t bos,
@@ -241,50 +198,29 @@ nlohmann::ordered_json config_json(const GPTConfig& c, const std::string& arch, 
     if (bos >= 0) j["bos_token_id"] = bos;
     if (eos >= 0) j["eos_token_id"] = eos;
   };
-  if (arch == "GPT2LMHeadModel") {
-    j["model_type"] = "gpt2";
-    j["vocab_size"] = c.vocab_size;
-    j["n_positions"] = c.block_size;
-    j["n_embd"] = c.n_embd;
-    j["n_layer"] = c.n_layer;
-    j["n_head"] = c.n_head;
-    j["n_inner"] = c.mlp_hidden;
-    j["activation_function"] = c.mlp == MlpKind::GeluTanh ? "gelu_new" : "gelu";
-    j["layer_norm_epsilon"] = c.norm_eps;
-    j["resid_pdrop"] = 0.0;
-    j["embd_pdrop"] = 0.0;
-    j["attn_pdrop"] = 0.0;
-    j["scale_attn_weights"] = true;
-    j["scale_attn_by_inverse_layer_idx"] = false;
-    j["reorder_and_upcast_attn"] = false;
-    j["initializer_range"] = 0.02;
-  } else {
-    const bool qwen = arch == "Qwen2ForCausalLM";
-    j["model_type"] = qwen ? "qwen2" : "llama";
-    j["vocab_size"] = c.vocab_size;
-    j["hidden_size"] = c.n_embd;
-    j["intermediate_size"] = c.mlp_hidden;
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["num_key_value_heads"] = c.n_kv_head;
-    j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
-    j["max_position_embeddings"] = c.block_size;
-    j["rms_norm_eps"] = c.norm_eps;
+  const formats::FamilyInfo* f = formats::find_family(arch);
+  if (!f) throw Error(ErrorKind::internal, "config_json: no family is " + arch);
+  const formats::HfConfigKeys& k = f->hf;
+  j["model_type"] = k.model_type;
+  j[k.vocab.key] = c.vocab_size;
+  j[k.hidden.key] = c.n_embd;
+  j[k.ffn.key] = c.mlp_hidden;
+  j[k.layers.key] = c.n_layer;
+  j[k.heads.key] = c.n_head;
+  if (*k.kv_heads) j[k.kv_heads] = c.n_kv_head;
+  if (*k.head_dim) j[k.head_dim] = c.head_dim();
+  for (const auto& [name, kind] : k.acts)
+    if (kind == c.mlp) {
+      j[k.act] = name;
+      break;
+    }
+  j[k.positions.key] = c.block_size;
+  j[k.eps] = c.norm_eps;
+  if (f->pos == PosKind::Rope) {
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = nullptr;
-    if (qwen) {
-      j["use_sliding_window"] = false;
-      j["sliding_window"] = nullptr;
-      j["max_window_layers"] = c.n_layer;
-    } else {
-      j["attention_bias"] = c.bias;
-      j["mlp_bias"] = c.bias;
-      j["pretraining_tp"] = 1;
-    }
-    j["attention_dropout"] = 0.0;
-    j["initializer_range"] = 0.02;
   }
+  if (k.write) k.write(c, j);
   j["tie_word_embeddings"] = c.tie_embeddings;
   ids();
   j["use_cache"] = true;
@@ -374,7 +310,9 @@ formats::OpenedModel open_dir(const std::string& dir, ImportResult& r) {
   std::unique_ptr<safetensors::ModelFiles> src = safetensors::ModelFiles::open(dir);
   r.weight_files = src->files();
   formats::LayoutOptions lo;
-  if (r.hf.family == Family::gpt2 && src->find("transformer.wte.weight")) lo.hf_prefix = "transformer.";
+  const formats::FamilyInfo& fam = formats::family_info(r.hf.family);
+  for (const formats::TensorSource::Info& t : src->tensors())  // names saved with the prefix (GPT-2's "transformer.")
+    if (*fam.hf.prefix && t.name.starts_with(fam.hf.prefix)) lo.hf_prefix = fam.hf.prefix;
   formats::check_layer_count(m.config, r.hf.family, formats::Format::hf, lo, src->tensors().size(), "HF model " + dir);
   m.layout = formats::layout(m.config, r.hf.family, formats::Format::hf, lo);
   const safetensors::ModelFiles* files = src.get();
@@ -442,9 +380,10 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
   ExportResult r;
   r.architecture = architecture_for(cfg, what);
   const Family f = formats::family_of(cfg, what);
-  if (formats::family_info(f).all_biases && !cfg.bias) r.note = "biases written as zeros (GPT-2's layout has them everywhere)";
+  const formats::FamilyInfo& fam = formats::family_info(f);
+  if (fam.all_biases && !cfg.bias) r.note = "biases written as zeros (" + std::string(fam.hf_architecture) + "'s layout has them everywhere)";
 
-  const std::vector<formats::FileTensor> layout = formats::layout(cfg, f, formats::Format::hf, {.hf_prefix = "transformer."});
+  const std::vector<formats::FileTensor> layout = formats::layout(cfg, f, formats::Format::hf, {.hf_prefix = fam.hf.prefix});
   std::vector<safetensors::OutTensor> tensors;
   for (const formats::FileTensor& t : layout) tensors.push_back({t.name, t.shape, nullptr});
   const std::string& st = dt->second.first;

@@ -9,54 +9,35 @@ namespace tapelm::formats {
 
 namespace {
 
-// The families. Structure: norm, positions, gated MLP, q/k/v-only biases, fused q|k|v, biases
-// everywhere, llama.cpp's interleaved RoPE rows, GPT-2's HF names.
-const FamilyInfo kFamilies[] = {
-    {Family::llama, "llama", "LlamaForCausalLM", "llama", NormKind::RMSNorm, PosKind::Rope, true, false, false, false, true, false},
-    {Family::qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2", NormKind::RMSNorm, PosKind::Rope, true, true, false, false, false, false},
-    {Family::gpt2, "gpt2", "GPT2LMHeadModel", "gpt2", NormKind::LayerNorm, PosKind::Learned, false, false, true, true, false, true},
-};
-
-// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write
-// them.
-enum class Role { tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, ffn_norm, ffn_gate, ffn_up,
-                  ffn_down, output_norm, output, rope_cos, rope_sin };
-
-// Each role's name in each format, without ".weight"/".bias"; {L} is the layer, {P} the prefix
-// of an HF GPT-2 file; tapelm's MLP is {up} = up or fc, {down} = down or proj. "" = the format
-// has no such tensor (fused q|k|v is tapelm's q, k and v).
+// The base naming: each role's name in each format, without ".weight"/".bias"; {L} is the layer,
+// {P} a family's optional HF prefix; tapelm's MLP is {up} = up or fc, {down} = down or proj. ""
+// = the format has no such tensor unless a family names it (families.cpp overrides these names).
 struct RoleRow {
   Role role;
   bool per_layer, biased;  // biased: a weight that may come with a bias (linears, norms)
   const char* tapelm;
-  const char* hf;          // Llama, Mistral, Qwen2
-  const char* hf_gpt2;     // GPT-2 (Conv1D: its matrices are stored [in, out])
-  const char* gguf;
+  const char* hf;          // as Llama names them
+  const char* gguf;        // as llama.cpp names them (gguf-py's MODEL_TENSOR names)
   const char* llama2c;     // positional; named as Meta's checkpoints name them
 };
 
 const RoleRow kRoles[] = {
-    {Role::tok_embd, false, false, "wte", "model.embed_tokens", "{P}wte", "token_embd", "tok_embeddings"},
-    {Role::pos_embd, false, false, "wpe", "", "{P}wpe", "position_embd", ""},
-    {Role::attn_norm, true, true, "blocks.{L}.ln1", "model.layers.{L}.input_layernorm", "{P}h.{L}.ln_1", "blk.{L}.attn_norm",
-     "layers.{L}.attention_norm"},
-    {Role::attn_q, true, true, "blocks.{L}.attn.wq", "model.layers.{L}.self_attn.q_proj", "", "blk.{L}.attn_q", "layers.{L}.attention.wq"},
-    {Role::attn_k, true, true, "blocks.{L}.attn.wk", "model.layers.{L}.self_attn.k_proj", "", "blk.{L}.attn_k", "layers.{L}.attention.wk"},
-    {Role::attn_v, true, true, "blocks.{L}.attn.wv", "model.layers.{L}.self_attn.v_proj", "", "blk.{L}.attn_v", "layers.{L}.attention.wv"},
-    {Role::attn_qkv, true, true, "", "", "{P}h.{L}.attn.c_attn", "blk.{L}.attn_qkv", ""},
-    {Role::attn_out, true, true, "blocks.{L}.attn.wo", "model.layers.{L}.self_attn.o_proj", "{P}h.{L}.attn.c_proj", "blk.{L}.attn_output",
-     "layers.{L}.attention.wo"},
-    {Role::ffn_norm, true, true, "blocks.{L}.ln2", "model.layers.{L}.post_attention_layernorm", "{P}h.{L}.ln_2", "blk.{L}.ffn_norm",
-     "layers.{L}.ffn_norm"},
-    {Role::ffn_gate, true, true, "blocks.{L}.mlp.gate", "model.layers.{L}.mlp.gate_proj", "", "blk.{L}.ffn_gate", "layers.{L}.feed_forward.w1"},
-    {Role::ffn_up, true, true, "blocks.{L}.mlp.{up}", "model.layers.{L}.mlp.up_proj", "{P}h.{L}.mlp.c_fc", "blk.{L}.ffn_up",
-     "layers.{L}.feed_forward.w3"},
-    {Role::ffn_down, true, true, "blocks.{L}.mlp.{down}", "model.layers.{L}.mlp.down_proj", "{P}h.{L}.mlp.c_proj", "blk.{L}.ffn_down",
-     "layers.{L}.feed_forward.w2"},
-    {Role::output_norm, false, true, "ln_f", "model.norm", "{P}ln_f", "output_norm", "norm"},
-    {Role::output, false, false, "lm_head", "lm_head", "lm_head", "output", "output"},
-    {Role::rope_cos, false, false, "", "", "", "", "freq_cis_real"},
-    {Role::rope_sin, false, false, "", "", "", "", "freq_cis_imag"},
+    {Role::tok_embd, false, false, "wte", "model.embed_tokens", "token_embd", "tok_embeddings"},
+    {Role::pos_embd, false, false, "wpe", "", "position_embd", ""},
+    {Role::attn_norm, true, true, "blocks.{L}.ln1", "model.layers.{L}.input_layernorm", "blk.{L}.attn_norm", "layers.{L}.attention_norm"},
+    {Role::attn_q, true, true, "blocks.{L}.attn.wq", "model.layers.{L}.self_attn.q_proj", "blk.{L}.attn_q", "layers.{L}.attention.wq"},
+    {Role::attn_k, true, true, "blocks.{L}.attn.wk", "model.layers.{L}.self_attn.k_proj", "blk.{L}.attn_k", "layers.{L}.attention.wk"},
+    {Role::attn_v, true, true, "blocks.{L}.attn.wv", "model.layers.{L}.self_attn.v_proj", "blk.{L}.attn_v", "layers.{L}.attention.wv"},
+    {Role::attn_qkv, true, true, "", "", "blk.{L}.attn_qkv", ""},
+    {Role::attn_out, true, true, "blocks.{L}.attn.wo", "model.layers.{L}.self_attn.o_proj", "blk.{L}.attn_output", "layers.{L}.attention.wo"},
+    {Role::ffn_norm, true, true, "blocks.{L}.ln2", "model.layers.{L}.post_attention_layernorm", "blk.{L}.ffn_norm", "layers.{L}.ffn_norm"},
+    {Role::ffn_gate, true, true, "blocks.{L}.mlp.gate", "model.layers.{L}.mlp.gate_proj", "blk.{L}.ffn_gate", "layers.{L}.feed_forward.w1"},
+    {Role::ffn_up, true, true, "blocks.{L}.mlp.{up}", "model.layers.{L}.mlp.up_proj", "blk.{L}.ffn_up", "layers.{L}.feed_forward.w3"},
+    {Role::ffn_down, true, true, "blocks.{L}.mlp.{down}", "model.layers.{L}.mlp.down_proj", "blk.{L}.ffn_down", "layers.{L}.feed_forward.w2"},
+    {Role::output_norm, false, true, "ln_f", "model.norm", "output_norm", "norm"},
+    {Role::output, false, false, "lm_head", "lm_head", "output", "output"},
+    {Role::rope_cos, false, false, "", "", "", "freq_cis_real"},
+    {Role::rope_sin, false, false, "", "", "", "freq_cis_imag"},
 };
 
 const RoleRow& row(Role r) {
@@ -126,13 +107,11 @@ class Builder {
     if (x.role == Role::pos_embd && c_.pos != PosKind::Learned) return "";
     if (x.role == Role::ffn_gate && c_.mlp != MlpKind::SwiGLU) return "";
     if (x.role == Role::output && c_.tie_embeddings) return "";
-    const char* n = fmt_ == Format::tapelm ? x.tapelm
-                    : fmt_ == Format::hf   ? (fam_.hf_gpt2_names ? x.hf_gpt2 : x.hf)
-                    : fmt_ == Format::gguf ? x.gguf
-                                           : x.llama2c;
-    if (fmt_ == Format::tapelm && *n) return param_name(x, l);
-    std::string s = replace_all(n, "{L}", std::to_string(l));
-    return replace_all(s, "{P}", x.role == Role::output ? "" : o_.hf_prefix);
+    if (fmt_ == Format::tapelm) return *x.tapelm ? param_name(x, l) : "";
+    const char* n = fmt_ == Format::hf ? x.hf : fmt_ == Format::gguf ? x.gguf : x.llama2c;
+    for (const NameOverride& o : fam_.names)
+      if (o.format == fmt_ && o.role == x.role) n = o.name;
+    return replace_all(replace_all(n, "{L}", std::to_string(l)), "{P}", o_.hf_prefix);
   }
 
   // Shape and transforms of a tensor whose parts are set.
@@ -142,9 +121,9 @@ class Builder {
     const Shape& first = t.parts[0].second;
     t.matrix = first.size() == 2;
     t.shape = t.matrix ? Shape{rows, first[1]} : Shape{rows};
-    const bool gpt2_conv = fmt_ == Format::hf && fam_.hf_gpt2_names && t.matrix && r != Role::tok_embd && r != Role::pos_embd &&
+    const bool conv1d = fmt_ == Format::hf && fam_.hf_conv1d && t.matrix && r != Role::tok_embd && r != Role::pos_embd &&
                            r != Role::output;
-    if (gpt2_conv) t.transpose = true, std::swap(t.shape[0], t.shape[1]);
+    if (conv1d) t.transpose = true, std::swap(t.shape[0], t.shape[1]);
     const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
     if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
     if (interleave && r == Role::attn_k) t.rope_heads = c_.kv_heads(l);
@@ -158,48 +137,6 @@ class Builder {
 };
 
 }  // namespace
-
-const FamilyInfo& family_info(Family f) {
-  for (const FamilyInfo& x : kFamilies)
-    if (x.family == f) return x;
-  throw Error(ErrorKind::internal, "layout: a family without a row");
-}
-
-const FamilyInfo* find_family(const std::string& name) {
-  for (const FamilyInfo& x : kFamilies)
-    if (name == x.name || name == x.hf_architecture || name == x.hf_model_type) return &x;
-  return nullptr;
-}
-
-Family family_of(const GPTConfig& c, const std::string& what) {
-  auto refuse = [&](const std::string& why) -> Family { throw Error(ErrorKind::config, what + ": " + why); };
-  for (const FamilyInfo& x : kFamilies) {
-    if (c.norm != x.norm || c.pos != x.pos || (c.mlp == MlpKind::SwiGLU) != x.swiglu) continue;
-    if (x.qkv_bias_only != (c.qkv_bias && !c.bias)) {
-      if (x.all_biases) refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
-      continue;
-    }
-    return x.family;
-  }
-  std::string known;
-  for (const FamilyInfo& x : kFamilies) {
-    if (x.qkv_bias_only) continue;  // named by the family it varies
-    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : "gelu") + ", " +
-             to_string(x.pos);
-  }
-  return refuse("norm \"" + to_string(c.norm) + "\", mlp \"" + to_string(c.mlp) + "\", pos \"" + to_string(c.pos) +
-                "\" match no architecture other programs run (" + known + ")");
-}
-
-void apply_family(Family f, GPTConfig& c) {
-  const FamilyInfo& x = family_info(f);
-  c.norm = x.norm;
-  c.pos = x.pos;
-  if (x.swiglu) c.mlp = MlpKind::SwiGLU;
-  else if (c.mlp == MlpKind::SwiGLU) c.mlp = MlpKind::GeluTanh;
-  if (x.all_biases) c.bias = true, c.qkv_bias = false;
-  if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
-}
 
 std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o) {
   const Builder b(c, f, fmt, o);

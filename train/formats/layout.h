@@ -5,8 +5,8 @@
 // format applies (q|k|v fused, Conv1D's transpose, RoPE's interleaved row order). The adapters
 // (hf.cpp, gguf.cpp, llama2c.cpp) keep only their config keys and tokenizer metadata.
 //
-// A new family is a row of kFamilies (layout.cpp) and its config keys in the adapters; a family
-// whose tensors another program names differently adds a naming column of kRoles.
+// The families, each with its own names where they differ from a format's base naming, are rows
+// of families.cpp.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -15,43 +15,13 @@
 
 #include "autograd/tensor.h"
 #include "nn/config.h"
+#include "train/formats/families.h"
 
 namespace tapelm {
 class GPT;
 }
 
 namespace tapelm::formats {
-
-/// The model formats whose tensors the table names.
-enum class Format { tapelm, hf, gguf, llama2c };
-
-/// The architecture families other programs run with the function tapelm's GPT computes.
-enum class Family { llama, qwen2, gpt2 };
-
-/// What a family is: its structure, decided once, and its names in other programs.
-struct FamilyInfo {
-  Family family;
-  const char* name;              // "llama", "qwen2", "gpt2": the GGUF architecture too
-  const char* hf_architecture;   // "LlamaForCausalLM", ...: config.json's architectures[0]
-  const char* hf_model_type;     // "llama", ...: config.json's model_type
-  NormKind norm;
-  PosKind pos;
-  bool swiglu;                   // the gated MLP (else GELU, exact or tanh)
-  bool qkv_bias_only;            // biases on q, k and v only (Qwen2)
-  bool fused_qkv;                // q|k|v stored as one tensor (GPT-2)
-  bool all_biases;               // every projection and norm carries a bias (GPT-2): zeros when the model has none
-  bool gguf_interleaves_rope;    // llama.cpp rotates this family's q/k rows in interleaved pairs
-  bool hf_gpt2_names;            // the HF tensor names are GPT-2's (h.{L}.attn.c_attn, Conv1D)
-};
-
-/// The row of a family.
-const FamilyInfo& family_info(Family f);
-/// The family whose name (or HF architecture, or model_type) is `name`, or null.
-const FamilyInfo* find_family(const std::string& name);
-/// The family a tapelm config is, or a config Error starting with `what` naming why there is none.
-Family family_of(const GPTConfig& c, const std::string& what);
-/// c with the keys the family fixes set (norm, pos, mlp kind, biases), as an importer starts from.
-void apply_family(Family f, GPTConfig& c);
 
 /// One tensor of a file and where its values live in tapelm's model.
 struct FileTensor {

@@ -1,0 +1,202 @@
+#include "train/formats/families.h"
+
+#include "autograd/error.h"
+
+namespace tapelm::formats {
+
+namespace {
+
+// A sliding window at least as long as the context never applies; a shorter one is refused.
+// `fallback` is the window a config without the key has (0: none).
+void check_window(const HfJson& j, const GPTConfig& c, int64_t fallback) {
+  if (j.json().contains("sliding_window") ? !j.has("sliding_window") : fallback == 0) return;  // null: no window
+  int64_t w = fallback;
+  j.get("sliding_window", w);
+  if (w < c.block_size)
+    j.refuse((j.json().contains("sliding_window") ? "sliding_window " + std::to_string(w)
+                                                   : "no sliding_window (Mistral's default is " + std::to_string(fallback) + ")") +
+             " is shorter than the context (max_position_embeddings " + std::to_string(c.block_size) + "): tapelm attends over the whole context");
+}
+
+// Llama and Mistral: biases on every projection or none; Mistral's window is 4096 by default, as
+// transformers' MistralConfig has it.
+void llama_read(const HfJson& j, const std::string& architecture, GPTConfig& c) {
+  check_window(j, c, architecture == "MistralForCausalLM" ? 4096 : 0);
+  bool attn_bias = false, mlp_bias = false;
+  j.get("attention_bias", attn_bias);
+  j.get("mlp_bias", mlp_bias);
+  if (attn_bias != mlp_bias)
+    j.refuse(std::string("attention_bias ") + (attn_bias ? "true" : "false") + " with mlp_bias " + (mlp_bias ? "true" : "false") +
+             ": tapelm's bias puts biases on every projection or none (Qwen2's q/k/v biases are qkv_bias)");
+  c.bias = attn_bias;
+}
+void llama_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  j["attention_bias"] = c.bias;
+  j["mlp_bias"] = c.bias;
+  j["pretraining_tp"] = 1;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
+// Qwen2 uses its window only when use_sliding_window is true.
+void qwen2_read(const HfJson& j, const std::string&, GPTConfig& c) {
+  bool sliding = false;
+  j.get("use_sliding_window", sliding);
+  if (sliding) check_window(j, c, 0);
+}
+void qwen2_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+  j["max_window_layers"] = c.n_layer;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
+// GPT-2: its attention-score options other than the default change the function.
+void gpt2_read(const HfJson& j, const std::string&, GPTConfig&) {
+  bool scale = true, by_layer = false, cross = false;
+  j.get("scale_attn_weights", scale);
+  j.get("scale_attn_by_inverse_layer_idx", by_layer);
+  j.get("add_cross_attention", cross);
+  if (!scale) j.refuse("scale_attn_weights false: tapelm scales scores by 1/sqrt(head dim)");
+  if (by_layer) j.refuse("scale_attn_by_inverse_layer_idx true: tapelm scales every layer's scores alike");
+  if (cross) j.refuse("add_cross_attention true: tapelm's blocks have no cross-attention");
+}
+void gpt2_write(const GPTConfig&, nlohmann::ordered_json& j) {
+  for (const char* k : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) j[k] = 0.0;
+  j["scale_attn_weights"] = true;
+  j["scale_attn_by_inverse_layer_idx"] = false;
+  j["reorder_and_upcast_attn"] = false;
+  j["initializer_range"] = 0.02;
+}
+
+// Llama's config.json keys, which Mistral and Qwen2 share.
+HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
+  return {.model_type = model_type,
+          .vocab = {"vocab_size"},
+          .hidden = {"hidden_size"},
+          .layers = {"num_hidden_layers"},
+          .heads = {"num_attention_heads"},
+          .ffn = {"intermediate_size"},
+          .positions = {"max_position_embeddings", 2048},
+          .kv_heads = "num_key_value_heads",
+          .head_dim = "head_dim",
+          .eps = "rms_norm_eps",
+          .eps_fallback = 1e-6,
+          .act = "hidden_act",
+          .acts = {{"silu", MlpKind::SwiGLU}},
+          .read = read,
+          .write = write};
+}
+
+const std::vector<FamilyInfo>& rows() {
+  static const std::vector<FamilyInfo> table{
+      {.family = Family::llama,
+       .name = "llama",
+       .hf_architecture = "LlamaForCausalLM",
+       .hf_aliases = {{"MistralForCausalLM", "mistral"}},  // Llama's function with a sliding window by default
+       .norm = NormKind::RMSNorm,
+       .pos = PosKind::Rope,
+       .swiglu = true,
+       .gguf_interleaves_rope = true,
+       .hf = llama_keys("llama", llama_read, llama_write),
+       // llama.cpp's deci (Llama-3.1-Nemotron's variable layers) is its llama graph with each
+       // layer's own head counts; its llama sizes every layer's K and V by one count
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true, .per_layer_kv_arch = "deci", .optional_bias = true}},
+      {.family = Family::qwen2,
+       .name = "qwen2",
+       .hf_architecture = "Qwen2ForCausalLM",
+       .norm = NormKind::RMSNorm,
+       .pos = PosKind::Rope,
+       .swiglu = true,
+       .qkv_bias_only = true,
+       .hf = llama_keys("qwen2", qwen2_read, qwen2_write),
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true}},
+      {.family = Family::gpt2,
+       .name = "gpt2",
+       .hf_architecture = "GPT2LMHeadModel",
+       .norm = NormKind::LayerNorm,
+       .pos = PosKind::Learned,
+       .all_biases = true,
+       .fused_qkv = true,
+       .hf_conv1d = true,
+       .names = {{Format::hf, Role::tok_embd, "{P}wte"},
+                 {Format::hf, Role::pos_embd, "{P}wpe"},
+                 {Format::hf, Role::attn_norm, "{P}h.{L}.ln_1"},
+                 {Format::hf, Role::attn_qkv, "{P}h.{L}.attn.c_attn"},
+                 {Format::hf, Role::attn_out, "{P}h.{L}.attn.c_proj"},
+                 {Format::hf, Role::ffn_norm, "{P}h.{L}.ln_2"},
+                 {Format::hf, Role::ffn_up, "{P}h.{L}.mlp.c_fc"},
+                 {Format::hf, Role::ffn_down, "{P}h.{L}.mlp.c_proj"},
+                 {Format::hf, Role::output_norm, "{P}ln_f"}},
+       // GPT2Config's defaults: the 124M model
+       .hf = {.model_type = "gpt2",
+              .vocab = {"vocab_size", 50257},
+              .hidden = {"n_embd", 768},
+              .layers = {"n_layer", 12},
+              .heads = {"n_head", 12},
+              .ffn = {"n_inner", 0},
+              .positions = {"n_positions", 1024},
+              .eps = "layer_norm_epsilon",
+              .eps_fallback = 1e-5,
+              .act = "activation_function",
+              .acts = {{"gelu_new", MlpKind::GeluTanh}, {"gelu_pytorch_tanh", MlpKind::GeluTanh}, {"gelu", MlpKind::Gelu}},
+              .tie_fallback = true,
+              .prefix = "transformer.",
+              .read = gpt2_read,
+              .write = gpt2_write},
+       .gguf = {.eps = "attention.layer_norm_epsilon"}},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<FamilyInfo>& families() { return rows(); }
+
+const FamilyInfo& family_info(Family f) {
+  for (const FamilyInfo& x : rows())
+    if (x.family == f) return x;
+  throw Error(ErrorKind::internal, "families: a family without a row");
+}
+
+const FamilyInfo* find_family(const std::string& name) {
+  for (const FamilyInfo& x : rows()) {
+    if (name == x.name || name == x.hf_architecture || name == x.hf.model_type) return &x;
+    for (const auto& [arch, model_type] : x.hf_aliases)
+      if (name == arch || name == model_type) return &x;
+  }
+  return nullptr;
+}
+
+Family family_of(const GPTConfig& c, const std::string& what) {
+  auto refuse = [&](const std::string& why) -> Family { throw Error(ErrorKind::config, what + ": " + why); };
+  for (const FamilyInfo& x : rows()) {
+    if (c.norm != x.norm || c.pos != x.pos || (c.mlp == MlpKind::SwiGLU) != x.swiglu) continue;
+    if (x.qkv_bias_only != (c.qkv_bias && !c.bias)) {
+      if (x.all_biases) refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
+      continue;
+    }
+    return x.family;
+  }
+  std::string known;
+  for (const FamilyInfo& x : rows()) {
+    if (x.qkv_bias_only) continue;  // named by the family it varies
+    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : "gelu") + ", " +
+             to_string(x.pos);
+  }
+  return refuse("norm \"" + to_string(c.norm) + "\", mlp \"" + to_string(c.mlp) + "\", pos \"" + to_string(c.pos) +
+                "\" match no architecture other programs run (" + known + ")");
+}
+
+void apply_family(Family f, GPTConfig& c) {
+  const FamilyInfo& x = family_info(f);
+  c.norm = x.norm;
+  c.pos = x.pos;
+  if (x.swiglu) c.mlp = MlpKind::SwiGLU;
+  else if (c.mlp == MlpKind::SwiGLU) c.mlp = MlpKind::GeluTanh;
+  if (x.all_biases) c.bias = true, c.qkv_bias = false;
+  if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
+}
+
+}  // namespace tapelm::formats
