@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "train/formats/registry.h"
+
 namespace tapelm {
 
 namespace {
@@ -160,6 +162,12 @@ TrainConfig read_train_config(const H5File& f) {
 }
 
 TrainConfig source_train_config(const std::string& checkpoint, const std::string& config_path, const std::string& user) {
+  if (!formats::starts_with_hdf5(checkpoint)) {  // another program's model (an HF directory, a GGUF file): weights only
+    const formats::OpenedModel m = formats::open_model(checkpoint);
+    if (config_path.empty())
+      throw Error(ErrorKind::usage, checkpoint + ": " + m.what + " holds weights only, without a training config: give one with --config F.json");
+    return config_for_weights_only(m.config, read_config_file(config_path), config_path, checkpoint);
+  }
   const H5File f = H5File::open_read(checkpoint);
   const GPTConfig model = read_model_config(f);
   if (has_train_config(f)) {

@@ -236,6 +236,23 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   BOOST_TEST(one.code == 0, one.err);
   BOOST_TEST(one.out.find("to 1 kv heads") != std::string::npos, one.out);
   expect_error(run_cli(up + (d / "up4") + " --kv-heads 4"), "cannot convert 2 kv heads to 4 in layer 1");
+  // uptrain --from an HF directory as convert --from takes it (was: "not an HDF5 file"): the same
+  // run as from the checkpoint imported from it, every loss of metrics.jsonl equal
+  BOOST_TEST_REQUIRE(run_cli("import --format hf --model " + hf + " --out " + (d / "mha.h5")).code == 0);
+  const std::string rest = " --data " + fixture_path("tiny.txt") + " --config " + (d / "up.json") + " --fraction 0.5 --quiet --kv-heads 2 --out ";
+  const Run from_dir = run_cli("uptrain --from " + hf + rest + (d / "upd"));
+  const Run from_ck = run_cli("uptrain --from " + (d / "mha.h5") + rest + (d / "upc"));
+  BOOST_TEST_REQUIRE(from_dir.code == 0, from_dir.err);
+  BOOST_TEST_REQUIRE(from_ck.code == 0, from_ck.err);
+  const std::vector<nlohmann::json> md = read_metrics(d / "upd/metrics.jsonl"), mc = read_metrics(d / "upc/metrics.jsonl");
+  BOOST_TEST_REQUIRE(md.size() == mc.size());
+  BOOST_TEST(md.size() >= 3u);
+  for (size_t i = 0; i < md.size(); i++)
+    for (const char* k : {"train_loss", "train_loss_eval", "val_loss"})
+      BOOST_TEST((md[i].value(k, -1.0) == mc[i].value(k, -1.0)), k << " at line " << i);
+  // without --config: the directory holds weights only, said in one line
+  expect_error(run_cli("uptrain --from " + hf + " --data " + fixture_path("tiny.txt") + " --kv-heads 2 --out " + (d / "upx")),
+               "holds weights only, without a training config: give one with --config");
   // CLI11's parse errors: one line, exit 1; help still exits 0
   expect_error(run_cli("eval --checkpoint x.h5 --data y --split bogus"), "split");
   expect_error(run_cli("eval --data y"), "--checkpoint");

@@ -22,6 +22,7 @@
 #include "train/eval.h"
 #include "train/study/convert/linalg.h"
 #include "train/study/uptrain.h"
+#include "train/formats/registry.h"
 #include "test_util.h"
 #include "train/train_config.h"
 
@@ -649,7 +650,7 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
 BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
   TempDir d;
   tapelm::hf::import_model(fixture_path("hf/llama_mha_f32"), d / "llama.h5");
-  tapelm::gguf::export_model(fixture_path("gguf/gpt2_gpt2mini.h5"), d / "gpt2.gguf", "f32");
+  tapelm::gguf::export_model(formats::open_model(fixture_path("gguf/gpt2_gpt2mini.h5")), d / "gpt2.gguf", "f32");
   const std::vector<std::string> sources{fixture_path("hf/llama_mha_f32"), d / "llama.h5", d / "gpt2.gguf",
                                          fixture_path("hf/gpt2_hub_layout")};
   std::vector<int32_t> ids(600);
@@ -883,7 +884,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
           ConvertRequest r = base;
           r.out = d / "hf_conv", r.dtype = dtype, r.format = "hf";
           convert_model(r);
-          tapelm::hf::export_model(d / "ckpt/m.h5", d / "hf_exp", dtype);
+          tapelm::hf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "hf_exp", dtype);
           expect_same_directory(d / "hf_conv", d / "hf_exp", "hf " + std::string(dtype));
         }
       }
@@ -893,7 +894,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
           ConvertRequest r = base;
           r.out = d / "conv/m.gguf", r.dtype = dtype, r.format = "gguf";  // general.name is the stem: "m" in both
           convert_model(r);
-          tapelm::gguf::export_model(d / "ckpt/m.h5", d / "exp/m.gguf", dtype);
+          tapelm::gguf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "exp/m.gguf", dtype);
           BOOST_TEST((file_bytes(d / "conv/m.gguf") == file_bytes(d / "exp/m.gguf")));
         }
       }

@@ -756,6 +756,33 @@ BOOST_AUTO_TEST_CASE(a_sweep_starts_from_a_given_model) {
   BOOST_TEST(rows["id"].back() == "decode_ms_per_sample_b4_kv_f16", rows["id"].back());
   BOOST_TEST(md.find(", f16 cache) |") != std::string::npos);
   BOOST_TEST(md.find(" from scratch (") == std::string::npos);
+  // the HF directory itself as --from: one way to open a model everywhere. The same weights in
+  // float32 give the same study: every loss of every row equal to the imported checkpoint's, bit for
+  // bit (the timings aside).
+  for (const std::string& source : {test::fixture_path("hf/llama_mha_f32")}) {
+    const std::string out = d / "sw_hf";
+    Run o = run_cli("sweep --preset micro --methods mean,fit --quiet --from " + source + " --config " + (d / "train.json") + " --data " +
+                    text + " --out " + out);
+    BOOST_TEST_REQUIRE(o.code == 0, o.err);
+    std::map<std::string, std::vector<std::string>> other;
+    std::istringstream oc(slurp(out + "/results.csv"));
+    for (std::string line; std::getline(oc, line);) {
+      std::vector<std::string> f;
+      std::stringstream ls(line);
+      for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+      other[f[0]] = f;
+    }
+    BOOST_TEST_REQUIRE(other.size() == rows.size(), source);
+    const std::vector<std::string>& h = rows["id"];
+    int compared = 0;
+    for (const auto& [id, f] : rows)
+      for (size_t i = 0; i < h.size() && id != "id"; i++)
+        if (h[i] == "val_loss" || h[i] == "loss_before") {
+          BOOST_TEST(other[id].at(i) == f.at(i), source << ": " << id << " " << h[i]);
+          compared++;
+        }
+    BOOST_TEST(compared >= 8);
+  }
   // a GQA model, a weights-only model without --config, a corpus tokenized otherwise: one line each
   tapelm::hf::import_model(test::fixture_path("hf/llama_gqa_bf16_spm"), d / "gqa.h5");
   expect_error(run_cli("sweep --preset micro --from " + (d / "gqa.h5") + " --config " + (d / "train.json") + " --data " + text +

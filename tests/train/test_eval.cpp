@@ -14,6 +14,7 @@
 #include "train/formats/model_source.h"
 #include "train/streamed.h"
 #include "train/formats/h5file.h"
+#include "train/formats/registry.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
 

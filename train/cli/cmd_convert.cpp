@@ -8,6 +8,7 @@
 
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
+#include "train/formats/registry.h"
 #include "data/outdir.h"
 #include "train/study/convert/methods.h"
 #include "train/study/convert_model.h"
@@ -40,10 +41,19 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
                "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
   c.add_option("--out", a.out, "the converted model: a checkpoint, an HF directory or a GGUF file (--format)")->required();
-  c.add_option("--format", a.format, "what --out is: tapelm (a checkpoint, default), hf (a Hugging Face directory) or gguf")
-      ->check(CLI::IsMember({"tapelm", "hf", "gguf"}));
-  c.add_option("--dtype", a.dtype, "weights as f32, bf16 or f16, or q8_0 in gguf (default: the source's 16-bit type, else f32)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0"}));
+  std::vector<std::string> formats, dtypes;
+  std::string format_help, dtype_help;
+  for (const formats::ModelFormat* f : formats::writable_formats()) {
+    formats.push_back(f->name);
+    format_help += (format_help.empty() ? "" : ", ") + std::string(f->name) + " (" + f->what + ")";
+    dtype_help += (dtype_help.empty() ? "" : "; ") + std::string(f->name) + ":";
+    for (const std::string& d : f->dtypes) {
+      dtype_help += (dtype_help.back() == ':' ? " " : ", ") + d;
+      if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
+    }
+  }
+  c.add_option("--format", a.format, "what --out is (default tapelm): " + format_help)->check(CLI::IsMember(formats));
+  c.add_option("--dtype", a.dtype, "the weights' type (default: the source's 16-bit type, else f32); " + dtype_help)->check(CLI::IsMember(dtypes));
   c.add_option("--seed", a.seed, "seed for --method random and the calibration windows")->check(seed_range());
 }
 

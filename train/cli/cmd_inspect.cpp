@@ -17,6 +17,7 @@
 #include "train/eval.h"
 #include "train/formats/checkpoint.h"
 #include "train/formats/model_source.h"
+#include "train/formats/registry.h"
 #include "train/streamed.h"
 #include "train/train_config.h"
 

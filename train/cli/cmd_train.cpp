@@ -8,6 +8,7 @@
 
 #include "train/cli/commands.h"
 #include "train/cli/common.h"
+#include "train/formats/registry.h"
 #include "data/dataset.h"
 #include "data/outdir.h"
 #include "nn/accounting.h"
@@ -114,7 +115,7 @@ struct UptrainArgs {
 };
 
 void uptrain_flags(CLI::App& c, UptrainArgs& a) {
-  c.add_option("--from", a.from, "full checkpoint of the original run")->required();
+  c.add_option("--from", a.from, "the model to convert and uptrain: a full checkpoint of the original run, or weights only (a checkpoint, an HF directory, a GGUF file) with --config")->required();
   c.add_option("--kv-heads", a.kv_heads, "new number of key/value heads")->required();
   c.add_option("--method", a.method, "conversion method")->check(CLI::IsMember(method_names()));
   c.add_option("--grouping", a.grouping, "contiguous, similar, or per-layer (--kv-heads' budget over all layers, placed where the "
@@ -143,7 +144,7 @@ int run_uptrain(const UptrainArgs& a) {
   Corpus corpus = load_corpus(a.data);
   const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
   check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
-  if (const H5File f = H5File::open_read(a.from); has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
+  if (const formats::OpenedModel m = formats::open_model(a.from); m.tok && !(*m.tok == corpus.tok))
     throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
   UptrainOptions o;
   o.kv_heads = a.kv_heads;
@@ -188,7 +189,7 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
   c.add_option("--methods", a.methods, "conversion methods, comma-separated (default: all; must include mean)");
   c.add_option("--groupings", a.groupings, "groupings, comma-separated: contiguous,similar,per-layer (default: contiguous)");
   CLI::Option* from = c.add_option("--from", a.from,
-                                   "start from this MHA checkpoint (e.g. an imported model) instead of pretraining one; "
+                                   "start from this MHA model (a checkpoint, an HF directory or a GGUF file) instead of pretraining one; "
                                    "--data must be tokenized by its tokenizer");
   c.add_option("--config", a.config, "with --from: training config JSON (its max_iters is the P that α multiplies)")->needs(from);
   c.add_flag("--scratch", a.scratch, "with --from: also train each GQA/MQA model from scratch (off by default)")->needs(from);

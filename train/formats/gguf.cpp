@@ -355,11 +355,8 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
   return r;
 }
 
-ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
-  check_dtype(dtype);  // before the model is opened
-  if (fs::is_directory(out)) throw Error(ErrorKind::usage, "--out " + out + " is a directory; GGUF is one file");
-  const formats::OpenedModel m = formats::open_model(checkpoint);
-  return write_model(out, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); });
+ExportResult export_model(const formats::OpenedModel& m, const std::string& out, const std::string& dtype) {
+  return write_model(out, m.config, m.tok ? &*m.tok : nullptr, dtype, m.path, [&](formats::ModelSink& s) { m.push_each(s); });
 }
 
 namespace {

@@ -40,13 +40,13 @@ void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer*
 /// in refusals and general.name is its stem.
 ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
                          const formats::SinkFill& fill);
-/// Writes the checkpoint's model (or any model open_model reads) and tokenizer as one GGUF file,
+/// Writes an opened model (formats::open_model: a checkpoint, or any model it reads) and its tokenizer as one GGUF file,
 /// atomically, one tensor at a time. dtype: "f32", "f16",
 /// "bf16" or "q8_0" for the matrices (norm weights and biases stay f32, as llama.cpp's converter
 /// keeps them; a q8_0 matrix whose rows are not a multiple of 32 is written f16). A model llama.cpp
 /// cannot run as it is (another combination of norm, MLP and positions; the exact GELU; a
 /// tokenizer it has no form for) is refused naming why, and nothing is written.
-ExportResult export_model(const std::string& checkpoint, const std::string& out, const std::string& dtype);
+ExportResult export_model(const formats::OpenedModel& m, const std::string& out, const std::string& dtype);
 
 /// What import_model read.
 struct ImportResult {

@@ -420,11 +420,8 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
   return r;
 }
 
-ExportResult export_model(const std::string& checkpoint, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
-  check_output(dir, dtype);  // before the model is opened
-  const formats::OpenedModel m = formats::open_model(checkpoint);
-  return write_model(dir, m.config, m.tok ? &*m.tok : nullptr, dtype, checkpoint, [&](formats::ModelSink& s) { m.push_each(s); },
-                     max_shard_bytes);
+ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
+  return write_model(dir, m.config, m.tok ? &*m.tok : nullptr, dtype, m.path, [&](formats::ModelSink& s) { m.push_each(s); }, max_shard_bytes);
 }
 
 }  // namespace tapelm::hf

@@ -79,11 +79,11 @@ void check_writable(const std::string& dir, const GPTConfig& c, const std::strin
 /// as they come. `what` names the model in refusals (an architecture HF has no form for).
 ExportResult write_model(const std::string& dir, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
                          const formats::SinkFill& fill, uint64_t max_shard_bytes = 5'000'000'000ULL);
-/// Writes the checkpoint's model (or any model open_model reads), one tensor at a time, as an HF model directory: config.json, generation_config.json,
+/// Writes an opened model (formats::open_model: a checkpoint, or any model it reads), one tensor at a time, as an HF model directory: config.json, generation_config.json,
 /// model.safetensors (dtype "f32", "bf16" or "f16"; shards of at most max_shard_bytes with
 /// model.safetensors.index.json when larger, as transformers' save_pretrained does), and the
 /// tokenizer's files. All files are committed together or none is.
-ExportResult export_model(const std::string& checkpoint, const std::string& dir, const std::string& dtype,
+ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, const std::string& dtype,
                           uint64_t max_shard_bytes = 5'000'000'000ULL);
 
 }  // namespace tapelm::hf

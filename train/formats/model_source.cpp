@@ -7,8 +7,6 @@
 #include "nn/accounting.h"
 #include "nn/gpt.h"
 #include "train/formats/checkpoint.h"
-#include "train/formats/gguf.h"
-#include "train/formats/hf.h"
 #include "train/formats/model_sink.h"
 
 namespace fs = std::filesystem;
@@ -88,6 +86,8 @@ class OwnedCheckpoint : public TensorSource {
   CheckpointSource s_;
 };
 
+}  // namespace
+
 OpenedModel open_checkpoint(const std::string& path) {
   OpenedModel m;
   m.path = path;
@@ -106,19 +106,13 @@ OpenedModel open_checkpoint(const std::string& path) {
   return m;
 }
 
-bool starts_with_gguf(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::string(magic, 4) == "GGUF";
-}
-}  // namespace
-
-OpenedModel open_model(const std::string& path) {
+bool starts_with_hdf5(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return hf::open_model(path);
-  if (fs::is_regular_file(path, ec) && starts_with_gguf(path)) return gguf::open_model(path);
-  return open_checkpoint(path);
+  if (!fs::is_regular_file(path, ec)) return false;  // a FIFO is never read to tell what it is (it would wait)
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  return in.gcount() == 8 && std::string(magic, 8) == "\x89HDF\r\n\x1a\n";
 }
 
 }  // namespace tapelm::formats

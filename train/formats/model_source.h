@@ -53,8 +53,9 @@ struct OpenedModel {
   void write_imported(const std::string& out) const;
 };
 
-/// Opens `path` as what it is: a directory with config.json (Hugging Face), a file starting with
-/// "GGUF", else an HDF5 tapelm checkpoint. Errors name the path and the key or tensor.
-OpenedModel open_model(const std::string& path);
+/// Opens `path` as a tapelm checkpoint (any model: formats::open_model, registry.h).
+OpenedModel open_checkpoint(const std::string& path);
+/// The file starts with HDF5's signature (a tapelm checkpoint, or another HDF5 file).
+bool starts_with_hdf5(const std::string& path);
 
 }  // namespace tapelm::formats

@@ -1,14 +1,20 @@
 #include "train/formats/registry.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "autograd/error.h"
+#include "data/io.h"
+#include "train/formats/checkpoint.h"
 #include "train/formats/gguf.h"
 #include "train/formats/hf.h"
 #include "train/formats/llama2c.h"
 
 namespace tapelm::formats {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -41,7 +47,7 @@ std::string import_hf(const ImportRequest& r) {
 }
 
 std::string export_hf(const ExportRequest& r) {
-  const hf::ExportResult e = hf::export_model(r.checkpoint, r.out, r.dtype);
+  const hf::ExportResult e = hf::export_model(open_model(r.checkpoint), r.out, r.dtype);
   return "exported " + r.checkpoint + " to " + r.out + " (" + e.architecture + ", " + r.dtype + ", " + std::to_string(e.files.size()) +
          " files)" + (e.note.empty() ? "" : "; " + e.note);
 }
@@ -52,22 +58,76 @@ std::string import_gguf(const ImportRequest& r) {
          ") with " + (i.tokenizer.empty() ? "no tokenizer" : "its " + i.tokenizer + " tokenizer") + " to " + r.out + " (" + i.kept + ")";
 }
 
-std::string export_gguf(const ExportRequest& r) {
-  const gguf::ExportResult e = gguf::export_model(r.checkpoint, r.out, r.dtype);
+std::string gguf_line(const gguf::ExportResult& e, const std::string& dtype) {
   char mb[32];
   std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(e.bytes) / 1e6);
-  return "exported " + r.checkpoint + " to " + r.out + " (GGUF, " + e.architecture + " with the " + e.tokenizer + " tokenizer, " + r.dtype +
-         ", " + std::to_string(e.tensors) + " tensors, " + mb + " MB)";
+  return "GGUF, " + e.architecture + " with the " + e.tokenizer + " tokenizer, " + dtype + ", " + std::to_string(e.tensors) + " tensors, " + mb + " MB";
+}
+
+std::string export_gguf(const ExportRequest& r) {
+  if (fs::is_directory(r.out)) throw Error(ErrorKind::usage, "--out " + r.out + " is a directory; GGUF is one file");
+  const gguf::ExportResult e = gguf::export_model(open_model(r.checkpoint), r.out, r.dtype);
+  return "exported " + r.checkpoint + " to " + r.out + " (" + gguf_line(e, r.dtype) + ")";
+}
+
+// The rows' reading and writing.
+bool is_hf_dir(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec);
+}
+bool is_gguf(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+void check_checkpoint(const Output& o, const GPTConfig&, const Tokenizer*) {
+  if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
+    throw Error(ErrorKind::usage, "--dtype " + cut_for_message(o.dtype) + ": only --format gguf holds " + o.dtype + " weights");
+}
+std::string write_checkpoint(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
+  check_checkpoint(o, c, tok);
+  write_streamed(o.path, c, tok, o.note, o.dtype, fill);
+  return "tapelm checkpoint, " + o.dtype;
+}
+void check_hf(const Output& o, const GPTConfig& c, const Tokenizer*) { hf::check_writable(o.path, c, o.dtype, o.what); }
+std::string write_hf(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
+  const hf::ExportResult e = hf::write_model(o.path, c, tok, o.dtype, o.what, fill);
+  return e.architecture + ", " + o.dtype + ", " + std::to_string(e.files.size()) + " files" + (e.note.empty() ? "" : "; " + e.note);
+}
+void check_gguf(const Output& o, const GPTConfig& c, const Tokenizer* tok) { gguf::check_writable(o.path, c, tok, o.dtype, o.what); }
+std::string write_gguf(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
+  return gguf_line(gguf::write_model(o.path, c, tok, o.dtype, o.name.empty() ? o.what : o.name, fill), o.dtype);
 }
 
 const std::vector<ModelFormat> kFormats = {
-    {"llama2c", "llama2.c's model file", "the model file, version 0 or 1", "the model file (model.bin; tokenizer.bin beside it)", {},
-     true, true, false, import_llama2c, export_llama2c},
-    {"hf", "a Hugging Face transformers model directory", "the model directory", "the model directory", {"f32", "bf16", "f16"}, false,
-     false, true, import_hf, export_hf},
-    {"gguf", "llama.cpp's GGUF file", "the .gguf file", "the .gguf file", {"f32", "f16", "bf16", "q8_0"}, false, false, false,
-     import_gguf, export_gguf},
+    {.name = "tapelm", .what = "tapelm's HDF5 checkpoint", .model_help = "the checkpoint", .out_help = "the checkpoint",
+     .dtypes = {"f32", "bf16", "f16"}, .exchange = false, .sniff = starts_with_hdf5, .open = open_checkpoint,
+     .check_writable = check_checkpoint, .write = write_checkpoint},
+    {.name = "llama2c", .what = "llama2.c's model file", .model_help = "the model file, version 0 or 1",
+     .out_help = "the model file (model.bin; tokenizer.bin beside it)", .versions = true, .tokenizer_files = true,
+     .import_model = import_llama2c, .export_model = export_llama2c},
+    {.name = "hf", .what = "a Hugging Face transformers model directory", .model_help = "the model directory", .out_help = "the model directory",
+     .dtypes = {"f32", "bf16", "f16"}, .directory = true, .sniff = is_hf_dir, .open = hf::open_model, .check_writable = check_hf,
+     .write = write_hf, .import_model = import_hf, .export_model = export_hf},
+    {.name = "gguf", .what = "llama.cpp's GGUF file", .model_help = "the .gguf file", .out_help = "the .gguf file",
+     .dtypes = {"f32", "f16", "bf16", "q8_0"}, .sniff = is_gguf, .open = gguf::open_model, .check_writable = check_gguf, .write = write_gguf,
+     .import_model = import_gguf, .export_model = export_gguf},
 };
+
+// The rows import and export take.
+const std::vector<ModelFormat>& exchanged() {
+  static const std::vector<ModelFormat> rows = [] {
+    std::vector<ModelFormat> out;
+    for (const ModelFormat& f : kFormats)
+      if (f.exchange) out.push_back(f);
+    return out;
+  }();
+  return rows;
+}
 
 std::string names_of(const std::vector<const ModelFormat*>& fs) {
   std::string out;
@@ -77,30 +137,71 @@ std::string names_of(const std::vector<const ModelFormat*>& fs) {
 
 }  // namespace
 
-const std::vector<ModelFormat>& model_formats() { return kFormats; }
+const std::vector<ModelFormat>& model_formats() { return exchanged(); }
+
+const std::vector<const ModelFormat*>& writable_formats() {
+  static const std::vector<const ModelFormat*> rows = [] {
+    std::vector<const ModelFormat*> out;
+    for (const ModelFormat& f : kFormats)
+      if (f.write) out.push_back(&f);
+    return out;
+  }();
+  return rows;
+}
+
+const ModelFormat& writable_format(const std::string& name, const std::string& flag) {
+  for (const ModelFormat* f : writable_formats())
+    if (name == f->name) return *f;
+  throw Error(ErrorKind::usage, flag + " " + cut_for_message(name) + ": the formats a model is written in are " + names_of(writable_formats()));
+}
+
+OpenedModel open_model(const std::string& path) {
+  for (const ModelFormat& f : kFormats)
+    if (f.sniff && f.open && f.sniff(path)) return f.open(path);
+  return open_checkpoint(path);  // its error names what the file is not
+}
+
+std::string model_digest(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return file_digest(path, what);
+  // a directory: the digests of its regular files by name (config, weights, tokenizer: what a
+  // reader reads, and whatever lies beside them), in name order, digested again
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec))
+    if (e.is_regular_file(ec) && e.path().filename().string().front() != '.') names.push_back(e.path().filename().string());
+  if (ec) throw Error(ErrorKind::io, what + " " + path + ": cannot list: " + ec.message());
+  std::sort(names.begin(), names.end());
+  std::string all;
+  for (const std::string& n : names) all += n + "\n" + file_digest((fs::path(path) / n).string(), what) + "\n";
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the list: names and file digests
+  for (unsigned char b : all) h = (h ^ b) * 0x100000001b3ull;
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
 
 const ModelFormat& model_format(const std::string& name) {
-  for (const ModelFormat& f : kFormats)
+  for (const ModelFormat& f : exchanged())
     if (name == f.name) return f;
   throw Error(ErrorKind::usage, "--format " + cut_for_message(name) + ": the formats are " + describe_model_formats());
 }
 
 std::vector<std::string> model_format_names() {
   std::vector<std::string> out;
-  for (const ModelFormat& f : kFormats) out.push_back(f.name);
+  for (const ModelFormat& f : exchanged()) out.push_back(f.name);
   return out;
 }
 
 std::string describe_model_formats() {
   std::string out;
-  for (const ModelFormat& f : kFormats) out += (out.empty() ? "" : ", ") + std::string(f.name) + " (" + f.what + ")";
+  for (const ModelFormat& f : exchanged()) out += (out.empty() ? "" : ", ") + std::string(f.name) + " (" + f.what + ")";
   return out;
 }
 
 void check_import_flags(const ModelFormat& f, const ImportRequest& r) {
   if (!f.tokenizer_files && (!r.tokenizer_model.empty() || !r.tokenizer_bin.empty())) {
     std::vector<const ModelFormat*> with;
-    for (const ModelFormat& o : kFormats)
+    for (const ModelFormat& o : exchanged())
       if (o.tokenizer_files) with.push_back(&o);
     throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for " + names_of(with) + ": " + f.what + " holds its own tokenizer");
   }
@@ -114,7 +215,7 @@ void check_export_flags(const ModelFormat& f, const ExportRequest& r, bool versi
   const bool float32_only = f.dtypes.empty();
   if (dtype_given && (float32_only ? r.dtype != "f32" : std::find(f.dtypes.begin(), f.dtypes.end(), r.dtype) == f.dtypes.end())) {
     std::vector<const ModelFormat*> with;
-    for (const ModelFormat& o : kFormats)
+    for (const ModelFormat& o : exchanged())
       if (std::find(o.dtypes.begin(), o.dtypes.end(), r.dtype) != o.dtypes.end()) with.push_back(&o);
     throw Error(ErrorKind::usage, "--dtype " + cut_for_message(r.dtype) + (with.empty() ? " is no format's" : " is for --format " + names_of(with)) +
                                       (float32_only ? "; " + std::string(f.what) + " holds float32" : ""));

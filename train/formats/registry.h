@@ -1,8 +1,15 @@
 #pragma once
-// The model formats tapelm imports and exports, one row each: their flags, their help text and
-// what runs them. The CLI's import and export parse flags against this table and call the row.
+// The model formats tapelm reads and writes, one row each: how a path is told to be one (sniff),
+// how it is opened (one way to open a model everywhere: eval, sample, convert, uptrain and sweep
+// --from), what an output in it can hold (check_writable) and how a model is written into it from
+// a stream of tensors (write), with the flags and help text of import and export. The CLI parses
+// flags against this table and calls the row; convert's output is a row's write.
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "train/formats/model_sink.h"
+#include "train/formats/model_source.h"
 
 namespace tapelm::formats {
 
@@ -17,6 +24,15 @@ struct ExportRequest {
   int version = 0;
 };
 
+/// Where and how a model is written.
+struct Output {
+  std::string path;
+  std::string dtype = "f32";
+  std::string what;  // names the model in errors ("checkpoint ck.h5 converted to 2 kv heads")
+  std::string name;  // the model's name where the format keeps one (GGUF's general.name is its stem)
+  std::pair<std::string, std::string> note;  // a checkpoint's record of where the model came from ("converted_from", JSON)
+};
+
 struct ModelFormat {
   const char* name;        // --format NAME
   const char* what;        // "llama2.c's model file": help text
@@ -26,13 +42,34 @@ struct ModelFormat {
   bool versions = false;            // export --version (llama2.c's file versions)
   bool tokenizer_files = false;     // import --tokenizer-model / --tokenizer-bin: the tokenizer is not in the model file
   bool directory = false;           // the model is a directory
+  bool exchange = true;             // import and export take it (tapelm's own checkpoint is what they read into and from)
+  /// The path is this format's, told by its kind and first bytes; null: never guessed (llama2.c's
+  /// file has no magic in version 0 and its tokenizer lives beside it).
+  bool (*sniff)(const std::string& path) = nullptr;
+  OpenedModel (*open)(const std::string& path) = nullptr;
+  /// Throws what write would refuse (a dtype, an output of the wrong kind, a model the format
+  /// cannot hold), before any work.
+  void (*check_writable)(const Output& o, const GPTConfig& c, const Tokenizer* tok) = nullptr;
+  /// Writes the model fill pushes (all or nothing); returns what was written, for the CLI's line.
+  std::string (*write)(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) = nullptr;
   /// Each returns the line the CLI prints.
   std::string (*import_model)(const ImportRequest&) = nullptr;
   std::string (*export_model)(const ExportRequest&) = nullptr;
 };
 
-/// Every format, in the order help lists them.
+/// The formats import and export take, in the order help lists them.
 const std::vector<ModelFormat>& model_formats();
+/// The formats a model is written in by a stream of tensors (convert --format), the checkpoint first.
+const std::vector<const ModelFormat*>& writable_formats();
+/// The row of a writable format; an unknown name is a usage Error naming `flag` and the names.
+const ModelFormat& writable_format(const std::string& name, const std::string& flag);
+/// Opens `path` as the format it is: the first row whose sniff says so (a directory with
+/// config.json is Hugging Face's, a file starting with "GGUF" llama.cpp's), else a tapelm
+/// checkpoint. Errors name the path and the key or tensor.
+OpenedModel open_model(const std::string& path);
+/// A digest of the model's files by content (file_digest; a directory's files the reader reads, by
+/// name): what a run records of its --from, so that another model under the same path is told.
+std::string model_digest(const std::string& path, const std::string& what);
 /// The row of --format NAME; an unknown name is a usage Error listing the names.
 const ModelFormat& model_format(const std::string& name);
 /// The names, for CLI11's IsMember.

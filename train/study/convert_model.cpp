@@ -8,9 +8,8 @@
 #include "nn/accounting.h"
 #include "train/eval.h"
 #include "train/formats/checkpoint.h"
-#include "train/formats/gguf.h"
-#include "train/formats/hf.h"
 #include "train/formats/model_source.h"
+#include "train/formats/registry.h"
 #include "train/streamed.h"
 #include "train/study/convert/budget.h"
 
@@ -165,25 +164,18 @@ void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
   });
 }
 
-/// With fill: writes the converted model as r.format asks — a tapelm checkpoint (with its
-/// converted_from note), an HF directory or a GGUF file. Without: only refuses what that format
-/// cannot hold, before any work.
+/// With fill: writes the converted model as r.format asks (a row of the format registry: a
+/// tapelm checkpoint with its converted_from note, an HF directory, a GGUF file). Without: only
+/// refuses what that format cannot hold, before any work.
 void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::OpenedModel& src, const nlohmann::json& from,
                   const std::string& dtype, const formats::SinkFill* fill) {
+  const formats::ModelFormat& f = formats::writable_format(r.format.empty() ? "tapelm" : r.format, "--format");
   const Tokenizer* tok = src.tok ? &*src.tok : nullptr;
-  const std::string what = src.what + " converted to " + nc.kv_heads_str() + " kv heads";
-  if (r.format == "hf") {
-    if (!fill) hf::check_writable(r.out, nc, dtype, what);
-    else hf::write_model(r.out, nc, tok, dtype, what, *fill);
-  } else if (r.format == "gguf") {
-    if (!fill) gguf::check_writable(r.out, nc, tok, dtype, what);
-    else gguf::write_model(r.out, nc, tok, dtype, r.out, *fill);  // named by the output: general.name is its stem, as export's
-  } else if (r.format.empty() || r.format == "tapelm") {
-    if (dtype == "q8_0") throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
-    if (fill) write_streamed(r.out, nc, tok, {"converted_from", from.dump()}, dtype, *fill);
-  } else {
-    throw Error(ErrorKind::usage, "--format " + r.format + ": convert writes tapelm, hf or gguf");
-  }
+  // named by the output where the format keeps a name (GGUF's general.name is its stem, as export's)
+  const formats::Output o{.path = r.out, .dtype = dtype, .what = src.what + " converted to " + nc.kv_heads_str() + " kv heads",
+                          .name = r.out, .note = {"converted_from", from.dump()}};
+  if (fill) f.write(o, nc, tok, *fill);
+  else f.check_writable(o, nc, tok);
 }
 
 /// A budget's counts per layer, measured on the whole model in memory (budget.h: a conversion per

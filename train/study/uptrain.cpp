@@ -10,6 +10,7 @@
 #include "data/io.h"
 #include "data/sampler.h"
 #include "train/formats/h5file.h"
+#include "train/formats/registry.h"
 
 namespace tapelm {
 
@@ -68,7 +69,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   dir.prepare();
   // The run's teacher and starting point, by content: --resume with another model under --from (of
   // the same shape, or a GQA one) went on distilling from it, exit 0
-  const std::string from_digest = file_digest(from, "uptrain --from checkpoint");
+  const std::string from_digest = formats::model_digest(from, "uptrain --from");
   if (o.resume) {
     H5File f = H5File::open_read(dir.checkpoint());
     const nlohmann::json extra =
@@ -79,8 +80,8 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
       throw Error(ErrorKind::usage, "uptrain --resume: " + dir.checkpoint() + " was uptrained from a model of digest " + was + ", but --from " + from +
                                         " has digest " + from_digest + ": resume with the model the run began from");
   }
-  LoadedModel loaded = load_model(from);
-  GPT& src = *loaded.model;
+  const std::unique_ptr<GPT> source = formats::open_model(from).load();  // a checkpoint, an HF directory or a GGUF file
+  GPT& src = *source;
   const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
   GPTConfig same = original.model;
   same.dropout = src.config().dropout;  // a training choice, not the model's

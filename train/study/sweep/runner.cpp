@@ -16,6 +16,7 @@
 #include "data/dataset.h"
 #include "data/io.h"
 #include "data/outdir.h"
+#include "train/formats/registry.h"
 #include "data/sampler.h"
 #include "nn/accounting.h"
 #include "train/bench.h"
@@ -342,10 +343,14 @@ CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::pat
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   const fs::path ck = run_dir / "checkpoint.h5";
-  commit_files({{ck.string(), [&](const std::string& tmp) {
-                   fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
-                   if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
-                 }}});
+  if (formats::starts_with_hdf5(from)) {  // a checkpoint: copied as it is
+    commit_files({{ck.string(), [&](const std::string& tmp) {
+                     fs::copy_file(from, tmp, fs::copy_options::overwrite_existing, ec);
+                     if (ec) throw Error(ErrorKind::io, run_dir.string() + ": cannot copy " + from + ": " + ec.message());
+                   }}});
+  } else {  // another program's model: imported, as `tapelm import` writes it
+    formats::open_model(from).write_imported(ck.string());
+  }
   std::unique_ptr<GPT> m = load_model(ck.string()).model;
   return {.val_loss = evaluate_split(*m, corpus.val)};
 }
@@ -356,9 +361,9 @@ void check_source(const std::string& from, const Corpus& corpus, const std::stri
   if (corpus.tok.vocab_size() > vocab_size)
     throw Error(ErrorKind::data, data_path + ": its tokenizer has " + std::to_string(corpus.tok.vocab_size()) + " ids, more than the " +
                                      std::to_string(vocab_size) + " of " + from + "'s vocabulary (prepare it with the model's tokenizer)");
-  load_model(from);  // a damaged model is refused here, named as given, before OUT exists
-  const H5File f = H5File::open_read(from);
-  if (has_tokenizer(f) && !(read_tokenizer(f) == corpus.tok))
+  const formats::OpenedModel m = formats::open_model(from);
+  m.load();  // a damaged model is refused here, named as given, before OUT exists
+  if (m.tok && !(*m.tok == corpus.tok))
     throw Error(ErrorKind::data, data_path + ": tokenized otherwise than by " + from +
                                      "'s tokenizer (prepare it with --tokenizer-model and the model's tokenizer file)");
 }
@@ -452,7 +457,7 @@ class SweepRun {
     json stamp{{"preset", p_.name}, {"data", data_name()}, {"config", cfg.to_json()}};
     if (!p_.from.empty()) {  // by name and content: another model under the same path is another study
       stamp["config"]["from"] = fs::path(p_.from).filename().string();
-      stamp["config"]["from_digest"] = file_digest(p_.from, "sweep --from checkpoint");
+      stamp["config"]["from_digest"] = formats::model_digest(p_.from, "sweep --from");
     }
     if (!p_.scratch) stamp["config"]["scratch"] = false;
     // beside the config: distilled cells join a study begun without them
