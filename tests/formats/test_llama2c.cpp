@@ -8,6 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data/io.h"
 #include "nn/generate.h"
@@ -364,6 +367,49 @@ BOOST_AUTO_TEST_CASE(export_keeps_the_old_pair_when_the_old_tokenizer_cannot_be_
   BOOST_TEST(bytes_of(d / "y/model.bin") == "the old model");
   BOOST_TEST(bytes_of(d / "y/tokenizer.bin") == "the old tokenizer");
   for (const auto& e : fs::directory_iterator(d / "y")) BOOST_TEST(e.path().filename().string().find(".tmp") == std::string::npos);
+}
+
+// import and export stream: what they hold is one tensor, never the model (import loaded the whole
+// model, 4 bytes a parameter; export 8, and built the file in memory). A 313 MB version 1 file of
+// zeros (sparse: no disk), 6 layers of d 1024 with 1024 ids, is imported and exported back in a
+// child process whose peak RSS (wait4's ru_maxrss) must stay below half the model; the export's
+// bytes equal the file's. Skipped under AddressSanitizer, whose shadow memory is the RSS.
+BOOST_AUTO_TEST_CASE(import_and_export_hold_one_tensor_not_the_model) {
+  if (test::sanitized()) {
+    BOOST_TEST_MESSAGE("skipped: AddressSanitizer's shadow memory is most of its RSS");
+    return;
+  }
+  TempDir d;
+  // export.py's version 1 header: magic, version, dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+  // vocab_size, max_seq_len, then shared_classifier and zeros to 256 bytes
+  std::string head(256, '\0');
+  const int32_t ints[9] = {static_cast<int32_t>(lc::kMagic), 1, 1024, 2816, 6, 8, 8, 1024, 256};
+  std::memcpy(head.data(), ints, sizeof ints);
+  head[36] = 1;
+  const uint64_t params = 1024ull * 1024 + 6ull * (2 * 1024 + 4 * 1024 * 1024 + 3 * 1024 * 2816) + 1024;
+  const std::string model = d / "big.bin";
+  write_bytes(model, head);
+  BOOST_TEST_REQUIRE(::truncate(model.c_str(), static_cast<off_t>(256 + 4 * params)) == 0);
+  auto peak_mb = [&](const std::string& args) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      const std::string cmd = std::string(TAPELM_BINARY) + " " + args + " >/dev/null 2>&1";
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int status = 0;
+    rusage ru{};
+    ::wait4(child, &status, 0, &ru);
+    BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 0), args << ": exit " << WEXITSTATUS(status));
+    return static_cast<double>(ru.ru_maxrss) / 1024.0;  // kB
+  };
+  const double model_mb = 4.0 * static_cast<double>(params) / (1 << 20);
+  const double in = peak_mb("import --format llama2c --model " + model + " --out " + (d / "big.h5"));
+  const double out = peak_mb("export --format llama2c --version 1 --checkpoint " + (d / "big.h5") + " --out " + (d / "back.bin"));
+  BOOST_TEST_MESSAGE("model " << model_mb << " MB; peak RSS: import " << in << " MB, export " << out << " MB");
+  BOOST_TEST(in < model_mb / 2, "import's peak RSS " << in << " MB for a " << model_mb << " MB model");
+  BOOST_TEST(out < model_mb / 2, "export's peak RSS " << out << " MB for a " << model_mb << " MB model");
+  BOOST_TEST(bytes_of(d / "back.bin") == bytes_of(model));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -370,7 +370,7 @@ void ModelWriter::check_complete() const {
 }
 
 void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
-                    const std::string& dtype, const formats::SinkFill& fill) {
+                    const std::string& dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras) {
   write_h5_atomic(path, [&](H5File& f) {
     write_root(f, c);
     f.write_attr(kRoot, note.first, note.second);
@@ -379,6 +379,9 @@ void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer
     ModelWriter w(f, path, c, dtype);
     fill(w);
     w.check_complete();
+    if (extras.empty()) return;
+    f.create_group(kImported);
+    for (const auto& [name, t] : extras) f.write_tensor(kImported + "/" + name, t);
   });
 }
 

@@ -152,8 +152,9 @@ class ModelWriter : public formats::ModelSink {
 /// streamed block by block): the root attributes, the note (a root attribute: converted_from or
 /// imported_from, and its JSON) and the tokenizer, then the parameters `fill` hands to the writer
 /// as they are ready; committed atomically when fill returns with every parameter written.
+/// extras: tensors the file held that are no parameter, kept under /imported (write_imported).
 void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
-                    const std::string& dtype, const formats::SinkFill& fill);
+                    const std::string& dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras = {});
 /// Writes a weights-only checkpoint of a model imported from another format atomically, with the
 /// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
 /// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model

@@ -13,6 +13,8 @@
 #include "data/io.h"
 #include "data/outdir.h"
 #include "train/formats/layout.h"
+#include "train/formats/model_sink.h"
+#include "train/formats/model_source.h"
 #include "train/formats/tensor_source.h"
 #include "nn/accounting.h"
 #include "train/formats/checkpoint.h"
@@ -54,8 +56,10 @@ class Source : public formats::TensorSource {
   }
   void read_f32(const Info& t, float* out) const override {
     file_.check_unchanged();
-    std::memcpy(out, file_.data() + offsets_.at(t.name), 4 * static_cast<size_t>(shape_numel(t.shape)));
+    const uint64_t at = offsets_.at(t.name), n = 4 * static_cast<uint64_t>(shape_numel(t.shape));
+    std::memcpy(out, file_.data() + at, n);
     file_.check_unchanged();
+    file_.release(at, at + n);  // a model larger than memory stays out of the RSS
   }
 
  private:
@@ -144,6 +148,25 @@ bool v1_with_bad_magic(std::string_view b) {
   Header h = parse_ints(b, 8, 1);
   h.shared_classifier = static_cast<uint8_t>(b[36]) != 0;
   return header_problem(h).empty() && layer_bytes(h) <= b.size() && file_bytes(h) == b.size();
+}
+
+// The header's bytes: version 0's seven ints (vocab_size negative for an own classifier), or
+// version 1's 256 bytes.
+std::string header_bytes(const Header& h) {
+  std::string b;
+  if (h.version == 1) {
+    const uint32_t magic = kMagic;
+    b.append(reinterpret_cast<const char*>(&magic), 4);
+    put_i32(b, 1);
+  }
+  for (int64_t v : {h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads,
+                    h.version == 0 && !h.shared_classifier ? -h.vocab_size : h.vocab_size, h.max_seq_len})
+    put_i32(b, v);
+  if (h.version == 1) {
+    b.push_back(static_cast<char>(h.shared_classifier ? 1 : 0));
+    b.resize(kHeaderBytesV1, '\0');
+  }
+  return b;
 }
 
 Tensor permute_rope_rows(const Tensor& w, int64_t n_heads, bool to_interleaved) {
@@ -298,6 +321,16 @@ Header to_header(const GPTConfig& c) {
   return h;
 }
 
+namespace {
+// Version 0's RoPE tables: the ones given when both are of the header's shape (an imported file's,
+// so that the bytes come back), else model.py's.
+std::pair<Tensor, Tensor> tables_for(const Header& h, const Tensor* freq_cis_real, const Tensor* freq_cis_imag) {
+  const Shape want{h.max_seq_len, h.dim / h.n_heads / 2};
+  if (freq_cis_real && freq_cis_imag && freq_cis_real->shape() == want && freq_cis_imag->shape() == want) return {*freq_cis_real, *freq_cis_imag};
+  return rope_tables(h.dim / h.n_heads, h.max_seq_len);
+}
+}  // namespace
+
 std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_real, const Tensor* freq_cis_imag) {
   const GPTConfig& c = model.config();
   check_exportable(c, "model");
@@ -306,30 +339,12 @@ std::string model_bytes(const GPT& model, int version, const Tensor* freq_cis_re
   h.version = version;
   formats::TensorMap tensors = formats::tensors_of(model);
   if (version == 0) {
-    const Shape want{h.max_seq_len, c.head_dim() / 2};
-    if (freq_cis_real && freq_cis_imag && freq_cis_real->shape() == want && freq_cis_imag->shape() == want) {
-      tensors.emplace("freq_cis_real", *freq_cis_real);
-      tensors.emplace("freq_cis_imag", *freq_cis_imag);
-    } else {
-      auto [cs, sn] = rope_tables(c.head_dim(), h.max_seq_len);
-      tensors.emplace("freq_cis_real", cs);
-      tensors.emplace("freq_cis_imag", sn);
-    }
+    auto [cs, sn] = tables_for(h, freq_cis_real, freq_cis_imag);
+    tensors.emplace("freq_cis_real", cs);
+    tensors.emplace("freq_cis_imag", sn);
   }
-  std::string b;
+  std::string b = header_bytes(h);
   b.reserve(static_cast<size_t>(file_bytes(h)));
-  if (version == 1) {
-    const uint32_t magic = kMagic;
-    b.append(reinterpret_cast<const char*>(&magic), 4);
-    put_i32(b, 1);
-  }
-  for (int64_t v : {h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads,
-                    version == 0 && !h.shared_classifier ? -h.vocab_size : h.vocab_size, h.max_seq_len})
-    put_i32(b, v);
-  if (version == 1) {
-    b.push_back(static_cast<char>(h.shared_classifier ? 1 : 0));
-    b.resize(kHeaderBytesV1, '\0');
-  }
   for (const formats::FileTensor& t : layout(h)) {
     const std::vector<float> v = formats::file_values(t, tensors);
     b.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
@@ -403,11 +418,54 @@ TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size) {
   return parse_tokenizer_bin(read_file_bytes(path, "llama2.c tokenizer"), vocab_size, "llama2.c tokenizer " + path);
 }
 
+namespace {
+// A llama2.c file opened and checked but not read: its header, its tensors in place (the mapping
+// owned), version 0's RoPE tables read (they are small).
+struct OpenedFile {
+  Header header;
+  std::unique_ptr<MappedFile> file;
+  std::vector<formats::FileTensor> tensors;
+  std::unique_ptr<Source> src;
+  Tensor freq_cis_real, freq_cis_imag;
+};
+
+OpenedFile open_file(const std::string& path) {
+  OpenedFile o;
+  o.file = std::make_unique<MappedFile>(path, "llama2.c model");
+  int64_t off = 0;
+  o.header = read_header(std::string_view(reinterpret_cast<const char*>(o.file->data()), o.file->size()), path, &off);
+  const Header& h = o.header;
+  try {
+    to_config(h).validate();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::data, "llama2.c model " + path + ": tapelm cannot hold this model: " + std::string(e.what()));
+  }
+  // What later commands build from the header must fit: sample's KV cache of one sequence of
+  // max_seq_len positions, and the RoPE tables a version 0 export writes (max_seq_len × head size).
+  const double kv_cache = 4.0 * 2 * static_cast<double>(h.n_layers) * static_cast<double>(h.max_seq_len) *
+                          static_cast<double>(h.dim / h.n_heads * h.n_kv_heads);
+  const double rope = 4.0 * static_cast<double>(h.max_seq_len) * static_cast<double>(h.dim / h.n_heads);
+  check_memory(kv_cache + rope, available_memory_bytes(),
+               "llama2.c model " + path + ": max_seq_len " + std::to_string(h.max_seq_len) + " (the KV cache and RoPE tables of that context)");
+  o.tensors = layout(h);
+  o.src = std::make_unique<Source>(*o.file, off, o.tensors);
+  for (const formats::FileTensor& t : o.tensors) {
+    if (!t.extra) continue;
+    Tensor v = Tensor::empty(t.shape);
+    o.src->read_f32(*o.src->find(t.name), v.data());
+    if (const std::string bad = formats::non_finite(v); !bad.empty())
+      throw Error(ErrorKind::data, "llama2.c model " + path + ": tensor " + t.name + " holds " + bad);
+    (t.name == "freq_cis_real" ? o.freq_cis_real : o.freq_cis_imag) = v;
+  }
+  return o;
+}
+}  // namespace
+
 Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
                     const std::string& out) {
   if (!tokenizer_bin.empty() && tokenizer_model.empty())
     throw Error(ErrorKind::usage, tokenizer_bin + ": a llama2.c tokenizer is checked against a sentencepiece model, and none was given");
-  Model m = read_model(model_path);
+  const OpenedFile m = open_file(model_path);
   Tokenizer tok;
   if (!tokenizer_model.empty()) {
     tok = SentencePiece::load_file(tokenizer_model);
@@ -427,52 +485,80 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
   std::vector<std::pair<std::string, Tensor>> extras;
   if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
   const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
-  write_imported(out, *m.gpt, tokenizer_model.empty() ? nullptr : &tok, from.dump(), extras);
+  // one tensor at a time: what is held is one file tensor (wq's rows permuted back), never the model
+  write_streamed(out, to_config(m.header), tokenizer_model.empty() ? nullptr : &tok, {"imported_from", from.dump()}, "f32",
+                 [&](formats::ModelSink& sink) {
+                   std::vector<float> buf;
+                   for (const formats::FileTensor& t : m.tensors) {
+                     if (t.extra) continue;
+                     formats::TensorMap parts;
+                     for (const auto& [name, shape] : t.parts) parts.emplace(name, Tensor::empty(shape));
+                     buf.resize(static_cast<size_t>(shape_numel(t.shape)));
+                     m.src->read_f32(*m.src->find(t.name), buf.data());
+                     formats::store_file_values(t, buf.data(), parts);
+                     for (const auto& [name, shape] : t.parts) {
+                       if (const std::string bad = formats::non_finite(parts.at(name)); !bad.empty())
+                         throw Error(ErrorKind::data, "llama2.c model " + model_path + ": tensor " + t.name + " holds " + bad);
+                       sink.tensor(name, parts.at(name));
+                     }
+                   }
+                 },
+                 extras);
   return m.header;
 }
 
-Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path) {
+Header export_model(const formats::OpenedModel& m, int version, const std::string& out, std::string* tokenizer_path) {
   if (version != 0 && version != 1)
     throw Error(ErrorKind::usage, "llama2.c version " + std::to_string(version) + ": the versions are 0 and 1");
-  const GPTConfig cfg = read_model_config(H5File::open_read(checkpoint));
-  check_exportable(cfg, checkpoint);
-  // the weights and the bytes of the file written from them
-  const LoadedModel l = load_model(checkpoint, 8.0);
-  const GPT& model = *l.model;
+  const GPTConfig& cfg = m.config;
+  check_exportable(cfg, m.path);
   std::string tok_bytes, tok_path;
-  if (l.tok) {
-    const Tokenizer& tok = *l.tok;
-    tok_bytes = tokenizer_bytes(tok, checkpoint);
+  if (m.tok) {
+    const Tokenizer& tok = *m.tok;
+    tok_bytes = tokenizer_bytes(tok, m.path);
     if (tok.vocab_size() != cfg.vocab_size)
-      throw Error(ErrorKind::config, checkpoint + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
+      throw Error(ErrorKind::config, m.path + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
                                          " pieces, the model's vocab_size is " + std::to_string(cfg.vocab_size) +
                                          " (run.c reads vocab_size pieces)");
     tok_path = (std::filesystem::path(out).parent_path() / "tokenizer.bin").string();
     if (std::filesystem::absolute(tok_path) == std::filesystem::absolute(out))
       throw Error(ErrorKind::usage, out + ": the model cannot be written as tokenizer.bin, where its tokenizer goes");
   }
-  const std::map<std::string, Tensor> extras = read_imported(H5File::open_read(checkpoint));
+  Header h = to_header(cfg);
+  h.version = version;
+  // version 0's RoPE tables: an imported file's own (kept under /imported), else model.py's
+  const std::map<std::string, Tensor> kept = m.format == "tapelm" ? read_imported(H5File::open_read(m.path)) : std::map<std::string, Tensor>{};
   auto table = [&](const char* name) {
-    auto it = extras.find(name);
-    return it == extras.end() ? nullptr : &it->second;
+    auto it = kept.find(name);
+    return it == kept.end() ? nullptr : &it->second;
   };
-  std::vector<std::pair<std::string, std::string>> files{
-      {out, model_bytes(model, version, table("freq_cis_real"), table("freq_cis_imag"))}};
+  const auto [cs, sn] = version == 0 ? tables_for(h, table("freq_cis_real"), table("freq_cis_imag")) : std::pair<Tensor, Tensor>{};
+  // each file tensor written at its place as its parameters arrive, one at a time
+  std::vector<formats::Placement> placements;
+  uint64_t at = header_bytes(h).size();
+  for (const formats::FileTensor& t : layout(h)) {
+    const Tensor extra = t.extra ? (t.name == "freq_cis_real" ? cs : sn) : Tensor();
+    placements.push_back({t, 0, at, [extra](const std::vector<float>& v) {
+                            if (extra.numel() > 0) return std::string(reinterpret_cast<const char*>(extra.data()), 4 * static_cast<size_t>(extra.numel()));
+                            return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+                          }});
+    at += 4 * static_cast<uint64_t>(shape_numel(t.shape));
+  }
   // tokenizer.bin is a name the user did not give: written where there is none, or where the one
   // there is tapelm's (the folder's manifest lists it); one holding these very bytes is left as it is.
+  std::vector<std::pair<std::string, std::string>> whole;
   std::optional<OutputFolder> folder;
   if (!tok_path.empty() && !(std::filesystem::is_regular_file(tok_path) && read_file_bytes(tok_path, "tokenizer file") == tok_bytes)) {
     const std::filesystem::path parent = std::filesystem::path(tok_path).parent_path();
     folder.emplace(parent.empty() ? "." : parent.string(), "folder of " + out, ErrorKind::data);
     folder->claim({"tokenizer.bin"}, "llama2c export");
     folder->keep();
-    files.emplace_back(tok_path, std::move(tok_bytes));
+    whole.emplace_back(tok_path, std::move(tok_bytes));
   }
-  write_files_atomic(files);
+  formats::write_placed("llama2.c model " + out, cfg, whole, {{out, header_bytes(h)}}, placements,
+                        [&](formats::ModelSink& s) { m.push_each(s); });
   if (folder) folder->record({"tokenizer.bin"});
   if (tokenizer_path) *tokenizer_path = tok_path;
-  Header h = to_header(cfg);
-  h.version = version;
   return h;
 }
 

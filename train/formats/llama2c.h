@@ -22,6 +22,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "nn/gpt.h"
+#include "train/formats/model_source.h"
 
 namespace tapelm::llama2c {
 
@@ -96,7 +97,7 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
 /// atomically; a model llama2.c cannot express (a char tokenizer included) is refused before
 /// anything is written. Returns the header written; *tokenizer_path is set to the tokenizer.bin
 /// written, or emptied.
-Header export_model(const std::string& checkpoint, int version, const std::string& out, std::string* tokenizer_path);
+Header export_model(const formats::OpenedModel& m, int version, const std::string& out, std::string* tokenizer_path);
 
 /// wq or wk rows [nh·hd, d] from tapelm's half-split RoPE order to llama2.c's interleaved order
 /// (row h·hd + 2i + j takes row h·hd + j·hd/2 + i), and back.

@@ -33,7 +33,7 @@ std::string import_llama2c(const ImportRequest& r) {
 
 std::string export_llama2c(const ExportRequest& r) {
   std::string tok;
-  const llama2c::Header h = llama2c::export_model(r.checkpoint, r.version, r.out, &tok);
+  const llama2c::Header h = llama2c::export_model(open_model(r.checkpoint), r.version, r.out, &tok);
   return "exported " + r.checkpoint + " to " + r.out + " (llama2.c " + header_line(h) + ")" + (tok.empty() ? "" : ", its tokenizer to " + tok);
 }
 
