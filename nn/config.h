@@ -33,6 +33,14 @@ template <> struct EnumNames<MlpKind> {
       {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}}};
 };
 
+/// The type a model's weights are stored in (--dtype; each format's row says which it holds):
+/// float32, bfloat16, IEEE half, and GGUF's q8_0 (blocks of 32 int8 with one f16 scale).
+enum class WeightType { f32, bf16, f16, q8_0 };
+template <> struct EnumNames<WeightType> {
+  static constexpr std::array<std::pair<WeightType, const char*>, 4> values{
+      {{WeightType::f32, "f32"}, {WeightType::bf16, "bf16"}, {WeightType::f16, "f16"}, {WeightType::q8_0, "q8_0"}}};
+};
+
 /// Range checks a table row can name; `any` checks nothing (validate() does the rest).
 enum class Check { any, positive, non_negative, unit_interval };
 /// The max column of a row that has no upper bound (floats, strings, enums).

@@ -68,6 +68,9 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 /// The directory holding the project's test data.
+/// A weight type by its name (the tests loop over names, as users type them).
+inline WeightType wt(const std::string& s) { return enum_from_name<WeightType>(s, "test dtype"); }
+
 inline std::string fixture_path(const std::string& rel) { return std::string(TAPELM_SOURCE_DIR) + "/tests/fixtures/" + rel; }
 
 /// One of the PyTorch reference's parity fixtures (tests/fixtures/parity/).

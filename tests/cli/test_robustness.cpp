@@ -167,7 +167,7 @@ const FuzzResults& fuzz_results() {
     std::vector<std::string> gguf_bytes;
     for (const auto& [h5, dtype] : {std::pair{"llama_spm.h5", "f32"}, std::pair{"gpt2_gpt2mini.h5", "q8_0"}}) {
       const std::string out = d / (std::string(dtype) + ".gguf");
-      gguf::export_model(formats::open_model(fixture_path(std::string("gguf/") + h5)), out, dtype);
+      gguf::export_model(formats::open_model(fixture_path(std::string("gguf/") + h5)), out, wt(dtype));
       gguf_bytes.push_back(read_bytes(out));
     }
     for (int i = 0; i < kGgufVariants; i++) {

@@ -152,8 +152,8 @@ BOOST_AUTO_TEST_CASE(every_family_travels_through_hf_and_gguf_files_and_back) {
       const std::string what = std::string(f.name) + (tied ? " tied" : "");
       const std::string hf_dir = dir / (std::string(f.name) + (tied ? "_tied" : "") + "_hf");
       const std::string gguf_file = dir / (std::string(f.name) + (tied ? "_tied" : "") + ".gguf");
-      tapelm::hf::write_model(hf_dir, c, &tok, "f32", what, fill);
-      tapelm::gguf::write_model(gguf_file, c, &tok, "f32", what, fill);
+      tapelm::hf::write_model(hf_dir, c, &tok, WeightType::f32, what, fill);
+      tapelm::gguf::write_model(gguf_file, c, &tok, WeightType::f32, what, fill);
       for (const std::string& path : {hf_dir, gguf_file}) {
         const fmt::OpenedModel m = fmt::open_model(path);
         BOOST_TEST((m.config == c), what << " from " << path << " is another config: " << m.config.to_json().dump() << " for " << c.to_json().dump());

@@ -82,7 +82,7 @@ void expect_llama_cpp_agrees(const std::string& oracle_file, size_t models) {
     const json& want = it.value();
     BOOST_TEST_CONTEXT(it.key()) {
       TempDir d;
-      gg::export_model(formats::open_model(gx(name + ".h5")), d / "m.gguf", dtype);
+      gg::export_model(formats::open_model(gx(name + ".h5")), d / "m.gguf", wt(dtype));
       const std::string bytes = read_file_bytes(d / "m.gguf", "export");
       // the file llama.cpp ran, byte for byte: what it computed is about this export
       BOOST_TEST(bytes.size() == want["bytes"].get<size_t>());
@@ -115,7 +115,7 @@ void expect_llama_cpp_agrees(const std::string& oracle_file, size_t models) {
         return worst;
       };
       const double unrounded = max_diff(l.model->forward(Index(tokens, {1, T})).val(), nullptr);
-      gg::round_like_export(*l.model, dtype);
+      gg::round_like_export(*l.model, wt(dtype));
       double scale = 0;
       const double worst = max_diff(l.model->forward(Index(tokens, {1, T})).val(), &scale);
       // f32 files ran with an f32 KV cache and no flash attention: llama and qwen2 differ by
@@ -184,11 +184,11 @@ BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
       TempDir d;
       fs::create_directories(d / "a");
       fs::create_directories(d / "b");
-      gg::export_model(formats::open_model(gx(name + ".h5")), d / "a.gguf", dtype);
+      gg::export_model(formats::open_model(gx(name + ".h5")), d / "a.gguf", wt(dtype));
       Run r = run_cli("import --format gguf --model " + (d / "a.gguf") + " --out " + (d / ("b/" + name + ".h5")));
       BOOST_TEST_REQUIRE(r.code == 0, r.err);
       BOOST_TEST((r.out.find("dequantized") != std::string::npos) == (dtype == "q8_0"), r.out);
-      gg::export_model(formats::open_model(d / ("b/" + name + ".h5")), d / "b.gguf", dtype);  // same stem: same general.name
+      gg::export_model(formats::open_model(d / ("b/" + name + ".h5")), d / "b.gguf", wt(dtype));  // same stem: same general.name
       BOOST_TEST((read_file_bytes(d / "a.gguf", "a") == read_file_bytes(d / "b.gguf", "b")));
       LoadedModel l = load_model(d / ("b/" + name + ".h5"));
       BOOST_TEST_REQUIRE(l.tok.has_value());
@@ -208,7 +208,7 @@ BOOST_AUTO_TEST_CASE(kv_heads_per_layer_travel_as_an_array) {
   const auto m = convert_kv_heads(*l.model, std::vector<int64_t>{2, 1}, {});
   TempDir d;
   write_converted(d / "pl.h5", *m, &*l.tok, "{}");
-  gg::export_model(formats::open_model(d / "pl.h5"), d / "a.gguf", "f32");
+  gg::export_model(formats::open_model(d / "pl.h5"), d / "a.gguf", WeightType::f32);
   {
     const gg::File f(d / "a.gguf");
     BOOST_TEST(f.string("general.architecture") == "deci");  // llama.cpp's llama graph with each layer's own heads
@@ -223,7 +223,7 @@ BOOST_AUTO_TEST_CASE(kv_heads_per_layer_travel_as_an_array) {
   BOOST_TEST_REQUIRE(r.code == 0, r.err);
   // (its norm_eps went through the file's float32: the configs differ there, the files below do not)
   BOOST_TEST(load_model(d / "b/pl.h5").model->config().layer_kv_heads == (std::vector<int64_t>{2, 1}), tt::per_element());
-  gg::export_model(formats::open_model(d / "b/pl.h5"), d / "b.gguf", "f32");  // same stem: same general.name
+  gg::export_model(formats::open_model(d / "b/pl.h5"), d / "b.gguf", WeightType::f32);  // same stem: same general.name
   BOOST_TEST((read_file_bytes(d / "b.gguf", "b") == read_file_bytes(d / "a.gguf", "a")));
   expect_error(run_cli("export --checkpoint " + (d / "pl.h5") + " --format hf --out " + (d / "hf")),
                "key/value heads per layer (2,1): a Hugging Face config has one num_key_value_heads");
@@ -278,7 +278,7 @@ struct Builder {
 
 BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
   TempDir d;
-  gg::export_model(formats::open_model(gx("llama_spm.h5")), d / "good.gguf", "f32");
+  gg::export_model(formats::open_model(gx("llama_spm.h5")), d / "good.gguf", WeightType::f32);
   const std::string good = read_file_bytes(d / "good.gguf", "good");
   auto patch = [&](size_t at, uint64_t v, int width) {
     std::string b = good;
@@ -350,7 +350,7 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
 // after a key is: value type 9 (u32), element type (u32), count (u64), then the elements.
 BOOST_AUTO_TEST_CASE(a_bad_gpt2_vocabulary_is_named) {
   TempDir d;
-  gg::export_model(formats::open_model(gx("gpt2_gpt2mini.h5")), d / "good.gguf", "f32");
+  gg::export_model(formats::open_model(gx("gpt2_gpt2mini.h5")), d / "good.gguf", WeightType::f32);
   const std::string good = read_file_bytes(d / "good.gguf", "good");
   auto first_element = [&](const std::string& key) {
     const size_t at = good.find(key);

@@ -650,7 +650,7 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
 BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
   TempDir d;
   tapelm::hf::import_model(fixture_path("hf/llama_mha_f32"), d / "llama.h5");
-  tapelm::gguf::export_model(formats::open_model(fixture_path("gguf/gpt2_gpt2mini.h5")), d / "gpt2.gguf", "f32");
+  tapelm::gguf::export_model(formats::open_model(fixture_path("gguf/gpt2_gpt2mini.h5")), d / "gpt2.gguf", WeightType::f32);
   const std::vector<std::string> sources{fixture_path("hf/llama_mha_f32"), d / "llama.h5", d / "gpt2.gguf",
                                          fixture_path("hf/gpt2_hub_layout")};
   std::vector<int32_t> ids(600);
@@ -805,8 +805,9 @@ BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
   const Converted mem = calibrate_and_convert(*whole, 1, {&tapelm::method("mean"), Grouping::Contiguous}, 0, {});
   for (const char* dtype : {"", "f32", "f16"}) {
     BOOST_TEST_CONTEXT("--dtype " << dtype) {
-      const ConvertModelResult r = convert_model({.from = from, .out = d / "c.h5", .kv_heads = {1}, .dtype = dtype});
-      BOOST_TEST(r.dtype == (*dtype ? dtype : "bf16"));
+      const ConvertModelResult r =
+          convert_model({.from = from, .out = d / "c.h5", .kv_heads = {1}, .dtype = *dtype ? std::optional(wt(dtype)) : std::nullopt});
+      BOOST_TEST(to_string(r.dtype) == (*dtype ? dtype : "bf16"));
       const LoadedModel back = load_model(d / "c.h5");
       BOOST_TEST(back.tok.has_value());
       const auto a = back.model->named_parameters(), b = mem.model->named_parameters();
@@ -816,7 +817,7 @@ BOOST_AUTO_TEST_CASE(a_16_bit_source_converts_to_a_16_bit_checkpoint) {
         const Tensor& y = b[i].second.val();
         bool same = x.numel() == y.numel();
         for (int64_t j = 0; same && j < x.numel(); j++) {
-          const float want = r.dtype == "bf16" ? bf16_to_f32(f32_to_bf16(y[j])) : r.dtype == "f16" ? f16_to_f32(f32_to_f16(y[j])) : y[j];
+          const float want = r.dtype == WeightType::bf16 ? bf16_to_f32(f32_to_bf16(y[j])) : r.dtype == WeightType::f16 ? f16_to_f32(f32_to_f16(y[j])) : y[j];
           same = std::memcmp(x.data() + j, &want, 4) == 0;
         }
         BOOST_TEST(same, a[i].first);
@@ -877,14 +878,14 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5")})
     for (const char* m : {"mean", "aligned-fit"}) {
       const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .variant = {&method(m)}, .calib = d / "calib.bin", .calib_tokens = 64,
-                                .seed = 3, .dtype = "f32"};
+                                .seed = 3, .dtype = WeightType::f32};
       convert_model(base);
       for (const char* dtype : {"f32", "bf16", "f16"}) {
         BOOST_TEST_CONTEXT(from << ", " << m << ", hf " << dtype) {
           ConvertRequest r = base;
-          r.out = d / "hf_conv", r.dtype = dtype, r.format = "hf";
+          r.out = d / "hf_conv", r.dtype = wt(dtype), r.format = "hf";
           convert_model(r);
-          tapelm::hf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "hf_exp", dtype);
+          tapelm::hf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "hf_exp", wt(dtype));
           expect_same_directory(d / "hf_conv", d / "hf_exp", "hf " + std::string(dtype));
         }
       }
@@ -892,9 +893,9 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
       for (const char* dtype : {"f32", "f16", "bf16", "q8_0"}) {
         BOOST_TEST_CONTEXT(from << ", " << m << ", gguf " << dtype) {
           ConvertRequest r = base;
-          r.out = d / "conv/m.gguf", r.dtype = dtype, r.format = "gguf";  // general.name is the stem: "m" in both
+          r.out = d / "conv/m.gguf", r.dtype = wt(dtype), r.format = "gguf";  // general.name is the stem: "m" in both
           convert_model(r);
-          tapelm::gguf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "exp/m.gguf", dtype);
+          tapelm::gguf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "exp/m.gguf", wt(dtype));
           BOOST_TEST((file_bytes(d / "conv/m.gguf") == file_bytes(d / "exp/m.gguf")));
         }
       }

@@ -41,13 +41,14 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
                "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
   c.add_option("--out", a.out, "the converted model: a checkpoint, an HF directory or a GGUF file (--format)")->required();
-  std::vector<std::string> formats, dtypes;
+  std::vector<std::string> formats, dtypes;  // the writable formats' names and the types any of them holds
   std::string format_help, dtype_help;
   for (const formats::ModelFormat* f : formats::writable_formats()) {
     formats.push_back(f->name);
     format_help += (format_help.empty() ? "" : ", ") + std::string(f->name) + " (" + f->what + ")";
     dtype_help += (dtype_help.empty() ? "" : "; ") + std::string(f->name) + ":";
-    for (const std::string& d : f->dtypes) {
+    for (WeightType t : f->dtypes) {
+      const std::string d = to_string(t);
       dtype_help += (dtype_help.back() == ':' ? " " : ", ") + d;
       if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
     }
@@ -63,13 +64,14 @@ int run_convert(const ConvertArgs& a) {
   const ConvertModelResult r =
       convert_model({.from = a.from, .out = a.out, .kv_heads = a.kv_heads.empty() ? std::vector<int64_t>{} : parse_counts(a.kv_heads, "--kv-heads", "a positive count of key/value heads", int64_t{1} << 20),
                      .kv_budget = a.kv_budget, .variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")}, .calib = a.calib, .calib_tokens = a.calib_tokens,
-                     .seed = a.seed, .progress = true, .dtype = a.dtype, .format = a.format});
+                     .seed = a.seed, .progress = true,
+                     .dtype = a.dtype.empty() ? std::nullopt : std::optional(enum_from_name<WeightType>(a.dtype, "--dtype")), .format = a.format});
   std::string heads;
   for (int64_t k : r.kv_heads) heads += (heads.empty() ? "" : ",") + std::to_string(k);
   std::printf("converted %s: %ld -> %s kv heads%s by %s (%s groups%s) in %.2fs, written to %s (%s)\n", a.from.c_str(), (long)r.kv_heads_from,
               heads.c_str(), r.kv_heads.size() > 1 ? " (layer by layer)" : "", a.method.c_str(), a.grouping.c_str(),
               r.calib_tokens ? (", calibrated on " + std::to_string(r.calib_tokens) + " tokens").c_str() : "",
-              r.seconds, a.out.c_str(), r.dtype.c_str());
+              r.seconds, a.out.c_str(), to_string(r.dtype).c_str());
   return 0;
 }
 

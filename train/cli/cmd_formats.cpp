@@ -19,7 +19,7 @@ namespace {
 
 struct ExportArgs {
   formats::ExportRequest r;
-  std::string format;
+  std::string format, dtype = "f32";
   CLI::Option *version_opt = nullptr, *dtype_opt = nullptr;
 };
 
@@ -29,7 +29,7 @@ std::string dtype_help() {
   for (const formats::ModelFormat& f : formats::model_formats()) {
     if (f.dtypes.empty()) continue;
     out += (out.empty() ? "" : "; ") + std::string(f.name) + ":";
-    for (size_t i = 0; i < f.dtypes.size(); i++) out += (i ? ", " : " ") + f.dtypes[i];
+    for (size_t i = 0; i < f.dtypes.size(); i++) out += (i ? ", " : " ") + to_string(f.dtypes[i]);
   }
   return "the weights' type (default f32); " + out;
 }
@@ -43,20 +43,22 @@ std::string format_help(const char* formats::ModelFormat::*field) {
 void export_flags(CLI::App& c, ExportArgs& a) {
   std::vector<std::string> dtypes;
   for (const formats::ModelFormat& f : formats::model_formats())
-    for (const std::string& d : f.dtypes)
-      if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
+    for (WeightType t : f.dtypes)
+      if (std::find(dtypes.begin(), dtypes.end(), to_string(t)) == dtypes.end()) dtypes.push_back(to_string(t));
   c.add_option("--checkpoint", a.r.checkpoint, "checkpoint (HDF5)")->required();
   c.add_option("--format", a.format, formats::describe_model_formats())->required()->check(CLI::IsMember(formats::model_format_names()));
   a.version_opt = c.add_option("--version", a.r.version, "llama2c: file version 0 (what run.c reads, default) or 1")->check(CLI::IsMember({0, 1}));
-  a.dtype_opt = c.add_option("--dtype", a.r.dtype, dtype_help())->check(CLI::IsMember(dtypes));
+  a.dtype_opt = c.add_option("--dtype", a.dtype, dtype_help())->check(CLI::IsMember(dtypes));
   c.add_option("--out", a.r.out, format_help(&formats::ModelFormat::out_help))->required();
 }
 
 int run_export(const ExportArgs& a) {
   refuse_outputs_over_inputs({{"--out", a.r.out}}, {{"--checkpoint", a.r.checkpoint}});
   const formats::ModelFormat& f = formats::model_format(a.format);
-  formats::check_export_flags(f, a.r, a.version_opt->count() > 0, a.dtype_opt->count() > 0);
-  std::printf("%s\n", f.export_model(a.r).c_str());
+  formats::ExportRequest r = a.r;
+  r.dtype = enum_from_name<WeightType>(a.dtype, "--dtype");
+  formats::check_export_flags(f, r, a.version_opt->count() > 0, a.dtype_opt->count() > 0);
+  std::printf("%s\n", f.export_model(r).c_str());
   return 0;
 }
 

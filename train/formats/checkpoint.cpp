@@ -347,10 +347,9 @@ void write_converted(const std::string& path, const GPT& model, const Tokenizer*
   });
 }
 
-ModelWriter::ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, const std::string& dtype)
+ModelWriter::ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, WeightType dtype)
     : f_(f), path_(path), dtype_(dtype) {
-  if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
-    throw Error(ErrorKind::usage, "--dtype " + dtype + ": a checkpoint holds f32, bf16 or f16 weights");
+  if (dtype == WeightType::q8_0) throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
   for (const auto& [name, shape] : parameter_shapes(c)) pending_[name] = shape;
 }
 
@@ -360,8 +359,8 @@ void ModelWriter::tensor(const std::string& name, const Tensor& t) {
     throw Error(ErrorKind::internal, path_ + ": parameter " + name + " " + shape_str(t.shape()) + " is not one the config has yet to write");
   if (const std::string bad = non_finite(t); !bad.empty())
     throw Error(ErrorKind::checkpoint, name + " holds " + bad + "; not writing " + path_ + " (any checkpoint already there is kept)");
-  if (dtype_ == "f32") f_.write_tensor(kModel + "/" + name, t);
-  else f_.write_tensor_16(kModel + "/" + name, t, dtype_);
+  if (dtype_ == WeightType::f32) f_.write_tensor(kModel + "/" + name, t);
+  else f_.write_tensor_16(kModel + "/" + name, t, to_string(dtype_));
   pending_.erase(it);
 }
 
@@ -370,7 +369,7 @@ void ModelWriter::check_complete() const {
 }
 
 void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
-                    const std::string& dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras) {
+                    WeightType dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras) {
   write_h5_atomic(path, [&](H5File& f) {
     write_root(f, c);
     f.write_attr(kRoot, note.first, note.second);

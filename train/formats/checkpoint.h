@@ -133,9 +133,9 @@ void write_converted(const std::string& path, const GPT& model, const Tokenizer*
 /// Receives a converted model's parameters one at a time (write_streamed).
 class ModelWriter : public formats::ModelSink {
  public:
-  /// dtype: "f32", or "bf16" / "f16" (H5File::write_tensor_16: stored as 16-bit bits, widened
-  /// when read).
-  ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, const std::string& dtype = "f32");
+  /// dtype: f32, or bf16 / f16 (H5File::write_tensor_16: stored as 16-bit bits, widened when
+  /// read); q8_0 is a usage Error (a checkpoint does not hold it).
+  ModelWriter(H5File& f, const std::string& path, const GPTConfig& c, WeightType dtype = WeightType::f32);
   /// Writes parameter `name` (as named_parameters() names it, of its config shape); a NaN or Inf
   /// value is a checkpoint Error naming it, and nothing is committed.
   void tensor(const std::string& name, const Tensor& t) override;
@@ -145,7 +145,7 @@ class ModelWriter : public formats::ModelSink {
  private:
   H5File& f_;
   std::string path_;
-  std::string dtype_;
+  WeightType dtype_;
   std::map<std::string, Shape> pending_;
 };
 /// A weights-only checkpoint of a model that is never whole in memory (a conversion or an import
@@ -154,7 +154,7 @@ class ModelWriter : public formats::ModelSink {
 /// as they are ready; committed atomically when fill returns with every parameter written.
 /// extras: tensors the file held that are no parameter, kept under /imported (write_imported).
 void write_streamed(const std::string& path, const GPTConfig& c, const Tokenizer* tok, const std::pair<std::string, std::string>& note,
-                    const std::string& dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras = {});
+                    WeightType dtype, const formats::SinkFill& fill, const std::vector<std::pair<std::string, Tensor>>& extras = {});
 /// Writes a weights-only checkpoint of a model imported from another format atomically, with the
 /// tokenizer when tok is not null, the root attribute imported_from (a JSON description) and, under /imported, the tensors the file
 /// held that are no parameter (llama2.c version 0's RoPE tables), so that exporting the model

@@ -28,19 +28,22 @@ using formats::Family;
 
 [[noreturn]] void refuse(const std::string& what, const std::string& why) { throw Error(ErrorKind::config, what + ": " + why); }
 
-void check_dtype(const std::string& dtype) {
-  if (dtype != "f32" && dtype != "f16" && dtype != "bf16" && dtype != "q8_0")
-    throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": GGUF export writes f32, f16, bf16 or q8_0");
+// general.file_type (llama_ftype).
+uint32_t file_type(WeightType dtype) {
+  switch (dtype) {
+    case WeightType::f32: return 0;
+    case WeightType::f16: return 1;
+    case WeightType::q8_0: return 7;
+    case WeightType::bf16: return 32;
+  }
+  return 0;
 }
 
-// general.file_type (llama_ftype).
-uint32_t file_type(const std::string& dtype) { return dtype == "f32" ? 0 : dtype == "f16" ? 1 : dtype == "q8_0" ? 7 : 32; }
-
 // A matrix's type in dtype (a q8_0 matrix whose rows are not a multiple of 32 is written f16).
-TensorType matrix_type(const std::string& dtype, int64_t row) {
-  if (dtype == "f32") return T_F32;
-  if (dtype == "f16") return T_F16;
-  if (dtype == "bf16") return T_BF16;
+TensorType matrix_type(WeightType dtype, int64_t row) {
+  if (dtype == WeightType::f32) return T_F32;
+  if (dtype == WeightType::f16) return T_F16;
+  if (dtype == WeightType::bf16) return T_BF16;
   return row % 32 == 0 ? T_Q8_0 : T_F16;
 }
 
@@ -295,9 +298,8 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
 
 }  // namespace
 
-void round_like_export(GPT& model, const std::string& dtype) {
-  check_dtype(dtype);
-  if (dtype == "f32") return;
+void round_like_export(GPT& model, WeightType dtype) {
+  if (dtype == WeightType::f32) return;
   for (auto& [name, p] : model.named_parameters()) {
     Tensor t = p.val();
     if (t.ndim() != 2) continue;
@@ -313,8 +315,7 @@ void round_like_export(GPT& model, const std::string& dtype) {
   }
 }
 
-void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what) {
-  check_dtype(dtype);
+void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, WeightType, const std::string& what) {
   if (fs::is_directory(out)) throw Error(ErrorKind::usage, "--out " + out + " is a directory; GGUF is one file");
   family_for_gguf(c, what);
   if (!tok) refuse(what, "has no tokenizer: llama.cpp needs the vocabulary in the file");
@@ -325,7 +326,7 @@ void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer*
                      ": llama.cpp needs one token per id");
 }
 
-ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, WeightType dtype, const std::string& what,
                          const formats::SinkFill& fill) {
   check_writable(out, c, tok, dtype, what);
   const Family f = family_for_gguf(c, what);
@@ -335,7 +336,7 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
   m.str("general.architecture", r.architecture);
   m.str("general.name", fs::path(what).stem().string());
   m.u32("general.file_type", file_type(dtype));
-  if (dtype == "q8_0") m.u32("general.quantization_version", 2);
+  if (dtype == WeightType::q8_0) m.u32("general.quantization_version", 2);
   config_meta(m, c, f);
   tokenizer_meta(m, *tok, what, r);
 
@@ -355,7 +356,7 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
   return r;
 }
 
-ExportResult export_model(const formats::OpenedModel& m, const std::string& out, const std::string& dtype) {
+ExportResult export_model(const formats::OpenedModel& m, const std::string& out, WeightType dtype) {
   return write_model(out, m.config, m.tok ? &*m.tok : nullptr, dtype, m.path, [&](formats::ModelSink& s) { m.push_each(s); });
 }
 

@@ -34,11 +34,11 @@ struct ExportResult {
 
 /// Throws what write_model would refuse before writing (a dtype, a family or a tokenizer llama.cpp
 /// has no form for), naming `what`.
-void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what);
+void check_writable(const std::string& out, const GPTConfig& c, const Tokenizer* tok, WeightType dtype, const std::string& what);
 /// Writes a model of config c and its tokenizer as one GGUF file (as export_model), its parameters
 /// pushed by fill in any order and written to their places as they come; `what` names the model
 /// in refusals and general.name is its stem.
-ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+ExportResult write_model(const std::string& out, const GPTConfig& c, const Tokenizer* tok, WeightType dtype, const std::string& what,
                          const formats::SinkFill& fill);
 /// Writes an opened model (formats::open_model: a checkpoint, or any model it reads) and its tokenizer as one GGUF file,
 /// atomically, one tensor at a time. dtype: "f32", "f16",
@@ -46,7 +46,7 @@ ExportResult write_model(const std::string& out, const GPTConfig& c, const Token
 /// keeps them; a q8_0 matrix whose rows are not a multiple of 32 is written f16). A model llama.cpp
 /// cannot run as it is (another combination of norm, MLP and positions; the exact GELU; a
 /// tokenizer it has no form for) is refused naming why, and nothing is written.
-ExportResult export_model(const formats::OpenedModel& m, const std::string& out, const std::string& dtype);
+ExportResult export_model(const formats::OpenedModel& m, const std::string& out, WeightType dtype);
 
 /// What import_model read.
 struct ImportResult {
@@ -54,7 +54,7 @@ struct ImportResult {
   std::string tokenizer;     // "llama", "gpt2", or "" when the file has none
   std::string types;         // the stored tensor types, e.g. "F32, Q8_0"
   bool dequantized = false;  // q8_0 tensors were widened to float32
-  std::string kept;          // the checkpoint's weights: "f32", "bf16" or "f16"
+  WeightType kept = WeightType::f32;  // the checkpoint's weights: f32, bf16 or f16
 };
 /// Reads a GGUF file (llama, qwen2 or gpt2 architecture; F32, F16, BF16 and Q8_0 tensors,
 /// widened to float32) and writes a weights-only checkpoint with its tokenizer: llama.cpp's
@@ -69,6 +69,6 @@ formats::OpenedModel open_model(const std::string& path);
 
 /// Rounds every matrix of the model as export_model stores it in dtype (norm weights and biases
 /// untouched): what llama.cpp's weights hold, for comparing its logits with tapelm's.
-void round_like_export(GPT& model, const std::string& dtype);
+void round_like_export(GPT& model, WeightType dtype);
 
 }  // namespace tapelm::gguf

@@ -357,23 +357,23 @@ ImportResult import_model(const std::string& dir, const std::string& out) {
 
 namespace {
 // --dtype: safetensors' dtype and config.json's torch_dtype.
-const std::map<std::string, std::pair<std::string, std::string>> kDtypes{
-    {"f32", {"F32", "float32"}}, {"bf16", {"BF16", "bfloat16"}}, {"f16", {"F16", "float16"}}};
+const std::map<WeightType, std::pair<std::string, std::string>> kDtypes{
+    {WeightType::f32, {"F32", "float32"}}, {WeightType::bf16, {"BF16", "bfloat16"}}, {WeightType::f16, {"F16", "float16"}}};
 }  // namespace
 
 namespace {
-void check_output(const std::string& dir, const std::string& dtype) {
-  if (!kDtypes.count(dtype)) throw Error(ErrorKind::usage, "dtype \"" + dtype + "\": an HF model directory holds f32, bf16 or f16");
+void check_output(const std::string& dir, WeightType dtype) {
+  if (!kDtypes.count(dtype)) throw Error(ErrorKind::usage, "--dtype " + to_string(dtype) + ": an HF model directory holds f32, bf16 or f16");
   if (fs::exists(dir) && !fs::is_directory(dir)) throw Error(ErrorKind::data, "HF model directory " + dir + ": exists and is not a directory");
 }
 }  // namespace
 
-void check_writable(const std::string& dir, const GPTConfig& c, const std::string& dtype, const std::string& what) {
+void check_writable(const std::string& dir, const GPTConfig& c, WeightType dtype, const std::string& what) {
   check_output(dir, dtype);
   architecture_for(c, what);
 }
 
-ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tokenizer* tok, WeightType dtype, const std::string& what,
                          const formats::SinkFill& fill, uint64_t max_shard_bytes) {
   check_writable(dir, cfg, dtype, what);
   const auto dt = kDtypes.find(dtype);
@@ -420,7 +420,7 @@ ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tok
   return r;
 }
 
-ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, const std::string& dtype, uint64_t max_shard_bytes) {
+ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, WeightType dtype, uint64_t max_shard_bytes) {
   return write_model(dir, m.config, m.tok ? &*m.tok : nullptr, dtype, m.path, [&](formats::ModelSink& s) { m.push_each(s); }, max_shard_bytes);
 }
 

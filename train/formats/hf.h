@@ -54,7 +54,7 @@ struct ImportResult {
   std::vector<std::string> weight_files;  // the safetensors files, in order
   std::string dtypes;                     // the stored dtypes, e.g. "BF16" or "F32, BF16"
   std::string tokenizer_file;             // the tokenizer file stored with the weights, or "" for none
-  std::string kept;                       // the checkpoint's weights: "f32", "bf16" or "f16"
+  WeightType kept = WeightType::f32;      // the checkpoint's weights: f32, bf16 or f16
 };
 /// Reads the model directory `dir` (config.json, model.safetensors or the shards its
 /// model.safetensors.index.json names, and tokenizer.model when present) and writes a
@@ -73,17 +73,17 @@ struct ExportResult {
 };
 /// Throws what write_model would refuse before writing (a dtype, an architecture HF has no config
 /// for, an output that is not a directory), naming `what`.
-void check_writable(const std::string& dir, const GPTConfig& c, const std::string& dtype, const std::string& what);
+void check_writable(const std::string& dir, const GPTConfig& c, WeightType dtype, const std::string& what);
 /// Writes a model of config c as an HF model directory (as export_model), its parameters pushed
 /// by fill in any order (a conversion streaming blocks) and written to their places in the shards
 /// as they come. `what` names the model in refusals (an architecture HF has no form for).
-ExportResult write_model(const std::string& dir, const GPTConfig& c, const Tokenizer* tok, const std::string& dtype, const std::string& what,
+ExportResult write_model(const std::string& dir, const GPTConfig& c, const Tokenizer* tok, WeightType dtype, const std::string& what,
                          const formats::SinkFill& fill, uint64_t max_shard_bytes = 5'000'000'000ULL);
 /// Writes an opened model (formats::open_model: a checkpoint, or any model it reads), one tensor at a time, as an HF model directory: config.json, generation_config.json,
 /// model.safetensors (dtype "f32", "bf16" or "f16"; shards of at most max_shard_bytes with
 /// model.safetensors.index.json when larger, as transformers' save_pretrained does), and the
 /// tokenizer's files. All files are committed together or none is.
-ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, const std::string& dtype,
+ExportResult export_model(const formats::OpenedModel& m, const std::string& dir, WeightType dtype,
                           uint64_t max_shard_bytes = 5'000'000'000ULL);
 
 }  // namespace tapelm::hf

@@ -486,7 +486,7 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
   if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
   const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
   // one tensor at a time: what is held is one file tensor (wq's rows permuted back), never the model
-  write_streamed(out, to_config(m.header), tokenizer_model.empty() ? nullptr : &tok, {"imported_from", from.dump()}, "f32",
+  write_streamed(out, to_config(m.header), tokenizer_model.empty() ? nullptr : &tok, {"imported_from", from.dump()}, WeightType::f32,
                  [&](formats::ModelSink& sink) {
                    std::vector<float> buf;
                    for (const formats::FileTensor& t : m.tensors) {

@@ -64,7 +64,7 @@ std::unique_ptr<GPT> OpenedModel::load() const {
   return model;
 }
 
-std::string OpenedModel::kept_dtype() const { return dtypes == "BF16" ? "bf16" : dtypes == "F16" ? "f16" : "f32"; }
+WeightType OpenedModel::kept_dtype() const { return dtypes == "BF16" ? WeightType::bf16 : dtypes == "F16" ? WeightType::f16 : WeightType::f32; }
 
 void OpenedModel::write_imported(const std::string& out) const {
   write_streamed(out, config, tok ? &*tok : nullptr, {"imported_from", from.dump()}, kept_dtype(), [&](ModelSink& s) { push_each(s); });

@@ -47,7 +47,7 @@ struct OpenedModel {
   std::unique_ptr<GPT> load() const;
   /// The dtype a checkpoint keeps its weights in without losing or doubling bytes: "bf16" or "f16"
   /// when every tensor is stored so, else "f32".
-  std::string kept_dtype() const;
+  WeightType kept_dtype() const;
   /// What `import` does with it: a weights-only checkpoint with the tokenizer and `from` as
   /// imported_from, written one tensor at a time in kept_dtype() (a BF16 model stays BF16).
   void write_imported(const std::string& out) const;

@@ -43,25 +43,25 @@ std::string import_hf(const ImportRequest& r) {
   return "imported " + r.model + " (" + i.hf.architecture + ": " + std::to_string(c.n_layer) + " layers, d " + std::to_string(c.n_embd) +
          ", " + std::to_string(c.n_head) + " heads, " + c.kv_heads_str() + " kv heads, vocab " + std::to_string(c.vocab_size) +
          "; " + i.dtypes + " in " + std::to_string(i.weight_files.size()) + " file" + (i.weight_files.size() == 1 ? "" : "s") + ")" +
-         (i.tokenizer_file.empty() ? ", no tokenizer" : " with tokenizer " + i.tokenizer_file) + " to " + r.out + " (" + i.kept + ")";
+         (i.tokenizer_file.empty() ? ", no tokenizer" : " with tokenizer " + i.tokenizer_file) + " to " + r.out + " (" + to_string(i.kept) + ")";
 }
 
 std::string export_hf(const ExportRequest& r) {
   const hf::ExportResult e = hf::export_model(open_model(r.checkpoint), r.out, r.dtype);
-  return "exported " + r.checkpoint + " to " + r.out + " (" + e.architecture + ", " + r.dtype + ", " + std::to_string(e.files.size()) +
+  return "exported " + r.checkpoint + " to " + r.out + " (" + e.architecture + ", " + to_string(r.dtype) + ", " + std::to_string(e.files.size()) +
          " files)" + (e.note.empty() ? "" : "; " + e.note);
 }
 
 std::string import_gguf(const ImportRequest& r) {
   const gguf::ImportResult i = gguf::import_model(r.model, r.out);
   return "imported " + r.model + " (GGUF, " + i.architecture + ", " + i.types + (i.dequantized ? ", Q8_0 dequantized to float32" : "") +
-         ") with " + (i.tokenizer.empty() ? "no tokenizer" : "its " + i.tokenizer + " tokenizer") + " to " + r.out + " (" + i.kept + ")";
+         ") with " + (i.tokenizer.empty() ? "no tokenizer" : "its " + i.tokenizer + " tokenizer") + " to " + r.out + " (" + to_string(i.kept) + ")";
 }
 
-std::string gguf_line(const gguf::ExportResult& e, const std::string& dtype) {
+std::string gguf_line(const gguf::ExportResult& e, WeightType dtype) {
   char mb[32];
   std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(e.bytes) / 1e6);
-  return "GGUF, " + e.architecture + " with the " + e.tokenizer + " tokenizer, " + dtype + ", " + std::to_string(e.tensors) + " tensors, " + mb + " MB";
+  return "GGUF, " + e.architecture + " with the " + e.tokenizer + " tokenizer, " + to_string(dtype) + ", " + std::to_string(e.tensors) + " tensors, " + mb + " MB";
 }
 
 std::string export_gguf(const ExportRequest& r) {
@@ -85,18 +85,17 @@ bool is_gguf(const std::string& path) {
 }
 
 void check_checkpoint(const Output& o, const GPTConfig&, const Tokenizer*) {
-  if (o.dtype != "f32" && o.dtype != "bf16" && o.dtype != "f16")
-    throw Error(ErrorKind::usage, "--dtype " + cut_for_message(o.dtype) + ": only --format gguf holds " + o.dtype + " weights");
+  if (o.dtype == WeightType::q8_0) throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
 }
 std::string write_checkpoint(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
   check_checkpoint(o, c, tok);
   write_streamed(o.path, c, tok, o.note, o.dtype, fill);
-  return "tapelm checkpoint, " + o.dtype;
+  return "tapelm checkpoint, " + to_string(o.dtype);
 }
 void check_hf(const Output& o, const GPTConfig& c, const Tokenizer*) { hf::check_writable(o.path, c, o.dtype, o.what); }
 std::string write_hf(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
   const hf::ExportResult e = hf::write_model(o.path, c, tok, o.dtype, o.what, fill);
-  return e.architecture + ", " + o.dtype + ", " + std::to_string(e.files.size()) + " files" + (e.note.empty() ? "" : "; " + e.note);
+  return e.architecture + ", " + to_string(o.dtype) + ", " + std::to_string(e.files.size()) + " files" + (e.note.empty() ? "" : "; " + e.note);
 }
 void check_gguf(const Output& o, const GPTConfig& c, const Tokenizer* tok) { gguf::check_writable(o.path, c, tok, o.dtype, o.what); }
 std::string write_gguf(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
@@ -105,16 +104,16 @@ std::string write_gguf(const Output& o, const GPTConfig& c, const Tokenizer* tok
 
 const std::vector<ModelFormat> kFormats = {
     {.name = "tapelm", .what = "tapelm's HDF5 checkpoint", .model_help = "the checkpoint", .out_help = "the checkpoint",
-     .dtypes = {"f32", "bf16", "f16"}, .exchange = false, .sniff = starts_with_hdf5, .open = open_checkpoint,
+     .dtypes = {WeightType::f32, WeightType::bf16, WeightType::f16}, .exchange = false, .sniff = starts_with_hdf5, .open = open_checkpoint,
      .check_writable = check_checkpoint, .write = write_checkpoint},
     {.name = "llama2c", .what = "llama2.c's model file", .model_help = "the model file, version 0 or 1",
      .out_help = "the model file (model.bin; tokenizer.bin beside it)", .versions = true, .tokenizer_files = true,
      .import_model = import_llama2c, .export_model = export_llama2c},
     {.name = "hf", .what = "a Hugging Face transformers model directory", .model_help = "the model directory", .out_help = "the model directory",
-     .dtypes = {"f32", "bf16", "f16"}, .directory = true, .sniff = is_hf_dir, .open = hf::open_model, .check_writable = check_hf,
+     .dtypes = {WeightType::f32, WeightType::bf16, WeightType::f16}, .directory = true, .sniff = is_hf_dir, .open = hf::open_model, .check_writable = check_hf,
      .write = write_hf, .import_model = import_hf, .export_model = export_hf},
     {.name = "gguf", .what = "llama.cpp's GGUF file", .model_help = "the .gguf file", .out_help = "the .gguf file",
-     .dtypes = {"f32", "f16", "bf16", "q8_0"}, .sniff = is_gguf, .open = gguf::open_model, .check_writable = check_gguf, .write = write_gguf,
+     .dtypes = {WeightType::f32, WeightType::f16, WeightType::bf16, WeightType::q8_0}, .sniff = is_gguf, .open = gguf::open_model, .check_writable = check_gguf, .write = write_gguf,
      .import_model = import_gguf, .export_model = export_gguf},
 };
 
@@ -213,11 +212,11 @@ void check_export_flags(const ModelFormat& f, const ExportRequest& r, bool versi
   if (version_given && !f.versions)
     throw Error(ErrorKind::usage, "--version is llama2.c's file version; --format " + std::string(f.name) + " has none");
   const bool float32_only = f.dtypes.empty();
-  if (dtype_given && (float32_only ? r.dtype != "f32" : std::find(f.dtypes.begin(), f.dtypes.end(), r.dtype) == f.dtypes.end())) {
+  if (dtype_given && (float32_only ? r.dtype != WeightType::f32 : std::find(f.dtypes.begin(), f.dtypes.end(), r.dtype) == f.dtypes.end())) {
     std::vector<const ModelFormat*> with;
     for (const ModelFormat& o : exchanged())
       if (std::find(o.dtypes.begin(), o.dtypes.end(), r.dtype) != o.dtypes.end()) with.push_back(&o);
-    throw Error(ErrorKind::usage, "--dtype " + cut_for_message(r.dtype) + (with.empty() ? " is no format's" : " is for --format " + names_of(with)) +
+    throw Error(ErrorKind::usage, "--dtype " + to_string(r.dtype) + (with.empty() ? " is no format's" : " is for --format " + names_of(with)) +
                                       (float32_only ? "; " + std::string(f.what) + " holds float32" : ""));
   }
 }

@@ -20,14 +20,15 @@ struct ImportRequest {
 };
 /// What `export` is asked.
 struct ExportRequest {
-  std::string checkpoint, out, dtype = "f32";
+  std::string checkpoint, out;
+  WeightType dtype = WeightType::f32;
   int version = 0;
 };
 
 /// Where and how a model is written.
 struct Output {
   std::string path;
-  std::string dtype = "f32";
+  WeightType dtype = WeightType::f32;
   std::string what;  // names the model in errors ("checkpoint ck.h5 converted to 2 kv heads")
   std::string name;  // the model's name where the format keeps one (GGUF's general.name is its stem)
   std::pair<std::string, std::string> note;  // a checkpoint's record of where the model came from ("converted_from", JSON)
@@ -38,7 +39,7 @@ struct ModelFormat {
   const char* what;        // "llama2.c's model file": help text
   const char* model_help;  // what import's --model names
   const char* out_help;    // what export's --out names
-  std::vector<std::string> dtypes;  // export --dtype values; empty: float32 only
+  std::vector<WeightType> dtypes;   // the --dtype values it holds; empty: float32 only
   bool versions = false;            // export --version (llama2.c's file versions)
   bool tokenizer_files = false;     // import --tokenizer-model / --tokenizer-bin: the tokenizer is not in the model file
   bool directory = false;           // the model is a directory

@@ -168,7 +168,7 @@ void convert_blocks(const ConvertBlocks& p, formats::ModelSink& w) {
 /// tapelm checkpoint with its converted_from note, an HF directory, a GGUF file). Without: only
 /// refuses what that format cannot hold, before any work.
 void write_output(const ConvertRequest& r, const GPTConfig& nc, const formats::OpenedModel& src, const nlohmann::json& from,
-                  const std::string& dtype, const formats::SinkFill* fill) {
+                  WeightType dtype, const formats::SinkFill* fill) {
   const formats::ModelFormat& f = formats::writable_format(r.format.empty() ? "tapelm" : r.format, "--format");
   const Tokenizer* tok = src.tok ? &*src.tok : nullptr;
   // named by the output where the format keeps a name (GGUF's general.name is its stem, as export's)
@@ -203,7 +203,7 @@ ConvertModelResult convert_model(const ConvertRequest& r) {
   // a budget calibrates (its allocation measures the layers' conversions), whatever the variant
   const int64_t budget = kv_budget_of({.heads = r.kv_heads, .budget = r.kv_budget}, v, c);
   if (budget > 0) check_kv_budget(c, budget);
-  const std::string dtype = !r.dtype.empty() ? r.dtype : src.kept_dtype();
+  const WeightType dtype = r.dtype ? *r.dtype : src.kept_dtype();
   // what the output cannot hold is refused before any work (a budget's counts: again once known)
   write_output(r, budget > 0 ? c : converted_config(c, r.kv_heads), src, {}, dtype, nullptr);
   const bool calibrates = budget > 0 || conversion_calibrates(c, converted_config(c, r.kv_heads), v);

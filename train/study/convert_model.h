@@ -46,7 +46,7 @@ struct ConvertRequest {
   int64_t calib_tokens = 16384;
   uint64_t seed = 0;            // --method random and the calibration windows
   bool progress = false;        // a line per block: times, calibration GFLOP/s, time left
-  std::string dtype;            // "f32", "bf16", "f16" (gguf: "q8_0" too); empty: the source's 16-bit type, else f32
+  std::optional<WeightType> dtype;  // f32, bf16, f16 (gguf: q8_0 too); none: the source's 16-bit type, else f32
   std::string format;           // what is written: "tapelm" (or empty: a checkpoint), "hf" (a directory), "gguf"
 };
 struct ConvertModelResult {
@@ -54,7 +54,7 @@ struct ConvertModelResult {
   std::vector<int64_t> kv_heads;  // the result's: one count, or one per layer
   int64_t calib_tokens = 0;     // 0: no calibration
   double seconds = 0;
-  std::string dtype;            // how the weights were written
+  WeightType dtype = WeightType::f32;  // how the weights were written
 };
 /// Converts the model at r.from one block at a time — read block l, form its calibration second
 /// moments from the hidden states of the calibration windows, convert its K/V, write it, run it
