@@ -307,16 +307,12 @@ Tokenizer read_tokenizer(const H5File& f) {
   // Files from before the kind attribute hold a char tokenizer's JSON.
   const std::string kind = f.has_attr(kTokenizer, "kind") ? f.read_attr_string(kTokenizer, "kind") : "char";
   try {
-    if (kind == "char") {
-      if (!f.has_attr(kTokenizer, "json"))
-        throw Error(ErrorKind::checkpoint, "no json attribute in " + kTokenizer);
-      return Tokenizer::deserialize(kind, f.read_attr_string(kTokenizer, "json"));
-    }
-    if (kind == "sentencepiece" || kind == "byte_bpe") {
-      if (!f.exists(kTokenizer + "/model")) throw Error(ErrorKind::checkpoint, "no dataset " + kTokenizer + "/model");
-      return Tokenizer::deserialize(kind, read_bytes(f, kTokenizer + "/model"));
-    }
-    return Tokenizer::deserialize(kind, "");  // names the unknown kind
+    // the serialized form: a char tokenizer's JSON in an attribute (as files before the kind
+    // attribute held it), any other kind's bytes in a dataset; the tokenizer registry
+    // (Tokenizer::deserialize) knows the kinds and names an unknown one
+    if (f.exists(kTokenizer + "/model")) return Tokenizer::deserialize(kind, read_bytes(f, kTokenizer + "/model"));
+    if (f.has_attr(kTokenizer, "json")) return Tokenizer::deserialize(kind, f.read_attr_string(kTokenizer, "json"));
+    throw Error(ErrorKind::checkpoint, "neither a dataset " + kTokenizer + "/model nor a json attribute in " + kTokenizer);
   } catch (const std::exception& e) {
     throw Error(ErrorKind::checkpoint, f.path() + ": bad tokenizer: " + e.what());
   }
