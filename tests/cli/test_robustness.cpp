@@ -3,6 +3,7 @@
 // training killed with SIGKILL at random moments (the checkpoint loads and --resume ends
 // bit-exactly where an uninterrupted run does), and two writers on one run directory.
 #include <boost/test/unit_test.hpp>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -262,53 +263,106 @@ BOOST_AUTO_TEST_CASE(corrupted_gguf_and_safetensors_imports_exit_0_or_give_one_e
   check_outcomes("corrupted GGUF and safetensors files", fuzz_results().model_cases);
 }
 
-// SIGKILL at seeded moments of a run that saves after every step: the checkpoint left behind
-// loads, and --resume ends with the weights of an uninterrupted run, bit for bit.
-BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
-  TempDir d;
-  const int64_t iters = 60;
-  const std::string text = small_corpus(d), cfg = tiny_config(d, iters, 1);
-  const auto t0 = std::chrono::steady_clock::now();
-  Run ref = run_shell(train_cmd(cfg, text, d / "ref"));
-  const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  BOOST_TEST_REQUIRE(ref.code == 0, ref.err);
-  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5").model;
-
-  std::mt19937_64 rng(46);
+// Kills `start` (a run writing `<dir>/checkpoint.h5` after every step) with SIGKILL at kKills
+// seeded moments after its first checkpoint, then checks what is left: the checkpoint loads,
+// `resume` ends at step `steps` with the weights of `want` bit for bit. `seconds` is an
+// uninterrupted run's time, of which the first `spread` is where the kills fall. Returns the kills that hit a running process.
+int kill_and_resume(const std::string& what, const std::function<std::string(const std::string&)>& start, const std::string& resume_flag,
+                    const std::string& base, double seconds, int64_t steps, const GPT& want, uint64_t seed, double spread = 0.8) {
+  std::mt19937_64 rng(seed);
   int killed = 0, mid_save = 0;
   for (int k = 0; k < kKills; k++) {
-    const std::string run = d / ("run" + std::to_string(k));
+    const std::string run = base + std::to_string(k);
     // Killed after the first checkpoint exists, somewhere in the rest of the run.
-    const double delay = ref_s * 0.8 * static_cast<double>(rng() % 1000) / 1000.0;
+    const double delay = seconds * spread * static_cast<double>(rng() % 1000) / 1000.0;
     char delay_s[32];
     std::snprintf(delay_s, sizeof delay_s, "%.3f", delay);
-    Run kill = run_shell("{ " + train_cmd(cfg, text, run) + " >/dev/null 2>&1 & p=$!; i=0; while [ ! -e " + run +
+    Run kill = run_shell("{ " + start(run) + " >/dev/null 2>&1 & p=$!; i=0; while [ ! -e " + run +
                          "/checkpoint.h5 ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; sleep " + delay_s +
                          "; kill -9 $p; wait $p; echo $?; }");
     killed += kill.out == "137\n";
     bool tmp_left = false;
     for (const auto& e : fs::directory_iterator(run)) tmp_left |= e.path().filename().string().find(".tmp") != std::string::npos;
     mid_save += tmp_left;
-    BOOST_TEST_MESSAGE("kill " << k << " after " << delay_s << " s: exit " << kill.out.substr(0, kill.out.size() - 1)
-                               << (tmp_left ? ", during a save" : ""));
+    BOOST_TEST_MESSAGE(what << ": kill " << k << " after " << delay_s << " s: exit " << kill.out.substr(0, kill.out.size() - 1)
+                            << (tmp_left ? ", during a save" : ""));
 
     Run inspect = run_cli("inspect " + run + "/checkpoint.h5");
-    BOOST_TEST(inspect.code == 0, "kill " << k << ": " << inspect.err);
-    Run resumed = run_shell(train_cmd(cfg, text, run) + " --resume");
-    BOOST_TEST_REQUIRE(resumed.code == 0, "kill " << k << ": " << resumed.err);
+    BOOST_TEST(inspect.code == 0, what << ": kill " << k << ": " << inspect.err);
+    Run resumed = run_shell(start(run) + " " + resume_flag);
+    BOOST_TEST_REQUIRE(resumed.code == 0, what << ": kill " << k << ": " << resumed.err);
     std::vector<nlohmann::json> m;
     BOOST_CHECK_NO_THROW(m = read_metrics(run + "/metrics.jsonl"));
-    BOOST_TEST((!m.empty() && m.back()["step"] == iters), "kill " << k << ": metrics end at " << (m.empty() ? nlohmann::json() : m.back()));
+    BOOST_TEST((!m.empty() && m.back()["step"] == steps), what << ": kill " << k << ": metrics end at " << (m.empty() ? nlohmann::json() : m.back()));
     const std::unique_ptr<GPT> got = load_model(run + "/checkpoint.h5").model;
-    const NamedParams a = got->named_parameters(), b = want->named_parameters();
+    const NamedParams a = got->named_parameters(), b = want.named_parameters();
     BOOST_TEST_REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); i++) {
       const Tensor &x = a[i].second.val(), &y = b[i].second.val();
-      BOOST_TEST(std::equal(x.data(), x.data() + x.numel(), y.data()), "kill " << k << ": " << a[i].first << " differs");
+      BOOST_TEST(std::equal(x.data(), x.data() + x.numel(), y.data()), what << ": kill " << k << ": " << a[i].first << " differs");
     }
   }
-  BOOST_TEST_MESSAGE(kKills << " kills: " << killed << " while running, " << mid_save << " during a save");
-  BOOST_TEST(killed >= kKills / 2, "most kills must hit a running process, not one that had finished");
+  BOOST_TEST_MESSAGE(what << ": " << kKills << " kills: " << killed << " while running, " << mid_save << " during a save");
+  BOOST_TEST(killed >= kKills / 2, what << ": most kills must hit a running process, not one that had finished");
+  return killed;
+}
+
+// Runs cmd once, uninterrupted, and returns its time in seconds.
+double timed_run(const std::string& cmd) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Run r = run_shell(cmd);
+  BOOST_TEST_REQUIRE(r.code == 0, cmd << ": " << r.err);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// SIGKILL at seeded moments of a run that saves after every step: the checkpoint left behind
+// loads, and --resume ends with the weights of an uninterrupted run, bit for bit.
+BOOST_AUTO_TEST_CASE(training_killed_at_random_moments_resumes_bit_exactly) {
+  TempDir d;
+  const int64_t iters = 60;
+  const std::string text = small_corpus(d), cfg = tiny_config(d, iters, 1);
+  const double ref_s = timed_run(train_cmd(cfg, text, d / "ref"));
+  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5").model;
+  kill_and_resume("train", [&](const std::string& run) { return train_cmd(cfg, text, run); }, "--resume", d / "run", ref_s, iters, *want, 46);
+}
+
+// The same for the surfaces added since: a bf16 run (the CPU's bf16 products, or their emulation
+// where it has none) of a model with its own KV heads per layer, and an uptraining distilled from
+// its MHA source (the teacher read again on every resume).
+BOOST_AUTO_TEST_CASE(bf16_per_layer_and_distilled_runs_killed_at_random_moments_resume_bit_exactly) {
+  TempDir d;
+  const int64_t iters = 60;
+  const std::string text = small_corpus(d);
+  nlohmann::json j = nlohmann::json::parse(slurp(tiny_config(d, iters, 1)));
+  j["n_layer"] = 2, j["n_kv_head"] = {2, 1};
+  j["precision"] = "bf16";
+  std::ofstream(d / "bf16.json") << j.dump();
+  Run probe = run_shell(train_cmd(d / "bf16.json", text, d / "probe") + " --set max_iters=1");
+  if (probe.code != 0 && probe.err.find("bf16") != std::string::npos) {  // no bf16 products on this CPU: their emulation
+    j["precision"] = "bf16-emulated";
+    std::ofstream(d / "bf16.json") << j.dump();
+  }
+  const std::string cfg = d / "bf16.json";
+  const double ref_s = timed_run(train_cmd(cfg, text, d / "ref"));
+  const std::unique_ptr<GPT> want = load_model(d / "ref/checkpoint.h5").model;
+  BOOST_TEST(want->config().per_layer_kv());
+  kill_and_resume(std::string("train, ") + j["precision"].get<std::string>() + ", kv heads 2,1",
+                  [&](const std::string& run) { return train_cmd(cfg, text, run); }, "--resume", d / "bf", ref_s, iters, *want, 47);
+
+  // uptraining to one KV head, distilled from the MHA model of the plain config, 120 steps (α 2;
+  // its start converts and its end evaluates: the kills fall in the first 60 % of its time)
+  const std::string mha = tiny_config(d, iters, 1);
+  nlohmann::json m = nlohmann::json::parse(slurp(mha));
+  m["n_kv_head"] = 2;
+  std::ofstream(d / "mha.json") << m.dump();
+  timed_run(train_cmd(d / "mha.json", text, d / "mha"));
+  const auto up = [&](const std::string& run) {
+    return binary() + " uptrain --from " + (d / "mha/checkpoint.h5") + " --kv-heads 1 --fraction 2 --distill --data " + text + " --out " + run +
+           " --quiet";
+  };
+  const double up_s = timed_run(up(d / "upref"));
+  const std::unique_ptr<GPT> up_want = load_model(d / "upref/checkpoint.h5").model;
+  kill_and_resume("uptrain --distill", up, "--resume", d / "up", up_s, 2 * iters, *up_want, 48, 0.6);
 }
 
 // Streamed eval of a GGUF file and of an HF directory while the model file is cut to half, written
