@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include "data/dataset.h"
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
 #include "train/formats/gguf.h"
@@ -214,7 +215,7 @@ const FuzzResults& fuzz_results() {
 }
 
 // Every case exits 0 or 1 (no signal, no hang) and every exit 1 is one `tapelm: error:` line.
-void check_outcomes(const std::string& what, const std::vector<Case>& cases) {
+void check_outcomes(const std::string& what, const std::vector<Case>& cases, double seconds = -1) {
   int ok = 0, refused = 0;
   std::string bad;
   for (const Case& c : cases) {
@@ -224,8 +225,8 @@ void check_outcomes(const std::string& what, const std::vector<Case>& cases) {
         c.run.err.find("Sanitizer") != std::string::npos)
       bad += "\n  " + c.what + ": exit " + std::to_string(c.run.code) + ", stderr: " + c.run.err.substr(0, 300);
   }
-  BOOST_TEST_MESSAGE(what << ": " << cases.size() << " runs, " << ok << " exit 0, " << refused << " exit 1 with one line, "
-                          << fuzz_results().seconds << " s for all fuzz runs");
+  BOOST_TEST_MESSAGE(what << ": " << cases.size() << " runs, " << ok << " exit 0, " << refused << " exit 1 with one line"
+                          << (seconds >= 0 ? ", " + std::to_string(seconds) + " s for all fuzz runs" : std::string()));
   BOOST_TEST(bad.empty(), what << ": runs ending otherwise than exit 0 or one error line:" << bad);
 }
 
@@ -243,7 +244,7 @@ void check_finite(const std::string& what, const std::vector<Case>& cases) {
 // string attributes: a flipped byte is an error or harmless, never a crash inside HDF5 (with the
 // oldest format a few flips in the global heap made H5Aread segfault).
 BOOST_AUTO_TEST_CASE(corrupted_checkpoints_exit_0_or_give_one_error_line) {
-  check_outcomes("corrupted checkpoints", fuzz_results().checkpoint_cases);
+  check_outcomes("corrupted checkpoints", fuzz_results().checkpoint_cases, fuzz_results().seconds);
 }
 
 // Checkpoints are checksummed and checked for finiteness on load: a weight of +Inf or NaN, or a
@@ -253,14 +254,14 @@ BOOST_AUTO_TEST_CASE(corrupted_checkpoints_never_evaluate_to_a_non_finite_loss) 
 }
 
 BOOST_AUTO_TEST_CASE(corrupted_token_files_exit_0_or_give_one_error_line) {
-  check_outcomes("corrupted token files", fuzz_results().token_cases);
+  check_outcomes("corrupted token files", fuzz_results().token_cases, fuzz_results().seconds);
   check_finite("corrupted token files", fuzz_results().token_cases);
 }
 
 // GGUF files and safetensors, flipped, truncated and zeroed: every import is one error line or a
 // checkpoint written (an import checks every tensor for finiteness before it writes).
 BOOST_AUTO_TEST_CASE(corrupted_gguf_and_safetensors_imports_exit_0_or_give_one_error_line) {
-  check_outcomes("corrupted GGUF and safetensors files", fuzz_results().model_cases);
+  check_outcomes("corrupted GGUF and safetensors files", fuzz_results().model_cases, fuzz_results().seconds);
 }
 
 // Kills `start` (a run writing `<dir>/checkpoint.h5` after every step) with SIGKILL at kKills
@@ -424,6 +425,104 @@ BOOST_AUTO_TEST_CASE(models_changed_under_a_streamed_eval_are_read_whole_or_refu
 }
 
 namespace {
+
+// Hostile tokenizer.json pipelines, generated: a real byte-level tokenizer.json (Qwen2's layout:
+// NFC, Split + ByteLevel, BPE with ignore_merges off) with one seeded change at a seeded place in
+// its tree — a key removed, a value of another type, a number past every range, a string of
+// another component's type name, a value nested 40 deep, a list repeated — or its bytes flipped,
+// truncated or zeroed, each through `prepare --tokenizer-model` under `timeout 20`: exit 0 with a
+// corpus, or exit 1 with one line; never a signal, a hang or a sanitizer report.
+BOOST_AUTO_TEST_CASE(hostile_tokenizer_json_pipelines_exit_0_or_give_one_error_line) {
+  TempDir d;
+  const std::string good = read_bytes(fixture_path("gguf/qwen2mini/tokenizer.json"));
+  const nlohmann::json base = nlohmann::json::parse(good);
+  // every place in the tree, the vocabulary's and merges' entries apart (they are most of it)
+  std::vector<nlohmann::json::json_pointer> places, entries;
+  const std::function<void(const nlohmann::json&, const nlohmann::json::json_pointer&)> walk = [&](const nlohmann::json& v,
+                                                                                                  const nlohmann::json::json_pointer& at) {
+    const std::string s = at.to_string();
+    const bool entry = (s.starts_with("/model/vocab/") || s.starts_with("/model/merges/")) && s.size() > 14;
+    (entry ? entries : places).push_back(at);
+    if (v.is_object())
+      for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), at / it.key());
+    else if (v.is_array())
+      for (size_t i = 0; i < v.size(); i++) walk(v[i], at / i);
+  };
+  walk(base, nlohmann::json::json_pointer());
+  static const char* kTypes[] = {"BPE", "WordPiece", "Unigram", "WordLevel", "Metaspace", "Whitespace", "Digits", "Punctuation",
+                                 "Replace", "Strip", "Lowercase", "NFKC", "NFD", "Prepend", "ByteFallback", "Fuse", "Sequence",
+                                 "TemplateProcessing", "Removed", "MergedWithNext", "Contiguous", "Split", "ByteLevel", "NFC"};
+  std::mt19937_64 rng(53);
+  std::vector<std::pair<std::string, std::string>> variants;  // path, what
+  const int kJson = test::sanitized() ? 24 : 72, kBytes = test::sanitized() ? 8 : 24;
+  for (int i = 0; i < kJson; i++) {
+    const std::vector<nlohmann::json::json_pointer>& from = rng() % 4 == 0 ? entries : places;
+    const nlohmann::json::json_pointer at = from[rng() % from.size()];
+    nlohmann::json j = base;
+    std::string what = at.to_string().empty() ? "the root" : at.to_string();
+    nlohmann::json& v = j[at];
+    switch (i % 12) {
+      case 0:
+        if (at.empty()) v = nlohmann::json();
+        else if (j[at.parent_pointer()].is_object()) j[at.parent_pointer()].erase(at.back());
+        else j[at.parent_pointer()].erase(static_cast<size_t>(std::stoul(at.back())));
+        what += " removed";
+        break;
+      case 1: v = nullptr, what += " null"; break;
+      case 2: v = -1, what += " -1"; break;
+      case 3: v = 1e300, what += " 1e300"; break;
+      case 4: v = "", what += " \"\""; break;
+      case 5: v = "((\\", what += " an unbalanced regex"; break;
+      case 6: v = nlohmann::json::array(), what += " []"; break;
+      case 7: v = nlohmann::json::object(), what += " {}"; break;
+      case 8: v = true, what += " true"; break;
+      case 9:
+        for (int k = 0; k < 40; k++) v = nlohmann::json::array({v});
+        what += " nested 40 deep";
+        break;
+      case 10:
+        if (v.is_array()) {
+          const nlohmann::json copy = v;
+          for (int k = 0; k < 3; k++) v.insert(v.end(), copy.begin(), copy.end());
+          what += " repeated 4 times";
+        } else {
+          v = nlohmann::json::array({v, v});
+          what += " as a pair";
+        }
+        break;
+      default: {
+        const char* t = kTypes[rng() % std::size(kTypes)];
+        v = t, what += std::string(" \"") + t + "\"";
+      }
+    }
+    const std::string path = d / ("j" + std::to_string(i) + ".json");
+    write_bytes(path, j.dump());
+    variants.emplace_back(path, what);
+  }
+  for (int i = 0; i < kBytes; i++) {
+    std::string what;
+    const std::string path = d / ("b" + std::to_string(i) + ".json");
+    write_bytes(path, corrupt(good, i, 2048, rng, what));
+    variants.emplace_back(path, what);
+  }
+  const std::string text = small_corpus(d);
+  std::vector<std::string> cmds;
+  for (size_t i = 0; i < variants.size(); i++)
+    cmds.push_back(binary() + " prepare --quiet --text " + text + " --tokenizer-model " + variants[i].first + " --out " +
+                   (d / ("c" + std::to_string(i))));
+  const std::vector<Run> runs = run_shell_batch(cmds);
+  std::vector<Case> cases;
+  int corpora = 0;
+  for (size_t i = 0; i < variants.size(); i++) {
+    cases.push_back({fs::path(variants[i].first).filename().string() + ", " + variants[i].second, runs[i], false});
+    if (runs[i].code == 0) {  // what prepare wrote loads
+      BOOST_CHECK_NO_THROW(load_corpus(d / ("c" + std::to_string(i))));
+      corpora++;
+    }
+  }
+  BOOST_TEST_MESSAGE("hostile tokenizer.json: " << corpora << " corpora written");
+  check_outcomes("hostile tokenizer.json", cases);
+}
 
 // Two `train` on one --out, the second started once the first has begun its metrics log.
 struct TwoWriters {
