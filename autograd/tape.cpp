@@ -64,6 +64,29 @@ void backward(const Var& out, const Tensor& seed) { Tape::get().backward(out, se
 void clear_tape() { Tape::get().clear(); }
 size_t tape_size() { return Tape::get().size(); }
 
+Var checkpoint(const Var& x, const std::vector<Var>& params, const std::function<Var(const Var&)>& fn) {
+  if (!grad_enabled()) return fn(x);
+  Tensor y;
+  {
+    NoGrad off;
+    y = fn(x).val();
+  }
+  std::vector<Var> inputs = params;
+  inputs.push_back(x);
+  return record(inputs, std::move(y), [x, fn](const Tensor& dout) {
+    // The running backward has moved its closures out of the tape: fn records on an empty one,
+    // which this backward runs and clears.
+    Var in(x.val(), x.requires_grad());
+    const Var out = fn(in);
+    if (!out.requires_grad()) return;
+    Tape::get().backward(out, dout);
+    if (!x.requires_grad() || !in.has_grad()) return;
+    Tensor& g = x.grad();
+    const Tensor& d = in.grad();
+    for (int64_t i = 0; i < g.numel(); i++) g.data()[i] += d.data()[i];
+  });
+}
+
 Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const Tensor& dout)> bwd) {
   bool needs = false;
   if (grad_enabled())

@@ -4,7 +4,9 @@
 // run in reverse and cleared after every step, and record(), which ops use to append to it, are in
 // autograd/record.h, for autograd's own ops.
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "autograd/tensor.h"
 
@@ -67,6 +69,13 @@ class NoGrad {
 void backward(const Var& out);
 /// Backprop the cotangent `seed` (same shape as out); clears the tape.
 void backward(const Var& out, const Tensor& seed);
+
+/// Activation checkpointing (torch.utils.checkpoint): out = fn(x), computed without recording, so
+/// that nothing fn computes on the way is kept; one op is recorded in its place whose backward runs
+/// fn(x) again with recording on, then backward through that, seeded with out's gradient. fn must
+/// compute the same values both times (a dropout stream restored by fn itself) and may read only x
+/// and `params` as recorded inputs; gradients are those of fn recorded directly, bit for bit.
+Var checkpoint(const Var& x, const std::vector<Var>& params, const std::function<Var(const Var&)>& fn);
 
 /// Drops the thread's recorded ops and with them the activations they saved (after a forward
 /// whose backward will not run).

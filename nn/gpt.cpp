@@ -1,6 +1,8 @@
 #include "nn/gpt.h"
 
 #include <cmath>
+#include <memory>
+#include <optional>
 
 namespace tapelm {
 
@@ -60,7 +62,26 @@ Var GPT::forward(const Index& idx, const Index* key_keep, std::vector<Var>* attn
   if (key_keep && key_keep->shape != idx.shape)
     throw Error(ErrorKind::shape, "gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
   if (attn_outs) attn_outs->assign(blocks.size(), Var());
-  for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward(x, key_keep, nullptr, attn_outs ? &(*attn_outs)[l] : nullptr);
+  for (size_t l = 0; l < blocks.size(); l++) {
+    if (!recompute_blocks || attn_outs || !grad_enabled()) {
+      x = blocks[l]->forward(x, key_keep, nullptr, attn_outs ? &(*attn_outs)[l] : nullptr);
+      continue;
+    }
+    // the block computed again in backward from its input, its dropout masks drawn again from the
+    // stream where they were drawn, the stream then left where the forward had it
+    std::vector<Var> params;
+    for (const auto& [name, p] : blocks[l]->named_parameters()) params.push_back(p);
+    const std::optional<Index> keep = key_keep ? std::optional<Index>(*key_keep) : std::nullopt;
+    auto first = std::make_shared<bool>(true);
+    x = checkpoint(x, params, [block = blocks[l], rng = rng_, at = rng_->state(), keep, first](const Var& in) {
+      const uint64_t now = rng->state();
+      rng->set_state(at);
+      Var out = block->forward(in, keep ? &*keep : nullptr);
+      if (!*first) rng->set_state(now);
+      *first = false;
+      return out;
+    });
+  }
   return head(ln_f->forward(x));
 }
 

@@ -63,6 +63,10 @@ class GPT : public Module, public Decoder {
   /// Bytes of the weights as held (q8_0 rows where quantized).
   int64_t weight_bytes() const;
 
+  /// Training forwards keep one hidden state per block and recompute each block's activations in
+  /// backward (autograd checkpoint): activation memory of one block, gradients bit for bit the same.
+  bool recompute_blocks = false;
+
   /// The dropout stream: its state is part of the training state.
   Rng& dropout_rng() { return *rng_; }
 

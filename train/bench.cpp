@@ -32,11 +32,13 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed, Precision precision) {
+BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed, Precision precision,
+                        bool recompute_blocks) {
   GPTConfig c = cfg;
   c.dropout = 0;
   GPT model(c, seed);
   model.train();
+  model.recompute_blocks = recompute_blocks;
   NamedParams params = model.named_parameters();
   AdamW opt(params, 1e-3, 0.9, 0.99, 1e-8, 0.1);
   const int64_t T = c.block_size;

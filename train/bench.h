@@ -24,9 +24,10 @@ struct BenchResult {
   double linear_median_s = 0;
 };
 
-/// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch.
+/// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch;
+/// recompute_blocks: each block's activations recomputed in backward (GPT::recompute_blocks).
 BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed,
-                        Precision precision = Precision::f32);
+                        Precision precision = Precision::f32, bool recompute_blocks = false);
 /// Decoding at a serving shape: `batch` sequences, a prompt of `prompt` random tokens prefilled in
 /// one batched forward, then greedy steps of one token per sequence until the cache holds
 /// `context` positions (context - prompt steps).

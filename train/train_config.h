@@ -17,6 +17,13 @@ namespace tapelm {
 inline constexpr uint64_t max_seed = 9223372036854775807ULL;
 inline constexpr int64_t max_threads = 4096;
 
+/// What a training forward keeps for backward: every activation (none recomputed), or one hidden
+/// state per transformer block, each block recomputed in backward (GPT::recompute_blocks).
+enum class Recompute { none, blocks };
+template <> struct EnumNames<Recompute> {
+  static constexpr std::array<std::pair<Recompute, const char*>, 2> values{{{Recompute::none, "none"}, {Recompute::blocks, "blocks"}}};
+};
+
 // type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
 // lr_decay_iters defaults to max_iters when not given.
 #define TAPELM_TRAIN_FIELDS(X)                                    \
@@ -44,6 +51,7 @@ inline constexpr int64_t max_threads = 4096;
   X(int64_t, threads, 0, non_negative, max_threads) /* 0: all cores */ \
   X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */ \
   X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
+  X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */

@@ -209,6 +209,7 @@ void Trainer::set_up() {
     }
   }
   model_.train();
+  model_.recompute_blocks = cfg_.recompute == Recompute::blocks;
   // Each rank draws its own batches and dropout masks; rank 0's streams are a one-process run's.
   sampler_.emplace(corpus_.train, B, T, dist::rank_seed(cfg_.seed, rank_), "train split");
   model_.dropout_rng().set_state(dist::rank_seed(model_.dropout_rng().state(), rank_));

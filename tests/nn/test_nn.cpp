@@ -4,7 +4,9 @@
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <map>
 
+#include "autograd/autocast.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
@@ -67,6 +69,47 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients) {
     }
     GradCheckResult r = gradcheck_vars([&] { return model.loss(ids, tg); }, params, {.eps = 1e-2, .atol = 3e-3});
     BOOST_TEST(r.ok, variant << ": worst ratio " << r.worst_ratio << " at " << r.detail);
+  }
+}
+
+// Recomputing each block in backward (activation checkpointing) gives the stored run's loss and
+// gradients bit for bit — with dropout (its masks drawn again where they were drawn), per-layer KV
+// heads, q/k/v biases, in float32 and under bf16 — leaves the dropout stream where the stored run
+// leaves it, and keeps one op per block on the tape instead of every op of every block.
+BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
+  GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 3, .n_head = 4, .n_kv_head = 4, .n_embd = 16, .mlp_hidden = 24,
+              .dropout = 0.2};
+  c.norm = NormKind::RMSNorm, c.pos = PosKind::Rope, c.mlp = MlpKind::SwiGLU, c.qkv_bias = true, c.tie_embeddings = false;
+  c.set_kv_heads({4, 2, 1});
+  const Index ids = random_ids(3, 8, 11, 5), tg = random_ids(3, 8, 11, 6);
+  std::vector<Precision> precisions{Precision::f32, Precision::bf16_emulated};
+  if (precision_unavailable(Precision::bf16).empty()) precisions.push_back(Precision::bf16);  // the CPU's bf16 products
+  for (Precision p : precisions) {
+    std::map<bool, std::vector<Tensor>> grads;
+    std::map<bool, float> losses;
+    std::map<bool, uint64_t> stream;
+    std::map<bool, size_t> ops;
+    for (bool recompute : {false, true}) {
+      GPT model(c, 9);
+      model.train();
+      model.recompute_blocks = recompute;
+      const Autocast ac(p);
+      for (int step = 0; step < 2; step++) {  // the second step reads the first's dropout stream
+        for (auto& [n, q] : model.named_parameters()) q.zero_grad();
+        const Var loss = model.loss(ids, tg);
+        ops[recompute] = tape_size();
+        losses[recompute] = loss.item();
+        backward(loss);
+      }
+      stream[recompute] = model.dropout_rng().state();
+      for (auto& [n, q] : model.named_parameters()) grads[recompute].push_back(q.grad().clone());
+    }
+    const std::string what = to_string(p);
+    BOOST_TEST(losses[true] == losses[false], what);
+    BOOST_TEST(stream[true] == stream[false], what);
+    BOOST_TEST_REQUIRE(grads[true].size() == grads[false].size());
+    for (size_t i = 0; i < grads[true].size(); i++) BOOST_TEST(same_bits(grads[true][i], grads[false][i]), what << ": parameter " << i);
+    BOOST_TEST(ops[true] + 3 * 10 < ops[false], what << ": " << ops[true] << " ops on the tape against " << ops[false]);
   }
 }
 

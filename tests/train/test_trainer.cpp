@@ -70,6 +70,26 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_exact) {
   BOOST_TEST(b.read_attr_int("/train", "tokens_seen") == 8 * 4 * 16);
 }
 
+// recompute: blocks (activation checkpointing) trains the very run the stored activations train:
+// every logged loss and every weight equal, bit for bit, with dropout and gradient accumulation.
+BOOST_AUTO_TEST_CASE(recompute_blocks_trains_the_same_run_bit_for_bit) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig stored = tiny_train(6);
+  stored.grad_accum = 2;
+  TrainConfig recomputed = stored;
+  recomputed.recompute = Recompute::blocks;
+  tapelm::train(stored, shakespeare(), d / "stored", quiet);
+  tapelm::train(recomputed, shakespeare(), d / "recomputed", quiet);
+  auto m1 = read_metrics(d / "stored/metrics.jsonl"), m2 = read_metrics(d / "recomputed/metrics.jsonl");
+  BOOST_TEST_REQUIRE(m1.size() == m2.size());
+  for (size_t i = 0; i < m1.size(); i++)
+    for (const char* k : {"train_loss", "val_loss", "grad_norm"})
+      if (m1[i].contains(k)) BOOST_TEST(m1[i][k].get<double>() == m2[i].value(k, -1.0), k << " at line " << i);
+  expect_same_weights(d / "stored/checkpoint.h5", d / "recomputed/checkpoint.h5");
+}
+
 // bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes
 // other numbers than f32 (the rounding is in the step) and stays close to them.
 BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {

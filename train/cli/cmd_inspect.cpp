@@ -106,7 +106,7 @@ int run_bench(const BenchArgs& a) {
   cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
   cfg.eval_iters = 0;
   check_training_memory(cfg);
-  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, cfg.precision);
+  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, cfg.precision, cfg.recompute == Recompute::blocks);
   if (a.json) {
     std::printf("%s\n", bench_record(cfg.model, r, batch, cfg.precision, a.iters, a.warmup).dump().c_str());
     return 0;
