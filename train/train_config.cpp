@@ -71,6 +71,11 @@ void TrainConfig::validate() const {
   // vanished from the loss without a word
   if (!(distill_temperature >= 0.1 && distill_temperature <= 100))
     throw Error(ErrorKind::config, "config distill_temperature must be from 0.1 to 100, got " + echo_json(distill_temperature));
+  // the attention-output term reads each block's attention output, which a recomputed block does
+  // not keep: one or the other, said (the forward would otherwise store every activation unasked)
+  if (recompute == Recompute::blocks && distill_attention > 0)
+    throw Error(ErrorKind::config, "config recompute \"blocks\" with distill_attention " + echo_json(distill_attention) +
+                                       ": the attention-output term needs every block's activations; set one of them off");
 }
 
 void check_training_memory(const TrainConfig& c, double available) {

@@ -88,6 +88,9 @@ BOOST_AUTO_TEST_CASE(recompute_blocks_trains_the_same_run_bit_for_bit) {
     for (const char* k : {"train_loss", "val_loss", "grad_norm"})
       if (m1[i].contains(k)) BOOST_TEST(m1[i][k].get<double>() == m2[i].value(k, -1.0), k << " at line " << i);
   expect_same_weights(d / "stored/checkpoint.h5", d / "recomputed/checkpoint.h5");
+  // the attention-output distillation term needs the blocks' activations: refused, not run stored
+  recomputed.distill_attention = 0.5;
+  expect_throw([&] { recomputed.validate(); }, ErrorKind::config, {"recompute \"blocks\" with distill_attention 0.5"});
 }
 
 // bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes
