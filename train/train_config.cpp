@@ -88,13 +88,16 @@ void check_training_memory(const TrainConfig& c, double available) {
   // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
   // hidden layer before and after its activation, one row of attention scores, and the logits
   // with their softmax.
-  const double T = static_cast<double>(m.block_size), d = static_cast<double>(m.n_embd);
-  const double per_token = static_cast<double>(m.n_layer) * (4 * d + 2 * static_cast<double>(m.mlp_hidden) +
-                                                             static_cast<double>(m.n_head) * T) +
-                           2 * static_cast<double>(m.vocab_size);
+  // recompute blocks: one block's activations (the block recomputed in backward) and one hidden
+  // state per block
+  const bool recompute = c.recompute == Recompute::blocks;
+  const double T = static_cast<double>(m.block_size), d = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer);
+  const double kept = recompute ? 1 : L;
+  const double per_token = kept * (4 * d + 2 * static_cast<double>(m.mlp_hidden) + static_cast<double>(m.n_head) * T) +
+                           (recompute ? L * d : 0) + 2 * static_cast<double>(m.vocab_size);
   // bf16: every linear layer also keeps its rounded input for the backward (q|k|v, wo, the MLP's
   // two and the head's: L·(3d + mlp_hidden) + d values per token), at the rounded copy's bytes
-  const double rounded_inputs = rounded * (static_cast<double>(m.n_layer) * (3 * d + static_cast<double>(m.mlp_hidden)) + d);
+  const double rounded_inputs = rounded * (kept * (3 * d + static_cast<double>(m.mlp_hidden)) + d);
   const double activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
   const double windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
   char n[32];
