@@ -36,10 +36,10 @@ std::vector<formats::FileTensor> layout(const Header& h) {
   return formats::layout(to_config(h), formats::Family::llama, formats::Format::llama2c, {.llama2c_version = h.version});
 }
 
-// A llama2.c file read in place: its tensors follow the header in the layout's order.
+// A llama2.c file read in place, its mapping owned: its tensors follow the header in the layout's order.
 class Source : public formats::TensorSource {
  public:
-  Source(const MappedFile& file, int64_t offset, const std::vector<formats::FileTensor>& layout) : file_(file) {
+  Source(MappedFile file, int64_t offset, const std::vector<formats::FileTensor>& layout) : file_(std::move(file)) {
     uint64_t at = static_cast<uint64_t>(offset);
     for (const formats::FileTensor& t : layout) {
       offsets_[t.name] = at;
@@ -63,7 +63,7 @@ class Source : public formats::TensorSource {
   }
 
  private:
-  const MappedFile& file_;
+  MappedFile file_;
   std::map<std::string, uint64_t> offsets_;
   std::vector<Info> infos_;
 };
@@ -263,35 +263,6 @@ Header read_header(std::string_view b, const std::string& path, int64_t* off) {
 
 }  // namespace
 
-Model read_model(const std::string& path) {
-  const MappedFile file(path, "llama2.c model");
-  int64_t off = 0;
-  const Header h = read_header(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path, &off);
-  const GPTConfig cfg = to_config(h);
-  try {
-    cfg.validate();
-  } catch (const Error& e) {
-    throw Error(ErrorKind::data, "llama2.c model " + path + ": tapelm cannot hold this model: " + std::string(e.what()));
-  }
-  const double size = static_cast<double>(file.size());
-  check_memory(4.0 * size, available_memory_bytes(), path + ": the model's " + std::to_string(file.size() / 4) + " weights");
-  // What later commands build from the header must fit too: sample's KV cache of one sequence of
-  // max_seq_len positions, and the RoPE tables a version 0 export writes (max_seq_len × head size).
-  const double kv_cache = 4.0 * 2 * static_cast<double>(h.n_layers) * static_cast<double>(h.max_seq_len) *
-                          static_cast<double>(h.dim / h.n_heads * h.n_kv_heads);
-  const double rope = 4.0 * static_cast<double>(h.max_seq_len) * static_cast<double>(h.dim / h.n_heads);
-  check_memory(kv_cache + rope, available_memory_bytes(),
-               "llama2.c model " + path + ": max_seq_len " + std::to_string(h.max_seq_len) + " (the KV cache and RoPE tables of that context)");
-  Model m;
-  m.header = h;
-  m.gpt = std::make_unique<GPT>(cfg);
-  const auto tensors = layout(h);
-  const Source src(file, off, tensors);
-  formats::TensorMap into = formats::tensors_of(*m.gpt);
-  formats::load(tensors, src, {"the header", ErrorKind::data, {}}, into);
-  if (h.version == 0) m.freq_cis_real = into.at("freq_cis_real"), m.freq_cis_imag = into.at("freq_cis_imag");
-  return m;
-}
 
 void check_exportable(const GPTConfig& c, const std::string& what) {
   std::string why;
@@ -419,26 +390,29 @@ TokenizerBin read_tokenizer_bin(const std::string& path, int64_t vocab_size) {
 }
 
 namespace {
-// A llama2.c file opened and checked but not read: its header, its tensors in place (the mapping
-// owned), version 0's RoPE tables read (they are small).
+// A llama2.c file opened and checked but not read (formats::OpenedModel: one tensor at a time, or
+// the whole model), with version 0's RoPE tables read (they are small).
 struct OpenedFile {
   Header header;
-  std::unique_ptr<MappedFile> file;
-  std::vector<formats::FileTensor> tensors;
-  std::unique_ptr<Source> src;
+  formats::OpenedModel model;
   Tensor freq_cis_real, freq_cis_imag;
 };
 
 OpenedFile open_file(const std::string& path) {
   OpenedFile o;
-  o.file = std::make_unique<MappedFile>(path, "llama2.c model");
   int64_t off = 0;
-  o.header = read_header(std::string_view(reinterpret_cast<const char*>(o.file->data()), o.file->size()), path, &off);
+  MappedFile file(path, "llama2.c model");  // mapped once: the header read is the file the tensors are read from
+  o.header = read_header(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()), path, &off);
   const Header& h = o.header;
+  formats::OpenedModel& m = o.model;
+  m.path = path;
+  m.format = "llama2c";
+  m.what = "llama2.c model " + path;
+  m.config = to_config(h);
   try {
-    to_config(h).validate();
+    m.config.validate();
   } catch (const Error& e) {
-    throw Error(ErrorKind::data, "llama2.c model " + path + ": tapelm cannot hold this model: " + std::string(e.what()));
+    throw Error(ErrorKind::data, m.what + ": tapelm cannot hold this model: " + std::string(e.what()));
   }
   // What later commands build from the header must fit: sample's KV cache of one sequence of
   // max_seq_len positions, and the RoPE tables a version 0 export writes (max_seq_len × head size).
@@ -446,20 +420,33 @@ OpenedFile open_file(const std::string& path) {
                           static_cast<double>(h.dim / h.n_heads * h.n_kv_heads);
   const double rope = 4.0 * static_cast<double>(h.max_seq_len) * static_cast<double>(h.dim / h.n_heads);
   check_memory(kv_cache + rope, available_memory_bytes(),
-               "llama2.c model " + path + ": max_seq_len " + std::to_string(h.max_seq_len) + " (the KV cache and RoPE tables of that context)");
-  o.tensors = layout(h);
-  o.src = std::make_unique<Source>(*o.file, off, o.tensors);
-  for (const formats::FileTensor& t : o.tensors) {
+               m.what + ": max_seq_len " + std::to_string(h.max_seq_len) + " (the KV cache and RoPE tables of that context)");
+  m.layout = layout(h);
+  m.src = std::make_unique<Source>(std::move(file), off, m.layout);
+  m.dtypes = "F32";
+  for (const formats::FileTensor& t : m.layout) {
     if (!t.extra) continue;
     Tensor v = Tensor::empty(t.shape);
-    o.src->read_f32(*o.src->find(t.name), v.data());
-    if (const std::string bad = formats::non_finite(v); !bad.empty())
-      throw Error(ErrorKind::data, "llama2.c model " + path + ": tensor " + t.name + " holds " + bad);
+    m.src->read_f32(*m.src->find(t.name), v.data());
+    if (const std::string bad = formats::non_finite(v); !bad.empty()) throw Error(ErrorKind::data, m.what + ": tensor " + t.name + " holds " + bad);
     (t.name == "freq_cis_real" ? o.freq_cis_real : o.freq_cis_imag) = v;
   }
   return o;
 }
 }  // namespace
+
+Model read_model(const std::string& path) {
+  OpenedFile o = open_file(path);
+  const double bytes = static_cast<double>(file_bytes(o.header));
+  check_memory(bytes, available_memory_bytes(), path + ": the model's " + std::to_string(static_cast<int64_t>(bytes / 4)) + " weights");
+  Model m;
+  m.header = o.header;
+  m.gpt = std::make_unique<GPT>(o.model.config);
+  formats::TensorMap into = formats::tensors_of(*m.gpt);
+  o.model.read(into);
+  m.freq_cis_real = o.freq_cis_real, m.freq_cis_imag = o.freq_cis_imag;
+  return m;
+}
 
 Header import_model(const std::string& model_path, const std::string& tokenizer_model, const std::string& tokenizer_bin,
                     const std::string& out) {
@@ -486,24 +473,8 @@ Header import_model(const std::string& model_path, const std::string& tokenizer_
   if (m.header.version == 0) extras = {{"freq_cis_real", m.freq_cis_real}, {"freq_cis_imag", m.freq_cis_imag}};
   const nlohmann::json from{{"format", "llama2c"}, {"version", m.header.version}, {"file", std::filesystem::path(model_path).filename().string()}};
   // one tensor at a time: what is held is one file tensor (wq's rows permuted back), never the model
-  write_streamed(out, to_config(m.header), tokenizer_model.empty() ? nullptr : &tok, {"imported_from", from.dump()}, WeightType::f32,
-                 [&](formats::ModelSink& sink) {
-                   std::vector<float> buf;
-                   for (const formats::FileTensor& t : m.tensors) {
-                     if (t.extra) continue;
-                     formats::TensorMap parts;
-                     for (const auto& [name, shape] : t.parts) parts.emplace(name, Tensor::empty(shape));
-                     buf.resize(static_cast<size_t>(shape_numel(t.shape)));
-                     m.src->read_f32(*m.src->find(t.name), buf.data());
-                     formats::store_file_values(t, buf.data(), parts);
-                     for (const auto& [name, shape] : t.parts) {
-                       if (const std::string bad = formats::non_finite(parts.at(name)); !bad.empty())
-                         throw Error(ErrorKind::data, "llama2.c model " + model_path + ": tensor " + t.name + " holds " + bad);
-                       sink.tensor(name, parts.at(name));
-                     }
-                   }
-                 },
-                 extras);
+  write_streamed(out, m.model.config, tokenizer_model.empty() ? nullptr : &tok, {"imported_from", from.dump()}, WeightType::f32,
+                 [&](formats::ModelSink& sink) { m.model.push_each(sink); }, extras);
   return m.header;
 }
 
