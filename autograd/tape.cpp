@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "autograd/error.h"
+#include "autograd/kernels/elementwise.h"
 #include "autograd/record.h"
 
 namespace tapelm {
@@ -80,10 +81,7 @@ Var checkpoint(const Var& x, const std::vector<Var>& params, const std::function
     const Var out = fn(in);
     if (!out.requires_grad()) return;
     Tape::get().backward(out, dout);
-    if (!x.requires_grad() || !in.has_grad()) return;
-    Tensor& g = x.grad();
-    const Tensor& d = in.grad();
-    for (int64_t i = 0; i < g.numel(); i++) g.data()[i] += d.data()[i];
+    if (x.requires_grad() && in.has_grad()) kern::add_into(x.grad().data(), in.grad().data(), in.numel());
   });
 }
 

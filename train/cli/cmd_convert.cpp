@@ -41,20 +41,16 @@ void convert_flags(CLI::App& c, ConvertArgs& a) {
                "calibration data for aligned, fit, aligned-fit and similar: what eval takes (text: its train split)");
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens, drawn as seeded random windows");
   c.add_option("--out", a.out, "the converted model: a checkpoint, an HF directory or a GGUF file (--format)")->required();
-  std::vector<std::string> formats, dtypes;  // the writable formats' names and the types any of them holds
-  std::string format_help, dtype_help;
-  for (const formats::ModelFormat* f : formats::writable_formats()) {
-    formats.push_back(f->name);
+  const std::vector<const formats::ModelFormat*>& rows = formats::writable_formats();
+  std::vector<std::string> names;
+  std::string format_help;
+  for (const formats::ModelFormat* f : rows) {
+    names.push_back(f->name);
     format_help += (format_help.empty() ? "" : ", ") + std::string(f->name) + " (" + f->what + ")";
-    dtype_help += (dtype_help.empty() ? "" : "; ") + std::string(f->name) + ":";
-    for (WeightType t : f->dtypes) {
-      const std::string d = to_string(t);
-      dtype_help += (dtype_help.back() == ':' ? " " : ", ") + d;
-      if (std::find(dtypes.begin(), dtypes.end(), d) == dtypes.end()) dtypes.push_back(d);
-    }
   }
-  c.add_option("--format", a.format, "what --out is (default tapelm): " + format_help)->check(CLI::IsMember(formats));
-  c.add_option("--dtype", a.dtype, "the weights' type (default: the source's 16-bit type, else f32); " + dtype_help)->check(CLI::IsMember(dtypes));
+  c.add_option("--format", a.format, "what --out is (default tapelm): " + format_help)->check(CLI::IsMember(names));
+  c.add_option("--dtype", a.dtype, "the weights' type (default: the source's 16-bit type, else f32); " + formats::describe_dtypes(rows))
+      ->check(CLI::IsMember(formats::dtype_names(rows)));
   c.add_option("--seed", a.seed, "seed for --method random and the calibration windows")->check(seed_range());
 }
 

@@ -23,32 +23,18 @@ struct ExportArgs {
   CLI::Option *version_opt = nullptr, *dtype_opt = nullptr;
 };
 
-// "hf: f32, bf16, f16; gguf: ..." from the format table.
-std::string dtype_help() {
-  std::string out;
-  for (const formats::ModelFormat& f : formats::model_formats()) {
-    if (f.dtypes.empty()) continue;
-    out += (out.empty() ? "" : "; ") + std::string(f.name) + ":";
-    for (size_t i = 0; i < f.dtypes.size(); i++) out += (i ? ", " : " ") + to_string(f.dtypes[i]);
-  }
-  return "the weights' type (default f32); " + out;
-}
-
 std::string format_help(const char* formats::ModelFormat::*field) {
   std::string out;
-  for (const formats::ModelFormat& f : formats::model_formats()) out += (out.empty() ? "" : "; ") + std::string(f.name) + ": " + f.*field;
+  for (const formats::ModelFormat* f : formats::model_formats()) out += (out.empty() ? "" : "; ") + std::string(f->name) + ": " + f->*field;
   return out;
 }
 
 void export_flags(CLI::App& c, ExportArgs& a) {
-  std::vector<std::string> dtypes;
-  for (const formats::ModelFormat& f : formats::model_formats())
-    for (WeightType t : f.dtypes)
-      if (std::find(dtypes.begin(), dtypes.end(), to_string(t)) == dtypes.end()) dtypes.push_back(to_string(t));
   c.add_option("--checkpoint", a.r.checkpoint, "checkpoint (HDF5)")->required();
   c.add_option("--format", a.format, formats::describe_model_formats())->required()->check(CLI::IsMember(formats::model_format_names()));
   a.version_opt = c.add_option("--version", a.r.version, "llama2c: file version 0 (what run.c reads, default) or 1")->check(CLI::IsMember({0, 1}));
-  a.dtype_opt = c.add_option("--dtype", a.dtype, dtype_help())->check(CLI::IsMember(dtypes));
+  a.dtype_opt = c.add_option("--dtype", a.dtype, "the weights' type (default f32); " + formats::describe_dtypes(formats::model_formats()))
+                    ->check(CLI::IsMember(formats::dtype_names(formats::model_formats())));
   c.add_option("--out", a.r.out, format_help(&formats::ModelFormat::out_help))->required();
 }
 

@@ -34,18 +34,11 @@ namespace {
 // The longest context read: GGUF's context_length limit, so every import can be exported.
 constexpr int64_t kMaxPositions = int64_t(1) << 24;
 
-[[noreturn]] void refuse(const std::string& what, const std::string& why) { throw Error(ErrorKind::config, what + ": " + why); }
-
-// Reads j[key] with config_get's type checks, naming the file in the error.
-template <class T> void get(const json& j, const std::string& key, T& out, const std::string& what) {
-  try {
-    config_get(j, key, out);
-  } catch (const Error& e) {
-    refuse(what, e.what());
-  }
-}
-
-bool present(const json& j, const std::string& key) { return j.contains(key) && !j[key].is_null(); }
+// config.json read as the family rows' hooks read it (formats::HfJson): typed reads and refusals
+// naming the file.
+[[noreturn]] void refuse(const std::string& what, const std::string& why) { formats::HfJson(json(), what).refuse(why); }
+template <class T> void get(const json& j, const std::string& key, T& out, const std::string& what) { formats::HfJson(j, what).get(key, out); }
+bool present(const json& j, const std::string& key) { return formats::HfJson(j, "").has(key); }
 
 std::string arch_of(const json& j, const std::string& what) {
   if (j.contains("architectures")) {

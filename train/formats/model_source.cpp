@@ -106,13 +106,15 @@ OpenedModel open_checkpoint(const std::string& path) {
   return m;
 }
 
-bool starts_with_hdf5(const std::string& path) {
+bool file_starts_with(const std::string& path, const std::string& magic) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;  // a FIFO is never read to tell what it is (it would wait)
+  if (!fs::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
-  char magic[8] = {};
-  in.read(magic, 8);
-  return in.gcount() == 8 && std::string(magic, 8) == "\x89HDF\r\n\x1a\n";
+  std::string head(magic.size(), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  return in.gcount() == static_cast<std::streamsize>(head.size()) && head == magic;
 }
+
+bool starts_with_hdf5(const std::string& path) { return file_starts_with(path, "\x89HDF\r\n\x1a\n"); }
 
 }  // namespace tapelm::formats

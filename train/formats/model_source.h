@@ -55,6 +55,8 @@ struct OpenedModel {
 
 /// Opens `path` as a tapelm checkpoint (any model: formats::open_model, registry.h).
 OpenedModel open_checkpoint(const std::string& path);
+/// `path` is a regular file whose first bytes are `magic` (a FIFO is never read to tell: it would wait).
+bool file_starts_with(const std::string& path, const std::string& magic);
 /// The file starts with HDF5's signature (a tapelm checkpoint, or another HDF5 file).
 bool starts_with_hdf5(const std::string& path);
 

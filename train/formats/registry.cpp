@@ -1,9 +1,7 @@
 #include "train/formats/registry.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "autograd/error.h"
 #include "data/io.h"
@@ -75,20 +73,12 @@ bool is_hf_dir(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec);
 }
-bool is_gguf(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
-}
+bool is_gguf(const std::string& path) { return file_starts_with(path, "GGUF"); }
 
 void check_checkpoint(const Output& o, const GPTConfig&, const Tokenizer*) {
   if (o.dtype == WeightType::q8_0) throw Error(ErrorKind::usage, "--dtype q8_0: only --format gguf holds q8_0 weights");
 }
 std::string write_checkpoint(const Output& o, const GPTConfig& c, const Tokenizer* tok, const SinkFill& fill) {
-  check_checkpoint(o, c, tok);
   write_streamed(o.path, c, tok, o.note, o.dtype, fill);
   return "tapelm checkpoint, " + to_string(o.dtype);
 }
@@ -118,11 +108,11 @@ const std::vector<ModelFormat> kFormats = {
 };
 
 // The rows import and export take.
-const std::vector<ModelFormat>& exchanged() {
-  static const std::vector<ModelFormat> rows = [] {
-    std::vector<ModelFormat> out;
+const std::vector<const ModelFormat*>& exchanged() {
+  static const std::vector<const ModelFormat*> rows = [] {
+    std::vector<const ModelFormat*> out;
     for (const ModelFormat& f : kFormats)
-      if (f.exchange) out.push_back(f);
+      if (f.exchange) out.push_back(&f);
     return out;
   }();
   return rows;
@@ -136,7 +126,25 @@ std::string names_of(const std::vector<const ModelFormat*>& fs) {
 
 }  // namespace
 
-const std::vector<ModelFormat>& model_formats() { return exchanged(); }
+const std::vector<const ModelFormat*>& model_formats() { return exchanged(); }
+
+std::vector<std::string> dtype_names(const std::vector<const ModelFormat*>& rows) {
+  std::vector<std::string> out;
+  for (const ModelFormat* f : rows)
+    for (WeightType t : f->dtypes)
+      if (std::find(out.begin(), out.end(), to_string(t)) == out.end()) out.push_back(to_string(t));
+  return out;
+}
+
+std::string describe_dtypes(const std::vector<const ModelFormat*>& rows) {
+  std::string out;
+  for (const ModelFormat* f : rows) {
+    if (f->dtypes.empty()) continue;
+    out += (out.empty() ? "" : "; ") + std::string(f->name) + ":";
+    for (size_t i = 0; i < f->dtypes.size(); i++) out += (i ? ", " : " ") + to_string(f->dtypes[i]);
+  }
+  return out;
+}
 
 const std::vector<const ModelFormat*>& writable_formats() {
   static const std::vector<const ModelFormat*> rows = [] {
@@ -180,28 +188,28 @@ std::string model_digest(const std::string& path, const std::string& what) {
 }
 
 const ModelFormat& model_format(const std::string& name) {
-  for (const ModelFormat& f : exchanged())
-    if (name == f.name) return f;
+  for (const ModelFormat* f : exchanged())
+    if (name == f->name) return *f;
   throw Error(ErrorKind::usage, "--format " + cut_for_message(name) + ": the formats are " + describe_model_formats());
 }
 
 std::vector<std::string> model_format_names() {
   std::vector<std::string> out;
-  for (const ModelFormat& f : exchanged()) out.push_back(f.name);
+  for (const ModelFormat* f : exchanged()) out.push_back(f->name);
   return out;
 }
 
 std::string describe_model_formats() {
   std::string out;
-  for (const ModelFormat& f : exchanged()) out += (out.empty() ? "" : ", ") + std::string(f.name) + " (" + f.what + ")";
+  for (const ModelFormat* f : exchanged()) out += (out.empty() ? "" : ", ") + std::string(f->name) + " (" + f->what + ")";
   return out;
 }
 
 void check_import_flags(const ModelFormat& f, const ImportRequest& r) {
   if (!f.tokenizer_files && (!r.tokenizer_model.empty() || !r.tokenizer_bin.empty())) {
     std::vector<const ModelFormat*> with;
-    for (const ModelFormat& o : exchanged())
-      if (o.tokenizer_files) with.push_back(&o);
+    for (const ModelFormat* o : exchanged())
+      if (o->tokenizer_files) with.push_back(o);
     throw Error(ErrorKind::usage, "--tokenizer-model and --tokenizer-bin are for " + names_of(with) + ": " + f.what + " holds its own tokenizer");
   }
   if (std::filesystem::is_directory(r.out))
@@ -214,8 +222,8 @@ void check_export_flags(const ModelFormat& f, const ExportRequest& r, bool versi
   const bool float32_only = f.dtypes.empty();
   if (dtype_given && (float32_only ? r.dtype != WeightType::f32 : std::find(f.dtypes.begin(), f.dtypes.end(), r.dtype) == f.dtypes.end())) {
     std::vector<const ModelFormat*> with;
-    for (const ModelFormat& o : exchanged())
-      if (std::find(o.dtypes.begin(), o.dtypes.end(), r.dtype) != o.dtypes.end()) with.push_back(&o);
+    for (const ModelFormat* o : exchanged())
+      if (std::find(o->dtypes.begin(), o->dtypes.end(), r.dtype) != o->dtypes.end()) with.push_back(o);
     throw Error(ErrorKind::usage, "--dtype " + to_string(r.dtype) + (with.empty() ? " is no format's" : " is for --format " + names_of(with)) +
                                       (float32_only ? "; " + std::string(f.what) + " holds float32" : ""));
   }

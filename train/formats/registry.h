@@ -59,9 +59,13 @@ struct ModelFormat {
 };
 
 /// The formats import and export take, in the order help lists them.
-const std::vector<ModelFormat>& model_formats();
+const std::vector<const ModelFormat*>& model_formats();
 /// The formats a model is written in by a stream of tensors (convert --format), the checkpoint first.
 const std::vector<const ModelFormat*>& writable_formats();
+/// The --dtype names any of `rows` holds, each once in the rows' order, and the help that lists
+/// them by format ("hf: f32, bf16, f16; gguf: f32, f16, bf16, q8_0").
+std::vector<std::string> dtype_names(const std::vector<const ModelFormat*>& rows);
+std::string describe_dtypes(const std::vector<const ModelFormat*>& rows);
 /// The row of a writable format; an unknown name is a usage Error naming `flag` and the names.
 const ModelFormat& writable_format(const std::string& name, const std::string& flag);
 /// Opens `path` as the format it is: the first row whose sniff says so (a directory with
