@@ -67,15 +67,19 @@ void TrainConfig::validate() const {
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
   if (distill_lambda > 1)
     throw Error(ErrorKind::config, "config distill_lambda must be in [0, 1], got " + echo_json(distill_lambda));
-  // one rule with --distill-temperature: the soft targets' term is scaled by T², so at 1e-30 it
-  // vanished from the loss without a word
-  if (!(distill_temperature >= 0.1 && distill_temperature <= 100))
-    throw Error(ErrorKind::config, "config distill_temperature must be from 0.1 to 100, got " + echo_json(distill_temperature));
+  if (!(distill_temperature >= min_distill_temperature && distill_temperature <= max_distill_temperature))
+    throw Error(ErrorKind::config, "config distill_temperature must be " + distill_temperature_range() + ", got " + echo_json(distill_temperature));
   // the attention-output term reads each block's attention output, which a recomputed block does
   // not keep: one or the other, said (the forward would otherwise store every activation unasked)
   if (recompute == Recompute::blocks && distill_attention > 0)
     throw Error(ErrorKind::config, "config recompute \"blocks\" with distill_attention " + echo_json(distill_attention) +
                                        ": the attention-output term needs every block's activations; set one of them off");
+}
+
+std::string distill_temperature_range() {
+  char s[64];
+  std::snprintf(s, sizeof s, "from %g to %g", min_distill_temperature, max_distill_temperature);
+  return s;
 }
 
 void check_training_memory(const TrainConfig& c, double available) {

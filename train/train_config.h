@@ -16,6 +16,11 @@ namespace tapelm {
 /// 0 (all cores)..max_threads.
 inline constexpr uint64_t max_seed = 9223372036854775807ULL;
 inline constexpr int64_t max_threads = 4096;
+/// The distillation temperature's range, for the config key, --distill-temperature and the sweep:
+/// the soft targets' term is scaled by T², so a T near 0 drops it from the loss without a word.
+inline constexpr double min_distill_temperature = 0.1, max_distill_temperature = 100;
+/// "from 0.1 to 100", as messages say the range.
+std::string distill_temperature_range();
 
 /// What a training forward keeps for backward: every activation (none recomputed), or one hidden
 /// state per transformer block, each block recomputed in backward (GPT::recompute_blocks).

@@ -117,7 +117,8 @@ void DistillArgs::add_flags(CLI::App& c, const std::string& what, bool with_atte
       ->check(number_in(0, 1));
   // the soft targets' term is scaled by T² (Hinton et al. 2015): at T 1e-30 it vanished from the
   // loss without a word, so T is bounded where the term still counts
-  c.add_option("--distill-temperature", temperature, "with --distill: the softmax temperature T, 0.1 to 100")->check(number_in(0.1, 100));
+  c.add_option("--distill-temperature", temperature, "with --distill: the softmax temperature T, " + distill_temperature_range())
+      ->check(number_in(min_distill_temperature, max_distill_temperature));
   if (with_attention)
     c.add_option("--distill-attention", attention,
                  "with --distill: the weight beta of a per-layer term, beta·mean over layers of |o - t|²/|t|², each "

@@ -117,8 +117,8 @@ namespace {
 void add_distilled_cells(SweepPlan& plan) {
   const SweepPreset& p = plan.preset;
   if (!plan.distills()) return;
-  if (!(p.distill_lambda <= 1) || !(p.distill_temperature >= 0.1 && p.distill_temperature <= 100))
-    throw Error(ErrorKind::usage, "sweep --distill: lambda must be in (0, 1] and the temperature from 0.1 to 100 (got " +
+  if (!(p.distill_lambda <= 1) || !(p.distill_temperature >= min_distill_temperature && p.distill_temperature <= max_distill_temperature))
+    throw Error(ErrorKind::usage, "sweep --distill: lambda must be in (0, 1] and the temperature " + distill_temperature_range() + " (got " +
                                       std::to_string(p.distill_lambda) + ", " + std::to_string(p.distill_temperature) + ")");
   for (const std::string& m : p.distill_methods) {
     const Variant v{&method(m), Grouping::Contiguous};  // an unknown name is refused here
