@@ -107,14 +107,17 @@ const std::vector<ModelFormat> kFormats = {
      .import_model = import_gguf, .export_model = export_gguf},
 };
 
+// The rows for which keep(row) holds, in the table's order.
+std::vector<const ModelFormat*> rows_where(bool (*keep)(const ModelFormat&)) {
+  std::vector<const ModelFormat*> out;
+  for (const ModelFormat& f : kFormats)
+    if (keep(f)) out.push_back(&f);
+  return out;
+}
+
 // The rows import and export take.
 const std::vector<const ModelFormat*>& exchanged() {
-  static const std::vector<const ModelFormat*> rows = [] {
-    std::vector<const ModelFormat*> out;
-    for (const ModelFormat& f : kFormats)
-      if (f.exchange) out.push_back(&f);
-    return out;
-  }();
+  static const std::vector<const ModelFormat*> rows = rows_where([](const ModelFormat& f) { return f.exchange; });
   return rows;
 }
 
@@ -147,12 +150,7 @@ std::string describe_dtypes(const std::vector<const ModelFormat*>& rows) {
 }
 
 const std::vector<const ModelFormat*>& writable_formats() {
-  static const std::vector<const ModelFormat*> rows = [] {
-    std::vector<const ModelFormat*> out;
-    for (const ModelFormat& f : kFormats)
-      if (f.write) out.push_back(&f);
-    return out;
-  }();
+  static const std::vector<const ModelFormat*> rows = rows_where([](const ModelFormat& f) { return f.write != nullptr; });
   return rows;
 }
 
