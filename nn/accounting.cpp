@@ -34,6 +34,9 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   m.forward_flops_per_token = L * (attn_mm + mlp_mm + attn_core) + kv_mm + 2.0 * d * V;
   m.train_flops_per_token = 3.0 * m.forward_flops_per_token;
   m.kv_cache_bytes_per_token = kv_cache_bytes_per_token(c, KvType::f32);
+  m.attention_params = saturate(L * attn_p + kv_p * kv_all);
+  m.kv_params = saturate(kv_p * kv_all);
+  m.matmul_weights = saturate(L * (d * q + q * d + (swiglu ? 3 : 2) * d * hid) + 2 * d * kv_all + d * V);
   return m;
 }
 

@@ -14,6 +14,9 @@ struct ModelCost {
   double forward_flops_per_token;  // matmuls (2 per multiply-add) + attention 4·T·d per layer
   double train_flops_per_token;    // 3 × forward (backward is twice the forward)
   int64_t kv_cache_bytes_per_token;  // float32 K and V of every layer
+  int64_t attention_params;        // the q, k, v and output projections of every layer, biases included
+  int64_t kv_params;               // the k and v projections of every layer, biases included
+  int64_t matmul_weights;          // weights multiplied per token (the head's included, tied or not)
 };
 
 /// Costs at context length T (default: block_size). Computed in double, so a config of absurd

@@ -32,14 +32,14 @@ double median(std::vector<double> v) {
 }
 }  // namespace
 
-BenchResult bench_train(const GPTConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed, Precision precision,
-                        bool recompute_blocks) {
-  GPTConfig c = cfg;
+BenchResult bench_train(const TrainConfig& cfg, int64_t B, int iters, int warmup, uint64_t seed) {
+  GPTConfig c = cfg.model;
   c.dropout = 0;
+  const Precision precision = cfg.precision;
   GPT model(c, seed);
   model.train();
-  model.recompute_blocks = recompute_blocks;
-  NamedParams params = model.named_parameters();
+  model.recompute_blocks = cfg.recompute == Recompute::blocks;
+  NamedParams params = trained_parameters(model, cfg.trainable);
   AdamW opt(params, 1e-3, 0.9, 0.99, 1e-8, 0.1);
   const int64_t T = c.block_size;
   Rng r(seed + 1);
@@ -174,7 +174,9 @@ DecodeRoofline decode_roofline(const GPTConfig& cfg, const DecodeResult& r) {
   return d;
 }
 
-nlohmann::json bench_record(const GPTConfig& cfg, const BenchResult& r, int64_t batch, Precision p, int iters, int warmup) {
+nlohmann::json bench_record(const TrainConfig& tc, const BenchResult& r, int64_t batch, int iters, int warmup) {
+  const GPTConfig& cfg = tc.model;
+  const Precision p = tc.precision;
   const ComputeInfo ci = compute_info();
   nlohmann::json j = record_base(cfg, iters, warmup, ci);
   j.update({{"mode", "train"},
@@ -191,7 +193,9 @@ nlohmann::json bench_record(const GPTConfig& cfg, const BenchResult& r, int64_t 
             {"cpu_peak_flops_per_s", ci.cpu_peak},
             {"cpu_clock_hz", ci.clock_hz},
             {"cpu_peak_lanes", ci.lanes},
-            {"model_flops_per_s", r.tokens_per_s * model_cost(cfg).train_flops_per_token}});
+            {"recompute", to_string(tc.recompute)},
+            {"trainable", to_string(tc.trainable)},
+            {"model_flops_per_s", r.tokens_per_s * tc.train_flops_per_token()}});
   if (p == Precision::bf16) j["bf16_gemm_peak_flops_per_s"] = bf16_gemm_peak_flops();
   return j;
 }

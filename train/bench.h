@@ -9,6 +9,7 @@
 #include "autograd/autocast.h"
 #include "autograd/quant.h"
 #include "nn/config.h"
+#include "train/train_config.h"
 
 namespace tapelm {
 
@@ -24,10 +25,9 @@ struct BenchResult {
   double linear_median_s = 0;
 };
 
-/// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch;
-/// recompute_blocks: each block's activations recomputed in backward (GPT::recompute_blocks).
-BenchResult bench_train(const GPTConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed,
-                        Precision precision = Precision::f32, bool recompute_blocks = false);
+/// forward + backward + clip(1.0) + AdamW(1e-3, 0.9, 0.99, wd 0.1) on one fixed random batch, of
+/// cfg's model in its precision, recompute and trainable (the other training keys are not read).
+BenchResult bench_train(const TrainConfig& cfg, int64_t batch, int iters, int warmup, uint64_t seed);
 /// Decoding at a serving shape: `batch` sequences, a prompt of `prompt` random tokens prefilled in
 /// one batched forward, then greedy steps of one token per sequence until the cache holds
 /// `context` positions (context - prompt steps).
@@ -63,7 +63,7 @@ DecodeRoofline decode_roofline(const GPTConfig& cfg, const DecodeResult& r);
 
 /// What `bench --json` prints for a training run (r of `batch` windows in precision p) or a decoding
 /// run: the timings, the model's shape and the machine it ran on (compute_info), in one record.
-nlohmann::json bench_record(const GPTConfig& cfg, const BenchResult& r, int64_t batch, Precision p, int iters, int warmup);
+nlohmann::json bench_record(const TrainConfig& cfg, const BenchResult& r, int64_t batch, int iters, int warmup);
 nlohmann::json bench_record(const GPTConfig& cfg, const DecodeResult& r, const DecodeRoofline& roof, int iters, int warmup);
 
 }  // namespace tapelm

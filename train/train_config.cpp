@@ -1,5 +1,6 @@
 #include "train/train_config.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -82,13 +83,44 @@ std::string distill_temperature_range() {
   return s;
 }
 
+bool is_trained(Trainable t, const std::string& name) {
+  switch (t) {
+    case Trainable::all: return true;
+    case Trainable::attention: return name.find(".attn.w") != std::string::npos;  // wq, wk, wv, wo
+    case Trainable::kv: return name.find(".attn.wk.") != std::string::npos || name.find(".attn.wv.") != std::string::npos;
+  }
+  return true;
+}
+
+NamedParams trained_parameters(GPT& model, Trainable t) {
+  NamedParams out;
+  for (auto& [name, p] : model.named_parameters()) {
+    p.set_requires_grad(is_trained(t, name));
+    if (p.requires_grad()) out.emplace_back(name, p);
+  }
+  return out;
+}
+
+int64_t TrainConfig::trained_params() const {
+  const ModelCost m = model_cost(model);
+  return trainable == Trainable::all ? m.params : trainable == Trainable::attention ? m.attention_params : m.kv_params;
+}
+
+double TrainConfig::train_flops_per_token() const {
+  const ModelCost m = model_cost(model);
+  if (trainable == Trainable::all) return m.train_flops_per_token;
+  // a frozen matrix's weight gradient (2 FLOPs per weight and token, as its forward) is not computed
+  const double frozen = static_cast<double>(m.matmul_weights - trained_params());
+  return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
+}
+
 void check_training_memory(const TrainConfig& c, double available) {
   const GPTConfig& m = c.model;
-  const double params = static_cast<double>(model_cost(m).params);
-  // float weights, gradients and AdamW's two moments; in bf16 also the step's rounded copy of
-  // the weights (2 bytes each, 4 when emulated: the bf16 values held in float32)
+  const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
+  // float weights; gradients and AdamW's two moments of the trained ones; in bf16 also the step's
+  // rounded copy of the weights (2 bytes each, 4 when emulated: the bf16 values held in float32)
   const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
-  const double weights = (16 + rounded) * params;
+  const double weights = (4 + rounded) * params + 12 * trained;
   // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
   // hidden layer before and after its activation, one row of attention scores, and the logits
   // with their softmax.
@@ -108,6 +140,7 @@ void check_training_memory(const TrainConfig& c, double available) {
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
+                                       (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +
                                        (rounded > 0 ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
   check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +

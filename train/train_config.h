@@ -29,6 +29,21 @@ template <> struct EnumNames<Recompute> {
   static constexpr std::array<std::pair<Recompute, const char*>, 2> values{{{Recompute::none, "none"}, {Recompute::blocks, "blocks"}}};
 };
 
+/// Which parameters a run trains (uptrain --train): every one; the attention projections (q, k, v
+/// and output, biases included); or only the key and value projections, what a conversion
+/// changed. The others are frozen: no gradient is computed for them and they have no optimizer
+/// state.
+enum class Trainable { all, attention, kv };
+template <> struct EnumNames<Trainable> {
+  static constexpr std::array<std::pair<Trainable, const char*>, 3> values{
+      {{Trainable::all, "all"}, {Trainable::attention, "attention"}, {Trainable::kv, "kv"}}};
+};
+/// Whether the parameter of this name (GPT::named_parameters) is trained under t.
+bool is_trained(Trainable t, const std::string& param_name);
+/// The model's parameters trained under t; the others are frozen (requires_grad off, so backward
+/// computes no gradient for them).
+NamedParams trained_parameters(GPT& model, Trainable t);
+
 // type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
 // lr_decay_iters defaults to max_iters when not given.
 #define TAPELM_TRAIN_FIELDS(X)                                    \
@@ -57,6 +72,7 @@ template <> struct EnumNames<Recompute> {
   X(double, peak_flops, 0, any, none) /* for MFU; 0: measure this machine's sgemm peak */ \
   X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
+  X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
@@ -76,6 +92,11 @@ struct TrainConfig {
   std::string optimizer_hparams_json() const;
   /// The optimizer this config describes, over the given parameters (via tapelm::make_optimizer).
   std::unique_ptr<Optimizer> make_optimizer(const NamedParams& params) const;
+  /// The number of parameters trained (the others frozen: `trainable`).
+  int64_t trained_params() const;
+  /// FLOPs of one training token: forward, the backward to every input, and the weight gradients
+  /// of the trained matrices only (3 × forward when every parameter is trained).
+  double train_flops_per_token() const;
 };
 
 

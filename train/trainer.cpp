@@ -130,8 +130,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       multi_(world_ > 1),
       quiet_(opt.quiet || !lead_),
       model_(model_config(cfg, opt), cfg.seed),
-      params_(model_.named_parameters()),
-      cost_(model_cost(cfg.model)) {
+      params_(trained_parameters(model_, cfg.trainable)),
+      train_flops_(cfg.train_flops_per_token()) {
   st_.extra_json = opt.extra_json;
   // Anything that fails in set_up fails before the first collective, so in a multi-rank job
   // every rank learns of it at dist::agree and the job ends with the failing rank's message.
@@ -143,7 +143,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     setup_error = *e.what() ? e.what() : "unknown error";
   }
   dist::agree(setup_error);
-  if (multi_) agree_on_start(params_, *optim_, st_, cfg_, corpus_, opt_);
+  if (multi_) agree_on_start(model_.named_parameters(), *optim_, st_, cfg_, corpus_, opt_);
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t T = cfg_.model.block_size;
@@ -169,6 +169,13 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
                 precision_ == Precision::f32 ? "" : (" | precision " + to_string(precision_)).c_str());
     if (precision_ == Precision::bf16)  // "" where bf16 cannot run: set_up refuses it in one line
       if (const std::string note = bf16_rate_note(); !note.empty()) std::printf("%s%s\n", opt_.label.c_str(), note.c_str());
+    if (cfg_.trainable != Trainable::all) {
+      int64_t trained = 0, all = 0;
+      for (const auto& [name, p] : model_.named_parameters()) (p.requires_grad() ? trained : all) += p.numel();
+      all += trained;
+      std::printf("%strainable %s: training %.2f M of the %.2f M parameters (%.1f%%); the others are frozen\n", opt_.label.c_str(),
+                  to_string(cfg_.trainable).c_str(), trained / 1e6, all / 1e6, 100.0 * static_cast<double>(trained) / static_cast<double>(all));
+    }
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
   if (multi_) reducer_ = std::make_unique<GradReducer>(params_);
@@ -220,6 +227,9 @@ void Trainer::set_up() {
     TrainConfig saved = read_train_config(f);
     if (!(saved.model == cfg_.model))
       throw Error(ErrorKind::checkpoint, ck_path + ": its model config differs from this run's: " + saved.model.to_json().dump());
+    if (saved.trainable != cfg_.trainable)  // the optimizer state is of the parameters it trained
+      throw Error(ErrorKind::checkpoint, ck_path + ": trained with trainable \"" + to_string(saved.trainable) + "\", this run has \"" +
+                                             to_string(cfg_.trainable) + "\": resume with the same, or start a new run from its weights");
     load_training_checkpoint(f, model_, *optim_, st_);
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
@@ -307,7 +317,7 @@ Trainer::Step Trainer::step() {
   st_.step++;
   st_.tokens_seen += static_cast<int64_t>(tokens_per_step_);
   res_.last_train_loss = s.loss;
-  if (multi_ && opt_.check_sync) check_ranks_in_sync(params_, st_.step);
+  if (multi_ && opt_.check_sync) check_ranks_in_sync(model_.named_parameters(), st_.step);
   if (!multi_) s.stop = opt_.stop.requested();
   return s;
 }
@@ -428,7 +438,7 @@ void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_s
     kd += b;
   }
   if (!kd.empty()) kd += ")";
-  const double model_flops = tokens_per_s * cost_.train_flops_per_token;
+  const double model_flops = tokens_per_s * train_flops_;
   std::printf("%sstep %ld/%ld | loss %.4f%s | lr %.2e | %.0f tok/s | MFU %.1f%% of sgemm, %.1f%% of CPU%s | ETA %s\n",
               opt_.label.c_str(), static_cast<long>(st_.step), static_cast<long>(cfg_.max_iters), s.loss, kd.c_str(), s.lr,
               tokens_per_s, 100.0 * model_flops / peak_flops_, 100.0 * model_flops / cpu_peak_flops_, comm.c_str(),

@@ -106,12 +106,12 @@ class Trainer {
   const int rank_, world_;
   const bool lead_, multi_, quiet_;
   GPT model_;
-  NamedParams params_;
+  NamedParams params_;  // those trained (cfg_.trainable); the others are frozen
   std::unique_ptr<Optimizer> optim_;
   std::optional<BatchSampler> sampler_;
   TrainState st_;
   std::vector<int64_t> val_windows_, train_windows_;
-  ModelCost cost_;
+  double train_flops_;         // per token (TrainConfig::train_flops_per_token)
   double peak_flops_ = 0;      // sgemm peak of the job (or the config's peak_flops)
   double cpu_peak_flops_ = 0;  // theoretical CPU peak of the job
   double tokens_per_step_ = 0;

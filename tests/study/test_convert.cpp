@@ -1,5 +1,6 @@
 // Conversion of K/V heads (mean, first, random, mean-norm, aligned, fit, aligned-fit; contiguous or similar
 // groups), the small linear algebra under it, and uptraining.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <csignal>
@@ -1025,6 +1026,52 @@ BOOST_AUTO_TEST_CASE(uptraining_lowers_the_loss_counts_steps_and_resumes) {
   UptrainResult z = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "zero", o);
   BOOST_TEST(z.steps == 0);
   BOOST_TEST(z.val_loss == z.loss_before);
+}
+
+// uptrain --train kv|attention: only those parameters move. Every other weight of the result is
+// the converted model's (uptrained for 0 steps) bit for bit, every trained one moved; the optimizer
+// state is of the trained ones alone; an interrupted run resumes to one go's weights, and a resume
+// that would train another set is refused in one line.
+BOOST_AUTO_TEST_CASE(partial_uptraining_moves_only_its_parameters_and_resumes) {
+  TempDir d;
+  pretrain_mha(d);
+  UptrainOptions o = to_mqa();
+  o.known_loss_before = 0;
+  o.fraction = 0;
+  uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "converted", o);
+  o.fraction = 0.25;
+  const H5File converted = H5File::open_read(d / "converted/checkpoint.h5");
+  for (const Trainable t : {Trainable::kv, Trainable::attention}) {
+    o.trainable = t;
+    const std::string run = to_string(t);
+    const UptrainResult r = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / run, o);
+    BOOST_TEST((r.config.trainable == t));
+    const H5File f = H5File::open_read(d / (run + "/checkpoint.h5"));
+    const std::vector<std::string> moments = f.list_datasets_recursive("/optim/exp_avg");
+    auto has_moment = [&](const std::string& n) { return std::find(moments.begin(), moments.end(), n) != moments.end(); };
+    int trained = 0, frozen = 0;
+    for (const std::string& n : converted.list_datasets_recursive("/model")) {
+      const bool same = f.read_tensor("/model/" + n).to_vector() == converted.read_tensor("/model/" + n).to_vector();
+      if (is_trained(t, n)) {
+        trained++;
+        BOOST_TEST(!same, run << ": " << n << " is trained but did not move");
+        BOOST_TEST(has_moment(n), n);
+      } else {
+        frozen++;
+        BOOST_TEST(same, run << ": " << n << " is frozen but moved");
+        BOOST_TEST(!has_moment(n), n);
+      }
+    }
+    // 2 layers: k and v weights (no biases in this model); attention adds q and the output projection
+    BOOST_TEST(trained == (t == Trainable::kv ? 4 : 8));
+    BOOST_TEST(frozen > 0);
+    BOOST_TEST(moments.size() == static_cast<size_t>(trained));
+    if (t == Trainable::kv) expect_resume_equals_one_go(d, o, run, r);
+  }
+  o.resume = true;
+  o.trainable = Trainable::all;
+  test::expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "kv", o); }, ErrorKind::checkpoint,
+                     {"trained with trainable \"kv\", this run has \"all\""});
 }
 
 // uptrain --distill: the source model as teacher. Interrupted and resumed it gives the weights of

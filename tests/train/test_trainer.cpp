@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "train/formats/checkpoint.h"
 #include "train/trainer.h"
@@ -98,6 +99,71 @@ BOOST_AUTO_TEST_CASE(recompute_blocks_trains_the_same_run_bit_for_bit) {
   // the attention-output distillation term needs the blocks' activations: refused, not run stored
   recomputed.distill_attention = 0.5;
   expect_throw([&] { recomputed.validate(); }, ErrorKind::config, {"recompute \"blocks\" with distill_attention 0.5"});
+}
+
+// trainable kv|attention: the frozen parameters get no gradient and the trained ones the very
+// gradient a run of every parameter computes (bit for bit, stored or recomputed blocks); the
+// config's count of trained parameters and of multiplied weights is the model's own, for
+// biased, GQA, per-layer, SwiGLU and untied shapes; and the memory check counts gradients and
+// optimizer state of the trained parameters only.
+BOOST_AUTO_TEST_CASE(frozen_parameters_get_no_gradient_and_the_trained_ones_the_full_gradient) {
+  TrainConfig c = tiny_train(1);
+  c.model.dropout = 0;
+  Index x({}, {2, 16}), y({}, {2, 16});
+  for (int i = 0; i < 32; i++) {
+    x.data.push_back(shakespeare().train[i]);
+    y.data.push_back(shakespeare().train[i + 1]);
+  }
+  for (const bool recompute : {false, true})
+    for (const Trainable t : {Trainable::kv, Trainable::attention}) {
+      GPT model(c.model, 3);
+      model.recompute_blocks = recompute;
+      backward(model.loss(x, y));
+      std::map<std::string, std::vector<float>> full;
+      for (auto& [n, p] : model.named_parameters()) {
+        full[n] = p.grad().to_vector();
+        p.drop_grad();
+      }
+      const NamedParams trained = trained_parameters(model, t);
+      backward(model.loss(x, y));
+      for (auto& [n, p] : model.named_parameters()) {
+        BOOST_TEST(p.has_grad() == is_trained(t, n), n);
+        if (p.has_grad()) BOOST_TEST(p.grad().to_vector() == full[n], n << (recompute ? " (recomputed)" : ""));
+      }
+      BOOST_TEST(trained.size() == (t == Trainable::kv ? 4u : 8u));
+    }
+  // counts from the config against the model's tensors
+  auto json_of = [](nlohmann::json m) {
+    nlohmann::json j = {{"vocab_size", 65}, {"n_layer", 2}, {"n_head", 4}, {"n_embd", 32}, {"block_size", 16}};
+    if (m.is_object()) j.update(m);
+    return j;
+  };
+  for (const nlohmann::json& shape :
+       {json_of({}), json_of({{"bias", true}, {"n_kv_head", 2}}), json_of({{"qkv_bias", true}, {"n_kv_head", {4, 1}}}),
+        json_of({{"mlp", "swiglu"}, {"mlp_hidden", 48}, {"tie_embeddings", false}, {"n_kv_head", 1}})}) {
+    TrainConfig tc = TrainConfig::from_json(shape);
+    GPT model(tc.model, 1);
+    int64_t matmul = 0;  // every 2-D weight but the embeddings is multiplied; the head is d × V, tied or not
+    for (const auto& [n, p] : model.named_parameters())
+      if (p.ndim() == 2 && n != "wte.weight" && n != "wpe.weight") matmul += p.numel();
+    if (tc.model.tie_embeddings) matmul += tc.model.n_embd * tc.model.vocab_size;
+    BOOST_TEST(model_cost(tc.model).matmul_weights == matmul, shape.dump());
+    for (const Trainable t : {Trainable::all, Trainable::attention, Trainable::kv}) {
+      tc.trainable = t;
+      int64_t n = 0;
+      for (const auto& [name, p] : trained_parameters(model, t)) n += p.numel();
+      BOOST_TEST(tc.trained_params() == n, shape.dump() << " " << to_string(t));
+    }
+  }
+  // 8 layers of d 1024 with the MLP 4d wide: 12 d² = 12.6 M parameters a layer, 101 M in all, of
+  // them 4 d² a layer in the q, k, v and output projections (33.6 M). 16 bytes for every parameter
+  // is 1.61 GB, refused in 1.2 GB; 4 bytes of every weight (0.40 GB) and 12 more for the 33.6 M
+  // trained (0.40 GB) fit
+  TrainConfig big = TrainConfig::from_json({{"vocab_size", 65}, {"n_layer", 8}, {"n_head", 16}, {"n_embd", 1024}, {"block_size", 16},
+                                            {"batch_size", 1}, {"eval_iters", 1}});
+  expect_throw([&] { check_training_memory(big, 1.2e9); }, ErrorKind::config, {"with gradients and optimizer state"});
+  big.trainable = Trainable::attention;
+  BOOST_CHECK_NO_THROW(check_training_memory(big, 1.2e9));
 }
 
 // bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes

@@ -106,16 +106,18 @@ int run_bench(const BenchArgs& a) {
   cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
   cfg.eval_iters = 0;
   check_training_memory(cfg);
-  const BenchResult r = bench_train(cfg.model, batch, a.iters, a.warmup, a.seed, cfg.precision, cfg.recompute == Recompute::blocks);
+  const BenchResult r = bench_train(cfg, batch, a.iters, a.warmup, a.seed);
   if (a.json) {
-    std::printf("%s\n", bench_record(cfg.model, r, batch, cfg.precision, a.iters, a.warmup).dump().c_str());
+    std::printf("%s\n", bench_record(cfg, r, batch, a.iters, a.warmup).dump().c_str());
     return 0;
   }
   const ComputeInfo ci = compute_info();
   std::printf("%s\n", compute_summary(ci).c_str());
+  const std::string how = to_string(cfg.precision) + (cfg.recompute == Recompute::none ? "" : ", recompute " + to_string(cfg.recompute)) +
+                          (cfg.trainable == Trainable::all ? "" : ", trainable " + to_string(cfg.trainable));
   std::printf("train (%s): median %.3f ms per step, %.0f tokens/s (%d iterations after %d warm-up, %d threads)\n",
-              to_string(cfg.precision).c_str(), r.median_s * 1e3, r.tokens_per_s, a.iters, a.warmup, get_num_threads());
-  const double mf = r.tokens_per_s * model_cost(cfg.model).train_flops_per_token;
+              how.c_str(), r.median_s * 1e3, r.tokens_per_s, a.iters, a.warmup, get_num_threads());
+  const double mf = r.tokens_per_s * cfg.train_flops_per_token();
   std::printf("model FLOP/s %.1f G: MFU %.1f%% of sgemm peak, %.1f%% of CPU peak\n", mf / 1e9, 100.0 * mf / ci.sgemm_peak,
               100.0 * mf / ci.cpu_peak);
   std::printf("linear layers' products: median %.3f ms per step (%.0f%% of the step's median)\n", r.linear_median_s * 1e3,

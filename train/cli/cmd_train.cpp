@@ -105,7 +105,7 @@ int run_train(const TrainArgs& a) {
 }
 
 struct UptrainArgs {
-  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision;
+  std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision, train = "all";
   int64_t kv_heads = 0, calib_tokens = 16384;
   double fraction = 0.05, lr = 0;
   DistillArgs distill;
@@ -134,6 +134,9 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range());
   c.add_option("--precision", a.precision, std::string(precision_help) + " (default: the original run's)")
       ->check(CLI::IsMember(enum_names<Precision>()));
+  c.add_option("--train", a.train, "the parameters uptrained: all; attention (the q, k, v and output projections); kv (only the "
+                                 "key and value projections the conversion made); the others stay frozen")
+      ->check(CLI::IsMember(enum_names<Trainable>()));
   a.distill.add_flags(c, "distil from the source model: loss (1 - lambda)·CE + lambda·T²·KL(source || converted)", true);
   c.add_flag("--resume", a.resume, "continue an interrupted uptraining run");
   c.add_flag("--quiet", a.quiet, "no progress lines");
@@ -159,6 +162,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.stop = signal_stop_token();
   o.original = original;
   if (!a.precision.empty()) o.precision = enum_from_name<Precision>(a.precision, "--precision");
+  o.trainable = enum_from_name<Trainable>(a.train, "--train");
   o.distill_lambda = a.distill.lambda_for("uptrain");
   o.distill_temperature = a.distill.temperature;
   o.distill_attention = a.distill.attention;

@@ -42,6 +42,9 @@ struct UptrainOptions {
   std::optional<TrainConfig> original;
   /// The precision of the uptraining run (autograd/autocast.h); unset: the original run's.
   std::optional<Precision> precision;
+  /// The parameters uptrained (all, the attention projections, or the new key and value
+  /// projections only); the others stay as converted.
+  Trainable trainable = Trainable::all;
   /// Distillation from the source model as the teacher: loss (1 − λ)·CE + λ·T²·KL(source ‖
   /// converted) on every batch (autograd/ops.h, distill_kl); λ = 0: plain uptraining.
   double distill_lambda = 0;

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Partial uptraining on the `small` study: how much of full uptraining's recovery `--train attention`
+and `--train kv` keep.
+
+Pretrains the `small` sweep preset's MHA model once (train/study/sweep/plan.cpp: 4 layers, 8 heads,
+d 256, T 128, 1000 steps, seed 1337), then for each KV count and seed (the sweep's 1, 2, 3) converts it
+by `aligned-fit` and uptrains it α = 0.05 (50 steps) with `--train all`, `attention` and `kv`, each
+evaluated on the whole val split (`uptrain` does). Reports per setting the mean val loss over seeds,
+its difference from `all` paired by seed, the share of all's recovery kept — (converted − this) /
+(converted − all), seed by seed. Speed and memory are bench/partial_train.sh's (GPT-2-small's shape):
+these runs may share the machine, their losses do not depend on it.
+
+Writes bench/PARTIAL_UPTRAIN.md (or --out) and every run to the .jsonl beside it. Run from the
+repository root after `bash scripts/build.sh`:
+    python3 bench/partial_uptrain.py [--kv 2,1] [--seeds 1,2,3]
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = {"n_layer": 4, "n_head": 8, "n_embd": 256, "block_size": 128, "batch_size": 16, "max_iters": 1000,
+         "warmup_iters": 100, "learning_rate": 1e-3, "min_lr": 1e-4, "eval_interval": 300, "eval_iters": 10,
+         "log_interval": 100, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0, "checkpoint_interval": 250}
+DONE = re.compile(r"val loss ([0-9.]+) \(converted, before uptraining: ([0-9.]+)\)")
+SETTINGS = ("all", "attention", "kv")
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("failed: " + " ".join(cmd) + "\n" + p.stderr.strip())
+    return p.stdout
+
+
+def sd(xs):
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def write_report(args, rows, kvs, commit, system, mha_loss):
+    name = {1: "MQA"}
+    md = ["# Partial uptraining on the `small` study: `uptrain --train all | attention | kv`", "",
+          f"`python3 bench/partial_uptrain.py --kv {args.kv} --seeds {args.seeds}` ({datetime.date.today().isoformat()}, "
+          f"commit {commit}). Machine: {system}.", "",
+          f"The `small` MHA model (8 heads, val loss {mha_loss:.4f}, 1000 steps) converted by `aligned-fit` and uptrained "
+          "α = 0.05 (50 steps, seeds as the sweep's), training every parameter (`all`), the attention projections "
+          "(`attention`: q, k, v and output) or only the key and value projections the conversion made (`kv`); "
+          "the other parameters stay as converted. Val loss on the whole val split, mean over seeds; Δ all = this − "
+          "all, paired by seed (mean ± sd); kept = (converted − this) / (converted − all), the share of full "
+          "uptraining's recovery, seed by seed (mean ± sd). Step time and memory: bench/PARTIAL_TRAIN.md.", "",
+          "| KV heads | trains | converted | val loss | Δ all | kept |", "|---|---|---:|---:|---:|---:|"]
+
+    def pick(kv, t, key="val_loss"):
+        return {r["seed"]: r[key] for r in rows if r["kv"] == kv and r["train"] == t}
+
+    for kv in kvs:
+        base = pick(kv, "all")
+        conv = pick(kv, "all", "converted")
+        for t in SETTINGS:
+            got = pick(kv, t)
+            if not got:
+                continue
+            d = [got[s] - base[s] for s in got if s in base]
+            kept = [(conv[s] - got[s]) / (conv[s] - base[s]) for s in got if s in base and conv[s] != base[s]]
+            md.append(f"| {name.get(kv, f'GQA-{kv}')} | {t} | {statistics.mean(conv.values()):.4f} | "
+                      f"{statistics.mean(got.values()):.4f} | "
+                      f"{'–' if t == 'all' else f'{statistics.mean(d):+.4f} ± {sd(d):.4f}'} | "
+                      f"{'1' if t == 'all' else f'{statistics.mean(kept):.2f} ± {sd(kept):.2f}'} |")
+    with open(args.out, "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--kv", default="2,1", help="KV head counts of the conversions")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "PARTIAL_UPTRAIN.md"))
+    ap.add_argument("--report-only", action="store_true", help="write the report from the .jsonl's rows of --commit")
+    ap.add_argument("--commit", default="")
+    args = ap.parse_args()
+    tapelm = os.environ.get("TAPELM", os.path.join(ROOT, "build", "tapelm"))
+    corpus = os.path.join(ROOT, "corpora", "tinyshakespeare.txt")
+    commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True).stdout.strip() or "unknown"
+    system = "; ".join(line for line in run([tapelm, "inspect", "--system"]).splitlines()
+                       if line.startswith(("cpu ", "simd ", "threads ")))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    kvs = [int(k) for k in args.kv.split(",")]
+    raw = os.path.splitext(args.out)[0] + ".jsonl"
+    rows = []
+    if args.report_only:
+        with open(raw) as f:
+            rows = [r for r in map(json.loads, f) if r["commit"] in commit.split(",")]
+        write_report(args, rows, kvs, commit, system, rows[0]["mha"])
+        return
+    with tempfile.TemporaryDirectory() as work:
+        cfg = os.path.join(work, "small.json")
+        with open(cfg, "w") as f:
+            json.dump(SMALL, f)
+        mha = os.path.join(work, "mha")
+        run([tapelm, "train", "--config", cfg, "--data", corpus, "--out", mha, "--quiet"])
+        mha_loss = json.loads(run([tapelm, "eval", "--checkpoint", os.path.join(mha, "checkpoint.h5"), "--data", corpus,
+                                   "--split", "val", "--json"]).strip().splitlines()[-1])["loss"]
+        for kv in kvs:
+            for seed in seeds:
+                for t in SETTINGS:
+                    out = os.path.join(work, f"up-{kv}-{seed}-{t}")
+                    m = DONE.search(run([tapelm, "uptrain", "--from", os.path.join(mha, "checkpoint.h5"), "--kv-heads", str(kv),
+                                         "--method", "aligned-fit", "--fraction", "0.05", "--seed", str(seed), "--train", t,
+                                         "--data", corpus, "--out", out, "--quiet"]))
+                    r = {"kv": kv, "seed": seed, "train": t, "val_loss": float(m.group(1)), "converted": float(m.group(2)), "mha": mha_loss, "commit": commit}
+                    print(json.dumps(r), flush=True)
+                    rows.append(r)
+                    with open(raw, "a") as f:
+                        f.write(json.dumps(r) + "\n")
+    write_report(args, rows, kvs, commit, system, mha_loss)
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
