@@ -185,6 +185,7 @@ nlohmann::json GPTConfig::to_json() const {
   TAPELM_GPT_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
   j["n_kv_head"] = kv_heads_json();
+  if (family.empty()) j.erase("family");  // most configs: named by their structure, as before the key was
   return j;
 }
 
@@ -193,6 +194,8 @@ void GPTConfig::validate() const {
   config_check(#key, key, Check::check, max);
   TAPELM_GPT_FIELDS(TAPELM_CHECK)
 #undef TAPELM_CHECK
+  if (family.size() > 32 || !std::all_of(family.begin(), family.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); }))
+    throw Error(ErrorKind::config, "config family must be a family's name (lowercase letters and digits), got " + echo_json(family));
   if (n_embd % n_head != 0)
     throw Error(ErrorKind::config, "config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   if (per_layer_kv()) {

@@ -124,7 +124,8 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(bool, bias, false, any, none)                                 \
   X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
-  X(double, dropout, 0.0, unit_interval, none)
+  X(double, dropout, 0.0, unit_interval, none)                    \
+  X(std::string, family, "", any, none) /* the family other programs know it as, where its structure alone names another ("" otherwise: train/formats/families.h) */
 
 struct GPTConfig {
 #define TAPELM_MEMBER(type, key, def, check, max) type key = def;

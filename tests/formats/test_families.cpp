@@ -29,7 +29,7 @@ GPTConfig small_config(const fmt::FamilyInfo& f, bool tied, bool bias) {
   c.vocab_size = 513, c.block_size = 8, c.tie_embeddings = tied, c.dropout = 0;
   c.norm_eps = 1.0 / 131072;  // GGUF keeps it in float32, which holds this exactly
   if (c.pos == PosKind::Rope) c.rope_theta = 50000;
-  if (bias && !f.qkv_bias_only) c.bias = true;
+  if (bias && !f.qkv_bias_only && !f.unbiased) c.bias = true;
   if (!f.swiglu) c.mlp = f.gguf.gelu;  // the GELU llama.cpp computes
   c.validate();
   return c;
@@ -161,6 +161,26 @@ BOOST_AUTO_TEST_CASE(every_family_travels_through_hf_and_gguf_files_and_back) {
         for (const auto& [name, t] : fmt::tensors_of(*loaded)) BOOST_TEST(same_bits(t, params.at(name)), what << " from " << path << ": " << name);
       }
     }
+}
+
+// The `family` key names the family where the structure names another (Phi-3 has Llama's): an
+// importer sets it only then, and a family whose structure the config has not is refused at
+// export, as is a name no row has; a name with other characters is no config at all.
+BOOST_AUTO_TEST_CASE(the_family_key_names_what_the_structure_does_not) {
+  for (const fmt::FamilyInfo& f : fmt::families()) {
+    const GPTConfig c = small_config(f, false, false);
+    BOOST_TEST(c.family == (f.family == fmt::Family::phi3 ? "phi3" : ""), f.name);
+    BOOST_TEST((c.to_json().contains("family") == !c.family.empty()), f.name);  // configs without it stay as they were
+  }
+  GPTConfig phi3 = small_config(fmt::family_info(fmt::Family::phi3), false, false);
+  phi3.bias = true;
+  expect_throw([&] { fmt::family_of(phi3, "m.h5"); }, ErrorKind::config,
+               {"m.h5: config family \"phi3\": phi3's layout is rmsnorm, swiglu, rope, no biases"});
+  phi3.bias = false;
+  phi3.family = "falcon";
+  expect_throw([&] { fmt::family_of(phi3, "m.h5"); }, ErrorKind::config, {"config family \"falcon\" is no family tapelm writes"});
+  phi3.family = "Phi-3";
+  expect_throw([&] { phi3.validate(); }, ErrorKind::config, {"config family must be a family's name"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -173,6 +173,11 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_the_exports_as_tapelm_does) { expect_llama_c
 // llama.cpp reads head_count_kv as an array and computes what tapelm computes.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_kv_heads_per_layer_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_kvlayers.json", 1); }
 
+// A Phi-3 model (make_gguf_phi3_fixture.sh: the Phi-3 HF fixture imported): written as llama.cpp's
+// phi3 (q|k|v in one attn_qkv, gate|up in one ffn_up, rows as HF holds them for its NEOX RoPE), it
+// computes what tapelm computes, in f32 and q8_0.
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_phi3_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_phi3.json", 2); }
+
 // Import reads back what export wrote, tokenizer included: export -> import -> export gives the
 // same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
 // as llama.cpp did.

@@ -1,7 +1,9 @@
 // Hugging Face model directories in and out. The fixtures (tests/fixtures/hf/make_hf_fixtures.py)
 // are small Llama, Mistral, Qwen2 and GPT-2 models in HF's layout, in F32, BF16 and F16, one
 // sharded, with the logits and greedy continuation of other projects' own model code on the same
-// weights: llama2.c's model.py for the Llama layout, nanoGPT's model.py for GPT-2's.
+// weights: llama2.c's model.py for the Llama layout, nanoGPT's model.py for GPT-2's; and a Phi-3
+// model (fused q|k|v and gate|up) with a PyTorch forward written from transformers' modeling_phi3.py
+// (tests/fixtures/hf/make_phi3_fixture.py).
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,7 +41,10 @@ struct Fixture {
 };
 const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_gqa_bf16_spm", "bf16"},
                                    {"mistral_mqa_f16_sharded", "f16"}, {"qwen2_gqa_bias", "f32"},
-                                   {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"}};
+                                   {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"},
+                                   {"phi3_gqa_f32", "f32"}};
+// The fixtures with a sentencepiece tokenizer.model.
+bool has_spm(const std::string& name) { return name == "llama_gqa_bf16_spm" || name == "phi3_gqa_f32"; }
 
 std::string hfx(const std::string& name) { return fixture_path("hf/" + name); }
 
@@ -146,8 +151,8 @@ BOOST_AUTO_TEST_CASE(export_then_import_gives_the_same_tensors_and_config) {
       // Mistral without a sliding window is Llama's function, written as Llama
       BOOST_TEST(b.architecture == (a.architecture == "MistralForCausalLM" ? "LlamaForCausalLM" : a.architecture));
       BOOST_TEST(fs::exists(d / "out/generation_config.json"));
-      BOOST_TEST(fs::exists(d / "out/tokenizer.model") == (fx.name == "llama_gqa_bf16_spm"));
-      if (fx.name == "llama_gqa_bf16_spm")
+      BOOST_TEST(fs::exists(d / "out/tokenizer.model") == has_spm(fx.name));
+      if (has_spm(fx.name))
         BOOST_TEST(slurp(d / "out/tokenizer.model") == slurp(hfx(fx.name + "/tokenizer.model")));
     }
   }
@@ -393,6 +398,21 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
   expect_error(import_of(g), "activation_function \"relu\"");
   edit_config(g, [](auto& j) { j["activation_function"] = "gelu_new"; j["scale_attn_by_inverse_layer_idx"] = true; });
   expect_error(import_of(g), "scale_attn_by_inverse_layer_idx");
+  // Phi-3's: LongRoPE (Phi-3-mini-128k), Phi-4-mini's partial rotary factor, Phi-3-mini-4k's window
+  // of 2047 (here 16) under a longer context; its fused tensors read as Llama's names are missing
+  const std::string p3 = d / "phi3";
+  fs::copy(hfx("phi3_gqa_f32"), p3, fs::copy_options::recursive);
+  const std::string p3_config = slurp(p3 + "/config.json");
+  for (const auto& [edit, part] : std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](auto& j) { j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0, 1.0}}}; }, "rope_scaling"},
+           {[](auto& j) { j["partial_rotary_factor"] = 0.75; }, "partial_rotary_factor 0.75: tapelm rotates the whole head"},
+           {[](auto& j) { j["sliding_window"] = 16; }, "sliding_window 16 is shorter than the context (max_position_embeddings 64)"},
+           {[](auto& j) { j["architectures"] = {"LlamaForCausalLM"}; j["model_type"] = "llama"; },
+            "do not match LlamaForCausalLM as config.json describes it: missing model.layers.0.self_attn.q_proj.weight"}}) {
+    write_bytes(p3 + "/config.json", p3_config);
+    edit_config(p3, edit);
+    expect_error(import_of(p3), part);
+  }
 
   // tensors: one missing, one extra, a wrong shape
   const std::string m = copy_model("missing");

@@ -876,7 +876,8 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "ckpt");
   fs::create_directories(d / "conv");
   fs::create_directories(d / "exp");
-  for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5")})
+  for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5"),
+                                 fixture_path("hf/phi3_gqa_f32")})
     for (const char* m : {"mean", "aligned-fit"}) {
       const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .variant = {&method(m)}, .calib = d / "calib.bin", .calib_tokens = 64,
                                 .seed = 3, .dtype = WeightType::f32};
@@ -888,6 +889,9 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
           convert_model(r);
           tapelm::hf::export_model(formats::open_model(d / "ckpt/m.h5"), d / "hf_exp", wt(dtype));
           expect_same_directory(d / "hf_conv", d / "hf_exp", "hf " + std::string(dtype));
+          // a converted Phi-3 is still written as Phi-3 (its config keeps the family)
+          BOOST_TEST(tapelm::hf::read_config(d / "hf_conv/config.json").architecture ==
+                     (from.ends_with("phi3_gqa_f32") ? "Phi3ForCausalLM" : from.ends_with("qwen2mini.h5") ? "Qwen2ForCausalLM" : "LlamaForCausalLM"));
         }
       }
       if (!formats::open_model(from).tok) continue;  // llama.cpp needs the vocabulary (refused below)

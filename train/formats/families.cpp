@@ -70,6 +70,18 @@ void gpt2_write(const GPTConfig&, nlohmann::ordered_json& j) {
   j["initializer_range"] = 0.02;
 }
 
+// Phi-3: its window is a key (null in the models without one); LongRoPE (rope_scaling) and a
+// partial rotary factor are refused by the reader of every RoPE family.
+void phi3_read(const HfJson& j, const std::string&, GPTConfig& c) { check_window(j, c, 0); }
+void phi3_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  j["original_max_position_embeddings"] = c.block_size;
+  j["sliding_window"] = nullptr;
+  j["attention_dropout"] = 0.0;
+  j["resid_pdrop"] = 0.0;
+  j["embd_pdrop"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
 // Llama's config.json keys, which Mistral and Qwen2 share.
 HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
   return {.model_type = model_type,
@@ -87,6 +99,14 @@ HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) rea
           .acts = {{"silu", MlpKind::SwiGLU}},
           .read = read,
           .write = write};
+}
+
+// Phi-3's: Llama's, with Phi3Config's defaults for the epsilon and the positions.
+HfConfigKeys phi3_keys() {
+  HfConfigKeys k = llama_keys("phi3", phi3_read, phi3_write);
+  k.positions = {"max_position_embeddings", 4096};
+  k.eps_fallback = 1e-5;
+  return k;
 }
 
 const std::vector<FamilyInfo>& rows() {
@@ -146,6 +166,22 @@ const std::vector<FamilyInfo>& rows() {
               .read = gpt2_read,
               .write = gpt2_write},
        .gguf = {.eps = "attention.layer_norm_epsilon"}},
+      // Phi-3 (mini is MHA): Llama's function with q|k|v and gate|up fused, rotated half-split in
+      // GGUF too (llama.cpp's NEOX RoPE)
+      {.family = Family::phi3,
+       .name = "phi3",
+       .hf_architecture = "Phi3ForCausalLM",
+       .norm = NormKind::RMSNorm,
+       .pos = PosKind::Rope,
+       .swiglu = true,
+       .unbiased = true,
+       .fused_qkv = true,
+       .fused_gate_up = true,
+       .names = {{Format::hf, Role::attn_qkv, "model.layers.{L}.self_attn.qkv_proj"},
+                 {Format::hf, Role::ffn_gate_up, "model.layers.{L}.mlp.gate_up_proj"},
+                 {Format::gguf, Role::ffn_gate_up, "blk.{L}.ffn_up"}},
+       .hf = phi3_keys(),
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true, .no_window_key = true}},
   };
   return table;
 }
@@ -169,8 +205,32 @@ const FamilyInfo* find_family(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+bool has_structure(const FamilyInfo& x, const GPTConfig& c) {
+  return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
+         (!x.unbiased || (!c.bias && !c.qkv_bias));
+}
+}  // namespace
+
+std::string family_key(Family f, const GPTConfig& c) {
+  GPTConfig by_structure = c;
+  by_structure.family.clear();
+  for (const FamilyInfo& x : rows())
+    if (has_structure(x, by_structure)) return x.family == f ? "" : family_info(f).name;
+  return family_info(f).name;
+}
+
 Family family_of(const GPTConfig& c, const std::string& what) {
   auto refuse = [&](const std::string& why) -> Family { throw Error(ErrorKind::config, what + ": " + why); };
+  if (!c.family.empty()) {
+    const FamilyInfo* x = find_family(c.family);
+    if (!x || c.family != x->name) return refuse("config family \"" + c.family + "\" is no family tapelm writes");
+    if (!has_structure(*x, c))
+      return refuse("config family \"" + c.family + "\": " + x->name + "'s layout is " + to_string(x->norm) + ", " + (x->swiglu ? "swiglu" : "gelu") +
+                    ", " + to_string(x->pos) + (x->qkv_bias_only ? ", biases on q, k and v" : x->all_biases ? ", biases" : ", no biases") +
+                    ", which this config's norm, mlp, pos and bias keys are not");
+    return x->family;
+  }
   for (const FamilyInfo& x : rows()) {
     if (c.norm != x.norm || c.pos != x.pos || (c.mlp == MlpKind::SwiGLU) != x.swiglu) continue;
     if (x.qkv_bias_only != (c.qkv_bias && !c.bias)) {
@@ -197,6 +257,8 @@ void apply_family(Family f, GPTConfig& c) {
   else if (c.mlp == MlpKind::SwiGLU) c.mlp = MlpKind::GeluTanh;
   if (x.all_biases) c.bias = true, c.qkv_bias = false;
   if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
+  if (x.unbiased) c.bias = false, c.qkv_bias = false;
+  c.family = family_key(f, c);
 }
 
 }  // namespace tapelm::formats

@@ -24,11 +24,11 @@ namespace tapelm::formats {
 enum class Format { tapelm, hf, gguf, llama2c };
 
 /// The families (one row each in families.cpp).
-enum class Family { llama, qwen2, gpt2 };
+enum class Family { llama, qwen2, gpt2, phi3 };
 
 /// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write them.
 enum class Role {
-  tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, ffn_norm, ffn_gate, ffn_up, ffn_down,
+  tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, ffn_norm, ffn_gate_up, ffn_gate, ffn_up, ffn_down,
   output_norm, output, rope_cos, rope_sin
 };
 
@@ -94,6 +94,7 @@ struct GgufKeys {
   const char* per_layer_kv_arch = "";            // the architecture llama.cpp runs per-layer KV heads as ("" none)
   MlpKind gelu = MlpKind::GeluTanh;              // the GELU llama.cpp computes for a family without the gated MLP
   bool optional_bias = false;                    // biases on every projection or none, told by blk.0.attn_output.bias
+  bool no_window_key = false;                    // attention.sliding_window written as 0 (none): older llama.cpp assumed one
 };
 
 /// A family: its structure, decided once, and its names in other programs.
@@ -107,7 +108,9 @@ struct FamilyInfo {
   bool swiglu = false;                           // the gated MLP (else GELU, exact or tanh)
   bool qkv_bias_only = false;                    // biases on q, k and v only (Qwen2)
   bool all_biases = false;                       // every projection and norm carries a bias: zeros when the model has none
+  bool unbiased = false;                         // no projection carries a bias (Phi-3)
   bool fused_qkv = false;                        // q|k|v stored as one tensor in HF and GGUF
+  bool fused_gate_up = false;                    // the gated MLP's gate|up stored as one tensor in HF and GGUF
   bool gguf_interleaves_rope = false;            // llama.cpp rotates this family's q/k rows in interleaved pairs
   bool hf_conv1d = false;                        // HF holds its matrices [in, out] (GPT-2's Conv1D), embeddings and head aside
   std::vector<NameOverride> names;
@@ -121,9 +124,15 @@ const std::vector<FamilyInfo>& families();
 const FamilyInfo& family_info(Family f);
 /// The family whose name (or HF architecture, or model_type, or an alias's) is `name`, or null.
 const FamilyInfo* find_family(const std::string& name);
-/// The family a tapelm config is, or a config Error starting with `what` naming why there is none.
+/// The family a tapelm config is: the one its `family` key names (which must have its structure),
+/// else the first whose structure it has; or a config Error starting with `what` naming why there
+/// is none.
 Family family_of(const GPTConfig& c, const std::string& what);
-/// c with the keys the family fixes set (norm, pos, mlp kind, biases), as an importer starts from.
+/// The `family` key a config of family f read from another program's file takes: "" when its
+/// structure names f already, else f's name (Phi-3 has Llama's structure).
+std::string family_key(Family f, const GPTConfig& c);
+/// c with the keys the family fixes set (norm, pos, mlp kind, biases, and `family` where the
+/// structure names another), as an importer starts from.
 void apply_family(Family f, GPTConfig& c);
 
 }  // namespace tapelm::formats

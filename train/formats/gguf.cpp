@@ -174,6 +174,7 @@ void config_meta(Meta& m, const GPTConfig& c, Family f) {
     m.u32(a + ".rope.dimension_count", c.head_dim());
     m.u32(a + ".vocab_size", c.vocab_size);
   }
+  if (x.gguf.no_window_key) m.u32(a + ".attention.sliding_window", 0);
 }
 
 // llama.cpp's "llama" vocabulary as a sentencepiece model (token types are sentencepiece's: 1
@@ -242,7 +243,7 @@ void refuse_unsupported_keys(const File& g, const std::string& a) {
     const Value* v = g.find_key(a + k);
     if (!v) continue;
     const std::string key = a + k;
-    if (key.ends_with("expert_count") && v->is_int && v->i == 0) continue;
+    if ((key.ends_with("expert_count") || key.ends_with("sliding_window")) && v->is_int && v->i == 0) continue;  // none
     if (key.ends_with("scaling.factor") && !v->is_int && (v->num == 1.0 || v->num == 0.0)) continue;
     const bool head_size = key.ends_with("key_length") || key.ends_with("value_length");
     if (head_size && v->is_int && g.find_key(a + ".embedding_length") && g.find_key(a + ".attention.head_count") &&
@@ -288,6 +289,7 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
   if (x.gguf.rope && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
     g.fail("key " + a + ".rope.dimension_count is " + std::to_string(g.count(a + ".rope.dimension_count")) +
            ": tapelm rotates the whole head (" + std::to_string(c.head_dim()) + ")");
+  c.family = formats::family_key(f, c);
   try {
     c.validate();
   } catch (const Error& e) {

@@ -130,6 +130,7 @@ void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const
   }
   if (present(j, "quantization_config")) refuse(what, "quantization_config: a quantized model (tapelm reads F32, F16 and BF16)");
   if (k.read) k.read(formats::HfJson(j, what), h.architecture, c);
+  c.family = formats::family_key(f.family, c);
 }
 
 }  // namespace

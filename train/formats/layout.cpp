@@ -31,6 +31,7 @@ const RoleRow kRoles[] = {
     {Role::attn_qkv, true, true, "", "", "blk.{L}.attn_qkv", ""},
     {Role::attn_out, true, true, "blocks.{L}.attn.wo", "model.layers.{L}.self_attn.o_proj", "blk.{L}.attn_output", "layers.{L}.attention.wo"},
     {Role::ffn_norm, true, true, "blocks.{L}.ln2", "model.layers.{L}.post_attention_layernorm", "blk.{L}.ffn_norm", "layers.{L}.ffn_norm"},
+    {Role::ffn_gate_up, true, true, "", "", "", ""},
     {Role::ffn_gate, true, true, "blocks.{L}.mlp.gate", "model.layers.{L}.mlp.gate_proj", "blk.{L}.ffn_gate", "layers.{L}.feed_forward.w1"},
     {Role::ffn_up, true, true, "blocks.{L}.mlp.{up}", "model.layers.{L}.mlp.up_proj", "blk.{L}.ffn_up", "layers.{L}.feed_forward.w3"},
     {Role::ffn_down, true, true, "blocks.{L}.mlp.{down}", "model.layers.{L}.mlp.down_proj", "blk.{L}.ffn_down", "layers.{L}.feed_forward.w2"},
@@ -90,6 +91,7 @@ class Builder {
  private:
   std::vector<Role> parts_of(Role r) const {
     if (r == Role::attn_qkv) return {Role::attn_q, Role::attn_k, Role::attn_v};
+    if (r == Role::ffn_gate_up) return {Role::ffn_gate, Role::ffn_up};
     return {r};
   }
   int64_t weight_rows(Role part, int64_t l) const { return shapes_.at(param_name(row(part), l) + ".weight")[0]; }
@@ -104,6 +106,10 @@ class Builder {
   std::string file_name(const RoleRow& x, int64_t l) const {
     const bool fused = x.role == Role::attn_qkv, split = x.role == Role::attn_q || x.role == Role::attn_k || x.role == Role::attn_v;
     if ((fused && !fam_.fused_qkv) || (split && fam_.fused_qkv && fmt_ != Format::tapelm)) return "";
+    const bool fused_mlp = x.role == Role::ffn_gate_up, split_mlp = x.role == Role::ffn_gate || x.role == Role::ffn_up;
+    if ((fused_mlp && (!fam_.fused_gate_up || c_.mlp != MlpKind::SwiGLU)) ||
+        (split_mlp && fam_.fused_gate_up && c_.mlp == MlpKind::SwiGLU && fmt_ != Format::tapelm))
+      return "";
     if (x.role == Role::pos_embd && c_.pos != PosKind::Learned) return "";
     if (x.role == Role::ffn_gate && c_.mlp != MlpKind::SwiGLU) return "";
     if (x.role == Role::output && c_.tie_embeddings) return "";
@@ -141,8 +147,8 @@ class Builder {
 std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o) {
   const Builder b(c, f, fmt, o);
   std::vector<FileTensor> out;
-  static const Role layer[] = {Role::attn_norm, Role::attn_q,   Role::attn_k,   Role::attn_v,  Role::attn_qkv,
-                               Role::attn_out,  Role::ffn_norm, Role::ffn_gate, Role::ffn_up,  Role::ffn_down};
+  static const Role layer[] = {Role::attn_norm, Role::attn_q,   Role::attn_k,      Role::attn_v,   Role::attn_qkv, Role::attn_out,
+                               Role::ffn_norm,  Role::ffn_gate_up, Role::ffn_gate, Role::ffn_up, Role::ffn_down};
   if (fmt != Format::llama2c) {  // layer by layer
     b.add(Role::tok_embd, 0, out);
     b.add(Role::pos_embd, 0, out);
