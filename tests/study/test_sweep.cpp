@@ -59,7 +59,9 @@ double hand_loss(const Cell& c) {
   }
   // distilled (α = 0.05): MHA gains 0.02; the converted models 0.16, seed 3 a further 0.03
   const double kd = !c.distill ? 0 : c.kv == 4 ? 0.02 : 0.16 + (c.seed == 3 ? 0.03 : 0);
-  return by_alpha.at({c.kv, c.method_name()})[i] + 0.01 * (c.seed - 1) - kd;
+  // uptrained in part: the attention alone 0.01 lower, K and V alone 0.02 higher
+  const double part = c.trainable == Trainable::attention ? -0.01 : c.trainable == Trainable::kv ? 0.02 : 0;
+  return by_alpha.at({c.kv, c.method_name()})[i] + 0.01 * (c.seed - 1) - kd + part;
 }
 
 /// Every cell of the micro plan with hand_loss and, per KV, hand-picked costs and decoding times.
@@ -269,6 +271,74 @@ BOOST_AUTO_TEST_CASE(distilled_cells_and_their_compute) {
   }
 }
 
+/// hand_preset with partial uptraining (sweep --train attention,kv) of fit.
+SweepPreset partial_preset() {
+  SweepPreset p = hand_preset();
+  p.partial = {Trainable::attention, Trainable::kv};
+  p.partial_method = "fit";
+  return p;
+}
+
+// sweep --train: at the headline α, every seed, each GQA/MQA count uptrained training only the
+// attention or only K and V, by one conversion; their files say so; their section pairs them with
+// the same conversion uptrained whole, and they stay out of every plain table.
+BOOST_AUTO_TEST_CASE(partial_cells_their_files_and_their_section) {
+  const SweepPlan plain(hand_preset()), plan(partial_preset());
+  BOOST_TEST(plan.partial());
+  BOOST_TEST(!plain.partial());
+  BOOST_TEST(plan.cells.size() == plain.cells.size() + 2 * 2 * 3);  // {attention, kv} × KV {2, 1} × 3 seeds
+  std::set<std::string> ids;
+  for (const Cell& c : plan.cells) ids.insert(c.id());
+  BOOST_TEST(ids.size() == plan.cells.size());
+  for (const char* id : {"kv2_fit_a0.05_tkv_s1", "kv1_fit_a0.05_tattention_s3"}) BOOST_TEST(ids.count(id) == 1u, id);
+  for (const char* id : {"kv4_fit_a0.05_tkv_s1", "kv2_mean_a0.05_tkv_s1", "kv2_fit_a0_tkv_s1"}) BOOST_TEST(ids.count(id) == 0u, id);
+  const Cell& kv = plan.find(CellKind::convert, 2, Variant::parse("fit"), 0.05, 2, false, Trainable::kv);
+  const Cell& whole = plan.find(CellKind::convert, 2, kv.variant, 0.05, 2);
+  BOOST_TEST(kv.steps == whole.steps);
+  const UptrainOptions o = plan.uptrain_options_for(kv);
+  BOOST_TEST((o.trainable == Trainable::kv));
+  BOOST_TEST(o.seed == 2u);  // paired with the whole cell of the same seed
+  BOOST_TEST((plan.uptrain_options_for(whole).trainable == Trainable::all));
+  CellResult r;
+  r.cell = kv;
+  BOOST_TEST(r.to_json().at("train") == "kv");
+  BOOST_TEST((CellResult::from_json(r.to_json()).cell == kv));
+  r.cell = whole;
+  BOOST_TEST(!r.to_json().contains("train"));
+  for (auto [partial, method, part] : std::vector<std::tuple<std::vector<Trainable>, std::string, std::string>>{
+           {{Trainable::kv}, "aligned-fit", "the method of the partial cells, aligned-fit, is not among the study's methods"},
+           {{Trainable::all}, "fit", "\"all\" is every plain cell already"}}) {
+    SweepPreset bad = partial_preset();
+    bad.partial = partial;
+    bad.partial_method = method;
+    expect_throw([&] { SweepPlan x(bad); }, ErrorKind::usage, {part});
+  }
+  // the section: each conversion converted 0.2 above its whole uptraining
+  std::vector<CellResult> results = hand_results(plan);
+  for (CellResult& x : results)
+    if (x.cell.kind == CellKind::convert && x.cell.trainable == Trainable::all) x.loss_before = x.val_loss + 0.2;
+  std::ostringstream out, csv;
+  write_report_md(out, plan, results, {"tiny.txt", 900, 100, "2024-01-02"});
+  const std::string md = out.str();
+  for (const char* line : {
+           "## Partial uptraining — only the attention, or only K and V, trained (α = 0.05, fit)",
+           "| KV heads | trains | val loss | − all | kept |",
+           // fit at α 0.05, GQA-2: 3.05, 3.06, 3.07 whole; the attention alone 0.01 lower, K and V 0.02 higher;
+           // kept (0.2 + 0.01) / 0.2 and (0.2 − 0.02) / 0.2
+           "| GQA-2 | all | 3.0600 ± 0.0100 (n=3) | – | 1 |",
+           "| GQA-2 | attention | 3.0500 ± 0.0100 (n=3) | -0.0100 ± 0.0000 | 1.05 ± 0.00 |",
+           "| GQA-2 | kv | 3.0800 ± 0.0100 (n=3) | +0.0200 ± 0.0000 | 0.90 ± 0.00 |",
+           "| MQA | kv | 3.1800 ± 0.0100 (n=3) | +0.0200 ± 0.0000 | 0.90 ± 0.00 |",
+           // the partial cells stay out of the plain tables
+           "| fit | contiguous | 3.0600 ± 0.0100 (n=3) (3.1000) | 3.1600 ± 0.0100 (n=3) (3.2500) |"})
+    BOOST_TEST(has_line(md, line), line << "\nnot in\n" << md);
+  write_results_csv(csv, plan, results);
+  BOOST_TEST(csv.str().find("\nkv1_fit_a0.05_tattention_s3,convert,1,,fit,0,attention,0.05,3,") != std::string::npos, csv.str());
+  std::ostringstream plain_md;
+  write_report_md(plain_md, plain, hand_results(plain), {"tiny.txt", 900, 100, "2024-01-02"});
+  BOOST_TEST(plain_md.str().find("## Partial uptraining") == std::string::npos);
+}
+
 // ---- the cell files -------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(cell_files_read_and_write_back_unchanged) {
@@ -369,11 +439,11 @@ BOOST_AUTO_TEST_CASE(csv_header_and_rows) {
   std::ostringstream csv;
   write_results_csv(csv, plan, {pre, conv});
   BOOST_TEST(csv.str() ==
-             "id,kind,kv_heads,kv_heads_per_layer,method,distill,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+             "id,kind,kv_heads,kv_heads_per_layer,method,distill,train,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
              "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8,decode_ms_per_token_step_b1,"
              "decode_ms_per_sample_b1,decode_ms_per_token_step_b4,decode_ms_per_sample_b4\n"
-             "pretrain_mha,pretrain,4,,,0,0.0,1,20,cosine,3.25,25.5,,2.0,3872,8160.0,128,,,1.5,22.5,2.5,9.375\n"
-             "kv2_mean_a0.05_s1,convert,2,,mean,0,0.05,1,1,rewarm,3.25,25.5,3.75,2.0,3616,7648.0,64,3.5,,1.5,22.5,2.5,9.375\n");
+             "pretrain_mha,pretrain,4,,,0,,0.0,1,20,cosine,3.25,25.5,,2.0,3872,8160.0,128,,,1.5,22.5,2.5,9.375\n"
+             "kv2_mean_a0.05_s1,convert,2,,mean,0,all,0.05,1,1,rewarm,3.25,25.5,3.75,2.0,3616,7648.0,64,3.5,,1.5,22.5,2.5,9.375\n");
 }
 
 BOOST_AUTO_TEST_CASE(report_tables_and_findings_follow_the_numbers) {

@@ -180,7 +180,7 @@ int run_uptrain(const UptrainArgs& a) {
 }
 
 struct SweepArgs {
-  std::string preset = "tiny", data, out, methods, groupings, from, config, precision, distill_methods;
+  std::string preset = "tiny", data, out, methods, groupings, from, config, precision, distill_methods, train, train_method;
   DistillArgs distill;
   bool quiet = false, scratch = false;
 };
@@ -203,6 +203,9 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
                          "row alike; models from scratch again at the distilled compute)");
   c.add_option("--distill-methods", a.distill_methods, "with --distill: the conversions distilled, comma-separated (default: mean,aligned-fit "
                                                        "where among --methods)");
+  c.add_option("--train", a.train, "also uptrain each GQA/MQA model at the headline alpha training only these parameters, comma-separated: "
+                                 "attention, kv (every seed; the others frozen as converted)");
+  c.add_option("--train-method", a.train_method, "with --train: the conversion of those cells (default: aligned-fit; among --methods)");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
@@ -226,6 +229,12 @@ int run_sweep(const SweepArgs& a) {
     p.distill_methods = split_list(a.distill_methods, "--distill-methods");
   }
   if (a.distill.on && p.distill_lambda == 0) throw Error(ErrorKind::usage, "sweep: --distill-lambda 0 distils nothing (leave out --distill)");
+  if (!a.train.empty())
+    for (const std::string& t : split_list(a.train, "--train")) p.partial.push_back(enum_from_name<Trainable>(t, "--train"));
+  if (!a.train_method.empty()) {
+    if (a.train.empty()) throw Error(ErrorKind::usage, "sweep: --train-method needs --train");
+    p.partial_method = a.train_method;
+  }
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");
   }

@@ -95,7 +95,8 @@ std::string Cell::id() const {
     case CellKind::convert: {
       char a[32];
       std::snprintf(a, sizeof a, "%g", alpha);
-      return "kv" + std::to_string(kv) + "_" + variant.name() + "_a" + a + (distill ? "_kd" : "") + "_s" + std::to_string(seed);
+      return "kv" + std::to_string(kv) + "_" + variant.name() + "_a" + a + (distill ? "_kd" : "") +
+             (trainable == Trainable::all ? "" : "_t" + to_string(trainable)) + "_s" + std::to_string(seed);
     }
   }
   throw Error(ErrorKind::internal, "bad cell kind");
@@ -135,6 +136,24 @@ void add_distilled_cells(SweepPlan& plan) {
   }
 }
 
+/// The partial cells of a plan (preset.partial): the headline α, every seed, each KV count below H.
+void add_partial_cells(SweepPlan& plan) {
+  const SweepPreset& p = plan.preset;
+  if (!plan.partial()) return;
+  const Variant v{&method(p.partial_method), Grouping::Contiguous};  // an unknown name is refused here
+  if (std::find(plan.variants.begin(), plan.variants.end(), v) == plan.variants.end())
+    throw Error(ErrorKind::usage, "sweep --train: the method of the partial cells, " + p.partial_method + ", is not among the study's methods");
+  plan.partial_variant = v;
+  const int64_t steps = std::llround(p.headline_fraction * plan.pretrain_steps);
+  for (const Trainable t : p.partial) {
+    if (t == Trainable::all) throw Error(ErrorKind::usage, "sweep --train: \"all\" is every plain cell already; give attention, kv");
+    for (int64_t kv : plan.kv_heads)
+      if (kv < plan.n_head)
+        for (int s = 1; s <= p.headline_seeds; s++)
+          plan.cells.push_back({CellKind::convert, kv, v, p.headline_fraction, s, steps, false, t});
+  }
+}
+
 }  // namespace
 
 SweepPlan::SweepPlan(const SweepPreset& p)
@@ -170,6 +189,7 @@ SweepPlan::SweepPlan(const SweepPreset& p)
     }
   }
   add_distilled_cells(*this);
+  add_partial_cells(*this);
   for (bool distilled : {false, true})  // from scratch: at plain, then at distilled compute
     if (p.scratch && (!distilled || distills()))
       for (int64_t kv : kv_heads)
@@ -184,11 +204,12 @@ SweepPlan::SweepPlan(const SweepPreset& p)
   }
 }
 
-const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed, bool distill) const {
+const Cell& SweepPlan::find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed, bool distill, Trainable trainable) const {
   for (const Cell& c : cells)
-    if (c.kind == kind && c.kv == kv && c.variant == v && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed && c.distill == distill)
+    if (c.kind == kind && c.kv == kv && c.variant == v && std::fabs(c.alpha - alpha) < 1e-12 && c.seed == seed && c.distill == distill &&
+        c.trainable == trainable)
       return c;
-  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, v, alpha, seed, 0, distill}.id());
+  throw Error(ErrorKind::internal, "the sweep plan has no " + Cell{kind, kv, v, alpha, seed, 0, distill, trainable}.id());
 }
 
 TrainConfig SweepPlan::train_config_for(const Cell& c) const {
@@ -226,6 +247,7 @@ UptrainOptions SweepPlan::uptrain_options_for(const Cell& c) const {
     o.distill_lambda = preset.distill_lambda;
     o.distill_temperature = preset.distill_temperature;
   }
+  o.trainable = c.trainable;
   return o;
 }
 

@@ -40,6 +40,10 @@ struct SweepPreset {
   double distill_lambda = 0;
   double distill_temperature = 2.0;
   std::vector<std::string> distill_methods{"mean", "aligned-fit"};  // those among methods, contiguous groups
+  /// Partial uptraining (sweep --train): at the headline α, every seed, each KV count below H is
+  /// also uptrained training only these parameters (attention, kv), by partial_method. Empty: none.
+  std::vector<Trainable> partial;
+  std::string partial_method = "aligned-fit";  // among methods, contiguous groups
 };
 
 /// A distilled step's cost in plain training steps: the teacher's forward is about a third of a
@@ -75,6 +79,8 @@ struct Cell {
   /// Converted: uptrained with the MHA model as teacher. From scratch: trained for the distilled
   /// rows' compute.
   bool distill = false;
+  /// Converted: the parameters uptrained (the others frozen as converted).
+  Trainable trainable = Trainable::all;
 
   /// The cell's name: its result file cells/<id>.json and run directory runs/<id>.
   std::string id() const;
@@ -92,6 +98,7 @@ struct SweepPlan {
   int64_t scratch_steps = 0;   // (1 + headline α) × P: the compute of pretraining plus uptraining
   int64_t distill_scratch_steps = 0;  // (1 + kDistilledStepCost × headline α) × P: ... distilled uptraining
   std::vector<Variant> distill_variants;  // the conversions distilled (preset.distill_methods among methods)
+  Variant partial_variant;                 // the conversion of the partial cells (preset.partial_method)
   std::vector<int64_t> kv_heads;
   std::vector<Variant> variants;  // sweep_variants(preset)
   std::vector<Cell> cells;
@@ -100,13 +107,16 @@ struct SweepPlan {
   /// usage Error.
   explicit SweepPlan(const SweepPreset& p);
   /// The cell with these coordinates; an internal Error when the plan has none.
-  const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1, bool distill = false) const;
+  const Cell& find(CellKind kind, int64_t kv, const Variant& v, double alpha, int seed = 1, bool distill = false,
+                   Trainable trainable = Trainable::all) const;
   /// The pretrained MHA model.
   const Cell& pretrain() const { return cells.front(); }
   /// The model with kv heads trained from scratch.
   const Cell& scratch(int64_t kv, bool distill = false) const { return find(CellKind::scratch, kv, {}, 0, 1, distill); }
   /// Whether the study distils (preset.distill_lambda > 0).
   bool distills() const { return preset.distill_lambda > 0; }
+  /// Whether the study uptrains part of the models too (preset.partial).
+  bool partial() const { return !preset.partial.empty(); }
   /// The smaller MHA model (preset.smaller).
   const Cell& smaller() const { return find(CellKind::smaller, n_head, {}, 0); }
   /// The model of a cell: the study's, with the cell's kv heads; the smaller MHA model's width.

@@ -42,13 +42,14 @@ struct Table {
   static Variant as_run(int64_t kv, const Variant& v) {
     return v.grouping == Grouping::PerLayer && kv == 1 ? Variant{v.method, Grouping::Contiguous} : v;
   }
-  /// Val loss by seed of a converted model (distilled or not).
-  std::map<int, double> by_seed(int64_t kv, const Variant& variant, double a, bool distill = false) const {
+  /// Val loss by seed of a converted model (distilled or not, every parameter uptrained or some).
+  std::map<int, double> by_seed(int64_t kv, const Variant& variant, double a, bool distill = false,
+                                Trainable trainable = Trainable::all) const {
     std::map<int, double> out;
     const Variant v = as_run(kv, variant);
     for (const CellResult& r : results)
       if (r.cell.kind == CellKind::convert && r.cell.kv == kv && r.cell.variant == v && std::fabs(r.cell.alpha - a) < 1e-12 &&
-          r.cell.distill == distill)
+          r.cell.distill == distill && r.cell.trainable == trainable)
         out[r.cell.seed] = r.val_loss;
     return out;
   }
@@ -92,7 +93,7 @@ std::string fmt_stat(const Stat& s) {
 }
 
 void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vector<CellResult>& results) {
-  csv << "id,kind,kv_heads,kv_heads_per_layer,method,distill,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
+  csv << "id,kind,kv_heads,kv_heads_per_layer,method,distill,train,alpha,seed,steps,schedule,val_loss,perplexity,loss_before,train_seconds,params,"
          "forward_flops_per_token,kv_cache_bytes_per_token,val_loss_kv_f16,val_loss_kv_q8";
   for (int64_t b : plan.preset.decode_batches)
     csv << ",decode_ms_per_token_step_b" << b << ",decode_ms_per_sample_b" << b;
@@ -107,7 +108,7 @@ void write_results_csv(std::ostream& csv, const SweepPlan& plan, const std::vect
     std::string layers;  // "8;4;2;2": one field
     for (int64_t k : r.kv_layers) layers += (layers.empty() ? "" : ";") + std::to_string(k);
     csv << c.id() << "," << cell_kind_name(c.kind) << "," << c.kv << "," << layers << "," << c.method_name() << "," << (c.distill ? 1 : 0) << ","
-        << num(c.alpha) << ","
+        << (c.kind == CellKind::convert ? to_string(c.trainable) : "") << "," << num(c.alpha) << ","
         << c.seed << "," << c.steps << "," << r.schedule << "," << num(r.val_loss) << "," << num(r.perplexity) << ","
         << (r.loss_before ? num(*r.loss_before) : "") << "," << num(r.train_seconds) << "," << r.params << ","
         << num(r.forward_flops_per_token) << "," << r.kv_cache_bytes_per_token;
@@ -486,6 +487,40 @@ void write_distillation(std::ostream& md, const Table& t) {
   }
 }
 
+/// Partial uptraining (sweep --train): each KV count's conversion uptrained training only some
+/// parameters, beside the same conversion uptrained whole, paired by seed, and the share of its
+/// recovery kept.
+void write_partial(std::ostream& md, const Table& t) {
+  const SweepPlan& plan = t.plan;
+  const SweepPreset& p = plan.preset;
+  const double ha = p.headline_fraction;
+  const Variant& v = plan.partial_variant;
+  md << "\n## Partial uptraining — only the attention, or only K and V, trained (α = " << ha << ", " << v.name() << ")\n\n"
+     << "Each row is uptrained like the plain row of the same conversion (same steps, batches and seeds), training only "
+        "the attention projections (`attention`: q, k, v and output) or only the key and value projections the conversion made "
+        "(`kv`); the other parameters stay as converted, with no gradient and no optimizer state (docs/guide/uptraining.md). "
+        "− all is paired by seed; kept = (converted − this) / (converted − all), the share of full uptraining's recovery, seed by "
+        "seed (mean ± sd).\n\n"
+     << "| KV heads | trains | val loss | − all | kept |\n|---|---|---|---|---|\n";
+  for (int64_t kv : plan.kv_heads) {
+    if (kv == plan.n_head) continue;
+    const auto all = t.by_seed(kv, v, ha);
+    md << "| " << plan.kv_name(kv) << " | all | " << fmt_stat(t.losses(kv, v, ha)) << " | – | 1 |\n";
+    for (const Trainable tr : p.partial) {
+      const auto part = t.by_seed(kv, v, ha, false, tr);
+      std::vector<double> kept, losses;
+      for (const auto& [seed, loss] : part) {
+        losses.push_back(loss);
+        const auto before = t.of(plan.find(CellKind::convert, kv, v, ha, seed)).loss_before;
+        if (all.count(seed) && before && *before != all.at(seed)) kept.push_back((*before - loss) / (*before - all.at(seed)));
+      }
+      const Stat k = stat(kept);
+      md << "| " << plan.kv_name(kv) << " | " << to_string(tr) << " | " << fmt_stat(stat(losses)) << " | " << fmt_diff(paired(part, all))
+         << " | " << (k.n == 0 ? "–" : fmt("%.2f", k.mean) + (k.n > 1 ? " ± " + fmt("%.2f", k.sd) : "")) << " |\n";
+    }
+  }
+}
+
 /// Bytes per token as a whole number, or with one decimal when they are not one.
 std::string bytes_str(double b) { return fmt(b == std::floor(b) ? "%.0f" : "%.1f", b); }
 
@@ -510,8 +545,8 @@ std::vector<KvPoint> kv_points(const Table& t) {
     for (auto [type, scale] : {std::pair{"f32", 1.0}, {"f16", 0.5}, {"q8", 34.0 / 128.0}}) {
       std::vector<double> losses;
       for (const CellResult& r : t.results)
-        if (r.cell.kind == CellKind::convert && !r.cell.distill && r.cell.kv == kv && r.cell.variant.name() == best &&
-            std::fabs(r.cell.alpha - ha) < 1e-12) {
+        if (r.cell.kind == CellKind::convert && !r.cell.distill && r.cell.trainable == Trainable::all && r.cell.kv == kv &&
+            r.cell.variant.name() == best && std::fabs(r.cell.alpha - ha) < 1e-12) {
           if (std::string(type) == "f32") losses.push_back(r.val_loss);
           else if (r.val_loss_kv.count(type)) losses.push_back(r.val_loss_kv.at(type));
         }
@@ -574,6 +609,7 @@ void write_report_md(std::ostream& md, const SweepPlan& plan, const std::vector<
   write_alpha_table(md, t);
   write_findings(md, t);
   if (plan.distills()) write_distillation(md, t);
+  if (plan.partial()) write_partial(md, t);
   write_kv_bytes(md, t);
   md << "\nPlots: `fig_tradeoff.png` (val loss against decode time per sample, Fig. 1/6), `fig_alpha.png` (Fig. 5), "
         "`fig_methods.png` (Fig. 4)"

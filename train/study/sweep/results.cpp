@@ -99,6 +99,7 @@ nlohmann::json CellResult::to_json() const {
                    {"kv_cache_bytes_per_token", kv_cache_bytes_per_token}};
   if (convert_seconds) j["convert_seconds"] = *convert_seconds;  // absent from older sweeps' files
   if (cell.distill) j["distill"] = true;                         // absent: not distilled
+  if (cell.trainable != Trainable::all) j["train"] = to_string(cell.trainable);  // absent: every parameter
   if (!kv_layers.empty()) j["kv_heads_per_layer"] = kv_layers;   // absent: every layer has kv_heads
   for (const auto& [type, loss] : val_loss_kv) j["val_loss_kv_" + type] = loss;
   j.update(decode_times().to_json());
@@ -114,7 +115,8 @@ CellResult CellResult::from_json(const nlohmann::json& j) {
             j.at("alpha").get<double>(),
             j.at("seed").get<int>(),
             j.at("steps").get<int64_t>(),
-            j.contains("distill") && j["distill"].get<bool>()};
+            j.contains("distill") && j["distill"].get<bool>(),
+            j.contains("train") ? enum_from_name<Trainable>(j["train"].get<std::string>(), "cell file key train") : Trainable::all};
   r.schedule = j.at("schedule").get<std::string>();
   r.val_loss = j.at("val_loss").get<double>();
   for (const char* type : {"f16", "bf16", "q8"})
