@@ -87,10 +87,10 @@ void allreduce_sum(double* buf, size_t n) { allreduce(buf, n, MPI_DOUBLE, MPI_SU
 void allreduce_min(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MIN); }
 void allreduce_max(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MAX); }
 
-void broadcast(float* buf, size_t n) {
+void broadcast(float* buf, size_t n, int root) {
   if (g_size == 1) return;
   for (size_t off = 0; off < n; off += kChunk)
-    MPI_Bcast(buf + off, static_cast<int>(std::min(kChunk, n - off)), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(buf + off, static_cast<int>(std::min(kChunk, n - off)), MPI_FLOAT, root, MPI_COMM_WORLD);
 }
 
 void broadcast(std::string& s) {

@@ -51,8 +51,8 @@ void allreduce_sum(double* buf, size_t n);
 /// Element-wise minimum and maximum over ranks, in place (for comparing checksums).
 void allreduce_min(uint64_t* buf, size_t n);
 void allreduce_max(uint64_t* buf, size_t n);
-/// Rank 0's floats to every rank.
-void broadcast(float* buf, size_t n);
+/// Rank `root`'s floats to every rank.
+void broadcast(float* buf, size_t n, int root = 0);
 /// Rank 0's string to every rank.
 void broadcast(std::string& s);
 /// Every rank's string, on rank 0 (indexed by rank); empty on the other ranks.

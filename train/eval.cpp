@@ -167,9 +167,14 @@ double evaluate_windows(GPT& model, const TokenSeq& data, const std::vector<int6
   return evaluate(model, EvalBatches(data, starts, T, batch), split_across_ranks).loss;
 }
 
+int64_t split_eval_batch(const GPTConfig& c) {
+  const double logits = static_cast<double>(c.block_size) * static_cast<double>(c.vocab_size) * sizeof(float);
+  return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(int64_t{1} << 28) / logits), 1, 32);
+}
+
 double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks) {
   const int64_t T = model.config().block_size;
-  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, 32, split_across_ranks);
+  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, split_eval_batch(model.config()), split_across_ranks);
 }
 
 EvalBatches EvalData::batches(int64_t batch) const {

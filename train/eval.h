@@ -69,8 +69,14 @@ EvalResult evaluate_with_grads(GPT& model, const EvalBatches& batches);
 double evaluate_windows(GPT& model, const TokenSeq& data, const std::vector<int64_t>& starts, int64_t T,
                         int64_t batch, bool split_across_ranks = false);
 
+/// Windows per forward pass of evaluate_split: 32, fewer when their logits (windows × T × V floats)
+/// would pass 256 MiB — a GPT-2-sized vocabulary at T 256 takes 5, where 32 held 1.6 GB of logits
+/// beside the model after training's last step.
+int64_t split_eval_batch(const GPTConfig& c);
+
 /// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
-/// `tapelm eval` reports (32 windows per forward pass). With split_across_ranks, a collective.
+/// `tapelm eval` reports (split_eval_batch windows per forward pass). With split_across_ranks, a
+/// collective.
 double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks = false);
 
 /// What `tapelm eval --data` reads: token ids in non-overlapping windows of T, or (a parity file)

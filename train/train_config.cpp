@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "train/eval.h"
 #include "train/formats/registry.h"
 
 namespace tapelm {
@@ -114,40 +115,72 @@ double TrainConfig::train_flops_per_token() const {
   return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
 }
 
-void check_training_memory(const TrainConfig& c, double available) {
+TrainingMemory training_memory(const TrainConfig& c, int world) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
-  // float weights; gradients and AdamW's two moments of the trained ones; in bf16 also the step's
-  // rounded copy of the weights (2 bytes each, 4 when emulated: the bf16 values held in float32)
+  // float weights; gradients and AdamW's two moments of the trained ones (the moments a rank's
+  // share when sharded); in bf16 also the step's rounded copy of the weights (2 bytes each, 4 when
+  // emulated: the bf16 values held in float32)
   const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
-  const double weights = (4 + rounded) * params + 12 * trained;
-  // Per token, at least: the residual stream and attention inputs and outputs (4·d), the MLP's
-  // hidden layer before and after its activation, one row of attention scores, and the logits
-  // with their softmax.
+  const double shards = c.shard == Shard::optimizer ? std::max(world, 1) : 1;
+  TrainingMemory b;
+  b.weights = (4 + rounded) * params;
+  b.gradients = 4 * trained;
+  b.optimizer = 8 * trained / shards;
+  // Per token and layer, what the tape keeps for backward: 16·d (the norms' outputs, q, k and v
+  // and their rotated and head-major copies, the attention and projection outputs, the residual
+  // sums), the MLP's hidden layer before and after its activation (four of them gated: gate, up,
+  // silu(gate), their product), one row of attention scores; then the logits with their softmax.
+  // The 16 is measured (bench/SHARD_MEMORY.md: 2.8 MB a token on GPT-2-medium's shape, where
+  // 4·d counted 0.75 of it).
   // recompute blocks: one block's activations (the block recomputed in backward) and one hidden
   // state per block
   const bool recompute = c.recompute == Recompute::blocks;
   const double T = static_cast<double>(m.block_size), d = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer);
   const double kept = recompute ? 1 : L;
-  const double per_token = kept * (4 * d + 2 * static_cast<double>(m.mlp_hidden) + static_cast<double>(m.n_head) * T) +
-                           (recompute ? L * d : 0) + 2 * static_cast<double>(m.vocab_size);
+  const double hidden = (m.mlp == MlpKind::SwiGLU ? 4 : 2) * static_cast<double>(m.mlp_hidden);
+  const double per_token = kept * (16 * d + hidden + static_cast<double>(m.n_head) * T) + (recompute ? L * d : 0) +
+                           2 * static_cast<double>(m.vocab_size);
   // bf16: every linear layer also keeps its rounded input for the backward (q|k|v, wo, the MLP's
   // two and the head's: L·(3d + mlp_hidden) + d values per token), at the rounded copy's bytes
   const double rounded_inputs = rounded * (kept * (3 * d + static_cast<double>(m.mlp_hidden)) + d);
-  const double activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
-  const double windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
+  b.activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
+  b.windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
+  b.evaluation = 2 * 4 * static_cast<double>(split_eval_batch(m)) * T * static_cast<double>(m.vocab_size);
+  b.reduce = world > 1 ? 4 * trained : 0;
+  return b;
+}
+
+std::string TrainingMemory::str() const {
+  return byte_size_str(total()) + ": weights " + byte_size_str(weights) + ", gradients " + byte_size_str(gradients) + ", optimizer state " +
+         byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffer " + byte_size_str(reduce) : "") + ", activations " +
+         byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation);
+}
+
+double training_state_bytes(const TrainConfig& c, int world) {
+  const TrainingMemory b = training_memory(c, world);
+  return b.weights + b.gradients + b.optimizer;
+}
+
+void check_training_memory(const TrainConfig& c, double available, int world) {
+  const GPTConfig& m = c.model;
+  const double params = static_cast<double>(model_cost(m).params);
+  const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
+  const TrainingMemory b = training_memory(c, world);
+  const double weights = b.weights + b.gradients + b.optimizer, activations = b.activations, windows = b.windows;
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +
+                                       (c.shard == Shard::optimizer && world > 1 ? " (a rank's share of " + std::to_string(world) + ")" : "") +
                                        (rounded > 0 ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
   check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +
                                            (rounded > 0 ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));
   check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
                                        std::to_string(c.batch_size) + ": the evaluation windows");
-  check_memory(weights + activations + windows, available, "training this config");
+  check_memory(b.total(), available, "training this config");
 }
 
 LrSchedule TrainConfig::schedule() const {
@@ -193,8 +226,8 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
 }
 
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const TrainConfig& cfg,
-                              const TrainState& st, const Tokenizer& tok) {
-  write_training_checkpoint(path, model, opt, cfg.to_json(), st, tok);
+                              const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere) {
+  write_training_checkpoint(path, model, opt, cfg.to_json(), st, tok, elsewhere);
 }
 
 TrainConfig read_train_config(const H5File& f) {

@@ -1,6 +1,7 @@
 #pragma once
 // The training configuration (docs/formats.md §4): the model keys of §1 plus the optimisation keys,
 // from one flat JSON object with `--set key=value` overrides; unknown keys are rejected.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ bool is_trained(Trainable t, const std::string& param_name);
 /// computes no gradient for them).
 NamedParams trained_parameters(GPT& model, Trainable t);
 
+/// What a multi-rank run splits over its ranks rather than copying into each (ZeRO's stages): nothing,
+/// or the optimizer's state — each rank keeps and updates the state of its share of the parameters
+/// and sends the updated values to the others (ZeRO stage 1).
+enum class Shard { none, optimizer };
+template <> struct EnumNames<Shard> {
+  static constexpr std::array<std::pair<Shard, const char*>, 2> values{{{Shard::none, "none"}, {Shard::optimizer, "optimizer"}}};
+};
+
 // type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
 // lr_decay_iters defaults to max_iters when not given.
 #define TAPELM_TRAIN_FIELDS(X)                                    \
@@ -73,6 +82,7 @@ NamedParams trained_parameters(GPT& model, Trainable t);
   X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
   X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
+  X(Shard, shard, Shard::none, any, none) /* none, optimizer: the optimizer's state split over the ranks */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
@@ -106,16 +116,36 @@ struct TrainConfig {
 TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json config, const std::string& config_path,
                                     const std::string& model_path);
 
+/// One rank's memory for training c in a run of `world` ranks, by part, in bytes (the estimate
+/// check_training_memory checks and the trainer prints).
+struct TrainingMemory {
+  double weights = 0;      // float32, and in bf16 the step's rounded copy
+  double gradients = 0;    // of the trained parameters
+  double optimizer = 0;    // AdamW's two moments of the trained parameters: the rank's share when sharded
+  double activations = 0;  // one micro-batch's (a lower bound)
+  double evaluation = 0;   // the final evaluation's forward: its logits and their softmax (split_eval_batch windows)
+  double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients
+  double windows = 0;      // the fixed evaluation windows
+  /// The peak: the state, the all-reduce's buffer, and the larger of a step's activations and the
+  /// final evaluation's (the gradients stay allocated through it).
+  double total() const { return weights + gradients + optimizer + reduce + std::max(activations, evaluation) + windows; }
+  /// "4.25 GB: weights 1.42 GB, gradients 1.42 GB, optimizer state 1.42 GB, activations 0.12 GB"
+  std::string str() const;
+};
+TrainingMemory training_memory(const TrainConfig& c, int world = 1);
+/// Weights, gradients and optimizer state together (TrainingMemory's first three).
+double training_state_bytes(const TrainConfig& c, int world);
 /// Throws a config Error naming the keys at fault when training c cannot fit in `available`
-/// bytes: weights, gradients and optimizer state, one micro-batch's activations (a lower bound)
-/// and the evaluation windows. Called before anything is allocated.
-void check_training_memory(const TrainConfig& c, double available = available_memory_bytes());
+/// bytes: weights, gradients and optimizer state (a rank's share in a run of `world` ranks), one
+/// micro-batch's activations (a lower bound) and the evaluation windows. Called before anything is
+/// allocated.
+void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1);
 
 // ---- a training checkpoint's config (train/formats/checkpoint.h stores it as JSON) ----------
 
 /// write_training_checkpoint with cfg's JSON.
 void save_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const TrainConfig& cfg,
-                              const TrainState& st, const Tokenizer& tok);
+                              const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere = nullptr);
 /// The training config stored in a full checkpoint (checkpoint Error if there is none or it is bad).
 TrainConfig read_train_config(const H5File& f);
 

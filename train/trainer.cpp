@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <tuple>
 
 #include "autograd/runtime.h"
@@ -65,13 +66,14 @@ namespace {
 // Rank 0's weights to every rank, and a check that every rank runs the same config on the same data.
 // Every rank must also hold the same resumed state and options, or their collectives would differ.
 void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
-                    const Corpus& corpus, const TrainOptions& opt) {
+                    const Corpus& corpus, const TrainOptions& opt, bool sharded) {
   const std::string data = std::to_string(dist::checksum(corpus.tok.serialized().data(), corpus.tok.serialized().size())) +
                            "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
-  uint64_t moments = 0;
-  for (const std::string& key : optim.state_keys())
-    for (const auto& [name, t] : optim.state(key))
-      moments = moments * 31 + dist::checksum(t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+  uint64_t moments = 0;  // sharded: each rank holds its own share, read from the same file
+  if (!sharded)
+    for (const std::string& key : optim.state_keys())
+      for (const auto& [name, t] : optim.state(key))
+        moments = moments * 31 + dist::checksum(t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
   const std::string state = std::to_string(st.step) + "|" + std::to_string(st.tokens_seen) + "|" +
                             std::to_string(optim.steps()) + "|" + std::to_string(moments) + "|" +
                             std::to_string(opt.resume) + std::to_string(opt.check_sync);
@@ -111,7 +113,7 @@ namespace {
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
-  check_training_memory(cfg);  // before the model is allocated
+  check_training_memory(cfg, available_memory_bytes(), dist::size());  // before the model is allocated
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }
@@ -143,7 +145,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     setup_error = *e.what() ? e.what() : "unknown error";
   }
   dist::agree(setup_error);
-  if (multi_) agree_on_start(model_.named_parameters(), *optim_, st_, cfg_, corpus_, opt_);
+  if (multi_) agree_on_start(model_.named_parameters(), *optim_, st_, cfg_, corpus_, opt_, !owner_.empty());
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t T = cfg_.model.block_size;
@@ -169,6 +171,16 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
                 precision_ == Precision::f32 ? "" : (" | precision " + to_string(precision_)).c_str());
     if (precision_ == Precision::bf16)  // "" where bf16 cannot run: set_up refuses it in one line
       if (const std::string note = bf16_rate_note(); !note.empty()) std::printf("%s%s\n", opt_.label.c_str(), note.c_str());
+    // what check_training_memory checked, so that a run's peak RSS can be held against it
+    std::string shard;
+    if (multi_ && cfg_.shard == Shard::optimizer) {
+      TrainConfig whole = cfg_;
+      whole.shard = Shard::none;
+      shard = " (shard optimizer: the state of this rank's share of the parameters; " + byte_size_str(training_memory(whole, world_).total()) +
+              " unsharded)";
+    }
+    std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "", training_memory(cfg_, world_).str().c_str(),
+                shard.c_str());
     if (cfg_.trainable != Trainable::all) {
       int64_t trained = 0, all = 0;
       for (const auto& [name, p] : model_.named_parameters()) (p.requires_grad() ? trained : all) += p.numel();
@@ -183,9 +195,36 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
 
 Trainer::~Trainer() = default;
 
+void Trainer::assign_owners() {
+  std::vector<size_t> order(params_.size());
+  for (size_t i = 0; i < order.size(); i++) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params_[a].second.numel() > params_[b].second.numel(); });
+  std::vector<int64_t> load(static_cast<size_t>(world_), 0);
+  owner_.assign(params_.size(), 0);
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner_[i] = r;
+    load[static_cast<size_t>(r)] += params_[i].second.numel();
+  }
+}
+
+Tensor Trainer::exchange_state(const std::string& key, size_t i) {
+  const int owner = owner_[i];
+  const auto& states = optim_->state(key);
+  const auto it = states.find(params_[i].first);
+  if (owner == 0) return lead_ && it != states.end() ? it->second : Tensor();  // rank 0's own: nothing to send
+  float has = rank_ == owner && it != states.end() ? 1.f : 0.f;
+  dist::broadcast(&has, 1, owner);
+  if (has == 0) return {};
+  Tensor t = rank_ == owner ? it->second : Tensor::empty(params_[i].second.shape());
+  dist::broadcast(t.data(), static_cast<size_t>(t.numel()), owner);
+  return t;
+}
+
 void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
   optim_ = cfg_.make_optimizer(params_);
+  if (multi_ && cfg_.shard == Shard::optimizer) assign_owners();
   if (corpus_.tok.vocab_size() > cfg_.model.vocab_size)
     throw Error(ErrorKind::config, "the corpus has " + std::to_string(corpus_.tok.vocab_size()) + " symbols but vocab_size is " +
                       std::to_string(cfg_.model.vocab_size));
@@ -230,7 +269,11 @@ void Trainer::set_up() {
     if (saved.trainable != cfg_.trainable)  // the optimizer state is of the parameters it trained
       throw Error(ErrorKind::checkpoint, ck_path + ": trained with trainable \"" + to_string(saved.trainable) + "\", this run has \"" +
                                              to_string(cfg_.trainable) + "\": resume with the same, or start a new run from its weights");
-    load_training_checkpoint(f, model_, *optim_, st_);
+    std::set<std::string> mine;  // sharded: this rank reads its share of the optimizer state alone
+    for (size_t i = 0; i < owner_.size(); i++)
+      if (owner_[i] == rank_) mine.insert(params_[i].first);
+    load_training_checkpoint(f, model_, *optim_, st_,
+                             owner_.empty() ? std::function<bool(const std::string&)>() : [&mine](const std::string& n) { return mine.count(n) > 0; });
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
                   opt_.label.c_str(), st_.optim_hparams_changed.c_str());
@@ -312,7 +355,17 @@ Trainer::Step Trainer::step() {
   if (!std::isfinite(norm))
     stop_with("the gradient of " + first_non_finite_grad(params_) + " is not finite (gradient norm " +
               (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
-  optim_->step(s.lr);
+  if (!owner_.empty()) {  // sharded: each rank updates its share, then sends the new values to the others
+    for (size_t i = 0; i < params_.size(); i++)
+      if (owner_[i] != rank_) params_[i].second.drop_grad();
+    optim_->step(s.lr);
+    const auto t_comm = Clock::now();
+    for (size_t i = 0; i < params_.size(); i++)
+      dist::broadcast(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]);
+    res_.comm_seconds += seconds_since(t_comm);
+  } else {
+    optim_->step(s.lr);
+  }
   optim_->zero_grad(false);
   st_.step++;
   st_.tokens_seen += static_cast<int64_t>(tokens_per_step_);
@@ -407,6 +460,17 @@ void Trainer::save() {
   }
   const std::vector<std::string> streams =
       dist::gather(std::to_string(model_.dropout_rng().state()) + "\n" + sampler_->state());
+  // sharded: rank 0 writes each parameter's state as its rank sends it, one tensor at a time
+  OptimStateSource sharded;
+  if (!owner_.empty()) {
+    for (const auto& [name, p] : params_) sharded.names.push_back(name);
+    sharded.fetch = [this](const std::string& key, size_t i) { return exchange_state(key, i); };
+    if (!lead_) {  // the same exchanges, in the order rank 0's writer makes them
+      for (const std::string& key : optim_->state_keys())
+        for (size_t i = 0; i < params_.size(); i++) exchange_state(key, i);
+      return;
+    }
+  }
   if (!lead_) return;
   st_.dropout_rng = model_.dropout_rng().state();
   st_.sampler_state = sampler_->state();
@@ -418,7 +482,7 @@ void Trainer::save() {
     st_.rank_dropout_rngs.push_back(std::stoull(streams[r].substr(0, nl)));
     st_.rank_sampler_states.push_back(streams[r].substr(nl + 1));
   }
-  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok);
+  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok, owner_.empty() ? nullptr : &sharded);
 }
 
 void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last) {

@@ -89,6 +89,11 @@ class Trainer {
 
  private:
   void set_up();
+  /// Assigns each trained parameter to a rank (the largest first, each to the least loaded): owner_.
+  void assign_owners();
+  /// A collective of a sharded save: params_[i]'s state of `key` from the rank that keeps it to
+  /// every rank (rank 0 writes it); undefined where there is none (SGD without momentum).
+  Tensor exchange_state(const std::string& key, size_t i);
   bool stop_between_micro_steps();
   /// The loss of the micro-batch in x_, y_ (its cross-entropy added to ce_sum): cross-entropy,
   /// or with a teacher (1 − λ)·CE + λ·T²·KL(teacher ‖ model) + β·A (the KL term added to
@@ -108,6 +113,9 @@ class Trainer {
   GPT model_;
   NamedParams params_;  // those trained (cfg_.trainable); the others are frozen
   std::unique_ptr<Optimizer> optim_;
+  /// shard optimizer in a multi-rank run: the rank that keeps params_[i]'s optimizer state and
+  /// updates it (the others receive its new values); empty otherwise.
+  std::vector<int> owner_;
   std::optional<BatchSampler> sampler_;
   TrainState st_;
   std::vector<int64_t> val_windows_, train_windows_;

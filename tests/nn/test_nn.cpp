@@ -444,11 +444,11 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   big.precision = Precision::bf16_emulated;
   test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"the bf16-emulated copy of the weights"});
   // ... and every linear layer's rounded input, kept for the backward. The baby config at batch
-  // 1000: f32 activations 4 bytes · (4·(4·128 + 2·512 + 4·64) + 2·65 = 7298 values) · 1000 · 64 =
-  // 1.87 GB; the rounded inputs 4·(3·128 + 512) + 128 = 3712 values per token, 0.95 GB emulated
+  // 1000: f32 activations 4 bytes · (4·(16·128 + 2·512 + 4·64) + 2·65 = 13442 values) · 1000 · 64 =
+  // 3.44 GB; the rounded inputs 4·(3·128 + 512) + 128 = 3712 values per token, 0.95 GB emulated
   // (4 bytes), 0.48 GB in bf16
   TrainConfig wide = cfg({{"batch_size", 1000}});
-  const double acts = 4.0 * 7298 * 1000 * 64;
+  const double acts = 4.0 * 13442 * 1000 * 64;
   check_training_memory(wide, acts + 0.3 * gb);
   wide.precision = Precision::bf16;
   check_training_memory(wide, acts + 0.6 * gb);

@@ -322,6 +322,56 @@ BOOST_AUTO_TEST_CASE(resume_on_two_ranks_is_bit_exact) {
   BOOST_TEST(!f.exists("/train/rank_1"));
 }
 
+// Every tensor of two checkpoints' /model and /optim, bit for bit.
+void expect_same_state(const std::string& a_path, const std::string& b_path) {
+  H5File a = H5File::open_read(a_path), b = H5File::open_read(b_path);
+  for (const char* group : {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"}) {
+    const auto names = a.list_datasets_recursive(group);
+    BOOST_TEST(names == b.list_datasets_recursive(group), tt::per_element());
+    BOOST_TEST(!names.empty(), group);
+    for (const std::string& n : names)
+      BOOST_TEST((a.read_tensor(std::string(group) + "/" + n).to_vector() == b.read_tensor(std::string(group) + "/" + n).to_vector()),
+                 group << "/" << n);
+  }
+}
+
+// shard: optimizer (ZeRO stage 1): each rank keeps and updates the AdamW state of its share of the
+// parameters and sends the new values to the others. The update of a parameter is the same
+// arithmetic on the same all-reduced gradient whichever rank does it, so the run is the unsharded
+// one bit for bit: every loss, every weight, and (gathered to rank 0 for the one checkpoint file)
+// every moment. Interrupted and resumed on two ranks it is the straight run; its checkpoint
+// resumes on three ranks (other shares) and in one process.
+BOOST_AUTO_TEST_CASE(sharded_optimizer_state_trains_the_unsharded_run_bit_for_bit) {
+  TempDir d;
+  nlohmann::json j8 = small_config(8, 0.1), j4 = small_config(4, 0.1);
+  const std::string plain = write_config(d, "plain.json", j8);
+  j8["shard"] = j4["shard"] = "optimizer";
+  const std::string cfg8 = write_config(d, "c8.json", j8), cfg4 = write_config(d, "c4.json", j4);
+  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(plain, d / "plain") + " --check-sync").code == 0);
+  Run r = run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "sharded") + " --check-sync");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "plain") == train_losses(d / "sharded")), tt::per_element());
+  expect_same_state(d / "plain/checkpoint.h5", d / "sharded/checkpoint.h5");
+
+  BOOST_REQUIRE(run_shell(mpirun(2) + binary() + " " + train_args(cfg4, d / "split") + " --check-sync").code == 0);
+  fs::copy(d / "split", d / "split3");
+  fs::copy(d / "split", d / "split1");
+  r = run_shell(mpirun(2) + binary() + " " + train_args(cfg8, d / "split") + " --resume --check-sync");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "split") == train_losses(d / "sharded")), tt::per_element());
+  expect_same_state(d / "sharded/checkpoint.h5", d / "split/checkpoint.h5");
+  r = run_shell(mpirun(3) + binary() + " " + train_args(cfg8, d / "split3") + " --resume --check-sync");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(H5File::open_read(d / "split3/checkpoint.h5").read_attr_int("/train", "step") == 8);
+  r = run_cli(train_args(cfg8, d / "split1") + " --resume");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(H5File::open_read(d / "split1/checkpoint.h5").read_attr_int("/train", "step") == 8);
+  // the memory line: the state of a rank's share
+  r = run_shell(mpirun(2) + binary() + " train --config " + cfg4 + " --data " + tiny_text() + " --out " + (d / "said"));
+  BOOST_TEST(r.out.find("memory estimate a rank ") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("(shard optimizer: the state of this rank's share of the parameters; ") != std::string::npos, r.out);
+}
+
 BOOST_AUTO_TEST_CASE(one_process_checkpoint_resumes_on_two_ranks) {
   TempDir d;
   const std::string cfg = write_config(d, "c.json", small_config(4, 0.1));

@@ -198,7 +198,7 @@ void save_model(const std::string& path, const GPT& model) {
 // ---- full training checkpoints ----------------------------------------------------------------
 
 void write_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const nlohmann::json& train_config,
-                               const TrainState& st, const Tokenizer& tok) {
+                               const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere) {
   check_savable(path, model, &opt, "step " + std::to_string(st.step));
   write_h5_atomic(path, [&](H5File& f) {
     write_model(f, model);
@@ -208,6 +208,18 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
     f.write_attr(kOptim, "hparams", opt.hparams_json());
     for (const std::string& key : opt.state_keys()) {
       f.create_group(kOptim + "/" + key);
+      if (elsewhere) {
+        for (size_t i = 0; i < elsewhere->names.size(); i++) {
+          const Tensor t = elsewhere->fetch(key, i);
+          if (!t.defined()) continue;
+          for (int64_t j = 0; j < t.numel(); j++)
+            if (!std::isfinite(t[j]))
+              throw Error(ErrorKind::checkpoint, path + ": step " + std::to_string(st.step) + ": optimizer state " + key + "/" +
+                                                     elsewhere->names[i] + " is not finite; not saved");
+          f.write_tensor(kOptim + "/" + key + "/" + elsewhere->names[i], t);
+        }
+        continue;
+      }
       for (const auto& [name, t] : opt.state(key)) f.write_tensor(kOptim + "/" + key + "/" + name, t);
     }
     f.create_group(kTrain);
@@ -230,7 +242,8 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
   });
 }
 
-void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st) {
+void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st,
+                              const std::function<bool(const std::string& name)>& keep) {
   const std::string& p = f.path();
   if (!f.exists(kOptim) || !f.exists(kTrain))
     throw Error(ErrorKind::checkpoint, p + ": not a full training checkpoint (no " + kOptim + " or " + kTrain + ")");
@@ -270,6 +283,7 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
     for (const std::string& name : f.list_datasets_recursive(g)) {
       auto it = shapes.find(name);
       if (it == shapes.end()) throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " names no parameter");
+      if (keep && !keep(name)) continue;  // another rank's share
       Tensor t = read_finite(f, g + "/" + name);
       if (t.shape() != it->second)
         throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +

@@ -94,14 +94,26 @@ struct TrainState {
   std::string optim_hparams_changed;
 };
 
+/// Optimizer state held elsewhere (by the ranks of a sharded run): for each state key in order and
+/// each of `names` in order, fetch(key, i) gives the tensor to write, or an undefined one when
+/// there is none; each is written before the next is fetched, so one is in memory at a time.
+struct OptimStateSource {
+  std::vector<std::string> names;
+  std::function<Tensor(const std::string& key, size_t i)> fetch;
+};
+
 /// Writes everything atomically to path (temp file, sync, rename); train_config is the training
-/// config's JSON (TrainConfig::to_json; train_config.h's save_training_checkpoint passes it).
+/// config's JSON (TrainConfig::to_json; train_config.h's save_training_checkpoint passes it). The
+/// optimizer's state comes from `elsewhere` when given, else from opt.
 void write_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const nlohmann::json& train_config,
-                               const TrainState& st, const Tokenizer& tok);
+                               const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere = nullptr);
 /// Restores model weights, optimizer state and training state from a full checkpoint (NaN or Inf
 /// anywhere in them is an error naming the dataset, and nothing is restored). The optimizer
-/// keeps the hyper-parameters it was built with; see optim_hparams_changed.
-void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st);
+/// keeps the hyper-parameters it was built with; see optim_hparams_changed. `keep`, when given,
+/// names the parameters whose optimizer state is read (a rank's share of a sharded run); the
+/// others' is not read at all.
+void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st,
+                              const std::function<bool(const std::string& name)>& keep = {});
 
 /// True if the file holds a training config (/train), as a full training checkpoint does.
 bool has_train_config(const H5File& f);

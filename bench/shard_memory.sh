@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sharded optimizer state (the training key `shard`, ZeRO stage 1) against the printed memory
+# estimate: GPT-2-medium's shape (24 layers, d 1024, 16 heads, vocab 50257: 355 M parameters;
+# T 256, batch 1, dropout 0) trained 2 steps on the first 40 kB of tinyshakespeare, one process,
+# then 2 ranks without and with `shard: optimizer` (each rank one thread). Each rank runs under
+# /usr/bin/time; prints per run the estimate `train` printed, every rank's peak RSS and their
+# ratio (bench/SHARD_MEMORY.md).
+#
+#   bench/shard_memory.sh [WORKDIR (bench_work/shard_memory)]   # BUILD=build by default
+#
+# Needs about 13 GB of memory and 5 GB of disk (the checkpoint of 355 M parameters with AdamW).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:-bench_work/shard_memory}
+build=$(realpath "${BUILD:-build}")
+unset OPENBLAS_CORETYPE TAPELM_BLAS_CORE
+mkdir -p "$work"
+head -c 40000 corpora/tinyshakespeare.txt > "$work/text.txt"
+cat > "$work/cfg.json" <<JSON
+{"n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50257, "block_size": 256, "batch_size": 1, "dropout": 0,
+ "max_iters": 2, "eval_iters": 1, "eval_interval": 1000, "log_interval": 1, "checkpoint_interval": 1000, "threads": 1}
+JSON
+cat > "$work/rank.sh" <<'SH'
+#!/bin/sh
+exec /usr/bin/time -f "%M" -o "$RSS_DIR/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
+SH
+chmod +x "$work/rank.sh"
+"$build/tapelm" inspect --system | grep -E '^(cpu|simd)'
+echo "| run | estimate a rank (printed by train) | peak RSS by rank | estimate / RSS |"
+echo "|---|---|---|---|"
+for run in "1 none" "2 none" "2 optimizer"; do
+  set -- $run
+  rm -rf "$work/run" "$work"/rss.*
+  launch=()
+  [ "$1" -gt 1 ] && launch=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1")
+  out=$(RSS_DIR="$work" "${launch[@]}" "$work/rank.sh" "$build/tapelm" train --config "$work/cfg.json" --data "$work/text.txt" \
+          --out "$work/run" --set shard="$2" 2>&1)
+  est=$(echo "$out" | grep -o 'memory estimate[a-z ]* [0-9.]* [KMG]B' | head -1 | grep -o '[0-9.]* [KMG]B')
+  rss=""; ratio=""
+  for f in "$work"/rss.*; do
+    kib=$(cat "$f")
+    rss+="${rss:+, }$(awk -v k="$kib" 'BEGIN { printf "%.2f GB", k * 1024 / 1e9 }')"
+    ratio+="${ratio:+, }$(awk -v k="$kib" -v e="$est" 'BEGIN { split(e, a, " "); m = a[2] == "GB" ? 1e9 : a[2] == "MB" ? 1e6 : 1e3; printf "%.3f", a[1] * m / (k * 1024) }')"
+  done
+  echo "| $1 rank$([ "$1" -gt 1 ] && echo s), shard $2 | $est | $rss | $ratio |"
+  echo "$out" | grep -E '^step 2/2' | head -1 >&2
+done
+rm -rf "$work/run"
