@@ -165,20 +165,19 @@ double training_state_bytes(const TrainConfig& c, int world) {
 void check_training_memory(const TrainConfig& c, double available, int world) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params);
-  const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
+  const bool rounded = c.precision != Precision::f32;  // a bf16 copy of the weights and of the linear layers' inputs
   const TrainingMemory b = training_memory(c, world);
-  const double weights = b.weights + b.gradients + b.optimizer, activations = b.activations, windows = b.windows;
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
-  check_memory(weights, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
+  check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +
                                        (c.shard == Shard::optimizer && world > 1 ? " (a rank's share of " + std::to_string(world) + ")" : "") +
-                                       (rounded > 0 ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
-  check_memory(activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
+                                       (rounded ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
+  check_memory(b.activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +
-                                           (rounded > 0 ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));
-  check_memory(windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
+                                           (rounded ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));
+  check_memory(b.windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
                                        std::to_string(c.batch_size) + ": the evaluation windows");
   check_memory(b.total(), available, "training this config");
 }

@@ -182,11 +182,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "", training_memory(cfg_, world_).str().c_str(),
                 shard.c_str());
     if (cfg_.trainable != Trainable::all) {
-      int64_t trained = 0, all = 0;
-      for (const auto& [name, p] : model_.named_parameters()) (p.requires_grad() ? trained : all) += p.numel();
-      all += trained;
+      const double trained = static_cast<double>(cfg_.trained_params()), all = static_cast<double>(model_cost(cfg_.model).params);
       std::printf("%strainable %s: training %.2f M of the %.2f M parameters (%.1f%%); the others are frozen\n", opt_.label.c_str(),
-                  to_string(cfg_.trainable).c_str(), trained / 1e6, all / 1e6, 100.0 * static_cast<double>(trained) / static_cast<double>(all));
+                  to_string(cfg_.trainable).c_str(), trained / 1e6, all / 1e6, 100.0 * trained / all);
     }
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
@@ -194,6 +192,11 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::zero_grads() {
+  for (const auto& [name, p] : params_)
+    if (p.has_grad()) p.zero_grad();
+}
 
 void Trainer::assign_owners() {
   std::vector<size_t> order(params_.size());
@@ -223,8 +226,11 @@ Tensor Trainer::exchange_state(const std::string& key, size_t i) {
 
 void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
-  optim_ = cfg_.make_optimizer(params_);
   if (multi_ && cfg_.shard == Shard::optimizer) assign_owners();
+  NamedParams updated;  // what this rank's optimizer updates and keeps state for: sharded, its share
+  for (size_t i = 0; i < params_.size(); i++)
+    if (owner_.empty() || owner_[i] == rank_) updated.push_back(params_[i]);
+  optim_ = cfg_.make_optimizer(updated);
   if (corpus_.tok.vocab_size() > cfg_.model.vocab_size)
     throw Error(ErrorKind::config, "the corpus has " + std::to_string(corpus_.tok.vocab_size()) + " symbols but vocab_size is " +
                       std::to_string(cfg_.model.vocab_size));
@@ -269,11 +275,9 @@ void Trainer::set_up() {
     if (saved.trainable != cfg_.trainable)  // the optimizer state is of the parameters it trained
       throw Error(ErrorKind::checkpoint, ck_path + ": trained with trainable \"" + to_string(saved.trainable) + "\", this run has \"" +
                                              to_string(cfg_.trainable) + "\": resume with the same, or start a new run from its weights");
-    std::set<std::string> mine;  // sharded: this rank reads its share of the optimizer state alone
-    for (size_t i = 0; i < owner_.size(); i++)
-      if (owner_[i] == rank_) mine.insert(params_[i].first);
-    load_training_checkpoint(f, model_, *optim_, st_,
-                             owner_.empty() ? std::function<bool(const std::string&)>() : [&mine](const std::string& n) { return mine.count(n) > 0; });
+    std::set<std::string> updated;  // the state this rank's optimizer keeps (sharded: its share) is all it reads
+    for (const auto& [name, p] : optim_->params()) updated.insert(name);
+    load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; });
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
                   opt_.label.c_str(), st_.optim_hparams_changed.c_str());
@@ -316,7 +320,7 @@ Trainer::Step Trainer::step() {
   if (precision_ != Precision::f32) autocast.emplace(precision_);
   for (int64_t m = 0; m < cfg_.grad_accum; m++) {
     if (m > 0 && stop_between_micro_steps()) {
-      optim_->zero_grad(false);
+      zero_grads();
       sampler_ = std::move(sampler_at_start);
       model_.dropout_rng().set_state(dropout_at_start);
       s.stop = s.abandoned = true;
@@ -355,18 +359,14 @@ Trainer::Step Trainer::step() {
   if (!std::isfinite(norm))
     stop_with("the gradient of " + first_non_finite_grad(params_) + " is not finite (gradient norm " +
               (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
-  if (!owner_.empty()) {  // sharded: each rank updates its share, then sends the new values to the others
-    for (size_t i = 0; i < params_.size(); i++)
-      if (owner_[i] != rank_) params_[i].second.drop_grad();
-    optim_->step(s.lr);
+  optim_->step(s.lr);
+  if (!owner_.empty()) {  // sharded: each rank updated its share; the new values go to the others
     const auto t_comm = Clock::now();
     for (size_t i = 0; i < params_.size(); i++)
       dist::broadcast(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]);
     res_.comm_seconds += seconds_since(t_comm);
-  } else {
-    optim_->step(s.lr);
   }
-  optim_->zero_grad(false);
+  zero_grads();
   st_.step++;
   st_.tokens_seen += static_cast<int64_t>(tokens_per_step_);
   res_.last_train_loss = s.loss;

@@ -91,6 +91,9 @@ class Trainer {
   void set_up();
   /// Assigns each trained parameter to a rank (the largest first, each to the least loaded): owner_.
   void assign_owners();
+  /// Zeroes every trained parameter's gradient in place (the buffers stay for the next step's
+  /// backward; sharded, the optimizer holds only this rank's share).
+  void zero_grads();
   /// A collective of a sharded save: params_[i]'s state of `key` from the rank that keeps it to
   /// every rank (rank 0 writes it); undefined where there is none (SGD without momentum).
   Tensor exchange_state(const std::string& key, size_t i);
@@ -112,7 +115,7 @@ class Trainer {
   const bool lead_, multi_, quiet_;
   GPT model_;
   NamedParams params_;  // those trained (cfg_.trainable); the others are frozen
-  std::unique_ptr<Optimizer> optim_;
+  std::unique_ptr<Optimizer> optim_;  // over params_, or (sharded) this rank's share of them
   /// shard optimizer in a multi-rank run: the rank that keeps params_[i]'s optimizer state and
   /// updates it (the others receive its new values); empty otherwise.
   std::vector<int> owner_;

@@ -232,12 +232,9 @@ Family family_of(const GPTConfig& c, const std::string& what) {
     return x->family;
   }
   for (const FamilyInfo& x : rows()) {
-    if (c.norm != x.norm || c.pos != x.pos || (c.mlp == MlpKind::SwiGLU) != x.swiglu) continue;
-    if (x.qkv_bias_only != (c.qkv_bias && !c.bias)) {
-      if (x.all_biases) refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
-      continue;
-    }
-    return x.family;
+    if (has_structure(x, c)) return x.family;
+    if (x.all_biases && c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && c.qkv_bias && !c.bias)
+      refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
   }
   std::string known;
   for (const FamilyInfo& x : rows()) {
