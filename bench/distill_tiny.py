@@ -19,28 +19,14 @@ import argparse
 import datetime
 import json
 import os
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import uptrain_study as study
+
 TINY = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12, "max_iters": 1000,
         "warmup_iters": 100, "learning_rate": 1e-3, "min_lr": 1e-4, "eval_interval": 250, "eval_iters": 20,
         "log_interval": 100, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0, "checkpoint_interval": 250}
-DONE = re.compile(r"val loss ([0-9.]+) \(converted, before uptraining: ([0-9.]+)\)")
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit("failed: " + " ".join(cmd) + "\n" + p.stderr.strip())
-    return p.stdout
-
-
-def sd(xs):
-    return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
 def write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss):
@@ -65,7 +51,7 @@ def write_report(args, rows, settings, seeds, kvs, commit, system, mha_loss):
 
     def paired(a, b):
         d = [a[k] - b[k] for k in a if k in b]
-        return f"{statistics.mean(d):+.4f} ± {sd(d):.4f}" if d else "–"
+        return f"{statistics.mean(d):+.4f} ± {study.sd(d):.4f}" if d else "–"
 
     for kv in kvs:
         for s in settings:
@@ -86,17 +72,13 @@ def main():
     ap.add_argument("--attention", default="0", help="weights β of the attention-output term (0: off)")
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--kv", default="4,2,1", help="KV head counts; 4 (the MHA model's own) uptrains it unconverted")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "DISTILL.md"))
+    ap.add_argument("--out", default=os.path.join(study.ROOT, "bench", "DISTILL.md"))
     ap.add_argument("--report-only", action="store_true",
                     help="write the report from the .jsonl's rows of --commit (a comma list: runs of several commits)")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
-    tapelm = os.environ.get("TAPELM", os.path.join(ROOT, "build", "tapelm"))
-    corpus = os.path.join(ROOT, "corpora", "tinyshakespeare.txt")
-    commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                           text=True).stdout.strip() or "unknown"
-    system = "; ".join(line for line in run([tapelm, "inspect", "--system"]).splitlines()
-                       if line.startswith(("cpu ", "simd ", "threads ")))
+    commit = study.commit(args.commit)
+    system = study.machine()
     settings = [None] + [(float(l), float(t), float(b)) for l in args.lambdas.split(",")
                          for t in args.temperatures.split(",") for b in args.attention.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -109,28 +91,19 @@ def main():
         write_report(args, rows, settings, seeds, kvs, commit, system, rows[0]["mha"])
         return
     with tempfile.TemporaryDirectory() as work:
-        cfg = os.path.join(work, "tiny.json")
-        with open(cfg, "w") as f:
-            json.dump(TINY, f)
-        mha = os.path.join(work, "mha")
-        run([tapelm, "train", "--config", cfg, "--data", corpus, "--out", mha, "--quiet"])
-        mha_loss = json.loads(run([tapelm, "eval", "--checkpoint", os.path.join(mha, "checkpoint.h5"), "--data", corpus,
-                                   "--split", "val", "--json"]).strip().splitlines()[-1])["loss"]
+        mha, mha_loss = study.pretrain(TINY, work)
         for kv in kvs:
             for seed in seeds:
                 for s in settings:
-                    out = os.path.join(work, f"up-{kv}-{seed}-{len(rows)}")
-                    cmd = [tapelm, "uptrain", "--from", os.path.join(mha, "checkpoint.h5"), "--kv-heads", str(kv),
-                           "--method", "aligned-fit", "--fraction", "0.05", "--seed", str(seed), "--data", corpus,
-                           "--out", out, "--quiet"]
+                    flags = []
                     if s:
-                        cmd += ["--distill", "--distill-lambda", str(s[0]), "--distill-temperature", str(s[1])]
+                        flags = ["--distill", "--distill-lambda", str(s[0]), "--distill-temperature", str(s[1])]
                         if s[2] > 0:
-                            cmd += ["--distill-attention", str(s[2])]
-                    m = DONE.search(run(cmd))
+                            flags += ["--distill-attention", str(s[2])]
+                    loss, converted = study.uptrain(mha, kv, seed, os.path.join(work, f"up-{kv}-{seed}-{len(rows)}"), *flags)
                     r = {"kv": kv, "seed": seed, "lambda": s[0] if s else 0, "temperature": s[1] if s else None,
-                         "attention": s[2] if s else 0.0,
-                         "val_loss": float(m.group(1)), "converted": float(m.group(2)), "mha": mha_loss, "commit": commit}
+                         "attention": s[2] if s else 0.0, "val_loss": loss, "converted": converted, "mha": mha_loss,
+                         "commit": commit}
                     print(json.dumps(r), flush=True)
                     rows.append(r)
                     with open(raw, "a") as f:

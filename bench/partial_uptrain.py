@@ -18,29 +18,15 @@ import argparse
 import datetime
 import json
 import os
-import re
 import statistics
-import subprocess
-import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import uptrain_study as study
+
 SMALL = {"n_layer": 4, "n_head": 8, "n_embd": 256, "block_size": 128, "batch_size": 16, "max_iters": 1000,
          "warmup_iters": 100, "learning_rate": 1e-3, "min_lr": 1e-4, "eval_interval": 300, "eval_iters": 10,
          "log_interval": 100, "beta2": 0.99, "weight_decay": 0.1, "grad_clip": 1.0, "checkpoint_interval": 250}
-DONE = re.compile(r"val loss ([0-9.]+) \(converted, before uptraining: ([0-9.]+)\)")
 SETTINGS = ("all", "attention", "kv")
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit("failed: " + " ".join(cmd) + "\n" + p.stderr.strip())
-    return p.stdout
-
-
-def sd(xs):
-    return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
 def write_report(args, rows, kvs, commit, system, mha_loss):
@@ -70,8 +56,8 @@ def write_report(args, rows, kvs, commit, system, mha_loss):
             kept = [(conv[s] - got[s]) / (conv[s] - base[s]) for s in got if s in base and conv[s] != base[s]]
             md.append(f"| {name.get(kv, f'GQA-{kv}')} | {t} | {statistics.mean(conv.values()):.4f} | "
                       f"{statistics.mean(got.values()):.4f} | "
-                      f"{'–' if t == 'all' else f'{statistics.mean(d):+.4f} ± {sd(d):.4f}'} | "
-                      f"{'1' if t == 'all' else f'{statistics.mean(kept):.2f} ± {sd(kept):.2f}'} |")
+                      f"{'–' if t == 'all' else f'{statistics.mean(d):+.4f} ± {study.sd(d):.4f}'} | "
+                      f"{'1' if t == 'all' else f'{statistics.mean(kept):.2f} ± {study.sd(kept):.2f}'} |")
     with open(args.out, "w") as f:
         f.write("\n".join(md) + "\n")
 
@@ -80,16 +66,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--kv", default="2,1", help="KV head counts of the conversions")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "PARTIAL_UPTRAIN.md"))
+    ap.add_argument("--out", default=os.path.join(study.ROOT, "bench", "PARTIAL_UPTRAIN.md"))
     ap.add_argument("--report-only", action="store_true", help="write the report from the .jsonl's rows of --commit")
     ap.add_argument("--commit", default="")
     args = ap.parse_args()
-    tapelm = os.environ.get("TAPELM", os.path.join(ROOT, "build", "tapelm"))
-    corpus = os.path.join(ROOT, "corpora", "tinyshakespeare.txt")
-    commit = args.commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                           text=True).stdout.strip() or "unknown"
-    system = "; ".join(line for line in run([tapelm, "inspect", "--system"]).splitlines()
-                       if line.startswith(("cpu ", "simd ", "threads ")))
+    commit = study.commit(args.commit)
+    system = study.machine()
     seeds = [int(s) for s in args.seeds.split(",")]
     kvs = [int(k) for k in args.kv.split(",")]
     raw = os.path.splitext(args.out)[0] + ".jsonl"
@@ -100,21 +82,13 @@ def main():
         write_report(args, rows, kvs, commit, system, rows[0]["mha"])
         return
     with tempfile.TemporaryDirectory() as work:
-        cfg = os.path.join(work, "small.json")
-        with open(cfg, "w") as f:
-            json.dump(SMALL, f)
-        mha = os.path.join(work, "mha")
-        run([tapelm, "train", "--config", cfg, "--data", corpus, "--out", mha, "--quiet"])
-        mha_loss = json.loads(run([tapelm, "eval", "--checkpoint", os.path.join(mha, "checkpoint.h5"), "--data", corpus,
-                                   "--split", "val", "--json"]).strip().splitlines()[-1])["loss"]
+        mha, mha_loss = study.pretrain(SMALL, work)
         for kv in kvs:
             for seed in seeds:
                 for t in SETTINGS:
-                    out = os.path.join(work, f"up-{kv}-{seed}-{t}")
-                    m = DONE.search(run([tapelm, "uptrain", "--from", os.path.join(mha, "checkpoint.h5"), "--kv-heads", str(kv),
-                                         "--method", "aligned-fit", "--fraction", "0.05", "--seed", str(seed), "--train", t,
-                                         "--data", corpus, "--out", out, "--quiet"]))
-                    r = {"kv": kv, "seed": seed, "train": t, "val_loss": float(m.group(1)), "converted": float(m.group(2)), "mha": mha_loss, "commit": commit}
+                    loss, converted = study.uptrain(mha, kv, seed, os.path.join(work, f"up-{kv}-{seed}-{t}"), "--train", t)
+                    r = {"kv": kv, "seed": seed, "train": t, "val_loss": loss, "converted": converted, "mha": mha_loss,
+                         "commit": commit}
                     print(json.dumps(r), flush=True)
                     rows.append(r)
                     with open(raw, "a") as f:
