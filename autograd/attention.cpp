@@ -115,33 +115,37 @@ struct RopeTable {
   Tensor cos_t, sin_t;
 };
 // Tables are small and reused by every layer and step: cache them by (positions, hd, theta).
-const RopeTable& rope_table(int64_t n_pos, int64_t hd, double theta) {
+const RopeTable& rope_table(int64_t n_pos, int64_t rot, double theta) {
   static std::mutex mu;
   static std::map<std::tuple<int64_t, int64_t, double>, RopeTable> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto key = std::make_tuple(n_pos, hd, theta);
+  auto key = std::make_tuple(n_pos, rot, theta);
   auto it = cache.find(key);
   if (it == cache.end()) {
-    RopeTable t{Tensor::empty({n_pos, hd / 2}), Tensor::empty({n_pos, hd / 2})};
-    kern::rope_tables(t.cos_t.data(), t.sin_t.data(), n_pos, hd, theta);
+    RopeTable t{Tensor::empty({n_pos, rot / 2}), Tensor::empty({n_pos, rot / 2})};
+    kern::rope_tables(t.cos_t.data(), t.sin_t.data(), n_pos, rot, theta);
     it = cache.emplace(key, std::move(t)).first;
   }
   return it->second;
 }
 }  // namespace
 
-Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta) {
-  if (x.ndim() != 3 || n_heads <= 0 || x.dim(2) % n_heads != 0 || (x.dim(2) / n_heads) % 2 != 0 || pos0 < 0)
-    fail("rope", "input " + shape_str(x.shape()) + " with " + std::to_string(n_heads) + " heads needs an even head dim");
+Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta, int64_t rot) {
+  if (x.ndim() != 3 || n_heads <= 0 || x.dim(2) % n_heads != 0 || pos0 < 0)
+    fail("rope", "input " + shape_str(x.shape()) + " with " + std::to_string(n_heads) + " heads");
   const int64_t B = x.dim(0), T = x.dim(1), hd = x.dim(2) / n_heads;
+  if (rot == 0) rot = hd;
+  if (rot < 0 || rot > hd || rot % 2 != 0)
+    fail("rope", "input " + shape_str(x.shape()) + " with " + std::to_string(n_heads) + " heads: " + std::to_string(rot) +
+                     " rotated dims must be even and at most the head dim " + std::to_string(hd));
   // Round the table up so decoding positions reuse one table.
   const int64_t n_pos = std::max<int64_t>(64, int64_t(1) << static_cast<int>(std::ceil(std::log2(double(pos0 + T)))));
-  const RopeTable& tab = rope_table(n_pos, hd, theta);
+  const RopeTable& tab = rope_table(n_pos, rot, theta);
   Tensor out = Tensor::empty(x.shape());
-  kern::rope_apply(out.data(), x.val().data(), B, T, n_heads, hd, pos0, tab.cos_t.data(), tab.sin_t.data(), false, false);
+  kern::rope_apply(out.data(), x.val().data(), B, T, n_heads, hd, rot, pos0, tab.cos_t.data(), tab.sin_t.data(), false, false);
   Tensor ct = tab.cos_t, st = tab.sin_t;
-  return record({x}, out, [x, B, T, n_heads, hd, pos0, ct, st](const Tensor& dout) {
-    kern::rope_apply(x.grad().data(), dout.data(), B, T, n_heads, hd, pos0, ct.data(), st.data(), true, true);
+  return record({x}, out, [x, B, T, n_heads, hd, rot, pos0, ct, st](const Tensor& dout) {
+    kern::rope_apply(x.grad().data(), dout.data(), B, T, n_heads, hd, rot, pos0, ct.data(), st.data(), true, true);
   });
 }
 

@@ -51,7 +51,8 @@ Var attention_cached(const Var& q, const Var& k_new, const Var& v_new, KvStore& 
 /// costs in quality. No gradient flows through it.
 Var round_kv(const Var& x, int64_t n_heads, KvType t);
 
-/// Rotary embedding of x [B,T,n_heads*hd] at positions pos0.. with base theta.
-Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta);
+/// Rotary embedding of x [B,T,n_heads*hd] at positions pos0.. with base theta, on the first rot
+/// dims of each head (0: all of them; the rest pass through, GPT-NeoX's partial rotary).
+Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta, int64_t rot = 0);
 
 }  // namespace tapelm

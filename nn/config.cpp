@@ -185,7 +185,11 @@ nlohmann::json GPTConfig::to_json() const {
   TAPELM_GPT_FIELDS(TAPELM_PUT)
 #undef TAPELM_PUT
   j["n_kv_head"] = kv_heads_json();
-  if (family.empty()) j.erase("family");  // most configs: named by their structure, as before the key was
+  // most configs: named by their structure, rotating whole heads, one residual after the other, as
+  // before these keys were
+  if (family.empty()) j.erase("family");
+  if (rotary_dims == 0) j.erase("rotary_dims");
+  if (!parallel_residual) j.erase("parallel_residual");
   return j;
 }
 
@@ -213,6 +217,11 @@ void GPTConfig::validate() const {
     throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
   if (pos == PosKind::Rope && head_dim() % 2 != 0)
     throw Error(ErrorKind::config, "config pos \"rope\" needs an even head dim, got " + std::to_string(head_dim()));
+  if (rotary_dims != 0 && pos != PosKind::Rope)
+    throw Error(ErrorKind::config, "config rotary_dims " + std::to_string(rotary_dims) + " with pos \"" + to_string(pos) + "\": only RoPE rotates");
+  if (rotary_dims % 2 != 0 || rotary_dims > head_dim())
+    throw Error(ErrorKind::config, "config rotary_dims " + std::to_string(rotary_dims) + " must be even and at most the head dim " +
+                                       std::to_string(head_dim()));
 }
 
 nlohmann::json read_config_file(const std::string& path) {

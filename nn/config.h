@@ -120,10 +120,12 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(double, norm_eps, 1e-5, positive, none)                       \
   X(PosKind, pos, PosKind::Learned, any, none)                    \
   X(double, rope_theta, 10000.0, positive, none)                  \
+  X(int64_t, rotary_dims, 0, non_negative, count_max) /* RoPE on each head's first dims only (GPT-NeoX); 0: the whole head */ \
   X(MlpKind, mlp, MlpKind::Gelu, any, none)                       \
   X(bool, bias, false, any, none)                                 \
   X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
+  X(bool, parallel_residual, false, any, none) /* x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX); false: x + attn, then + mlp */ \
   X(double, dropout, 0.0, unit_interval, none)                    \
   X(std::string, family, "", any, none) /* the family other programs know it as, where its structure alone names another ("" otherwise: train/formats/families.h) */
 
@@ -136,6 +138,8 @@ struct GPTConfig {
   std::vector<int64_t> layer_kv_heads;
 
   int64_t head_dim() const { return n_embd / n_head; }
+  /// The dims of each head RoPE rotates (the whole head unless rotary_dims says fewer).
+  int64_t rope_dims() const { return rotary_dims > 0 ? rotary_dims : head_dim(); }
   /// Layer l's key/value heads.
   int64_t kv_heads(int64_t l) const { return layer_kv_heads.empty() ? n_kv_head : layer_kv_heads.at(static_cast<size_t>(l)); }
   /// The key/value heads of every layer together.

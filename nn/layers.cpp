@@ -48,7 +48,7 @@ Var MLP::forward(const Var& x) const {
 }
 
 Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
-    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rope_(c.pos == PosKind::Rope), theta_(c.rope_theta),
+    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rot_(c.rope_dims()), rope_(c.pos == PosKind::Rope), theta_(c.rope_theta),
       p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
   const bool qkv_bias = c.bias || c.qkv_bias;
   wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, qkv_bias));
@@ -66,8 +66,8 @@ Var Attention::forward(const Var& x, const Index* key_keep) const {
   const std::vector<Var> p = qkv(x);
   Var q = p[0], k = p[1], v = p[2];
   if (rope_) {
-    q = rope(q, H_, 0, theta_);
-    k = rope(k, KV_, 0, theta_);
+    q = rope(q, H_, 0, theta_, rot_);
+    k = rope(k, KV_, 0, theta_, rot_);
   }
   if (kv_round != KvType::f32) {
     k = round_kv(k, KV_, kv_round);
@@ -88,13 +88,13 @@ Var Attention::forward_cached(const Var& x, LayerCache& cache, int64_t pos) cons
   const std::vector<Var> p = qkv(x);
   Var q = p[0], k = p[1], v = p[2];
   if (rope_) {
-    q = rope(q, H_, pos, theta_);
-    k = rope(k, KV_, pos, theta_);
+    q = rope(q, H_, pos, theta_, rot_);
+    k = rope(k, KV_, pos, theta_, rot_);
   }
   return wo->forward(attention_cached(q, k, v, cache.k, cache.v, H_, KV_, pos));
 }
 
-Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) {
+Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) : parallel_(c.parallel_residual) {
   ln1 = register_module("ln1", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
   attn = register_module("attn", std::make_shared<Attention>(c, rng));
   ln2 = register_module("ln2", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
@@ -107,6 +107,7 @@ Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in, Var* at
   if (attn_in) *attn_in = a.val();
   const Var o = attn->forward(a, key_keep);
   if (attn_out) *attn_out = o;
+  if (parallel_) return add(add(x, drop->forward(o)), drop->forward(mlp->forward(ln2->forward(x))));
   Var h = add(x, drop->forward(o));
   return add(h, drop->forward(mlp->forward(ln2->forward(h))));
 }
@@ -122,7 +123,7 @@ std::vector<std::pair<std::string, std::shared_ptr<Linear>>> Block::linears() co
 
 Var Block::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
   Var h = add(x, attn->forward_cached(ln1->forward(x), cache, pos));
-  return add(h, mlp->forward(ln2->forward(h)));
+  return add(h, mlp->forward(ln2->forward(parallel_ ? x : h)));
 }
 
 }  // namespace tapelm

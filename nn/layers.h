@@ -83,7 +83,7 @@ class Attention : public Module {
  private:
   /// The query, key and value projections of x, read in one pass when x has few rows.
   std::vector<Var> qkv(const Var& x) const;
-  int64_t H_, KV_, hd_;
+  int64_t H_, KV_, hd_, rot_;
   bool rope_;
   double theta_;
   float p_;
@@ -103,6 +103,9 @@ class Block : public Module {
   std::shared_ptr<Attention> attn;
   std::shared_ptr<MLP> mlp;
   std::shared_ptr<Dropout> drop;
+
+ private:
+  bool parallel_;
 };
 
 }  // namespace tapelm

@@ -352,10 +352,10 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
   });
 }
 
-void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double theta) {
-  const int64_t half = hd / 2;
+void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t rot, double theta) {
+  const int64_t half = rot / 2;
   for (int64_t i = 0; i < half; i++) {
-    const double inv = std::pow(theta, -(2.0 * static_cast<double>(i)) / static_cast<double>(hd));
+    const double inv = std::pow(theta, -(2.0 * static_cast<double>(i)) / static_cast<double>(rot));
     for (int64_t p = 0; p < n_pos; p++) {
       const double a = static_cast<double>(p) * inv;
       cos_t[p * half + i] = static_cast<float>(std::cos(a));
@@ -364,9 +364,9 @@ void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double t
   }
 }
 
-void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t pos0,
+void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t rot, int64_t pos0,
                 const float* cos_t, const float* sin_t, bool inverse, bool add) {
-  const int64_t half = hd / 2;
+  const int64_t half = rot / 2;
   const float sgn = inverse ? -1.f : 1.f;
 #pragma omp parallel for collapse(2) schedule(static) if (B * T * nh * hd >= kParallelMin)
   for (int64_t b = 0; b < B; b++)
@@ -388,6 +388,7 @@ void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, in
             o[i + half] = r2;
           }
         }
+        for (int64_t i = rot; i < hd; i++) o[i] = add ? o[i] + xi[i] : xi[i];
       }
     }
 }

@@ -48,13 +48,15 @@ void kv_cache_write(uint8_t* cache_k, uint8_t* cache_v, KvType type, const float
 /// as it reads it, on its thread; a prefill widens every head's keys and values 0 .. Tk-1 first.
 void attention_fwd_stored(float* y, const float* q, const uint8_t* k, const uint8_t* v, KvType type, const AttnShape& s);
 
-/// cos/sin tables of angle p * theta^(-2i/hd), computed in double.
-///   cos_t, sin_t: [n_pos, hd/2]
-void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t hd, double theta);
-/// Rotates each head of x at positions pos0 .. pos0+T-1 (half-split, GPT-NeoX style); inverse
-/// applies the transpose rotation (the backward); add accumulates into out. out may alias x.
-///   out, x: [B, T, nh*hd]   cos_t, sin_t: [>= pos0+T, hd/2]
-void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t pos0,
+/// cos/sin tables of angle p * theta^(-2i/rot), computed in double (rot: the rotated dims of a head).
+///   cos_t, sin_t: [n_pos, rot/2]
+void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t rot, double theta);
+/// Rotates the first rot dims of each head of x at positions pos0 .. pos0+T-1 (half-split within
+/// them, GPT-NeoX style: pairs (i, i + rot/2)); dims rot .. hd-1 pass through (GPT-NeoX's partial
+/// rotary). inverse applies the transpose rotation (the backward); add accumulates into out. out
+/// may alias x.
+///   out, x: [B, T, nh*hd]   cos_t, sin_t: [>= pos0+T, rot/2]
+void rope_apply(float* out, const float* x, int64_t B, int64_t T, int64_t nh, int64_t hd, int64_t rot, int64_t pos0,
                 const float* cos_t, const float* sin_t, bool inverse, bool add);
 
 }  // namespace tapelm::kern

@@ -106,6 +106,31 @@ BOOST_AUTO_TEST_CASE(rope_values_and_gradient) {
                {randn({2, 3, 12}, 11)});
 }
 
+// GPT-NeoX's partial rotary: RoPE on the first rot dims of each head, half-split within them, with
+// the angles of a head of size rot; the other dims pass through.
+BOOST_AUTO_TEST_CASE(partial_rope_rotates_the_first_dims_and_passes_the_rest) {
+  // One head of size 6, rot 4, position 3: pairs (0,2) by 3·θ^0, (1,3) by 3·θ^(-2/4); 4, 5 unchanged.
+  Tensor x = Tensor::from({1, 4, 6}, std::vector<float>(24, 0.f));
+  for (int i = 0; i < 6; i++) x[18 + i] = static_cast<float>(i + 1);
+  Tensor y = rope(Var(x), 1, 0, 10000.0, 4).val();
+  const double a0 = 3.0, a1 = 3.0 / 100.0;
+  BOOST_TEST(y[18] == 1 * std::cos(a0) - 3 * std::sin(a0), tt::tolerance(1e-5));
+  BOOST_TEST(y[20] == 3 * std::cos(a0) + 1 * std::sin(a0), tt::tolerance(1e-5));
+  BOOST_TEST(y[19] == 2 * std::cos(a1) - 4 * std::sin(a1), tt::tolerance(1e-5));
+  BOOST_TEST(y[21] == 4 * std::cos(a1) + 2 * std::sin(a1), tt::tolerance(1e-5));
+  BOOST_TEST(y[22] == 5.f);
+  BOOST_TEST(y[23] == 6.f);
+  // rot = the head is the whole-head rotation, bit for bit; fewer dims rotate less
+  const Tensor z = randn({2, 3, 12}, 12);
+  BOOST_TEST(rope(Var(z), 3, 2, 10000.0, 4).val().to_vector() == rope(Var(z), 3, 2, 10000.0).val().to_vector(), tt::per_element());
+  BOOST_TEST(rope(Var(z), 3, 2, 10000.0, 2).val().to_vector() != rope(Var(z), 3, 2, 10000.0).val().to_vector());
+  for (int64_t pos0 : {0, 5})
+    check_grad("partial rope pos0=" + std::to_string(pos0), [pos0](const std::vector<Var>& v) { return rope(v[0], 3, pos0, 10000.0, 2); },
+               {randn({2, 3, 12}, 13)});
+  expect_throw([] { rope(Var(randn({1, 2, 12}, 1)), 3, 0, 10000.0, 3); }, ErrorKind::shape, {"3 rotated dims must be even"});
+  expect_throw([] { rope(Var(randn({1, 2, 12}, 1)), 3, 0, 10000.0, 6); }, ErrorKind::shape, {"at most the head dim 4"});
+}
+
 namespace {
 // x [B, KV, max_len, hd] as a cache of the given type, and the values it stands for.
 KvStore store_of(const Tensor& x, KvType type) {

@@ -42,7 +42,7 @@ struct Fixture {
 const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_gqa_bf16_spm", "bf16"},
                                    {"mistral_mqa_f16_sharded", "f16"}, {"qwen2_gqa_bias", "f32"},
                                    {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"},
-                                   {"phi3_gqa_f32", "f32"}};
+                                   {"phi3_gqa_f32", "f32"},            {"gptneox_mha_f32", "f32"}};
 // The fixtures with a sentencepiece tokenizer.model.
 bool has_spm(const std::string& name) { return name == "llama_gqa_bf16_spm" || name == "phi3_gqa_f32"; }
 
@@ -124,6 +124,15 @@ BOOST_AUTO_TEST_CASE(import_reads_the_config_as_the_reference_ran_it) {
   BOOST_TEST(g.config.mlp_hidden == 4 * g.config.n_embd);  // n_inner null
   BOOST_TEST(g.config.bias);
   BOOST_TEST(g.config.dropout == 0.0);  // the config's resid_pdrop is training's, not the model's function
+  const auto n = c("gptneox_mha_f32");  // rotary_pct 0.25 of 16 dims, use_parallel_residual
+  BOOST_TEST(n.architecture == "GPTNeoXForCausalLM");
+  BOOST_TEST(n.config.rotary_dims == 4);
+  BOOST_TEST(n.config.parallel_residual);
+  BOOST_TEST(n.config.bias);
+  BOOST_TEST(!n.config.tie_embeddings);
+  BOOST_TEST((n.config.mlp == MlpKind::Gelu));
+  BOOST_TEST((n.config.norm == NormKind::LayerNorm && n.config.pos == PosKind::Rope));
+  BOOST_TEST(n.config.family.empty());  // its structure names it
 }
 
 BOOST_AUTO_TEST_CASE(export_then_import_gives_the_same_tensors_and_config) {
@@ -231,7 +240,9 @@ BOOST_AUTO_TEST_CASE(export_refuses_what_no_hf_architecture_computes) {
     return std::string(e.what()).find("ck.h5: 2 key/value heads for 4 query heads") == 0;
   });
   c.n_kv_head = 4;
-  c.pos = PosKind::Rope;  // rope with layernorm
+  c.pos = PosKind::Rope;  // rope with layernorm and GELU: GPT-NeoX's
+  BOOST_TEST(tapelm::hf::architecture_for(c, "") == "GPTNeoXForCausalLM");
+  c.norm = NormKind::RMSNorm;  // rope with RMSNorm and GELU: no family's
   BOOST_CHECK_EXCEPTION(tapelm::hf::architecture_for(c, "ck.h5"), Error,
                         [](const Error& e) { return std::string(e.what()).find("match no architecture other programs run") != std::string::npos; });
   c.norm = NormKind::RMSNorm;
@@ -412,6 +423,23 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
     write_bytes(p3 + "/config.json", p3_config);
     edit_config(p3, edit);
     expect_error(import_of(p3), part);
+  }
+  // GPT-NeoX's: a rotary fraction that leaves an odd count (or none), attention without biases
+  // beside an MLP with them, RoPE scaling, another activation; read as GPT-2 (whose defaults claim 12 layers)
+  const std::string nx = d / "neox";
+  fs::copy(hfx("gptneox_mha_f32"), nx, fs::copy_options::recursive);
+  const std::string nx_config = slurp(nx + "/config.json");
+  for (const auto& [edit, part] : std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](auto& j) { j["rotary_pct"] = 0.1; }, "rotary_pct 0.1 rotates 1 of 16 dims a head: RoPE needs a positive even count"},
+           {[](auto& j) { j["rotary_pct"] = 0; }, "rotates 0 of 16 dims"},
+           {[](auto& j) { j["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 1.5}}; }, "partial_rotary_factor 1.5 rotates 0"},
+           {[](auto& j) { j["attention_bias"] = false; }, "attention_bias false"},
+           {[](auto& j) { j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}}; }, "rope_scaling"},
+           {[](auto& j) { j["hidden_act"] = "relu"; }, "hidden_act \"relu\": tapelm reads GPTNeoXForCausalLM with gelu, gelu_new, gelu_pytorch_tanh"},
+           {[](auto& j) { j["architectures"] = {"GPT2LMHeadModel"}; j["model_type"] = "gpt2"; }, "the config claims 12 layers, but the 28 tensors"}}) {
+    write_bytes(nx + "/config.json", nx_config);
+    edit_config(nx, edit);
+    expect_error(import_of(nx), part);
   }
 
   // tensors: one missing, one extra, a wrong shape

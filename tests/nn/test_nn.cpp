@@ -48,9 +48,15 @@ BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   const GPTConfig c{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
                     .mlp_hidden = 8};
-  for (const char* variant : {"plain", "llama", "bias"}) {
+  for (const char* variant : {"plain", "llama", "bias", "neox"}) {
     GPTConfig v = c;
-    if (std::string(variant) == "llama") {
+    if (std::string(variant) == "neox") {  // GPT-NeoX's: RoPE on half of each head, attention and MLP side by side
+      v.pos = PosKind::Rope;
+      v.rotary_dims = 2;
+      v.parallel_residual = true;
+      v.bias = true;
+      v.tie_embeddings = false;
+    } else if (std::string(variant) == "llama") {
       v.norm = NormKind::RMSNorm;
       v.pos = PosKind::Rope;
       v.mlp = MlpKind::SwiGLU;
@@ -113,10 +119,13 @@ BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
   }
 }
 
-// KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE}.
-BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({false, true}), KV, use_rope) {
-  const PosKind pos = use_rope ? PosKind::Rope : PosKind::Learned;
-  GPT model(tiny(KV, pos), 7);
+// KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE, GPT-NeoX's partial RoPE with the
+// parallel residual}.
+BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2}), KV, variant) {
+  const PosKind pos = variant ? PosKind::Rope : PosKind::Learned;
+  GPTConfig tc = tiny(KV, pos);
+  if (variant == 2) tc.rotary_dims = 2, tc.parallel_residual = true;
+  GPT model(tc, 7);
   model.eval();
   const int64_t B = 3, T = 12;
   Index ids = random_ids(B, T, 11, KV);
@@ -365,6 +374,10 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   expect(R"({"n_embd": 100, "n_head": 3})", "n_embd 100 is not divisible by n_head 3");
   expect(R"({"n_head": 4, "n_kv_head": 3})", "n_head 4 is not divisible by n_kv_head 3");
   expect(R"({"n_embd": 12, "n_head": 4, "pos": "rope"})", "even head dim");
+  expect(R"({"n_embd": 16, "n_head": 2, "pos": "rope", "rotary_dims": 3})", "rotary_dims 3 must be even and at most the head dim 8");
+  expect(R"({"n_embd": 16, "n_head": 2, "pos": "rope", "rotary_dims": 10})", "rotary_dims 10 must be even");
+  expect(R"({"n_embd": 16, "n_head": 2, "rotary_dims": 4})", "rotary_dims 4 with pos \"learned\": only RoPE rotates");
+  expect(R"({"rotary_dims": -2})", "rotary_dims");
   expect(R"({"norm": "batchnorm"})", "norm");
   expect(R"({"n_layer": "4"})", "'n_layer' must be an integer");
   expect(R"({"bias": 1})", "'bias' must be true or false");
@@ -375,6 +388,13 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   BOOST_TEST(c.n_kv_head == 8);
   BOOST_TEST(c.mlp_hidden == 1024);
   BOOST_TEST((GPTConfig::from_json(c.to_json()) == c));
+  // the GPT-NeoX keys are written only when they say something, so that other configs stay as they were
+  BOOST_TEST(!c.to_json().contains("rotary_dims"));
+  BOOST_TEST(!c.to_json().contains("parallel_residual"));
+  const GPTConfig n = GPTConfig::from_json_string(R"({"n_head": 8, "n_embd": 256, "pos": "rope", "rotary_dims": 8, "parallel_residual": true})");
+  BOOST_TEST(n.rope_dims() == 8);
+  BOOST_TEST(c.rope_dims() == 32);
+  BOOST_TEST((GPTConfig::from_json(n.to_json()) == n));
 }
 
 BOOST_AUTO_TEST_CASE(every_integer_key_is_range_checked_before_arithmetic) {

@@ -42,9 +42,11 @@ ConvertOptions by(const std::string& variant, const Calibration* c = nullptr, ui
 const std::vector<std::string> all_methods = {"mean", "first", "mean-norm", "aligned", "fit", "aligned-fit"};  // random: no identity
 
 /// A small model with weights large enough that heads differ visibly (std 0.3).
-std::unique_ptr<GPT> busy_model(PosKind pos, bool bias, int64_t H = 4, int64_t KV = 4, uint64_t seed = 3) {
+/// rot: RoPE on that many of each head's dims (GPT-NeoX's partial rotary; 0 the whole head).
+std::unique_ptr<GPT> busy_model(PosKind pos, bool bias, int64_t H = 4, int64_t KV = 4, uint64_t seed = 3, int64_t rot = 0) {
   GPTConfig c{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = H, .n_kv_head = KV, .n_embd = 16,
               .mlp_hidden = 32, .pos = pos, .bias = bias};
+  c.rotary_dims = rot;
   auto m = std::make_unique<GPT>(c, seed);
   uint64_t k = 100;
   for (auto& [name, p] : m->named_parameters())
@@ -185,10 +187,12 @@ BOOST_AUTO_TEST_CASE(names_and_calibration_windows) {
   BOOST_TEST(c.gram[1](16, 16) == 1.0);
 }
 
+// With partial RoPE (2 of 4 dims) the key rotations are a turn of the one RoPE plane and any
+// rotation of the two dims RoPE leaves alone: a rotation mixing them would change the scores.
 BOOST_AUTO_TEST_CASE(alignment_and_similar_permutation_leave_the_mha_model_unchanged) {
-  for (PosKind pos : {PosKind::Learned, PosKind::Rope})
+  for (auto [pos, rot] : {std::pair{PosKind::Learned, int64_t(0)}, {PosKind::Rope, int64_t(0)}, {PosKind::Rope, int64_t(2)}})
     for (auto [H, KV] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}}) {
-      auto m = busy_model(pos, true, H, KV);
+      auto m = busy_model(pos, true, H, KV, 3, rot);
       const std::vector<Index> data = some_batches();
       const double before = loss_on(*m, data);
       const Calibration c = calibrate(*m, data);
@@ -877,12 +881,21 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "conv");
   fs::create_directories(d / "exp");
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5"),
-                                 fixture_path("hf/phi3_gqa_f32")})
+                                 fixture_path("hf/phi3_gqa_f32"), fixture_path("hf/gptneox_mha_f32")})
     for (const char* m : {"mean", "aligned-fit"}) {
       const ConvertRequest base{.from = from, .out = d / "ckpt/m.h5", .kv_heads = {1}, .variant = {&method(m)}, .calib = d / "calib.bin", .calib_tokens = 64,
                                 .seed = 3, .dtype = WeightType::f32};
       convert_model(base);
-      for (const char* dtype : {"f32", "bf16", "f16"}) {
+      // GPT-NeoX's HF config has one K/V head per query head: its conversions go to GGUF (llama.cpp's
+      // gptneox sizes attn_qkv by head_count_kv) or stay checkpoints
+      const bool neox = from.ends_with("gptneox_mha_f32");
+      if (neox) {
+        ConvertRequest r = base;
+        r.out = d / "hf_neox", r.format = "hf";
+        expect_throw([&] { convert_model(r); }, ErrorKind::config, {"1 key/value heads for 4 query heads: GPTNeoXForCausalLM has no HF config"});
+        BOOST_TEST(!fs::exists(d / "hf_neox"));
+      }
+      for (const char* dtype : neox ? std::vector<const char*>{} : std::vector<const char*>{"f32", "bf16", "f16"}) {
         BOOST_TEST_CONTEXT(from << ", " << m << ", hf " << dtype) {
           ConvertRequest r = base;
           r.out = d / "hf_conv", r.dtype = wt(dtype), r.format = "hf";

@@ -82,6 +82,40 @@ void phi3_write(const GPTConfig& c, nlohmann::ordered_json& j) {
   j["initializer_range"] = 0.02;
 }
 
+// GPT-NeoX: RoPE on rotary_pct of each head with base rotary_emb_base (transformers 4; the
+// rope_theta and partial_rotary_factor of transformers 5 are read by every RoPE family's reader),
+// the parallel residual as a key, and biases on every projection (attention_bias false would take
+// the attention's alone away, which tapelm's bias cannot say).
+void gptneox_read(const HfJson& j, const std::string&, GPTConfig& c) {
+  c.parallel_residual = true;
+  j.get("use_parallel_residual", c.parallel_residual);
+  bool bias = true;
+  j.get("attention_bias", bias);
+  if (!bias) j.refuse("attention_bias false: tapelm's bias puts biases on every projection or none, and GPT-NeoX's MLP has them");
+  if (j.has("rotary_emb_base")) j.get("rotary_emb_base", c.rope_theta);
+  const bool factor = j.json().contains("partial_rotary_factor") ||
+                      (j.has("rope_parameters") && j.json()["rope_parameters"].is_object() && j.json()["rope_parameters"].contains("partial_rotary_factor"));
+  if (factor) return;  // read by the RoPE reader
+  double pct = 0.25;  // GPTNeoXConfig's default
+  j.get("rotary_pct", pct);
+  if (c.n_head <= 0 || c.n_embd % c.n_head) return;  // no head size: the config's check names the counts
+  // int(head_size * rotary_pct), as transformers sizes it (a fraction out of range is not cast)
+  const int64_t rot = pct > 0 && pct <= 1 ? static_cast<int64_t>(static_cast<double>(c.head_dim()) * pct) : 0;
+  if (rot <= 0 || rot % 2)
+    j.refuse("rotary_pct " + echo_json(nlohmann::json(pct)) + " rotates " + std::to_string(rot) + " of " + std::to_string(c.head_dim()) +
+             " dims a head: RoPE needs a positive even count");
+  c.rotary_dims = rot == c.head_dim() ? 0 : rot;
+}
+void gptneox_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  j["rotary_pct"] = static_cast<double>(c.rope_dims()) / static_cast<double>(c.head_dim());
+  j["rotary_emb_base"] = c.rope_theta;
+  j["use_parallel_residual"] = c.parallel_residual;
+  j["attention_bias"] = true;
+  j["attention_dropout"] = 0.0;
+  j["hidden_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
 // Llama's config.json keys, which Mistral and Qwen2 share.
 HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
   return {.model_type = model_type,
@@ -182,6 +216,46 @@ const std::vector<FamilyInfo>& rows() {
                  {Format::gguf, Role::ffn_gate_up, "blk.{L}.ffn_up"}},
        .hf = phi3_keys(),
        .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true, .no_window_key = true}},
+      // GPT-NeoX (Pythia): LayerNorm, RoPE on part of each head (half-split, as tapelm and llama.cpp's
+      // NEOX rotate), biases everywhere, exact GELU, attention and MLP optionally side by side; HF
+      // interleaves q|k|v head by head, llama.cpp's gptneox stacks them (convert_hf_to_gguf reorders)
+      {.family = Family::gptneox,
+       .name = "gptneox",
+       .hf_architecture = "GPTNeoXForCausalLM",
+       .norm = NormKind::LayerNorm,
+       .pos = PosKind::Rope,
+       .all_biases = true,
+       .fused_qkv = true,
+       .hf_qkv_per_head = true,
+       .parallel_residual = true,
+       .partial_rotary = true,
+       .names = {{Format::hf, Role::tok_embd, "{P}embed_in"},
+                 {Format::hf, Role::attn_norm, "{P}layers.{L}.input_layernorm"},
+                 {Format::hf, Role::attn_qkv, "{P}layers.{L}.attention.query_key_value"},
+                 {Format::hf, Role::attn_out, "{P}layers.{L}.attention.dense"},
+                 {Format::hf, Role::ffn_norm, "{P}layers.{L}.post_attention_layernorm"},
+                 {Format::hf, Role::ffn_up, "{P}layers.{L}.mlp.dense_h_to_4h"},
+                 {Format::hf, Role::ffn_down, "{P}layers.{L}.mlp.dense_4h_to_h"},
+                 {Format::hf, Role::output_norm, "{P}final_layer_norm"},
+                 {Format::hf, Role::output, "embed_out"}},
+       // GPTNeoXConfig's defaults: the 20B model
+       .hf = {.model_type = "gpt_neox",
+              .vocab = {"vocab_size", 50432},
+              .hidden = {"hidden_size", 6144},
+              .layers = {"num_hidden_layers", 44},
+              .heads = {"num_attention_heads", 64},
+              .ffn = {"intermediate_size", 24576},
+              .positions = {"max_position_embeddings", 2048},
+              .eps = "layer_norm_eps",
+              .eps_fallback = 1e-5,
+              .act = "hidden_act",
+              .acts = {{"gelu", MlpKind::Gelu}, {"gelu_new", MlpKind::GeluTanh}, {"gelu_pytorch_tanh", MlpKind::GeluTanh}},
+              .prefix = "gpt_neox.",
+              .read = gptneox_read,
+              .write = gptneox_write},
+       // llama.cpp computes GELU by its tanh form for every gptneox model; Pythia was trained with
+       // the exact one, which is what tapelm reads and writes (tests/formats/test_gguf.cpp measures the gap)
+       .gguf = {.eps = "attention.layer_norm_epsilon", .rope = true, .gelu = MlpKind::Gelu}},
   };
   return table;
 }
@@ -208,7 +282,8 @@ const FamilyInfo* find_family(const std::string& name) {
 namespace {
 bool has_structure(const FamilyInfo& x, const GPTConfig& c) {
   return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
-         (!x.unbiased || (!c.bias && !c.qkv_bias));
+         (!x.unbiased || (!c.bias && !c.qkv_bias)) && (!c.parallel_residual || x.parallel_residual) &&
+         (c.rope_dims() == c.head_dim() || x.partial_rotary);
 }
 }  // namespace
 
@@ -233,6 +308,13 @@ Family family_of(const GPTConfig& c, const std::string& what) {
   }
   for (const FamilyInfo& x : rows()) {
     if (has_structure(x, c)) return x.family;
+    GPTConfig plain = c;  // the family but for an option its files have no key for
+    plain.parallel_residual = false;
+    plain.rotary_dims = 0;
+    if (has_structure(x, plain))
+      refuse(c.parallel_residual && !x.parallel_residual
+                 ? "parallel_residual: " + std::string(x.name) + "'s layout adds the attention, then the MLP (gptneox has the parallel residual)"
+                 : "rotary_dims " + std::to_string(c.rotary_dims) + ": " + x.name + "'s layout rotates the whole head (gptneox rotates part)");
     if (x.all_biases && c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && c.qkv_bias && !c.bias)
       refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
   }

@@ -24,7 +24,7 @@ namespace tapelm::formats {
 enum class Format { tapelm, hf, gguf, llama2c };
 
 /// The families (one row each in families.cpp).
-enum class Family { llama, qwen2, gpt2, phi3 };
+enum class Family { llama, qwen2, gpt2, phi3, gptneox };
 
 /// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write them.
 enum class Role {
@@ -113,6 +113,9 @@ struct FamilyInfo {
   bool fused_gate_up = false;                    // the gated MLP's gate|up stored as one tensor in HF and GGUF
   bool gguf_interleaves_rope = false;            // llama.cpp rotates this family's q/k rows in interleaved pairs
   bool hf_conv1d = false;                        // HF holds its matrices [in, out] (GPT-2's Conv1D), embeddings and head aside
+  bool hf_qkv_per_head = false;                  // HF's fused q|k|v interleaves them head by head (GPT-NeoX: q₀ k₀ v₀ q₁ …)
+  bool parallel_residual = false;                // the family has a key for parallel_residual (GPT-NeoX's use_parallel_residual)
+  bool partial_rotary = false;                   // the family has a key for rotary_dims (GPT-NeoX's rotary_pct)
   std::vector<NameOverride> names;
   HfConfigKeys hf;
   GgufKeys gguf;

@@ -171,10 +171,11 @@ void config_meta(Meta& m, const GPTConfig& c, Family f) {
   if (x.gguf.rope) m.f32(a + ".rope.freq_base", c.rope_theta);
   m.f32(a + "." + x.gguf.eps, c.norm_eps);
   if (x.gguf.rope) {
-    m.u32(a + ".rope.dimension_count", c.head_dim());
+    m.u32(a + ".rope.dimension_count", c.rope_dims());
     m.u32(a + ".vocab_size", c.vocab_size);
   }
   if (x.gguf.no_window_key) m.u32(a + ".attention.sliding_window", 0);
+  if (x.parallel_residual) m.flag(a + ".use_parallel_residual", c.parallel_residual);
 }
 
 // llama.cpp's "llama" vocabulary as a sentencepiece model (token types are sentencepiece's: 1
@@ -286,9 +287,20 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
   if (c.n_head == 0 || c.n_embd % c.n_head || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
     g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide embedding " +
            std::to_string(c.n_embd));
-  if (x.gguf.rope && g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16) != c.head_dim())
-    g.fail("key " + a + ".rope.dimension_count is " + std::to_string(g.count(a + ".rope.dimension_count")) +
-           ": tapelm rotates the whole head (" + std::to_string(c.head_dim()) + ")");
+  if (x.gguf.rope) {
+    const int64_t rot = g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16);
+    if (rot != c.head_dim() && !x.partial_rotary)
+      g.fail("key " + a + ".rope.dimension_count is " + std::to_string(rot) + ": tapelm rotates the whole head (" + std::to_string(c.head_dim()) +
+             ") in " + x.name + "'s layout");
+    if (rot == 0 || rot % 2 || rot > c.head_dim())
+      g.fail("key " + a + ".rope.dimension_count is " + std::to_string(rot) + ": RoPE rotates an even count of a head's " +
+             std::to_string(c.head_dim()) + " dims");
+    c.rotary_dims = rot == c.head_dim() ? 0 : rot;
+  }
+  if (x.parallel_residual) {  // required, as llama.cpp requires it
+    if (!g.find_key(a + ".use_parallel_residual")) g.fail("key " + a + ".use_parallel_residual is missing");
+    c.parallel_residual = g.flag(a + ".use_parallel_residual", false);
+  }
   c.family = formats::family_key(f, c);
   try {
     c.validate();

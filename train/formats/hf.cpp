@@ -57,7 +57,21 @@ std::string arch_of(const json& j, const std::string& what) {
   refuse(what, mt.empty() ? "names neither architectures nor model_type" : "model_type \"" + cut_for_message(mt) + "\" is not one tapelm reads");
 }
 
-void read_rope(const json& j, GPTConfig& c, const std::string& what) {
+// partial_rotary_factor f: RoPE on int(head_dim · f) dims of each head, as transformers sizes it.
+void read_partial_rotary(const json& j, const formats::FamilyInfo& f, GPTConfig& c, const std::string& what) {
+  double pf = 1;
+  get(j, "partial_rotary_factor", pf, what);
+  if (pf == 1) return;
+  if (!f.partial_rotary) refuse(what, "partial_rotary_factor " + echo_json(j["partial_rotary_factor"]) + ": tapelm rotates the whole head");
+  if (c.n_head <= 0 || c.n_embd % c.n_head) return;  // no head size: the config's check names the counts
+  const int64_t rot = pf > 0 && pf < 1 ? static_cast<int64_t>(static_cast<double>(c.head_dim()) * pf) : 0;
+  if (rot <= 0 || rot % 2)
+    refuse(what, "partial_rotary_factor " + echo_json(j["partial_rotary_factor"]) + " rotates " + std::to_string(rot) + " of " +
+                     std::to_string(c.head_dim()) + " dims a head: RoPE needs a positive even count");
+  c.rotary_dims = rot;
+}
+
+void read_rope(const json& j, const formats::FamilyInfo& f, GPTConfig& c, const std::string& what) {
   c.rope_theta = 10000.0;
   get(j, "rope_theta", c.rope_theta, what);
   if (present(j, "rope_scaling")) refuse(what, "rope_scaling " + echo_json(j["rope_scaling"]) + ": tapelm's RoPE has no scaling");
@@ -70,16 +84,14 @@ void read_rope(const json& j, GPTConfig& c, const std::string& what) {
         std::string t;
         get(r, "rope_type", t, what);
         if (t != "default") refuse(what, "rope_parameters.rope_type \"" + cut_for_message(t) + "\": tapelm's RoPE has no scaling");
+      } else if (it.key() == "partial_rotary_factor") {
+        read_partial_rotary(r, f, c, what);
       } else {
         refuse(what, "rope_parameters." + cut_for_message(it.key()) + " " + echo_json(it.value()) + ": tapelm's RoPE has no scaling");
       }
     }
   }
-  if (present(j, "partial_rotary_factor")) {
-    double f = 1;
-    get(j, "partial_rotary_factor", f, what);
-    if (f != 1) refuse(what, "partial_rotary_factor " + echo_json(j["partial_rotary_factor"]) + ": tapelm rotates the whole head");
-  }
+  if (present(j, "partial_rotary_factor")) read_partial_rotary(j, f, c, what);
 }
 
 // A size: the key's value, or its fallback when absent or null (-1: required).
@@ -120,7 +132,7 @@ void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const
     if (act == name) c.mlp = kind, found = true;
   }
   if (!found) refuse(what, std::string(k.act) + " \"" + cut_for_message(act) + "\": tapelm reads " + f.hf_architecture + " with " + known);
-  if (f.pos == PosKind::Rope) read_rope(j, c, what);
+  if (f.pos == PosKind::Rope) read_rope(j, f, c, what);
   if (*k.head_dim && present(j, k.head_dim)) {
     int64_t hd = 0;
     get(j, k.head_dim, hd, what);
@@ -224,10 +236,11 @@ nlohmann::ordered_json config_json(const GPTConfig& c, const std::string& arch, 
 
 namespace {
 
-// Tensors a file may hold that are no parameter: GPT-2's causal-mask buffers, old Llama files'
-// RoPE frequencies.
+// Tensors a file may hold that are no parameter: GPT-2's and GPT-NeoX's causal-mask buffers, old
+// Llama files' RoPE frequencies.
 bool buffer(const std::string& name) {
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name.ends_with(".rotary_emb.inv_freq");
+  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") || name.ends_with(".rotary_emb.inv_freq") ||
+         name.ends_with(".attention.bias") || name.ends_with(".attention.masked_bias");  // GPT-NeoX's, in Pythia's files
 }
 
 std::optional<Tokenizer> read_tokenizer(const std::string& dir, std::string& file) {

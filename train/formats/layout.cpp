@@ -133,6 +133,11 @@ class Builder {
     const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
     if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
     if (interleave && r == Role::attn_k) t.rope_heads = c_.kv_heads(l);
+    if (fmt_ == Format::hf && fam_.hf_qkv_per_head && r == Role::attn_qkv) {
+      // one K and V head per query head: the family's HF config has no other (architecture_for)
+      if (c_.kv_heads(l) != c_.n_head) throw Error(ErrorKind::internal, "layout: q, k, v interleaved by head need as many of each");
+      t.head_parts = c_.n_head;
+    }
   }
 
   const GPTConfig& c_;
@@ -196,6 +201,20 @@ std::vector<FileTensor> parameter_layout(const GPTConfig& c) {
   return out;
 }
 
+namespace {
+// Rows of parts stacked one after the other (part 0's rows, then part 1's, ...) to the file's order
+// that interleaves them head by head, or back (to_file false); every part has heads · hd rows.
+void permute_head_parts(const float* in, float* out, int64_t heads, int64_t parts, int64_t rows, int64_t cols, bool to_file) {
+  const int64_t hd = rows / parts / heads;
+  const size_t block = static_cast<size_t>(hd * cols);
+  for (int64_t p = 0; p < parts; p++)
+    for (int64_t h = 0; h < heads; h++) {
+      const int64_t stacked = (p * heads + h) * static_cast<int64_t>(block), file = (h * parts + p) * static_cast<int64_t>(block);
+      std::memcpy(out + (to_file ? file : stacked), in + (to_file ? stacked : file), block * sizeof(float));
+    }
+}
+}  // namespace
+
 void permute_rope_rows(const float* in, float* out, int64_t heads, int64_t rows, int64_t cols, bool to_interleaved) {
   const int64_t hd = rows / heads, half = hd / 2;
   for (int64_t h = 0; h < heads; h++)
@@ -227,6 +246,11 @@ std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
     permute_rope_rows(m.data(), p.data(), t.rope_heads, rows, cols, true);
     m.swap(p);
   }
+  if (t.head_parts > 0) {
+    std::vector<float> p(m.size());
+    permute_head_parts(m.data(), p.data(), t.head_parts, static_cast<int64_t>(t.parts.size()), rows, cols, true);
+    m.swap(p);
+  }
   if (t.transpose) {  // m is [rows, cols] = [out, in]; the file wants [in, out]
     std::vector<float> tr(m.size());
     for (int64_t o = 0; o < rows; o++)
@@ -249,6 +273,12 @@ void store_file_values(const FileTensor& t, const float* v, TensorMap& tensors) 
   if (t.rope_heads > 0) {
     std::vector<float> p(static_cast<size_t>(n));
     permute_rope_rows(v, p.data(), t.rope_heads, rows, cols, false);
+    buf.swap(p);
+    v = buf.data();
+  }
+  if (t.head_parts > 0) {
+    std::vector<float> p(static_cast<size_t>(n));
+    permute_head_parts(v, p.data(), t.head_parts, static_cast<int64_t>(t.parts.size()), rows, cols, false);
     buf.swap(p);
     v = buf.data();
   }

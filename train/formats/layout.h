@@ -34,6 +34,8 @@ struct FileTensor {
   int64_t rope_heads = 0;          // > 0: rows of that many heads, in interleaved RoPE order in the file
   bool matrix = false;             // a weight matrix (GGUF quantizes these; norms and biases stay f32)
   bool extra = false;              // no parameter: a tensor the format keeps beside them (llama2.c's RoPE tables)
+  int64_t head_parts = 0;          // > 0: the parts' rows interleaved head by head in the file, over that many heads
+                                   // (GPT-NeoX's query_key_value: head 0's q, k, v rows, then head 1's, ...)
 };
 
 /// How a format lays the tensors out beyond the table.

@@ -273,6 +273,8 @@ void check_exportable(const GPTConfig& c, const std::string& what) {
   else if (c.pos != PosKind::Rope) why = "pos \"" + to_string(c.pos) + "\" (llama2.c has RoPE only)";
   else if (c.head_dim() * c.n_head != c.n_embd) why = "a head dim that is not n_embd / n_head";
   else if (c.rope_theta != 10000.0) why = "rope_theta " + std::to_string(c.rope_theta) + " (run.c uses 10000)";
+  else if (c.rope_dims() != c.head_dim()) why = "rotary_dims " + std::to_string(c.rotary_dims) + " (run.c rotates the whole head)";
+  else if (c.parallel_residual) why = "parallel_residual (run.c adds the attention, then the MLP)";
   else if (c.norm_eps != 1e-5) why = "norm_eps " + std::to_string(c.norm_eps) + " (run.c uses 1e-5)";
   else if (c.n_embd > kIntMax || c.mlp_hidden > kIntMax || c.block_size > kIntMax || c.vocab_size > kIntMax)
     why = "sizes beyond the header's int32";

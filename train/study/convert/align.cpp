@@ -13,11 +13,13 @@ using namespace head_blocks;
 
 namespace {
 
-/// The rotation maximising tr(Ωᵀ M) among those made of 2×2 rotations on the RoPE planes
-/// (i, i + hd/2), which commute with RoPE. On one plane tr(Ωᵀ M) = c(m₀₀ + m₁₁) + s(m₁₀ − m₀₁),
-/// largest at θ = atan2(m₁₀ − m₀₁, m₀₀ + m₁₁), where it equals the norm of that vector.
-Mat plane_procrustes(const Mat& M, double* value = nullptr) {
-  const int64_t hd = M.rows, h2 = hd / 2;
+/// The rotation maximising tr(Ωᵀ M) among those that commute with RoPE rotating a head's first
+/// rot dims: 2×2 rotations on the RoPE planes (i, i + rot/2), and any rotation of the dims RoPE
+/// leaves alone (rot .. hd-1: GPT-NeoX's partial rotary), by Procrustes on that block. On one
+/// plane tr(Ωᵀ M) = c(m₀₀ + m₁₁) + s(m₁₀ − m₀₁), largest at θ = atan2(m₁₀ − m₀₁, m₀₀ + m₁₁), where
+/// it equals the norm of that vector; on the free block the maximum is M's nuclear norm there.
+Mat plane_procrustes(const Mat& M, int64_t rot, double* value = nullptr) {
+  const int64_t hd = M.rows, h2 = rot / 2;
   Mat R(hd, hd);
   double v = 0;
   for (int64_t p = 0; p < h2; p++) {
@@ -27,6 +29,16 @@ Mat plane_procrustes(const Mat& M, double* value = nullptr) {
     R(i, i) = c, R(i, j) = -s, R(j, i) = s, R(j, j) = c;
     v += std::hypot(a, b);
   }
+  if (rot < hd) {
+    const int64_t n = hd - rot;
+    Mat F(n, n);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) F(i, j) = M(rot + i, rot + j);
+    const Mat Q = la::procrustes(F);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t j = 0; j < n; j++) R(rot + i, rot + j) = Q(i, j);
+    v += la::nuclear_norm(F);
+  }
   if (value) *value = v;
   return R;
 }
@@ -35,7 +47,7 @@ Mat plane_procrustes(const Mat& M, double* value = nullptr) {
 /// Σ_i ‖A_i Ω_i − Ā‖² with A_i = X̃ W̃_iᵀ and Ā the mean of the aligned A_i Ω_i, by alternating
 /// (each Ω_i the Procrustes rotation onto the current reference, then the reference the new mean)
 /// until the objective stops falling. Starts from the first member as reference.
-std::vector<Mat> generalised_procrustes(const std::vector<Mat>& W, const Mat& S, bool rope_planes) {
+std::vector<Mat> generalised_procrustes(const std::vector<Mat>& W, const Mat& S, int64_t rot) {
   const size_t n = W.size();
   const int64_t hd = W[0].rows;
   std::vector<Mat> omega(n, Mat::identity(hd));
@@ -44,7 +56,7 @@ std::vector<Mat> generalised_procrustes(const std::vector<Mat>& W, const Mat& S,
   for (int it = 0; it < 200; it++) {
     for (size_t i = 0; i < n; i++) {
       const Mat M = cross_gram(W[i], S, ref);  // A_iᵀ Ā
-      omega[i] = rope_planes ? plane_procrustes(M) : la::procrustes(M);
+      omega[i] = rot > 0 ? plane_procrustes(M, rot) : la::procrustes(M);
     }
     Mat mean(W[0].rows, W[0].cols);
     std::vector<Mat> aligned;
@@ -67,11 +79,11 @@ std::vector<Mat> generalised_procrustes(const std::vector<Mat>& W, const Mat& S,
 
 /// max over the allowed rotations Ω of tr(Ωᵀ A_aᵀ A_b), and the squared Procrustes distance
 /// min_Ω ‖A_a Ω − A_b‖² relative to ‖A_a‖² + ‖A_b‖² (0: equal up to rotation, 1: orthogonal).
-double aligned_distance(const Mat& wa, const Mat& wb, const Mat& S, bool rope_planes) {
+double aligned_distance(const Mat& wa, const Mat& wb, const Mat& S, int64_t rot) {
   const double na = la::trace(cross_gram(wa, S, wa)), nb = la::trace(cross_gram(wb, S, wb));
   const Mat M = cross_gram(wa, S, wb);
   double best = 0;
-  if (rope_planes) plane_procrustes(M, &best);
+  if (rot > 0) plane_procrustes(M, rot, &best);
   else best = la::nuclear_norm(M);
   const double tot = na + nb;
   return tot > 0 ? std::max(0.0, tot - 2 * best) / tot : 0.0;
@@ -85,7 +97,7 @@ void align_kv_heads(GPT& model, int64_t rep, const Calibration& c) {
 
 void align_kv_heads(const Attention& at, const GPTConfig& cfg, int64_t rep, const Mat& S) {
   const int64_t KV = cfg.n_kv_head, hd = cfg.head_dim(), rq = cfg.n_head / KV;
-  const bool rope = cfg.pos == PosKind::Rope;
+  const int64_t rope = cfg.pos == PosKind::Rope ? cfg.rope_dims() : 0;  // the rotated dims a key rotation must commute with
   if (rep <= 1) return;
   const Proj wq = proj(*at.wq), wk = proj(*at.wk), wv = proj(*at.wv);
   Tensor& wo = at.wo->weight.val();
@@ -96,10 +108,11 @@ void align_kv_heads(const Attention& at, const GPTConfig& cfg, int64_t rep, cons
       V.push_back(rows_of(wv, g * rep + m, hd));
     }
     // Keys: k' = Ωᵀ k and q' = Ωᵀ q for every query head reading the kv head: q'·k' = q·k.
-    // With RoPE, Ω is made of rotations on RoPE's own planes, so RoPE(Ωᵀ q) = Ωᵀ RoPE(q).
+    // With RoPE, Ω is made of rotations on RoPE's own planes (and any on the dims it leaves
+    // alone), so RoPE(Ωᵀ q) = Ωᵀ RoPE(q).
     const std::vector<Mat> ok = generalised_procrustes(K, S, rope);
     // Values: v' = Ωᵀ v and wo's columns Wo_h' = Wo_h Ω: Wo_h' v' = Wo_h v.
-    const std::vector<Mat> ov = generalised_procrustes(V, S, false);
+    const std::vector<Mat> ov = generalised_procrustes(V, S, 0);
     for (int64_t m = 0; m < rep; m++) {
       const int64_t i = g * rep + m;
       const Mat okt = la::transpose(ok[m]), ovt = la::transpose(ov[m]);
@@ -129,7 +142,7 @@ std::vector<int64_t> similar_order(const Attention& at, const GPTConfig& cfg, in
   std::vector<std::vector<double>> D(KV, std::vector<double>(KV, 0.0));
   for (int64_t i = 0; i < KV; i++)
     for (int64_t j = i + 1; j < KV; j++)
-      D[i][j] = D[j][i] = aligned_distance(K[i], K[j], S, cfg.pos == PosKind::Rope) + aligned_distance(V[i], V[j], S, false);
+      D[i][j] = D[j][i] = aligned_distance(K[i], K[j], S, cfg.pos == PosKind::Rope ? cfg.rope_dims() : 0) + aligned_distance(V[i], V[j], S, 0);
   // Swap search from the contiguous grouping: exchange two heads of different groups whenever
   // that lowers the sum of within-group distances; stop when no swap does.
   std::vector<int64_t> group(KV);
