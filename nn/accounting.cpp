@@ -26,15 +26,17 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   const double qkv_b = c.bias || c.qkv_bias ? 1 : 0;
   const double attn_p = d * q + q * d + qkv_b * q + b * d, kv_p = 2 * d + 2 * qkv_b;  // per layer; per key/value column
   const double mlp_p = swiglu ? 3 * d * hid + b * (2 * hid + d) : 2 * d * hid + b * (hid + d);
+  // q_norm and k_norm: hd each per layer (per head), or the projections' widths (over them all)
+  const double qk_norm = c.qk_norm == QkNorm::head ? L * 2 * hd : c.qk_norm == QkNorm::all ? L * q + kv_all : 0;
   ModelCost m{};
   m.params = saturate(V * d + (c.pos == PosKind::Learned ? static_cast<double>(c.block_size) * d : 0) +
-                      L * (2 * norm + attn_p + mlp_p) + kv_p * kv_all + norm + (c.tie_embeddings ? 0 : V * d));
+                      L * (2 * norm + attn_p + mlp_p) + kv_p * kv_all + qk_norm + norm + (c.tie_embeddings ? 0 : V * d));
   const double attn_mm = 2.0 * (d * q + q * d), kv_mm = 4.0 * d * kv_all, mlp_mm = 2.0 * (swiglu ? 3 : 2) * d * hid;
   const double attn_core = 4.0 * static_cast<double>(T) * q;
   m.forward_flops_per_token = L * (attn_mm + mlp_mm + attn_core) + kv_mm + 2.0 * d * V;
   m.train_flops_per_token = 3.0 * m.forward_flops_per_token;
   m.kv_cache_bytes_per_token = kv_cache_bytes_per_token(c, KvType::f32);
-  m.attention_params = saturate(L * attn_p + kv_p * kv_all);
+  m.attention_params = saturate(L * attn_p + kv_p * kv_all + qk_norm);
   m.kv_params = saturate(kv_p * kv_all);
   m.matmul_weights = saturate(L * (d * q + q * d + (swiglu ? 3 : 2) * d * hid) + 2 * d * kv_all + d * V);
   return m;

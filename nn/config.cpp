@@ -190,6 +190,8 @@ nlohmann::json GPTConfig::to_json() const {
   if (family.empty()) j.erase("family");
   if (rotary_dims == 0) j.erase("rotary_dims");
   if (!parallel_residual) j.erase("parallel_residual");
+  if (head_size == 0) j.erase("head_size");
+  if (qk_norm == QkNorm::none) j.erase("qk_norm");
   return j;
 }
 
@@ -200,7 +202,7 @@ void GPTConfig::validate() const {
 #undef TAPELM_CHECK
   if (family.size() > 32 || !std::all_of(family.begin(), family.end(), [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); }))
     throw Error(ErrorKind::config, "config family must be a family's name (lowercase letters and digits), got " + echo_json(family));
-  if (n_embd % n_head != 0)
+  if (head_size == 0 && n_embd % n_head != 0)
     throw Error(ErrorKind::config, "config n_embd " + std::to_string(n_embd) + " is not divisible by n_head " + std::to_string(n_head));
   if (per_layer_kv()) {
     if (static_cast<int64_t>(layer_kv_heads.size()) != n_layer)

@@ -17,7 +17,11 @@ namespace tapelm {
 
 enum class NormKind { LayerNorm, RMSNorm };
 enum class PosKind { Learned, Rope };
-enum class MlpKind { Gelu, GeluTanh, SwiGLU };
+enum class MlpKind { Gelu, GeluTanh, SwiGLU, Relu };
+/// RMSNorm on the queries and keys after their projections, before RoPE: none, over each head
+/// (Qwen3's q_norm/k_norm: one weight of hd values shared by the heads), or over the whole
+/// projection (OLMo-2's: H·hd and KV·hd weights).
+enum class QkNorm { none, head, all };
 
 /// The JSON spelling of each value of a config enum (autograd/names.h); parsed once, when a config is read.
 template <> struct EnumNames<NormKind> {
@@ -29,8 +33,13 @@ template <> struct EnumNames<PosKind> {
       {{PosKind::Learned, "learned"}, {PosKind::Rope, "rope"}}};
 };
 template <> struct EnumNames<MlpKind> {
-  static constexpr std::array<std::pair<MlpKind, const char*>, 3> values{
-      {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}}};
+  static constexpr std::array<std::pair<MlpKind, const char*>, 4> values{
+      {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}, {MlpKind::Relu, "relu"}}};
+};
+
+template <> struct EnumNames<QkNorm> {
+  static constexpr std::array<std::pair<QkNorm, const char*>, 3> values{
+      {{QkNorm::none, "none"}, {QkNorm::head, "head"}, {QkNorm::all, "all"}}};
 };
 
 /// The type a model's weights are stored in (--dtype; each format's row says which it holds):
@@ -115,6 +124,7 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(int64_t, n_head, 4, positive, count_max)                      \
   X(int64_t, n_kv_head, 4, positive, count_max)                   \
   X(int64_t, n_embd, 128, positive, count_max / 4)                \
+  X(int64_t, head_size, 0, non_negative, count_max / 4) /* each head's width when not n_embd / n_head (Qwen3, Gemma); 0: n_embd / n_head */ \
   X(int64_t, mlp_hidden, 512, positive, count_max)                \
   X(NormKind, norm, NormKind::LayerNorm, any, none)               \
   X(double, norm_eps, 1e-5, positive, none)                       \
@@ -125,6 +135,7 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(bool, bias, false, any, none)                                 \
   X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
+  X(QkNorm, qk_norm, QkNorm::none, any, none) /* RMSNorm on q and k before RoPE (Qwen3: per head; OLMo-2: over the projection) */ \
   X(bool, parallel_residual, false, any, none) /* x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX); false: x + attn, then + mlp */ \
   X(double, dropout, 0.0, unit_interval, none)                    \
   X(std::string, family, "", any, none) /* the family other programs know it as, where its structure alone names another ("" otherwise: train/formats/families.h) */
@@ -137,7 +148,7 @@ struct GPTConfig {
   /// count per layer); empty when every layer has n_kv_head. When set, n_kv_head is their largest.
   std::vector<int64_t> layer_kv_heads;
 
-  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
   /// The dims of each head RoPE rotates (the whole head unless rotary_dims says fewer).
   int64_t rope_dims() const { return rotary_dims > 0 ? rotary_dims : head_dim(); }
   /// Layer l's key/value heads.

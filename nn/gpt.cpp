@@ -180,6 +180,11 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
     linear(b + "attn.wk", d, c.kv_heads(i) * hd, qkv_bias);
     linear(b + "attn.wv", d, c.kv_heads(i) * hd, qkv_bias);
     linear(b + "attn.wo", c.n_head * hd, d, c.bias);
+    if (c.qk_norm != QkNorm::none) {
+      const bool head = c.qk_norm == QkNorm::head;
+      out.push_back({b + "attn.q_norm.weight", {head ? hd : c.n_head * hd}});
+      out.push_back({b + "attn.k_norm.weight", {head ? hd : c.kv_heads(i) * hd}});
+    }
     norm(b + "ln2");
     if (c.mlp == MlpKind::SwiGLU) {
       linear(b + "mlp.gate", d, hid, c.bias);

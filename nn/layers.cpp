@@ -27,7 +27,7 @@ Var Dropout::forward(const Var& x) const {
   return dropout(x, p_, rng_->next_u64());
 }
 
-MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp == MlpKind::GeluTanh) {
+MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp == MlpKind::GeluTanh), relu_(c.mlp == MlpKind::Relu) {
   if (swiglu_) {
     gate = register_module("gate", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
     up = register_module("up", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
@@ -44,17 +44,38 @@ Var MLP::forward(const Var& x) const {
     const std::vector<Var> gu = linears(x, {gate->weight, up->weight}, {gate->bias, up->bias});
     return down->forward(mul(silu(gu[0]), gu[1]));
   }
-  return proj->forward(gelu(fc->forward(x), tanh_));
+  const Var h = fc->forward(x);
+  return proj->forward(relu_ ? relu(h) : gelu(h, tanh_));
 }
 
 Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
-    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rot_(c.rope_dims()), rope_(c.pos == PosKind::Rope), theta_(c.rope_theta),
+    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rot_(c.rope_dims()), rope_(c.pos == PosKind::Rope), per_head_norm_(c.qk_norm == QkNorm::head), theta_(c.rope_theta),
       p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
   const bool qkv_bias = c.bias || c.qkv_bias;
   wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, qkv_bias));
   wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, qkv_bias));
   wv = register_module("wv", std::make_shared<Linear>(c.n_embd, KV_ * hd_, qkv_bias));
   wo = register_module("wo", std::make_shared<Linear>(H_ * hd_, c.n_embd, c.bias));
+  if (c.qk_norm != QkNorm::none) {
+    const bool head = c.qk_norm == QkNorm::head;
+    q_norm = register_module("q_norm", std::make_shared<Norm>(head ? hd_ : H_ * hd_, NormKind::RMSNorm, false, c.norm_eps));
+    k_norm = register_module("k_norm", std::make_shared<Norm>(head ? hd_ : KV_ * hd_, NormKind::RMSNorm, false, c.norm_eps));
+  }
+}
+
+void Attention::position(Var& q, Var& k, int64_t pos) const {
+  if (q_norm && per_head_norm_) {  // each head's hd values: [B, T, heads, hd]
+    const Shape qs = q.shape(), ks = k.shape();
+    q = reshape(q_norm->forward(reshape(q, {qs[0], qs[1], H_, hd_})), qs);
+    k = reshape(k_norm->forward(reshape(k, {ks[0], ks[1], KV_, hd_})), ks);
+  } else if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  if (rope_) {
+    q = rope(q, H_, pos, theta_, rot_);
+    k = rope(k, KV_, pos, theta_, rot_);
+  }
 }
 
 std::vector<Var> Attention::qkv(const Var& x) const {
@@ -65,10 +86,7 @@ std::vector<Var> Attention::qkv(const Var& x) const {
 Var Attention::forward(const Var& x, const Index* key_keep) const {
   const std::vector<Var> p = qkv(x);
   Var q = p[0], k = p[1], v = p[2];
-  if (rope_) {
-    q = rope(q, H_, 0, theta_, rot_);
-    k = rope(k, KV_, 0, theta_, rot_);
-  }
+  position(q, k, 0);
   if (kv_round != KvType::f32) {
     k = round_kv(k, KV_, kv_round);
     v = round_kv(v, KV_, kv_round);
@@ -87,10 +105,7 @@ Var Attention::forward(const Var& x, const Index* key_keep) const {
 Var Attention::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
   const std::vector<Var> p = qkv(x);
   Var q = p[0], k = p[1], v = p[2];
-  if (rope_) {
-    q = rope(q, H_, pos, theta_, rot_);
-    k = rope(k, KV_, pos, theta_, rot_);
-  }
+  position(q, k, pos);
   return wo->forward(attention_cached(q, k, v, cache.k, cache.v, H_, KV_, pos));
 }
 

@@ -52,7 +52,8 @@ class Dropout : public Module {
   std::shared_ptr<Rng> rng_;
 };
 
-/// fc -> GELU (exact, or its tanh approximation for mlp gelu_tanh) -> proj, or down(silu(gate x) * up x).
+/// fc -> GELU (exact, or its tanh approximation for mlp gelu_tanh) or ReLU (OPT's) -> proj, or
+/// down(silu(gate x) * up x).
 class MLP : public Module {
  public:
   explicit MLP(const GPTConfig& c);
@@ -60,7 +61,7 @@ class MLP : public Module {
   std::shared_ptr<Linear> fc, proj, gate, up, down;
 
  private:
-  bool swiglu_, tanh_;
+  bool swiglu_, tanh_, relu_;
 };
 
 /// One attention layer's K and V for every position decoded so far: [B, KV, max_len, hd] each, every
@@ -77,14 +78,19 @@ class Attention : public Module {
   /// x [B,t,d] holds positions pos..pos+t-1; appends their K/V to the cache, attends over 0..pos+t-1.
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
   std::shared_ptr<Linear> wq, wk, wv, wo;
+  /// RMSNorm of the queries and keys before RoPE (qk_norm head: over each head's hd values, one
+  /// weight for all heads; all: over the whole projection); null without qk_norm.
+  std::shared_ptr<Norm> q_norm, k_norm;
   /// forward() rounds K and V as a cache of this type stores them (evaluation only; f32: not at all).
   KvType kv_round = KvType::f32;
 
  private:
   /// The query, key and value projections of x, read in one pass when x has few rows.
   std::vector<Var> qkv(const Var& x) const;
+  /// q and k normalised (qk_norm) and rotated (RoPE) at positions pos..
+  void position(Var& q, Var& k, int64_t pos) const;
   int64_t H_, KV_, hd_, rot_;
-  bool rope_;
+  bool rope_, per_head_norm_;
   double theta_;
   float p_;
   std::shared_ptr<Rng> rng_;

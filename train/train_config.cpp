@@ -87,7 +87,7 @@ std::string distill_temperature_range() {
 bool is_trained(Trainable t, const std::string& name) {
   switch (t) {
     case Trainable::all: return true;
-    case Trainable::attention: return name.find(".attn.w") != std::string::npos;  // wq, wk, wv, wo
+    case Trainable::attention: return name.find(".attn.") != std::string::npos;  // wq, wk, wv, wo (and q_norm, k_norm)
     case Trainable::kv: return name.find(".attn.wk.") != std::string::npos || name.find(".attn.wv.") != std::string::npos;
   }
   return true;

@@ -185,12 +185,18 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_phi3_as_tapelm_does) { expect_llama_cpp_agre
 // it computes what tapelm computes but for llama.cpp's GELU, in f32 and q8_0, to the same greedy text.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_gptneox_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_gptneox.json", 2); }
 
+// A Qwen3 model (make_gguf_qwen3_fixture.sh): written as llama.cpp's qwen3 (attn_q_norm and
+// attn_k_norm of one head's width, heads of width 32 under d 64 as attention.key_length and
+// value_length, NEOX RoPE), it computes what tapelm computes, in f32 and q8_0.
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_qwen3_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_qwen3.json", 2); }
+
 // Import reads back what export wrote, tokenizer included: export -> import -> export gives the
 // same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
 // as llama.cpp did.
 BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
   json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
-  oracle["models"].update(json::parse(read_file_bytes(gx("llama_cpp_gptneox.json"), "fixture"))["models"]);
+  for (const char* more : {"llama_cpp_gptneox.json", "llama_cpp_qwen3.json"})
+    oracle["models"].update(json::parse(read_file_bytes(gx(more), "fixture"))["models"]);
   for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
     const auto [name, dtype] = split_name(it.key());
     BOOST_TEST_CONTEXT(it.key()) {
@@ -336,8 +342,10 @@ BOOST_AUTO_TEST_CASE(bad_gguf_files_give_one_line_and_write_nothing) {
       {Builder().bytes(), "general.architecture is missing"},
       {Builder().llama().kv_str("llama.rope.scaling.type", "linear").bytes(), "rope scaling"},
       {Builder().llama().kv_u32("llama.expert_count", 8).bytes(), "mixture of experts"},
-      // checked like key_length (was accepted and ignored): 16 is not 32 / 4
-      {Builder().llama().kv_u32("llama.attention.value_length", 16).bytes(), "key llama.attention.value_length is set"},
+      // a head width of its own is key_length (Qwen3, Gemma); value_length must equal it (was
+      // accepted and ignored)
+      {[] { Builder b; b.llama().kv_u32("llama.attention.value_length", 16).tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
+       "llama.attention.value_length 16 is not key_length 8"},
       {Builder().llama().bytes(), "token_embd.weight is missing"},
       {[] { Builder b; b.llama().tensor("token_embd.weight", {32, 8}, 0, 0); b.data = std::string(1024, '\0'); return b.bytes(); }(),
        "missing blk.0.attn_norm.weight"},

@@ -48,9 +48,20 @@ BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   const GPTConfig c{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
                     .mlp_hidden = 8};
-  for (const char* variant : {"plain", "llama", "bias", "neox"}) {
+  for (const char* variant : {"plain", "llama", "bias", "neox", "opt", "qwen3", "olmo2"}) {
     GPTConfig v = c;
-    if (std::string(variant) == "neox") {  // GPT-NeoX's: RoPE on half of each head, attention and MLP side by side
+    if (std::string(variant) == "qwen3" || std::string(variant) == "olmo2") {
+      // q and k RMS-normalised per head (Qwen3) or over the projection (OLMo-2), heads of width 4
+      // where d / H is 2
+      v.norm = NormKind::RMSNorm;
+      v.pos = PosKind::Rope;
+      v.mlp = MlpKind::SwiGLU;
+      v.head_size = 4;
+      v.qk_norm = std::string(variant) == "qwen3" ? QkNorm::head : QkNorm::all;
+    } else if (std::string(variant) == "opt") {  // OPT's ReLU MLP with biases
+      v.mlp = MlpKind::Relu;
+      v.bias = true;
+    } else if (std::string(variant) == "neox") {  // GPT-NeoX's: RoPE on half of each head, attention and MLP side by side
       v.pos = PosKind::Rope;
       v.rotary_dims = 2;
       v.parallel_residual = true;
@@ -120,11 +131,12 @@ BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
 }
 
 // KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE, GPT-NeoX's partial RoPE with the
-// parallel residual}.
-BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2}), KV, variant) {
+// parallel residual, Qwen3's q/k norms with heads of width 6 where d / H is 4}.
+BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2, 3}), KV, variant) {
   const PosKind pos = variant ? PosKind::Rope : PosKind::Learned;
   GPTConfig tc = tiny(KV, pos);
   if (variant == 2) tc.rotary_dims = 2, tc.parallel_residual = true;
+  if (variant == 3) tc.head_size = 6, tc.qk_norm = QkNorm::head;  // Qwen3's: heads of their own width, q/k norms
   GPT model(tc, 7);
   model.eval();
   const int64_t B = 3, T = 12;
@@ -135,7 +147,7 @@ BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1})
     full = model.forward(ids).val();  // [B, T, V]
   }
   KVCache cache = model.make_cache(B, T);
-  BOOST_TEST(cache.bytes() == 2 * 2 * B * T * KV * 4 * 4);  // layers · (k, v) · B · T · KV · hd · 4
+  BOOST_TEST(cache.bytes() == 2 * 2 * B * T * KV * tc.head_dim() * 4);  // layers · (k, v) · B · T · KV · hd · 4
   double worst = 0;
   const int64_t prefill = 4;
   for (int64_t p = prefill - 1; p < T; p++) {
@@ -322,6 +334,25 @@ BOOST_AUTO_TEST_CASE(parameter_names_shapes_and_counts) {
   BOOST_TEST(g2.at("blocks.0.mlp.down.weight") == Shape({16, 24}));
   BOOST_TEST(g2.at("lm_head.weight") == Shape({11, 16}));
   BOOST_TEST(lm.num_parameters() == model_cost(l).params);
+
+  // heads of their own width (6, where d / H is 4) with q/k norms: per head (one hd weight each)
+  // or over the projection (H·hd and KV·hd), counted as the model holds them
+  for (QkNorm qk : {QkNorm::head, QkNorm::all}) {
+    GPTConfig q = l;
+    q.head_size = 6, q.qk_norm = qk;
+    GPT qm(q, 1);
+    std::map<std::string, Shape> g3;
+    for (auto& [n, p] : qm.named_parameters()) g3[n] = p.shape();
+    BOOST_TEST(g3.at("blocks.1.attn.wq.weight") == Shape({24, 16}));
+    BOOST_TEST(g3.at("blocks.1.attn.wk.weight") == Shape({6, 16}));
+    BOOST_TEST(g3.at("blocks.1.attn.wo.weight") == Shape({16, 24}));
+    BOOST_TEST(g3.at("blocks.0.attn.q_norm.weight") == Shape({qk == QkNorm::head ? 6 : 24}));
+    BOOST_TEST(g3.at("blocks.0.attn.k_norm.weight") == Shape({6}));  // one KV head: both forms 6
+    BOOST_TEST(qm.num_parameters() == model_cost(q).params);
+    const auto shapes = parameter_shapes(q);
+    BOOST_TEST(shapes.size() == g3.size());
+    for (const auto& [n, sh] : shapes) BOOST_TEST((g3.at(n) == sh), n);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(accounting_hand_computed) {
@@ -378,6 +409,12 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   expect(R"({"n_embd": 16, "n_head": 2, "pos": "rope", "rotary_dims": 10})", "rotary_dims 10 must be even");
   expect(R"({"n_embd": 16, "n_head": 2, "rotary_dims": 4})", "rotary_dims 4 with pos \"learned\": only RoPE rotates");
   expect(R"({"rotary_dims": -2})", "rotary_dims");
+  expect(R"({"qk_norm": "layer"})", "config qk_norm must be \"none\" or \"head\" or \"all\"");
+  expect(R"({"n_embd": 100, "n_head": 3, "head_size": -1})", "head_size");
+  // a head width of its own lifts n_embd's divisibility: 3 heads of 32 over d 100
+  const GPTConfig w = GPTConfig::from_json_string(R"({"n_embd": 100, "n_head": 3, "head_size": 32, "qk_norm": "head"})");
+  BOOST_TEST(w.head_dim() == 32);
+  BOOST_TEST((GPTConfig::from_json(w.to_json()) == w));
   expect(R"({"norm": "batchnorm"})", "norm");
   expect(R"({"n_layer": "4"})", "'n_layer' must be an integer");
   expect(R"({"bias": 1})", "'bias' must be true or false");
@@ -391,6 +428,8 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   // the GPT-NeoX keys are written only when they say something, so that other configs stay as they were
   BOOST_TEST(!c.to_json().contains("rotary_dims"));
   BOOST_TEST(!c.to_json().contains("parallel_residual"));
+  BOOST_TEST(!c.to_json().contains("head_size"));
+  BOOST_TEST(!c.to_json().contains("qk_norm"));
   const GPTConfig n = GPTConfig::from_json_string(R"({"n_head": 8, "n_embd": 256, "pos": "rope", "rotary_dims": 8, "parallel_residual": true})");
   BOOST_TEST(n.rope_dims() == 8);
   BOOST_TEST(c.rope_dims() == 32);

@@ -116,6 +116,48 @@ void gptneox_write(const GPTConfig& c, nlohmann::ordered_json& j) {
   j["initializer_range"] = 0.02;
 }
 
+// OPT: pre-LayerNorm blocks with a final norm, biases, the embedding as wide as the model; the
+// 350M model's post-norm and projected embedding (word_embed_proj_dim) are another function.
+void opt_read(const HfJson& j, const std::string&, GPTConfig& c) {
+  bool before = true, affine = true, bias = true, remove_final = false;
+  j.get("do_layer_norm_before", before);
+  j.get("layer_norm_elementwise_affine", affine);
+  j.get("enable_bias", bias);
+  j.get("_remove_final_layer_norm", remove_final);
+  if (!before) j.refuse("do_layer_norm_before false (OPT-350m's post-norm blocks): tapelm's blocks normalise before attention and MLP");
+  if (!affine) j.refuse("layer_norm_elementwise_affine false: tapelm's LayerNorm has a weight and a bias");
+  if (!bias) j.refuse("enable_bias false: tapelm reads OPT with biases on every projection and norm");
+  if (remove_final) j.refuse("_remove_final_layer_norm true: tapelm's model ends with a norm");
+  if (j.has("word_embed_proj_dim")) {
+    int64_t w = c.n_embd;
+    j.get("word_embed_proj_dim", w);
+    if (w != c.n_embd)
+      j.refuse("word_embed_proj_dim " + std::to_string(w) + " is not hidden_size " + std::to_string(c.n_embd) +
+               " (OPT-350m's project_in/project_out): tapelm's embedding is as wide as the model");
+  }
+}
+void opt_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  j["word_embed_proj_dim"] = c.n_embd;
+  j["do_layer_norm_before"] = true;
+  j["enable_bias"] = true;
+  j["layer_norm_elementwise_affine"] = true;
+  for (const char* k : {"dropout", "attention_dropout", "activation_dropout", "layerdrop"}) j[k] = 0.0;
+  j["init_std"] = 0.02;
+}
+
+// Qwen3: Qwen2's window keys; attention_bias puts biases on q, k, v and o but not the MLP, which
+// tapelm's bias cannot say.
+void qwen3_read(const HfJson& j, const std::string& arch, GPTConfig& c) {
+  qwen2_read(j, arch, c);
+  bool bias = false;
+  j.get("attention_bias", bias);
+  if (bias) j.refuse("attention_bias true: biases on q, k, v and o alone, which tapelm's bias and qkv_bias cannot say");
+}
+void qwen3_write(const GPTConfig& c, nlohmann::ordered_json& j) {
+  qwen2_write(c, j);
+  j["attention_bias"] = false;
+}
+
 // Llama's config.json keys, which Mistral and Qwen2 share.
 HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
   return {.model_type = model_type,
@@ -140,6 +182,14 @@ HfConfigKeys phi3_keys() {
   HfConfigKeys k = llama_keys("phi3", phi3_read, phi3_write);
   k.positions = {"max_position_embeddings", 4096};
   k.eps_fallback = 1e-5;
+  return k;
+}
+
+// Qwen3's: Llama's, with Qwen3Config's defaults (ε 1e-6, 32768 positions, head_dim 128).
+HfConfigKeys qwen3_keys() {
+  HfConfigKeys k = llama_keys("qwen3", qwen3_read, qwen3_write);
+  k.positions = {"max_position_embeddings", 32768};
+  k.head_dim_fallback = 128;
   return k;
 }
 
@@ -216,6 +266,18 @@ const std::vector<FamilyInfo>& rows() {
                  {Format::gguf, Role::ffn_gate_up, "blk.{L}.ffn_up"}},
        .hf = phi3_keys(),
        .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true, .no_window_key = true}},
+      // Qwen3: Llama's function with q and k RMS-normalised per head before RoPE (one weight of hd
+      // values each), a head width of its own (head_dim), no biases; NEOX RoPE in GGUF
+      {.family = Family::qwen3,
+       .name = "qwen3",
+       .hf_architecture = "Qwen3ForCausalLM",
+       .norm = NormKind::RMSNorm,
+       .pos = PosKind::Rope,
+       .swiglu = true,
+       .unbiased = true,
+       .qk_norm = QkNorm::head,
+       .hf = qwen3_keys(),
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true}},
       // GPT-NeoX (Pythia): LayerNorm, RoPE on part of each head (half-split, as tapelm and llama.cpp's
       // NEOX rotate), biases everywhere, exact GELU, attention and MLP optionally side by side; HF
       // interleaves q|k|v head by head, llama.cpp's gptneox stacks them (convert_hf_to_gguf reorders)
@@ -256,6 +318,44 @@ const std::vector<FamilyInfo>& rows() {
        // llama.cpp computes GELU by its tanh form for every gptneox model; Pythia was trained with
        // the exact one, which is what tapelm reads and writes (tests/formats/test_gguf.cpp measures the gap)
        .gguf = {.eps = "attention.layer_norm_epsilon", .rope = true, .gelu = MlpKind::Gelu}},
+      // OPT: GPT-2's structure with ReLU, q/k/v/out projections apart, and a position table whose
+      // first two rows come before position 0 (OPTLearnedPositionalEmbedding's offset)
+      {.family = Family::opt,
+       .name = "opt",
+       .hf_architecture = "OPTForCausalLM",
+       .norm = NormKind::LayerNorm,
+       .pos = PosKind::Learned,
+       .relu = true,
+       .all_biases = true,
+       .hf_position_offset = 2,
+       .names = {{Format::hf, Role::tok_embd, "{P}decoder.embed_tokens"},
+                 {Format::hf, Role::pos_embd, "{P}decoder.embed_positions"},
+                 {Format::hf, Role::attn_norm, "{P}decoder.layers.{L}.self_attn_layer_norm"},
+                 {Format::hf, Role::attn_q, "{P}decoder.layers.{L}.self_attn.q_proj"},
+                 {Format::hf, Role::attn_k, "{P}decoder.layers.{L}.self_attn.k_proj"},
+                 {Format::hf, Role::attn_v, "{P}decoder.layers.{L}.self_attn.v_proj"},
+                 {Format::hf, Role::attn_out, "{P}decoder.layers.{L}.self_attn.out_proj"},
+                 {Format::hf, Role::ffn_norm, "{P}decoder.layers.{L}.final_layer_norm"},
+                 {Format::hf, Role::ffn_up, "{P}decoder.layers.{L}.fc1"},
+                 {Format::hf, Role::ffn_down, "{P}decoder.layers.{L}.fc2"},
+                 {Format::hf, Role::output_norm, "{P}decoder.final_layer_norm"}},
+       // OPTConfig's defaults: the 125M model; its LayerNorms are PyTorch's, ε 1e-5, no key
+       .hf = {.model_type = "opt",
+              .vocab = {"vocab_size", 50272},
+              .hidden = {"hidden_size", 768},
+              .layers = {"num_hidden_layers", 12},
+              .heads = {"num_attention_heads", 12},
+              .ffn = {"ffn_dim", 3072},
+              .positions = {"max_position_embeddings", 2048},
+              .eps = "",
+              .eps_fallback = 1e-5,
+              .act = "activation_function",
+              .acts = {{"relu", MlpKind::Relu}},
+              .tie_fallback = true,
+              .prefix = "model.",
+              .read = opt_read,
+              .write = opt_write},
+       .gguf = {.eps = "", .none = true}},
   };
   return table;
 }
@@ -281,8 +381,10 @@ const FamilyInfo* find_family(const std::string& name) {
 
 namespace {
 bool has_structure(const FamilyInfo& x, const GPTConfig& c) {
-  return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
-         (!x.unbiased || (!c.bias && !c.qkv_bias)) && (!c.parallel_residual || x.parallel_residual) &&
+  return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && (c.mlp == MlpKind::Relu) == x.relu &&
+         x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
+         (!x.unbiased || (!c.bias && !c.qkv_bias)) && c.qk_norm == x.qk_norm && (!c.parallel_residual || x.parallel_residual) &&
+         (c.head_size == 0 || c.head_size * c.n_head == c.n_embd || *x.hf.head_dim) &&
          (c.rope_dims() == c.head_dim() || x.partial_rotary);
 }
 }  // namespace
@@ -301,28 +403,34 @@ Family family_of(const GPTConfig& c, const std::string& what) {
     const FamilyInfo* x = find_family(c.family);
     if (!x || c.family != x->name) return refuse("config family \"" + c.family + "\" is no family tapelm writes");
     if (!has_structure(*x, c))
-      return refuse("config family \"" + c.family + "\": " + x->name + "'s layout is " + to_string(x->norm) + ", " + (x->swiglu ? "swiglu" : "gelu") +
+      return refuse("config family \"" + c.family + "\": " + x->name + "'s layout is " + to_string(x->norm) + ", " + (x->swiglu ? "swiglu" : x->relu ? "relu" : "gelu") +
                     ", " + to_string(x->pos) + (x->qkv_bias_only ? ", biases on q, k and v" : x->all_biases ? ", biases" : ", no biases") +
                     ", which this config's norm, mlp, pos and bias keys are not");
     return x->family;
   }
-  for (const FamilyInfo& x : rows()) {
+  for (const FamilyInfo& x : rows())
     if (has_structure(x, c)) return x.family;
+  for (const FamilyInfo& x : rows()) {  // none: why, for the family the config is closest to
     GPTConfig plain = c;  // the family but for an option its files have no key for
     plain.parallel_residual = false;
     plain.rotary_dims = 0;
-    if (has_structure(x, plain))
+    plain.qk_norm = x.qk_norm;
+    if (has_structure(x, plain)) {
+      if (c.qk_norm != x.qk_norm)
+        refuse("qk_norm \"" + to_string(c.qk_norm) + "\": " + x.name + "'s layout has " + to_string(x.qk_norm) +
+               " (qwen3 normalises q and k per head)");
       refuse(c.parallel_residual && !x.parallel_residual
                  ? "parallel_residual: " + std::string(x.name) + "'s layout adds the attention, then the MLP (gptneox has the parallel residual)"
                  : "rotary_dims " + std::to_string(c.rotary_dims) + ": " + x.name + "'s layout rotates the whole head (gptneox rotates part)");
+    }
     if (x.all_biases && c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && c.qkv_bias && !c.bias)
       refuse("qkv_bias without bias: " + std::string(x.name) + "'s layout has biases everywhere or (written as zeros) nowhere");
   }
   std::string known;
   for (const FamilyInfo& x : rows()) {
     if (x.qkv_bias_only) continue;  // named by the family it varies
-    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : "gelu") + ", " +
-             to_string(x.pos);
+    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : x.relu ? "relu" : "gelu") + ", " +
+             to_string(x.pos) + (x.qk_norm != QkNorm::none ? ", qk_norm " + to_string(x.qk_norm) : "");
   }
   return refuse("norm \"" + to_string(c.norm) + "\", mlp \"" + to_string(c.mlp) + "\", pos \"" + to_string(c.pos) +
                 "\" match no architecture other programs run (" + known + ")");
@@ -333,10 +441,12 @@ void apply_family(Family f, GPTConfig& c) {
   c.norm = x.norm;
   c.pos = x.pos;
   if (x.swiglu) c.mlp = MlpKind::SwiGLU;
-  else if (c.mlp == MlpKind::SwiGLU) c.mlp = MlpKind::GeluTanh;
+  else if (x.relu) c.mlp = MlpKind::Relu;
+  else if (c.mlp == MlpKind::SwiGLU || c.mlp == MlpKind::Relu) c.mlp = MlpKind::GeluTanh;
   if (x.all_biases) c.bias = true, c.qkv_bias = false;
   if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
   if (x.unbiased) c.bias = false, c.qkv_bias = false;
+  c.qk_norm = x.qk_norm;
   c.family = family_key(f, c);
 }
 

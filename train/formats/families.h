@@ -24,11 +24,12 @@ namespace tapelm::formats {
 enum class Format { tapelm, hf, gguf, llama2c };
 
 /// The families (one row each in families.cpp).
-enum class Family { llama, qwen2, gpt2, phi3, gptneox };
+enum class Family { llama, qwen2, gpt2, phi3, gptneox, opt, qwen3 };
 
 /// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write them.
 enum class Role {
-  tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, ffn_norm, ffn_gate_up, ffn_gate, ffn_up, ffn_down,
+  tok_embd, pos_embd, attn_norm, attn_q, attn_k, attn_v, attn_qkv, attn_out, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate_up, ffn_gate,
+  ffn_up, ffn_down,
   output_norm, output, rope_cos, rope_sin
 };
 
@@ -77,6 +78,7 @@ struct HfConfigKeys {
   HfKey vocab, hidden, layers, heads, ffn, positions;
   const char* kv_heads = "";                     // "": the config has none (one K/V head per query head)
   const char* head_dim = "";                     // "": none (hidden / heads)
+  int64_t head_dim_fallback = 0;                 // head_dim when the key is absent or null: 0 hidden / heads (Qwen3's is 128)
   const char* eps;
   double eps_fallback;
   const char* act;                               // the activation's key
@@ -95,6 +97,7 @@ struct GgufKeys {
   MlpKind gelu = MlpKind::GeluTanh;              // the GELU llama.cpp computes for a family without the gated MLP
   bool optional_bias = false;                    // biases on every projection or none, told by blk.0.attn_output.bias
   bool no_window_key = false;                    // attention.sliding_window written as 0 (none): older llama.cpp assumed one
+  bool none = false;                             // llama.cpp has no architecture for the family (OPT): refused in GGUF
 };
 
 /// A family: its structure, decided once, and its names in other programs.
@@ -105,10 +108,12 @@ struct FamilyInfo {
   std::vector<std::pair<const char*, const char*>> hf_aliases;  // other (architecture, model_type) pairs read as this family
   NormKind norm;
   PosKind pos;
-  bool swiglu = false;                           // the gated MLP (else GELU, exact or tanh)
+  bool swiglu = false;                           // the gated MLP (else GELU, exact or tanh, or ReLU)
+  bool relu = false;                             // the MLP's activation is ReLU (OPT), and no GELU
   bool qkv_bias_only = false;                    // biases on q, k and v only (Qwen2)
   bool all_biases = false;                       // every projection and norm carries a bias: zeros when the model has none
   bool unbiased = false;                         // no projection carries a bias (Phi-3)
+  QkNorm qk_norm = QkNorm::none;                 // RMSNorm of q and k before RoPE (Qwen3: per head)
   bool fused_qkv = false;                        // q|k|v stored as one tensor in HF and GGUF
   bool fused_gate_up = false;                    // the gated MLP's gate|up stored as one tensor in HF and GGUF
   bool gguf_interleaves_rope = false;            // llama.cpp rotates this family's q/k rows in interleaved pairs
@@ -116,6 +121,7 @@ struct FamilyInfo {
   bool hf_qkv_per_head = false;                  // HF's fused q|k|v interleaves them head by head (GPT-NeoX: q₀ k₀ v₀ q₁ …)
   bool parallel_residual = false;                // the family has a key for parallel_residual (GPT-NeoX's use_parallel_residual)
   bool partial_rotary = false;                   // the family has a key for rotary_dims (GPT-NeoX's rotary_pct)
+  int64_t hf_position_offset = 0;                // HF's position table has this many rows before position 0 (OPT's 2)
   std::vector<NameOverride> names;
   HfConfigKeys hf;
   GgufKeys gguf;

@@ -51,6 +51,7 @@ TensorType matrix_type(WeightType dtype, int64_t row) {
 Family family_for_gguf(const GPTConfig& c, const std::string& what) {
   const Family f = formats::family_of(c, what);
   const formats::FamilyInfo& x = formats::family_info(f);
+  if (x.gguf.none) refuse(what, std::string(x.hf_architecture) + ": llama.cpp has no architecture for " + x.name + " (export it as HF)");
   if (x.pos == PosKind::Rope && c.head_dim() % 2)
     refuse(what, "head_dim " + std::to_string(c.head_dim()) + " is odd: RoPE needs pairs");
   if (!x.swiglu && c.mlp != x.gguf.gelu)
@@ -76,7 +77,7 @@ std::string gguf_arch(const GPTConfig& c, Family f) {
 // The family of a file's general.architecture, or null.
 const formats::FamilyInfo* family_of_arch(const std::string& a) {
   for (const formats::FamilyInfo& x : formats::families())
-    if (a == x.name || (*x.gguf.per_layer_kv_arch && a == x.gguf.per_layer_kv_arch)) return &x;
+    if (!x.gguf.none && (a == x.name || (*x.gguf.per_layer_kv_arch && a == x.gguf.per_layer_kv_arch))) return &x;
   return nullptr;
 }
 
@@ -176,6 +177,10 @@ void config_meta(Meta& m, const GPTConfig& c, Family f) {
   }
   if (x.gguf.no_window_key) m.u32(a + ".attention.sliding_window", 0);
   if (x.parallel_residual) m.flag(a + ".use_parallel_residual", c.parallel_residual);
+  if (c.head_dim() * c.n_head != c.n_embd) {  // a head width of its own
+    m.u32(a + ".attention.key_length", c.head_dim());
+    m.u32(a + ".attention.value_length", c.head_dim());
+  }
 }
 
 // llama.cpp's "llama" vocabulary as a sentencepiece model (token types are sentencepiece's: 1
@@ -239,20 +244,14 @@ Tokenizer bpe_tokenizer(const File& g) {
 // Keys that would change the function tapelm computes: refused unless they hold the value that
 // changes nothing.
 void refuse_unsupported_keys(const File& g, const std::string& a) {
-  for (const char* k : {".expert_count", ".attention.sliding_window", ".rope.scaling.factor", ".attention.key_length",
-                        ".attention.value_length"}) {
+  for (const char* k : {".expert_count", ".attention.sliding_window", ".rope.scaling.factor"}) {
     const Value* v = g.find_key(a + k);
     if (!v) continue;
     const std::string key = a + k;
     if ((key.ends_with("expert_count") || key.ends_with("sliding_window")) && v->is_int && v->i == 0) continue;  // none
     if (key.ends_with("scaling.factor") && !v->is_int && (v->num == 1.0 || v->num == 0.0)) continue;
-    const bool head_size = key.ends_with("key_length") || key.ends_with("value_length");
-    if (head_size && v->is_int && g.find_key(a + ".embedding_length") && g.find_key(a + ".attention.head_count") &&
-        v->i * g.count(a + ".attention.head_count") == g.count(a + ".embedding_length"))
-      continue;
     g.fail("key " + key + " is set: tapelm's model has no " +
-           (key.ends_with("expert_count") ? std::string("mixture of experts") : key.ends_with("sliding_window") ? "sliding window" :
-            head_size ? "head size other than embedding / heads" : "rope scaling"));
+           (key.ends_with("expert_count") ? std::string("mixture of experts") : key.ends_with("sliding_window") ? "sliding window" : "rope scaling"));
   }
   if (g.find_key(a + ".rope.scaling.type") && g.string(a + ".rope.scaling.type") != "none")
     g.fail("key " + a + ".rope.scaling.type is \"" + cut_for_message(g.string(a + ".rope.scaling.type")) + "\": tapelm has no rope scaling");
@@ -284,9 +283,15 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
   c.norm_eps = g.real(a + "." + x.gguf.eps, 0, true);
   if (x.gguf.rope) c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
   if (x.gguf.optional_bias) c.bias = g.tensor("blk.0.attn_output.bias") != nullptr;
-  if (c.n_head == 0 || c.n_embd % c.n_head || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
-    g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide embedding " +
-           std::to_string(c.n_embd));
+  if (c.n_head == 0 || c.n_kv_head == 0 || c.n_head % c.n_kv_head)
+    g.fail("heads " + std::to_string(c.n_head) + " and KV heads " + std::to_string(c.n_kv_head) + " do not divide each other");
+  // a head width of its own (Qwen3, Gemma): key_length, which value_length must equal
+  const int64_t hd = g.count(a + ".attention.key_length", c.n_embd % c.n_head ? 0 : c.n_embd / c.n_head, 1 << 16);
+  if (hd <= 0) g.fail("heads " + std::to_string(c.n_head) + " do not divide embedding " + std::to_string(c.n_embd) + " and no " + a + ".attention.key_length says the head width");
+  if (g.count(a + ".attention.value_length", hd, 1 << 16) != hd)
+    g.fail("key " + a + ".attention.value_length " + std::to_string(g.count(a + ".attention.value_length")) + " is not key_length " +
+           std::to_string(hd) + ": tapelm's keys and values have one head width");
+  c.head_size = hd * c.n_head == c.n_embd ? 0 : hd;
   if (x.gguf.rope) {
     const int64_t rot = g.count(a + ".rope.dimension_count", c.head_dim(), 1 << 16);
     if (rot != c.head_dim() && !x.partial_rotary)
@@ -383,7 +388,7 @@ formats::OpenedModel open_file(const std::string& path, ImportResult& r) {
   if (!fam) {
     std::string known;
     for (const formats::FamilyInfo& x : formats::families())
-      known += std::string(known.empty() ? "" : ", ") + x.name + (*x.gguf.per_layer_kv_arch ? std::string(" (and ") + x.gguf.per_layer_kv_arch + ", its layers' own KV heads)" : "");
+      if (!x.gguf.none) known += std::string(known.empty() ? "" : ", ") + x.name + (*x.gguf.per_layer_kv_arch ? std::string(" (and ") + x.gguf.per_layer_kv_arch + ", its layers' own KV heads)" : "");
     g.fail("general.architecture \"" + cut_for_message(a) + "\": tapelm reads " + known);
   }
   r.architecture = a;

@@ -121,7 +121,7 @@ void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const
   if (c.n_kv_head <= 0 || c.n_head % c.n_kv_head != 0)
     refuse(what, std::string(k.kv_heads) + " " + std::to_string(c.n_kv_head) + " does not divide " + k.heads.key + " " + std::to_string(c.n_head));
   c.norm_eps = k.eps_fallback;
-  get(j, k.eps, c.norm_eps, what);
+  if (*k.eps) get(j, k.eps, c.norm_eps, what);
   c.tie_embeddings = k.tie_fallback;
   get(j, "tie_word_embeddings", c.tie_embeddings, what);
   std::string act = k.acts.front().first, known;
@@ -132,14 +132,14 @@ void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const
     if (act == name) c.mlp = kind, found = true;
   }
   if (!found) refuse(what, std::string(k.act) + " \"" + cut_for_message(act) + "\": tapelm reads " + f.hf_architecture + " with " + known);
-  if (f.pos == PosKind::Rope) read_rope(j, f, c, what);
-  if (*k.head_dim && present(j, k.head_dim)) {
-    int64_t hd = 0;
+  if (*k.head_dim && (present(j, k.head_dim) || k.head_dim_fallback > 0)) {  // a head width of its own (Qwen3, Mistral-Nemo)
+    int64_t hd = k.head_dim_fallback;
     get(j, k.head_dim, hd, what);
-    if (c.n_head <= 0 || hd * c.n_head != c.n_embd)
-      refuse(what, std::string(k.head_dim) + " " + std::to_string(hd) + " is not " + k.hidden.key + " / " + k.heads.key + " (" +
-                       std::to_string(c.n_embd) + " / " + std::to_string(c.n_head) + ")");
+    if (hd <= 0 || hd > count_max / 4)
+      refuse(what, std::string(k.head_dim) + " " + std::to_string(hd) + " is no head width");
+    c.head_size = c.n_head > 0 && hd * c.n_head == c.n_embd ? 0 : hd;  // hidden / heads: said by no key
   }
+  if (f.pos == PosKind::Rope) read_rope(j, f, c, what);
   if (present(j, "quantization_config")) refuse(what, "quantization_config: a quantized model (tapelm reads F32, F16 and BF16)");
   if (k.read) k.read(formats::HfJson(j, what), h.architecture, c);
   c.family = formats::family_key(f.family, c);
@@ -190,6 +190,9 @@ std::string architecture_for(const GPTConfig& c, const std::string& what) {
     throw Error(ErrorKind::config, what + ": key/value heads per layer (" + c.kv_heads_str() +
                                        "): a Hugging Face config has one num_key_value_heads (export to GGUF, which has a count per layer)");
   const formats::FamilyInfo& x = formats::family_info(f);
+  if (!*x.hf.eps && c.norm_eps != x.hf.eps_fallback)
+    throw Error(ErrorKind::config, what + ": norm_eps " + echo_json(c.norm_eps) + ": " + x.hf_architecture + "'s config has no epsilon key (its norms use " +
+                                       echo_json(x.hf.eps_fallback) + ")");
   if (!*x.hf.kv_heads && c.n_kv_head != c.n_head)
     throw Error(ErrorKind::config, what + ": " + std::to_string(c.n_kv_head) + " key/value heads for " + std::to_string(c.n_head) +
                                        " query heads: " + x.hf_architecture + " has no HF config with fewer KV heads");
@@ -221,7 +224,7 @@ nlohmann::ordered_json config_json(const GPTConfig& c, const std::string& arch, 
       break;
     }
   j[k.positions.key] = c.block_size;
-  j[k.eps] = c.norm_eps;
+  if (*k.eps) j[k.eps] = c.norm_eps;
   if (f->pos == PosKind::Rope) {
     j["rope_theta"] = c.rope_theta;
     j["rope_scaling"] = nullptr;

@@ -30,6 +30,8 @@ const RoleRow kRoles[] = {
     {Role::attn_v, true, true, "blocks.{L}.attn.wv", "model.layers.{L}.self_attn.v_proj", "blk.{L}.attn_v", "layers.{L}.attention.wv"},
     {Role::attn_qkv, true, true, "", "", "blk.{L}.attn_qkv", ""},
     {Role::attn_out, true, true, "blocks.{L}.attn.wo", "model.layers.{L}.self_attn.o_proj", "blk.{L}.attn_output", "layers.{L}.attention.wo"},
+    {Role::attn_q_norm, true, false, "blocks.{L}.attn.q_norm", "model.layers.{L}.self_attn.q_norm", "blk.{L}.attn_q_norm", ""},
+    {Role::attn_k_norm, true, false, "blocks.{L}.attn.k_norm", "model.layers.{L}.self_attn.k_norm", "blk.{L}.attn_k_norm", ""},
     {Role::ffn_norm, true, true, "blocks.{L}.ln2", "model.layers.{L}.post_attention_layernorm", "blk.{L}.ffn_norm", "layers.{L}.ffn_norm"},
     {Role::ffn_gate_up, true, true, "", "", "", ""},
     {Role::ffn_gate, true, true, "blocks.{L}.mlp.gate", "model.layers.{L}.mlp.gate_proj", "blk.{L}.ffn_gate", "layers.{L}.feed_forward.w1"},
@@ -111,6 +113,7 @@ class Builder {
         (split_mlp && fam_.fused_gate_up && c_.mlp == MlpKind::SwiGLU && fmt_ != Format::tapelm))
       return "";
     if (x.role == Role::pos_embd && c_.pos != PosKind::Learned) return "";
+    if ((x.role == Role::attn_q_norm || x.role == Role::attn_k_norm) && c_.qk_norm == QkNorm::none) return "";
     if (x.role == Role::ffn_gate && c_.mlp != MlpKind::SwiGLU) return "";
     if (x.role == Role::output && c_.tie_embeddings) return "";
     if (fmt_ == Format::tapelm) return *x.tapelm ? param_name(x, l) : "";
@@ -133,6 +136,10 @@ class Builder {
     const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
     if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
     if (interleave && r == Role::attn_k) t.rope_heads = c_.kv_heads(l);
+    if (fmt_ == Format::hf && r == Role::pos_embd && fam_.hf_position_offset > 0) {
+      t.lead_rows = fam_.hf_position_offset;
+      t.shape[0] += t.lead_rows;
+    }
     if (fmt_ == Format::hf && fam_.hf_qkv_per_head && r == Role::attn_qkv) {
       // one K and V head per query head: the family's HF config has no other (architecture_for)
       if (c_.kv_heads(l) != c_.n_head) throw Error(ErrorKind::internal, "layout: q, k, v interleaved by head need as many of each");
@@ -152,8 +159,9 @@ class Builder {
 std::vector<FileTensor> layout(const GPTConfig& c, Family f, Format fmt, const LayoutOptions& o) {
   const Builder b(c, f, fmt, o);
   std::vector<FileTensor> out;
-  static const Role layer[] = {Role::attn_norm, Role::attn_q,   Role::attn_k,      Role::attn_v,   Role::attn_qkv, Role::attn_out,
-                               Role::ffn_norm,  Role::ffn_gate_up, Role::ffn_gate, Role::ffn_up, Role::ffn_down};
+  static const Role layer[] = {Role::attn_norm, Role::attn_q,   Role::attn_k,      Role::attn_v,      Role::attn_qkv, Role::attn_out,
+                               Role::attn_q_norm, Role::attn_k_norm, Role::ffn_norm, Role::ffn_gate_up, Role::ffn_gate, Role::ffn_up,
+                               Role::ffn_down};
   if (fmt != Format::llama2c) {  // layer by layer
     b.add(Role::tok_embd, 0, out);
     b.add(Role::pos_embd, 0, out);
@@ -235,6 +243,14 @@ TensorMap tensors_of(const GPT& model) {
 std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
   std::vector<float> m;
   m.reserve(static_cast<size_t>(shape_numel(t.shape)));
+  if (t.lead_rows > 0) {  // rows no parameter holds, before the parts (no transform applies to them)
+    m.assign(static_cast<size_t>(t.lead_rows * (shape_numel(t.shape) / t.shape[0])), 0.f);
+    for (const auto& [name, shape] : t.parts) {
+      auto it = tensors.find(name);
+      m.insert(m.end(), it->second.data(), it->second.data() + it->second.numel());
+    }
+    return m;
+  }
   for (const auto& [name, shape] : t.parts) {
     auto it = tensors.find(name);
     if (it == tensors.end()) m.resize(m.size() + static_cast<size_t>(shape_numel(shape)), 0.f);  // a bias the model lacks
@@ -261,6 +277,16 @@ std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
 }
 
 void store_file_values(const FileTensor& t, const float* v, TensorMap& tensors) {
+  if (t.lead_rows > 0) {  // skipped; the parts follow as they are
+    v += t.lead_rows * (shape_numel(t.shape) / t.shape[0]);
+    for (const auto& [name, shape] : t.parts) {
+      auto it = tensors.find(name);
+      if (it == tensors.end()) it = tensors.emplace(name, Tensor::empty(shape)).first;
+      std::memcpy(it->second.data(), v, static_cast<size_t>(shape_numel(shape)) * sizeof(float));
+      v += shape_numel(shape);
+    }
+    return;
+  }
   const int64_t n = shape_numel(t.shape);
   const int64_t rows = t.transpose ? t.shape[1] : t.shape[0], cols = n / std::max<int64_t>(rows, 1);
   std::vector<float> buf;

@@ -36,6 +36,8 @@ struct FileTensor {
   bool extra = false;              // no parameter: a tensor the format keeps beside them (llama2.c's RoPE tables)
   int64_t head_parts = 0;          // > 0: the parts' rows interleaved head by head in the file, over that many heads
                                    // (GPT-NeoX's query_key_value: head 0's q, k, v rows, then head 1's, ...)
+  int64_t lead_rows = 0;           // > 0: the file's first rows are no parameter's (OPT's position offset):
+                                   // skipped on reading, written as zeros
 };
 
 /// How a format lays the tensors out beyond the table.

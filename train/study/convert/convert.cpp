@@ -42,6 +42,12 @@ void convert_attention_unchecked(const Attention& src, const Attention& out, con
                                  const la::Mat* S, Rng& rng) {
   const MethodRow& m = *v.method;
   const int64_t rep = c.n_kv_head / G, hd = c.head_dim();
+  if (rep > 1 && c.qk_norm == QkNorm::all)
+    throw Error(ErrorKind::config, "qk_norm \"all\": k_norm's weight spans every key/value head and its statistic all of them; "
+                                   "converting them is not implemented");
+  if (rep > 1 && c.qk_norm != QkNorm::none && (m.aligns || m.fits))
+    throw Error(ErrorKind::usage, "conversion " + v.name() + " with qk_norm: its rotations and least-squares merges act on the keys "
+                                  "before k_norm's per-dimension weight, which neither commutes with; convert by mean, first, mean-norm or random");
   if (rep == 1 && !m.fresh) {
     copy_parameters(src, out);
     return;
