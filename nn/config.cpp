@@ -192,6 +192,7 @@ nlohmann::json GPTConfig::to_json() const {
   if (!parallel_residual) j.erase("parallel_residual");
   if (head_size == 0) j.erase("head_size");
   if (qk_norm == QkNorm::none) j.erase("qk_norm");
+  if (norm_position == NormPosition::pre) j.erase("norm_position");
   return j;
 }
 
@@ -219,6 +220,8 @@ void GPTConfig::validate() const {
     throw Error(ErrorKind::config, "config n_head " + std::to_string(n_head) + " is not divisible by n_kv_head " + std::to_string(n_kv_head));
   if (pos == PosKind::Rope && head_dim() % 2 != 0)
     throw Error(ErrorKind::config, "config pos \"rope\" needs an even head dim, got " + std::to_string(head_dim()));
+  if (parallel_residual && norm_position == NormPosition::post)
+    throw Error(ErrorKind::config, "config parallel_residual with norm_position \"post\": the parallel block normalises its input");
   if (rotary_dims != 0 && pos != PosKind::Rope)
     throw Error(ErrorKind::config, "config rotary_dims " + std::to_string(rotary_dims) + " with pos \"" + to_string(pos) + "\": only RoPE rotates");
   if (rotary_dims % 2 != 0 || rotary_dims > head_dim())

@@ -22,6 +22,9 @@ enum class MlpKind { Gelu, GeluTanh, SwiGLU, Relu };
 /// (Qwen3's q_norm/k_norm: one weight of hd values shared by the heads), or over the whole
 /// projection (OLMo-2's: H·hd and KV·hd weights).
 enum class QkNorm { none, head, all };
+/// Where a block's two norms sit: before the attention and the MLP (GPT-2, Llama), or on their
+/// outputs, before each residual add, with none on their inputs (OLMo-2).
+enum class NormPosition { pre, post };
 
 /// The JSON spelling of each value of a config enum (autograd/names.h); parsed once, when a config is read.
 template <> struct EnumNames<NormKind> {
@@ -40,6 +43,10 @@ template <> struct EnumNames<MlpKind> {
 template <> struct EnumNames<QkNorm> {
   static constexpr std::array<std::pair<QkNorm, const char*>, 3> values{
       {{QkNorm::none, "none"}, {QkNorm::head, "head"}, {QkNorm::all, "all"}}};
+};
+
+template <> struct EnumNames<NormPosition> {
+  static constexpr std::array<std::pair<NormPosition, const char*>, 2> values{{{NormPosition::pre, "pre"}, {NormPosition::post, "post"}}};
 };
 
 /// The type a model's weights are stored in (--dtype; each format's row says which it holds):
@@ -135,6 +142,7 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(bool, bias, false, any, none)                                 \
   X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
+  X(NormPosition, norm_position, NormPosition::pre, any, none) /* ln1/ln2 before attention and MLP, or on their outputs (OLMo-2) */ \
   X(QkNorm, qk_norm, QkNorm::none, any, none) /* RMSNorm on q and k before RoPE (Qwen3: per head; OLMo-2: over the projection) */ \
   X(bool, parallel_residual, false, any, none) /* x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX); false: x + attn, then + mlp */ \
   X(double, dropout, 0.0, unit_interval, none)                    \

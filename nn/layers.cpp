@@ -109,7 +109,7 @@ Var Attention::forward_cached(const Var& x, LayerCache& cache, int64_t pos) cons
   return wo->forward(attention_cached(q, k, v, cache.k, cache.v, H_, KV_, pos));
 }
 
-Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) : parallel_(c.parallel_residual) {
+Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) : parallel_(c.parallel_residual), post_(c.norm_position == NormPosition::post) {
   ln1 = register_module("ln1", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
   attn = register_module("attn", std::make_shared<Attention>(c, rng));
   ln2 = register_module("ln2", std::make_shared<Norm>(c.n_embd, c.norm, c.bias, c.norm_eps));
@@ -118,6 +118,13 @@ Block::Block(const GPTConfig& c, std::shared_ptr<Rng> rng) : parallel_(c.paralle
 }
 
 Var Block::forward(const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const {
+  if (post_) {  // x + ln1(attn(x)), then + ln2(mlp(that)) (OLMo-2)
+    if (attn_in) *attn_in = x.val();
+    const Var o = attn->forward(x, key_keep);
+    if (attn_out) *attn_out = o;
+    const Var h = add(x, drop->forward(ln1->forward(o)));
+    return add(h, drop->forward(ln2->forward(mlp->forward(h))));
+  }
   Var a = ln1->forward(x);
   if (attn_in) *attn_in = a.val();
   const Var o = attn->forward(a, key_keep);
@@ -137,6 +144,10 @@ std::vector<std::pair<std::string, std::shared_ptr<Linear>>> Block::linears() co
 }
 
 Var Block::forward_cached(const Var& x, LayerCache& cache, int64_t pos) const {
+  if (post_) {
+    const Var h = add(x, ln1->forward(attn->forward_cached(x, cache, pos)));
+    return add(h, ln2->forward(mlp->forward(h)));
+  }
   Var h = add(x, attn->forward_cached(ln1->forward(x), cache, pos));
   return add(h, mlp->forward(ln2->forward(parallel_ ? x : h)));
 }

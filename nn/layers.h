@@ -99,7 +99,8 @@ class Attention : public Module {
 class Block : public Module {
  public:
   Block(const GPTConfig& c, std::shared_ptr<Rng> rng);
-  /// attn_in, when given, receives the attention's input ln1(x) [B,T,d] (calibration statistics);
+  /// attn_in, when given, receives the attention's input [B,T,d], ln1(x) (x itself with post-norms:
+  /// calibration statistics);
   /// attn_out the attention's output [B,T,d] before dropout and the residual (on the tape).
   Var forward(const Var& x, const Index* key_keep, Tensor* attn_in = nullptr, Var* attn_out = nullptr) const;
   Var forward_cached(const Var& x, LayerCache& cache, int64_t pos) const;
@@ -111,7 +112,7 @@ class Block : public Module {
   std::shared_ptr<Dropout> drop;
 
  private:
-  bool parallel_;
+  bool parallel_, post_;
 };
 
 }  // namespace tapelm

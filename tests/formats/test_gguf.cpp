@@ -190,12 +190,17 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_gptneox_as_tapelm_does) { expect_llama_cpp_a
 // value_length, NEOX RoPE), it computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_qwen3_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_qwen3.json", 2); }
 
+// An OLMo-2 model (make_gguf_olmo2_fixture.sh): written as llama.cpp's olmo2 (post_attention_norm
+// and post_ffw_norm on the sublayers' outputs, attn_q_norm and attn_k_norm over the projections),
+// it computes what tapelm computes, in f32 and q8_0.
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_olmo2_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_olmo2.json", 2); }
+
 // Import reads back what export wrote, tokenizer included: export -> import -> export gives the
 // same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
 // as llama.cpp did.
 BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
   json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
-  for (const char* more : {"llama_cpp_gptneox.json", "llama_cpp_qwen3.json"})
+  for (const char* more : {"llama_cpp_gptneox.json", "llama_cpp_qwen3.json", "llama_cpp_olmo2.json"})
     oracle["models"].update(json::parse(read_file_bytes(gx(more), "fixture"))["models"]);
   for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
     const auto [name, dtype] = split_name(it.key());

@@ -43,7 +43,8 @@ const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_g
                                    {"mistral_mqa_f16_sharded", "f16"}, {"qwen2_gqa_bias", "f32"},
                                    {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"},
                                    {"phi3_gqa_f32", "f32"},            {"gptneox_mha_f32", "f32"},
-                                   {"opt_mha_f32", "f32"},             {"qwen3_gqa_f32", "f32"}};
+                                   {"opt_mha_f32", "f32"},             {"qwen3_gqa_f32", "f32"},
+                                   {"olmo2_mha_f32", "f32"}};
 // The fixtures with a sentencepiece tokenizer.model.
 bool has_spm(const std::string& name) { return name == "llama_gqa_bf16_spm" || name == "phi3_gqa_f32"; }
 
@@ -132,6 +133,10 @@ BOOST_AUTO_TEST_CASE(import_reads_the_config_as_the_reference_ran_it) {
   BOOST_TEST((q3.config.qk_norm == QkNorm::head));
   BOOST_TEST((!q3.config.bias && !q3.config.qkv_bias));
   BOOST_TEST(q3.config.family.empty());  // its structure (q/k norms) names it
+  const auto o2 = c("olmo2_mha_f32");
+  BOOST_TEST(o2.architecture == "Olmo2ForCausalLM");
+  BOOST_TEST((o2.config.qk_norm == QkNorm::all && o2.config.norm_position == NormPosition::post));
+  BOOST_TEST(o2.config.n_kv_head == 4);
   const auto o = c("opt_mha_f32");
   BOOST_TEST(o.architecture == "OPTForCausalLM");
   BOOST_TEST((o.config.mlp == MlpKind::Relu));
@@ -475,6 +480,17 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
     write_bytes(q3d + "/config.json", q3_config);
     edit_config(q3d, edit);
     expect_error(import_of(q3d), part);
+  }
+  // OLMo-2's: attention_bias; read as Llama, its post-norms are tensors Llama has not
+  const std::string ol = d / "olmo2";
+  fs::copy(hfx("olmo2_mha_f32"), ol, fs::copy_options::recursive);
+  const std::string ol_config = slurp(ol + "/config.json");
+  for (const auto& [edit, part] : std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](auto& j) { j["attention_bias"] = true; }, "attention_bias true"},
+           {[](auto& j) { j["architectures"] = {"LlamaForCausalLM"}; j["model_type"] = "llama"; }, "missing model.layers.0.input_layernorm.weight"}}) {
+    write_bytes(ol + "/config.json", ol_config);
+    edit_config(ol, edit);
+    expect_error(import_of(ol), part);
   }
   // OPT's: OPT-350m's post-norm blocks and projected embedding, no biases, no norm weights, no
   // final norm, another activation; a position table without its two leading rows

@@ -58,6 +58,7 @@ BOOST_AUTO_TEST_CASE(whole_model_gradients) {
       v.mlp = MlpKind::SwiGLU;
       v.head_size = 4;
       v.qk_norm = std::string(variant) == "qwen3" ? QkNorm::head : QkNorm::all;
+      if (std::string(variant) == "olmo2") v.norm_position = NormPosition::post, v.head_size = 0;  // norms on the outputs
     } else if (std::string(variant) == "opt") {  // OPT's ReLU MLP with biases
       v.mlp = MlpKind::Relu;
       v.bias = true;
@@ -131,12 +132,14 @@ BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
 }
 
 // KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE, GPT-NeoX's partial RoPE with the
-// parallel residual, Qwen3's q/k norms with heads of width 6 where d / H is 4}.
-BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2, 3}), KV, variant) {
+// parallel residual, Qwen3's q/k norms with heads of width 6 where d / H is 4, OLMo-2's norms on
+// the sublayers' outputs with q/k norms over the projections}.
+BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2, 3, 4}), KV, variant) {
   const PosKind pos = variant ? PosKind::Rope : PosKind::Learned;
   GPTConfig tc = tiny(KV, pos);
   if (variant == 2) tc.rotary_dims = 2, tc.parallel_residual = true;
   if (variant == 3) tc.head_size = 6, tc.qk_norm = QkNorm::head;  // Qwen3's: heads of their own width, q/k norms
+  if (variant == 4) tc.norm_position = NormPosition::post, tc.qk_norm = QkNorm::all;  // OLMo-2's
   GPT model(tc, 7);
   model.eval();
   const int64_t B = 3, T = 12;
@@ -410,6 +413,7 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   expect(R"({"n_embd": 16, "n_head": 2, "rotary_dims": 4})", "rotary_dims 4 with pos \"learned\": only RoPE rotates");
   expect(R"({"rotary_dims": -2})", "rotary_dims");
   expect(R"({"qk_norm": "layer"})", "config qk_norm must be \"none\" or \"head\" or \"all\"");
+  expect(R"({"norm_position": "post", "parallel_residual": true})", "parallel_residual with norm_position \"post\"");
   expect(R"({"n_embd": 100, "n_head": 3, "head_size": -1})", "head_size");
   // a head width of its own lifts n_embd's divisibility: 3 heads of 32 over d 100
   const GPTConfig w = GPTConfig::from_json_string(R"({"n_embd": 100, "n_head": 3, "head_size": 32, "qk_norm": "head"})");
@@ -430,6 +434,7 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   BOOST_TEST(!c.to_json().contains("parallel_residual"));
   BOOST_TEST(!c.to_json().contains("head_size"));
   BOOST_TEST(!c.to_json().contains("qk_norm"));
+  BOOST_TEST(!c.to_json().contains("norm_position"));
   const GPTConfig n = GPTConfig::from_json_string(R"({"n_head": 8, "n_embd": 256, "pos": "rope", "rotary_dims": 8, "parallel_residual": true})");
   BOOST_TEST(n.rope_dims() == 8);
   BOOST_TEST(c.rope_dims() == 32);

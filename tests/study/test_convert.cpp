@@ -253,6 +253,45 @@ BOOST_AUTO_TEST_CASE(equal_heads_convert_with_unchanged_loss_under_every_method)
     }
 }
 
+// OLMo-2's k_norm spans the whole key projection: its weight has a slice per key head, pooled with
+// the heads. Where a group's heads and slices are equal, the mean-square over G heads is that over
+// KV (each head repeated KV / G times), so mean and first convert without changing the loss; a
+// fresh init's slices are ones. Per-head q/k norms (Qwen3's) pass through unchanged.
+BOOST_AUTO_TEST_CASE(k_norm_over_the_projection_is_pooled_with_its_heads) {
+  for (QkNorm qk : {QkNorm::all, QkNorm::head}) {
+    GPTConfig c{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 16, .mlp_hidden = 32};
+    c.norm = NormKind::RMSNorm, c.pos = PosKind::Rope, c.mlp = MlpKind::SwiGLU, c.qk_norm = qk;
+    if (qk == QkNorm::all) c.norm_position = NormPosition::post;
+    GPT m(c, 3);
+    uint64_t k = 7;
+    for (auto& [name, p] : m.named_parameters()) p.val() = randn(p.val().shape(), k++, 0.3f);
+    for (auto& [name, p] : m.named_parameters()) {
+      if (name.ends_with("norm.weight"))
+        for (int64_t i = 0; i < p.numel(); i++) p.val()[i] = 1.f + p.val()[i];  // around one
+      const bool kv = name.find(".attn.wk.") != std::string::npos || name.find(".attn.wv.") != std::string::npos ||
+                      (qk == QkNorm::all && name.find(".attn.k_norm.") != std::string::npos);
+      if (!kv) continue;
+      Tensor& t = p.val();
+      const int64_t block = t.numel() / 4;  // one head's rows (or slice)
+      for (int64_t h = 0; h < 4; h++) std::copy(t.data() + (h / 2) * 2 * block, t.data() + ((h / 2) * 2 + 1) * block, t.data() + h * block);
+    }
+    const std::vector<Index> data = some_batches();
+    const double before = loss_on(m, data);
+    for (const char* meth : {"mean", "first"}) {
+      auto out = convert_kv_heads(m, 2, by(meth));
+      BOOST_TEST(std::fabs(loss_on(*out, data) - before) < 1e-5, meth << " " << to_string(qk));
+      const Tensor& kn = out->blocks[1]->attn->k_norm->weight.val();
+      BOOST_TEST(kn.numel() == (qk == QkNorm::all ? 2 * 4 : 4));
+    }
+    auto fresh = convert_kv_heads(m, 2, by("random"));
+    const Tensor& kn = fresh->blocks[0]->attn->k_norm->weight.val();
+    if (qk == QkNorm::all)
+      for (int64_t i = 0; i < kn.numel(); i++) BOOST_TEST(kn[i] == 1.f);
+    else  // shared by the heads: kept
+      BOOST_TEST(kn.to_vector() == m.blocks[0]->attn->k_norm->weight.val().to_vector(), tt::per_element());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(aligned_recovers_heads_that_are_rotations_of_each_other) {
   // Within each group every head is head 0 of the group turned by its own rotation: keys and the
   // query rows by R_h (so the scores are head 0's), values by U_h with wo's columns turned back
@@ -881,9 +920,10 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "conv");
   fs::create_directories(d / "exp");
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5"),
-                                 fixture_path("hf/phi3_gqa_f32"), fixture_path("hf/gptneox_mha_f32"), fixture_path("hf/qwen3_gqa_f32")})
+                                 fixture_path("hf/phi3_gqa_f32"), fixture_path("hf/gptneox_mha_f32"), fixture_path("hf/qwen3_gqa_f32"),
+                                 fixture_path("hf/olmo2_mha_f32")})
     for (const char* m : {"mean", "aligned-fit"}) {
-      if (from.ends_with("qwen3_gqa_f32") && std::string(m) != "mean") {
+      if ((from.ends_with("qwen3_gqa_f32") || from.ends_with("olmo2_mha_f32")) && std::string(m) != "mean") {
         // q/k norms: the rotations and merges act before k_norm's weight, which neither commutes with
         expect_throw([&] { convert_model({.from = from, .out = d / "ckpt/q3.h5", .kv_heads = {1}, .variant = {&method(m)}, .calib = d / "calib.bin",
                                           .calib_tokens = 64, .seed = 3, .dtype = WeightType::f32}); },
@@ -913,7 +953,8 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
           // a converted Phi-3 is still written as Phi-3 (its config keeps the family)
           BOOST_TEST(tapelm::hf::read_config(d / "hf_conv/config.json").architecture ==
                      (from.ends_with("phi3_gqa_f32") ? "Phi3ForCausalLM" : from.ends_with("qwen2mini.h5") ? "Qwen2ForCausalLM"
-                      : from.ends_with("qwen3_gqa_f32") ? "Qwen3ForCausalLM" : "LlamaForCausalLM"));
+                      : from.ends_with("qwen3_gqa_f32") ? "Qwen3ForCausalLM" : from.ends_with("olmo2_mha_f32") ? "Olmo2ForCausalLM"
+                      : "LlamaForCausalLM"));
         }
       }
       if (!formats::open_model(from).tok) continue;  // llama.cpp needs the vocabulary (refused below)

@@ -779,6 +779,43 @@ BOOST_AUTO_TEST_CASE(damaged_sweep_state_gives_one_line_naming_the_file) {
   BOOST_TEST(again.code == 0, again.err);
 }
 
+// sweep --from on the MHA families research uptrains from: a Pythia-shaped GPT-NeoX directory
+// (partial RoPE, parallel residual, biases) and an OLMo-2 one (post-norms, q/k norms over the
+// projections, whose k_norm is pooled with the heads), each read as given, converted to every
+// smaller KV count and uptrained; the MHA row's loss is `eval`'s of the directory.
+BOOST_AUTO_TEST_CASE(a_sweep_starts_from_pythia_and_olmo2_directories) {
+  TempDir d;
+  write_bytes(d / "text.txt", slurp(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt").substr(0, 30000));
+  std::ofstream(d / "train.json") << R"({"batch_size": 4, "max_iters": 6, "learning_rate": 0.001, "eval_interval": 3, "eval_iters": 1})";
+  for (const std::string name : {"gptneox_mha_f32", "olmo2_mha_f32"}) {
+    BOOST_TEST_CONTEXT(name) {
+      const std::string src = test::fixture_path("hf/" + name), out = d / ("sw_" + name), data = d / ("data_" + name);
+      Run p = run_cli("prepare --quiet --text " + (d / "text.txt") + " --tokenizer-model " + src + "/tokenizer.json --out " + data);
+      BOOST_TEST_REQUIRE(p.code == 0, p.err);
+      Run r = run_cli("sweep --preset micro --methods mean --quiet --from " + src + " --config " + (d / "train.json") + " --data " + data +
+                      " --out " + out);
+      BOOST_TEST_REQUIRE(r.code == 0, r.err);
+      std::map<std::string, std::vector<std::string>> rows;  // id -> fields
+      std::istringstream csv(slurp(out + "/results.csv"));
+      for (std::string line; std::getline(csv, line);) {
+        std::vector<std::string> f;
+        std::stringstream ls(line);
+        for (std::string x; std::getline(ls, x, ',');) f.push_back(x);
+        rows[f[0]] = f;
+      }
+      for (const char* id : {"pretrain_mha", "kv2_mean_a0_s1", "kv1_mean_a0_s1"}) BOOST_TEST(rows.count(id) == 1u, id);
+      const std::vector<std::string>& h = rows["id"];
+      const size_t col = static_cast<size_t>(std::find(h.begin(), h.end(), "val_loss") - h.begin());
+      BOOST_TEST_REQUIRE(col < rows["pretrain_mha"].size());
+      Run e = run_cli("eval --checkpoint " + src + " --data " + data + " --json");
+      BOOST_TEST_REQUIRE(e.code == 0, e.err);
+      // the same windows, averaged in batches of another size: equal to float32 summation order
+      BOOST_TEST(std::stod(rows["pretrain_mha"][col]) == nlohmann::json::parse(e.out)["loss"].get<double>(), tt::tolerance(1e-6));
+      BOOST_TEST(slurp(out + "/report.md").find(name + "` as given") != std::string::npos);
+    }
+  }
+}
+
 // sweep --from: the study on a given MHA model (an imported HF one here). Its MHA row is that model
 // as given (no pretraining, its val loss the model's own), every conversion starts from it, and the
 // from-scratch rows are off unless --scratch asks for them.

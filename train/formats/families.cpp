@@ -158,6 +158,18 @@ void qwen3_write(const GPTConfig& c, nlohmann::ordered_json& j) {
   j["attention_bias"] = false;
 }
 
+// OLMo-2: no biases (attention_bias true would put them on q, k, v and o alone).
+void olmo2_read(const HfJson& j, const std::string&, GPTConfig&) {
+  bool bias = false;
+  j.get("attention_bias", bias);
+  if (bias) j.refuse("attention_bias true: biases on q, k, v and o alone, which tapelm's bias and qkv_bias cannot say");
+}
+void olmo2_write(const GPTConfig&, nlohmann::ordered_json& j) {
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
 // Llama's config.json keys, which Mistral and Qwen2 share.
 HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
   return {.model_type = model_type,
@@ -190,6 +202,14 @@ HfConfigKeys qwen3_keys() {
   HfConfigKeys k = llama_keys("qwen3", qwen3_read, qwen3_write);
   k.positions = {"max_position_embeddings", 32768};
   k.head_dim_fallback = 128;
+  return k;
+}
+
+// OLMo-2's: Llama's without head_dim (Olmo2Config has none), ε 1e-5 by default.
+HfConfigKeys olmo2_keys() {
+  HfConfigKeys k = llama_keys("olmo2", olmo2_read, olmo2_write);
+  k.head_dim = "";
+  k.eps_fallback = 1e-5;
   return k;
 }
 
@@ -277,6 +297,24 @@ const std::vector<FamilyInfo>& rows() {
        .unbiased = true,
        .qk_norm = QkNorm::head,
        .hf = qwen3_keys(),
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true}},
+      // OLMo-2: Llama's function but for its norms — on the attention's and the MLP's outputs,
+      // before each residual add, none on their inputs — and q, k RMS-normalised over the whole
+      // projection before RoPE; NEOX RoPE in GGUF
+      {.family = Family::olmo2,
+       .name = "olmo2",
+       .hf_architecture = "Olmo2ForCausalLM",
+       .norm = NormKind::RMSNorm,
+       .pos = PosKind::Rope,
+       .swiglu = true,
+       .unbiased = true,
+       .qk_norm = QkNorm::all,
+       .norm_position = NormPosition::post,
+       .names = {{Format::hf, Role::attn_norm, "model.layers.{L}.post_attention_layernorm"},
+                 {Format::hf, Role::ffn_norm, "model.layers.{L}.post_feedforward_layernorm"},
+                 {Format::gguf, Role::attn_norm, "blk.{L}.post_attention_norm"},
+                 {Format::gguf, Role::ffn_norm, "blk.{L}.post_ffw_norm"}},
+       .hf = olmo2_keys(),
        .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true}},
       // GPT-NeoX (Pythia): LayerNorm, RoPE on part of each head (half-split, as tapelm and llama.cpp's
       // NEOX rotate), biases everywhere, exact GELU, attention and MLP optionally side by side; HF
@@ -383,7 +421,8 @@ namespace {
 bool has_structure(const FamilyInfo& x, const GPTConfig& c) {
   return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && (c.mlp == MlpKind::Relu) == x.relu &&
          x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
-         (!x.unbiased || (!c.bias && !c.qkv_bias)) && c.qk_norm == x.qk_norm && (!c.parallel_residual || x.parallel_residual) &&
+         (!x.unbiased || (!c.bias && !c.qkv_bias)) && c.qk_norm == x.qk_norm && c.norm_position == x.norm_position &&
+         (!c.parallel_residual || x.parallel_residual) &&
          (c.head_size == 0 || c.head_size * c.n_head == c.n_embd || *x.hf.head_dim) &&
          (c.rope_dims() == c.head_dim() || x.partial_rotary);
 }
@@ -415,7 +454,11 @@ Family family_of(const GPTConfig& c, const std::string& what) {
     plain.parallel_residual = false;
     plain.rotary_dims = 0;
     plain.qk_norm = x.qk_norm;
+    plain.norm_position = x.norm_position;
     if (has_structure(x, plain)) {
+      if (c.norm_position != x.norm_position)
+        refuse("norm_position \"" + to_string(c.norm_position) + "\": " + x.name + "'s layout has \"" + to_string(x.norm_position) +
+               "\" (olmo2 normalises the outputs, with q/k norms over the projection)");
       if (c.qk_norm != x.qk_norm)
         refuse("qk_norm \"" + to_string(c.qk_norm) + "\": " + x.name + "'s layout has " + to_string(x.qk_norm) +
                " (qwen3 normalises q and k per head)");
@@ -430,7 +473,8 @@ Family family_of(const GPTConfig& c, const std::string& what) {
   for (const FamilyInfo& x : rows()) {
     if (x.qkv_bias_only) continue;  // named by the family it varies
     known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : x.relu ? "relu" : "gelu") + ", " +
-             to_string(x.pos) + (x.qk_norm != QkNorm::none ? ", qk_norm " + to_string(x.qk_norm) : "");
+             to_string(x.pos) + (x.qk_norm != QkNorm::none ? ", qk_norm " + to_string(x.qk_norm) : "") +
+             (x.norm_position != NormPosition::pre ? ", norm_position " + to_string(x.norm_position) : "");
   }
   return refuse("norm \"" + to_string(c.norm) + "\", mlp \"" + to_string(c.mlp) + "\", pos \"" + to_string(c.pos) +
                 "\" match no architecture other programs run (" + known + ")");
@@ -447,6 +491,7 @@ void apply_family(Family f, GPTConfig& c) {
   if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
   if (x.unbiased) c.bias = false, c.qkv_bias = false;
   c.qk_norm = x.qk_norm;
+  c.norm_position = x.norm_position;
   c.family = family_key(f, c);
 }
 

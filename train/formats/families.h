@@ -24,7 +24,7 @@ namespace tapelm::formats {
 enum class Format { tapelm, hf, gguf, llama2c };
 
 /// The families (one row each in families.cpp).
-enum class Family { llama, qwen2, gpt2, phi3, gptneox, opt, qwen3 };
+enum class Family { llama, qwen2, gpt2, phi3, gptneox, opt, qwen3, olmo2 };
 
 /// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write them.
 enum class Role {
@@ -113,7 +113,8 @@ struct FamilyInfo {
   bool qkv_bias_only = false;                    // biases on q, k and v only (Qwen2)
   bool all_biases = false;                       // every projection and norm carries a bias: zeros when the model has none
   bool unbiased = false;                         // no projection carries a bias (Phi-3)
-  QkNorm qk_norm = QkNorm::none;                 // RMSNorm of q and k before RoPE (Qwen3: per head)
+  QkNorm qk_norm = QkNorm::none;                 // RMSNorm of q and k before RoPE (Qwen3: per head; OLMo-2: over the projection)
+  NormPosition norm_position = NormPosition::pre;  // the block's norms on the sublayers' outputs (OLMo-2)
   bool fused_qkv = false;                        // q|k|v stored as one tensor in HF and GGUF
   bool fused_gate_up = false;                    // the gated MLP's gate|up stored as one tensor in HF and GGUF
   bool gguf_interleaves_rope = false;            // llama.cpp rotates this family's q/k rows in interleaved pairs

@@ -24,13 +24,15 @@ void copy_parameters(const Module& src, const Module& dst, const std::unordered_
     if (!skip.count(d[i].second.val().data())) d[i].second.val() = s[i].second.val().clone();
 }
 
-/// The tensors of an attention's K and V projections: what pooling writes.
-std::unordered_set<const float*> kv_tensors(const Attention& a) {
+/// The tensors of an attention's K and V projections: what pooling writes (and k_norm's weight
+/// when it spans the key heads: qk_norm "all").
+std::unordered_set<const float*> kv_tensors(const Attention& a, const GPTConfig& c) {
   std::unordered_set<const float*> kv;
   for (const auto& lin : {a.wk, a.wv}) {
     kv.insert(lin->weight.val().data());
     if (lin->bias.defined()) kv.insert(lin->bias.val().data());
   }
+  if (c.qk_norm == QkNorm::all) kv.insert(a.k_norm->weight.val().data());
   return kv;
 }
 
@@ -42,9 +44,6 @@ void convert_attention_unchecked(const Attention& src, const Attention& out, con
                                  const la::Mat* S, Rng& rng) {
   const MethodRow& m = *v.method;
   const int64_t rep = c.n_kv_head / G, hd = c.head_dim();
-  if (rep > 1 && c.qk_norm == QkNorm::all)
-    throw Error(ErrorKind::config, "qk_norm \"all\": k_norm's weight spans every key/value head and its statistic all of them; "
-                                   "converting them is not implemented");
   if (rep > 1 && c.qk_norm != QkNorm::none && (m.aligns || m.fits))
     throw Error(ErrorKind::usage, "conversion " + v.name() + " with qk_norm: its rotations and least-squares merges act on the keys "
                                   "before k_norm's per-dimension weight, which neither commutes with; convert by mean, first, mean-norm or random");
@@ -63,7 +62,7 @@ void convert_attention_unchecked(const Attention& src, const Attention& out, con
     if (m.aligns) align_kv_heads(*work, c, rep, *S);
   }
   const Attention& from = work ? *work : src;
-  copy_parameters(from, out, kv_tensors(out));
+  copy_parameters(from, out, kv_tensors(out, c));
   pool_kv(from, out, m, rep, hd, rng);
   if (m.fits) fit_kv(from, out, rep, hd, *S);
 }

@@ -1,5 +1,6 @@
 #include "train/study/convert/merge.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -72,6 +73,17 @@ void pool_kv(const Attention& src, const Attention& dst, const MethodRow& m, int
     const Tensor& w = s->weight.val();
     pool_tensor(w, d->weight.val(), w, m, rep, hd, rng);
     if (s->bias.defined()) pool_tensor(s->bias.val(), d->bias.val(), w, m, rep, hd, rng);
+  }
+  // k_norm over the whole key projection (OLMo-2's): its weight has a slice per key head, pooled as
+  // the heads are (the mean, the first; a fresh init's ones), never rescaled. Its statistic then
+  // runs over G heads instead of KV: a change no choice of weight undoes.
+  const Tensor* kn = src.k_norm ? &src.k_norm->weight.val() : nullptr;
+  if (kn && kn->numel() != dst.k_norm->weight.val().numel()) {
+    Tensor& out = dst.k_norm->weight.val();
+    for (int64_t g = 0; g < out.numel() / hd; g++) {
+      if (m.fresh) std::fill(out.data() + g * hd, out.data() + (g + 1) * hd, 1.f);
+      else m.pool(kn->data() + g * rep * hd, rep, hd, out.data() + g * hd, false, rng);
+    }
   }
 }
 
