@@ -22,7 +22,7 @@ ModelCost model_cost(const GPTConfig& c, int64_t T) {
   const double hid = static_cast<double>(c.mlp_hidden), V = static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.n_layer), b = c.bias ? 1 : 0;
   const double norm = c.norm == NormKind::LayerNorm && c.bias ? 2 * d : d;
-  const bool swiglu = c.mlp == MlpKind::SwiGLU;
+  const bool swiglu = c.gated();
   const double qkv_b = c.bias || c.qkv_bias ? 1 : 0;
   const double attn_p = d * q + q * d + qkv_b * q + b * d, kv_p = 2 * d + 2 * qkv_b;  // per layer; per key/value column
   const double mlp_p = swiglu ? 3 * d * hid + b * (2 * hid + d) : 2 * d * hid + b * (hid + d);

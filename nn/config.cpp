@@ -193,6 +193,7 @@ nlohmann::json GPTConfig::to_json() const {
   if (head_size == 0) j.erase("head_size");
   if (qk_norm == QkNorm::none) j.erase("qk_norm");
   if (norm_position == NormPosition::pre) j.erase("norm_position");
+  if (embed_scale == 0) j.erase("embed_scale");
   return j;
 }
 

@@ -15,9 +15,9 @@
 
 namespace tapelm {
 
-enum class NormKind { LayerNorm, RMSNorm };
+enum class NormKind { LayerNorm, RMSNorm, RMSNorm1p };
 enum class PosKind { Learned, Rope };
-enum class MlpKind { Gelu, GeluTanh, SwiGLU, Relu };
+enum class MlpKind { Gelu, GeluTanh, SwiGLU, Relu, GeGLU };
 /// RMSNorm on the queries and keys after their projections, before RoPE: none, over each head
 /// (Qwen3's q_norm/k_norm: one weight of hd values shared by the heads), or over the whole
 /// projection (OLMo-2's: H·hd and KV·hd weights).
@@ -28,16 +28,19 @@ enum class NormPosition { pre, post };
 
 /// The JSON spelling of each value of a config enum (autograd/names.h); parsed once, when a config is read.
 template <> struct EnumNames<NormKind> {
-  static constexpr std::array<std::pair<NormKind, const char*>, 2> values{
-      {{NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}}};
+  static constexpr std::array<std::pair<NormKind, const char*>, 3> values{
+      {{NormKind::LayerNorm, "layernorm"}, {NormKind::RMSNorm, "rmsnorm"}, {NormKind::RMSNorm1p, "rmsnorm_1p"}}};
 };
 template <> struct EnumNames<PosKind> {
   static constexpr std::array<std::pair<PosKind, const char*>, 2> values{
       {{PosKind::Learned, "learned"}, {PosKind::Rope, "rope"}}};
 };
 template <> struct EnumNames<MlpKind> {
-  static constexpr std::array<std::pair<MlpKind, const char*>, 4> values{
-      {{MlpKind::Gelu, "gelu"}, {MlpKind::GeluTanh, "gelu_tanh"}, {MlpKind::SwiGLU, "swiglu"}, {MlpKind::Relu, "relu"}}};
+  static constexpr std::array<std::pair<MlpKind, const char*>, 5> values{{{MlpKind::Gelu, "gelu"},
+                                                                          {MlpKind::GeluTanh, "gelu_tanh"},
+                                                                          {MlpKind::SwiGLU, "swiglu"},
+                                                                          {MlpKind::Relu, "relu"},
+                                                                          {MlpKind::GeGLU, "geglu"}}};
 };
 
 template <> struct EnumNames<QkNorm> {
@@ -142,6 +145,7 @@ template <class T, class M> void config_check(const char* key, const T& v, Check
   X(bool, bias, false, any, none)                                 \
   X(bool, qkv_bias, false, any, none)                             \
   X(bool, tie_embeddings, true, any, none)                        \
+  X(double, embed_scale, 0.0, non_negative, none) /* token embeddings multiplied by it (Gemma's √d, rounded as its dtype rounds it); 0: not */ \
   X(NormPosition, norm_position, NormPosition::pre, any, none) /* ln1/ln2 before attention and MLP, or on their outputs (OLMo-2) */ \
   X(QkNorm, qk_norm, QkNorm::none, any, none) /* RMSNorm on q and k before RoPE (Qwen3: per head; OLMo-2: over the projection) */ \
   X(bool, parallel_residual, false, any, none) /* x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX); false: x + attn, then + mlp */ \
@@ -157,6 +161,8 @@ struct GPTConfig {
   std::vector<int64_t> layer_kv_heads;
 
   int64_t head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
+  /// The MLP is gated, down(act(gate x) · up x): SwiGLU or GeGLU.
+  bool gated() const { return mlp == MlpKind::SwiGLU || mlp == MlpKind::GeGLU; }
   /// The dims of each head RoPE rotates (the whole head unless rotary_dims says fewer).
   int64_t rope_dims() const { return rotary_dims > 0 ? rotary_dims : head_dim(); }
   /// Layer l's key/value heads.

@@ -34,8 +34,9 @@ void GPT::init_weights(uint64_t seed) {
     Tensor& t = p.val();
     if (name.ends_with(".bias")) {
       t.zero();
-    } else if (t.ndim() == 1) {
-      t.fill(1.f);
+    } else if (t.ndim() == 1) {  // norm weights: a scale of one (Gemma's (1 + w): w = 0; its q/k norms are plain)
+      const bool one_plus = cfg_.norm == NormKind::RMSNorm1p && name.find("_norm.") == std::string::npos;
+      t.fill(one_plus ? 0.f : 1.f);
     } else {
       const bool residual =
           name.ends_with("attn.wo.weight") || name.ends_with("mlp.proj.weight") || name.ends_with("mlp.down.weight");
@@ -53,6 +54,7 @@ Var GPT::embed(const Index& idx, int64_t pos0) const {
     throw Error(ErrorKind::shape, "gpt: sequence of " + std::to_string(pos0 + T) + " positions exceeds block_size " +
                      std::to_string(cfg_.block_size));
   Var x = wte->forward(idx);
+  if (cfg_.embed_scale != 0) x = mul(x, static_cast<float>(cfg_.embed_scale));  // Gemma's √d (the head reads wte unscaled)
   if (wpe) x = add(x, slice(wpe->weight, 0, pos0, pos0 + T));  // [T, d] broadcast over the batch
   return x;
 }
@@ -186,7 +188,7 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
       out.push_back({b + "attn.k_norm.weight", {head ? hd : c.kv_heads(i) * hd}});
     }
     norm(b + "ln2");
-    if (c.mlp == MlpKind::SwiGLU) {
+    if (c.gated()) {
       linear(b + "mlp.gate", d, hid, c.bias);
       linear(b + "mlp.up", d, hid, c.bias);
       linear(b + "mlp.down", hid, d, c.bias);

@@ -15,20 +15,24 @@ void Linear::quantize_q8_0(const std::string& what) {
 Embedding::Embedding(int64_t num, int64_t dim) { weight = register_parameter("weight", Tensor::zeros({num, dim})); }
 
 Norm::Norm(int64_t dim, NormKind kind, bool has_bias, double eps)
-    : rms_(kind == NormKind::RMSNorm), eps_(static_cast<float>(eps)) {
-  weight = register_parameter("weight", Tensor::full({dim}, 1.f));
+    : rms_(kind != NormKind::LayerNorm), one_plus_(kind == NormKind::RMSNorm1p), eps_(static_cast<float>(eps)) {
+  weight = register_parameter("weight", Tensor::full({dim}, one_plus_ ? 0.f : 1.f));  // a scale of one
   if (has_bias && !rms_) bias = register_parameter("bias", Tensor::zeros({dim}));
 }
 
-Var Norm::forward(const Var& x) const { return rms_ ? rmsnorm(x, weight, eps_) : layernorm(x, weight, bias, eps_); }
+Var Norm::forward(const Var& x) const {
+  if (one_plus_) return rmsnorm(x, add(weight, 1.f), eps_);  // Gemma's: scaled by (1 + w)
+  return rms_ ? rmsnorm(x, weight, eps_) : layernorm(x, weight, bias, eps_);
+}
 
 Var Dropout::forward(const Var& x) const {
   if (!is_training() || p_ == 0.f) return x;
   return dropout(x, p_, rng_->next_u64());
 }
 
-MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp == MlpKind::GeluTanh), relu_(c.mlp == MlpKind::Relu) {
-  if (swiglu_) {
+MLP::MLP(const GPTConfig& c)
+    : gated_(c.gated()), tanh_(c.mlp == MlpKind::GeluTanh || c.mlp == MlpKind::GeGLU), relu_(c.mlp == MlpKind::Relu) {
+  if (gated_) {
     gate = register_module("gate", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
     up = register_module("up", std::make_shared<Linear>(c.n_embd, c.mlp_hidden, c.bias));
     down = register_module("down", std::make_shared<Linear>(c.mlp_hidden, c.n_embd, c.bias));
@@ -39,10 +43,12 @@ MLP::MLP(const GPTConfig& c) : swiglu_(c.mlp == MlpKind::SwiGLU), tanh_(c.mlp ==
 }
 
 Var MLP::forward(const Var& x) const {
-  if (swiglu_ && gate->q8) return down->forward(mul(silu(gate->forward(x)), up->forward(x)));
-  if (swiglu_) {
+  // the gate's activation: SiLU (SwiGLU) or the tanh GELU (GeGLU, Gemma's gelu_pytorch_tanh)
+  const auto act = [this](const Var& g) { return tanh_ ? gelu(g, true) : silu(g); };
+  if (gated_ && gate->q8) return down->forward(mul(act(gate->forward(x)), up->forward(x)));
+  if (gated_) {
     const std::vector<Var> gu = linears(x, {gate->weight, up->weight}, {gate->bias, up->bias});
-    return down->forward(mul(silu(gu[0]), gu[1]));
+    return down->forward(mul(act(gu[0]), gu[1]));
   }
   const Var h = fc->forward(x);
   return proj->forward(relu_ ? relu(h) : gelu(h, tanh_));

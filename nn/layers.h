@@ -29,7 +29,7 @@ class Embedding : public Module {
   Var weight;
 };
 
-/// LayerNorm (optional bias) or RMSNorm, per the config.
+/// LayerNorm (optional bias), RMSNorm, or RMSNorm scaled by (1 + w) (Gemma's), per the config.
 class Norm : public Module {
  public:
   Norm(int64_t dim, NormKind kind, bool bias, double eps);
@@ -37,7 +37,7 @@ class Norm : public Module {
   Var weight, bias;
 
  private:
-  bool rms_;
+  bool rms_, one_plus_;
   float eps_;
 };
 
@@ -53,7 +53,7 @@ class Dropout : public Module {
 };
 
 /// fc -> GELU (exact, or its tanh approximation for mlp gelu_tanh) or ReLU (OPT's) -> proj, or
-/// down(silu(gate x) * up x).
+/// down(silu(gate x) * up x), or down(gelu_tanh(gate x) * up x) (GeGLU, Gemma's).
 class MLP : public Module {
  public:
   explicit MLP(const GPTConfig& c);
@@ -61,7 +61,7 @@ class MLP : public Module {
   std::shared_ptr<Linear> fc, proj, gate, up, down;
 
  private:
-  bool swiglu_, tanh_, relu_;
+  bool gated_, tanh_, relu_;
 };
 
 /// One attention layer's K and V for every position decoded so far: [B, KV, max_len, hd] each, every

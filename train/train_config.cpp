@@ -138,7 +138,7 @@ TrainingMemory training_memory(const TrainConfig& c, int world) {
   const bool recompute = c.recompute == Recompute::blocks;
   const double T = static_cast<double>(m.block_size), d = static_cast<double>(m.n_embd), L = static_cast<double>(m.n_layer);
   const double kept = recompute ? 1 : L;
-  const double hidden = (m.mlp == MlpKind::SwiGLU ? 4 : 2) * static_cast<double>(m.mlp_hidden);
+  const double hidden = (m.gated() ? 4 : 2) * static_cast<double>(m.mlp_hidden);
   const double per_token = kept * (16 * d + hidden + static_cast<double>(m.n_head) * T) + (recompute ? L * d : 0) +
                            2 * static_cast<double>(m.vocab_size);
   // bf16: every linear layer also keeps its rounded input for the backward (q|k|v, wo, the MLP's

@@ -34,6 +34,7 @@ GPTConfig small_config(const fmt::FamilyInfo& f, bool tied, bool bias) {
   if (!*f.hf.eps) c.norm_eps = f.hf.eps_fallback;  // a family without the key (OPT) has one ε
   if (f.partial_rotary) c.rotary_dims = 2;  // of a head's 4 dims
   if (*f.hf.head_dim) c.head_size = 8;      // a head width of its own where the family has the key (d / H is 4)
+  if (f.embed_scale) c.embed_scale = fmt::sqrt_d_as(c.n_embd, "float32");  // √16: Gemma's, for this width
   c.parallel_residual = f.parallel_residual;
   c.validate();
   return c;

@@ -124,8 +124,8 @@ void expect_llama_cpp_agrees(const std::string& oracle_file, size_t models) {
       // vec_dot types) and keeps K and V in f16, which tapelm does not: those differ by that
       // rounding (f16: 11 bits of mantissa, bf16: 8, q8_0: 7 bits per 32-value block).
       // gptneox also by the GELU itself: Pythia's is the exact one, llama.cpp's gptneox computes
-      // the tanh form (|difference| ≤ 4.8e-4 per activation)
-      const bool gelu = name.rfind("gpt2", 0) == 0 || name.rfind("gptneox", 0) == 0;
+      // the tanh form (|difference| ≤ 4.8e-4 per activation); gemma's GeGLU by the same f16 table
+      const bool gelu = name.rfind("gpt2", 0) == 0 || name.rfind("gptneox", 0) == 0 || name.rfind("gemma", 0) == 0;
       const double tol = dtype == "f32" ? (gelu ? 5e-4 : 2e-5) : dtype == "f16" ? 1e-3 : dtype == "bf16" ? 1e-2 : 3e-2;
       BOOST_TEST(worst <= tol * std::max(1.0, scale), "logits max |tapelm - llama.cpp| " << worst << " (largest logit " << scale << ")");
       if (dtype != "f32") BOOST_TEST(worst < unrounded, "rounded " << worst << ", unrounded " << unrounded);
@@ -195,12 +195,17 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_qwen3_as_tapelm_does) { expect_llama_cpp_agr
 // it computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_olmo2_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_olmo2.json", 2); }
 
+// A Gemma model (make_gguf_gemma_fixture.sh): written as llama.cpp's gemma (norms stored as 1 + w,
+// heads of width 32 as attention.key_length, NEOX RoPE; llama.cpp scales the embeddings by √d and
+// computes GeGLU itself), it computes what tapelm computes, in f32 and q8_0.
+BOOST_AUTO_TEST_CASE(llama_cpp_runs_gemma_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_gemma.json", 2); }
+
 // Import reads back what export wrote, tokenizer included: export -> import -> export gives the
 // same file, and the imported tokenizer (rebuilt from the GGUF metadata alone) tokenizes the prompt
 // as llama.cpp did.
 BOOST_AUTO_TEST_CASE(import_then_export_gives_the_same_file) {
   json oracle = json::parse(read_file_bytes(gx("llama_cpp.json"), "fixture"));
-  for (const char* more : {"llama_cpp_gptneox.json", "llama_cpp_qwen3.json", "llama_cpp_olmo2.json"})
+  for (const char* more : {"llama_cpp_gptneox.json", "llama_cpp_qwen3.json", "llama_cpp_olmo2.json", "llama_cpp_gemma.json"})
     oracle["models"].update(json::parse(read_file_bytes(gx(more), "fixture"))["models"]);
   for (auto it = oracle["models"].begin(); it != oracle["models"].end(); ++it) {
     const auto [name, dtype] = split_name(it.key());

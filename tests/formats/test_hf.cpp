@@ -44,9 +44,9 @@ const std::vector<Fixture> kModels{{"llama_mha_f32", "f32"},           {"llama_g
                                    {"gpt2_hub_layout", "f32"},         {"gpt2_prefixed_untied_bf16", "bf16"},
                                    {"phi3_gqa_f32", "f32"},            {"gptneox_mha_f32", "f32"},
                                    {"opt_mha_f32", "f32"},             {"qwen3_gqa_f32", "f32"},
-                                   {"olmo2_mha_f32", "f32"}};
+                                   {"olmo2_mha_f32", "f32"},           {"gemma_mha_f32", "f32"}};
 // The fixtures with a sentencepiece tokenizer.model.
-bool has_spm(const std::string& name) { return name == "llama_gqa_bf16_spm" || name == "phi3_gqa_f32"; }
+bool has_spm(const std::string& name) { return name == "llama_gqa_bf16_spm" || name == "phi3_gqa_f32" || name == "gemma_mha_f32"; }
 
 std::string hfx(const std::string& name) { return fixture_path("hf/" + name); }
 
@@ -133,6 +133,18 @@ BOOST_AUTO_TEST_CASE(import_reads_the_config_as_the_reference_ran_it) {
   BOOST_TEST((q3.config.qk_norm == QkNorm::head));
   BOOST_TEST((!q3.config.bias && !q3.config.qkv_bias));
   BOOST_TEST(q3.config.family.empty());  // its structure (q/k norms) names it
+  const auto g7 = c("gemma_mha_f32");  // torch_dtype float32: √64 = 8
+  BOOST_TEST(g7.architecture == "GemmaForCausalLM");
+  BOOST_TEST((g7.config.norm == NormKind::RMSNorm1p && g7.config.mlp == MlpKind::GeGLU));
+  BOOST_TEST(g7.config.embed_scale == 8.0);
+  BOOST_TEST(g7.config.head_dim() == 32);
+  BOOST_TEST(g7.config.tie_embeddings);
+  // √d as transformers rounds it in the model's dtype: √3072 = 55.4256 in float32, 55.5 in bfloat16
+  nlohmann::json gj = nlohmann::json::parse(slurp(hfx("gemma_mha_f32/config.json")));
+  gj["hidden_size"] = 3072, gj["torch_dtype"] = "bfloat16";
+  BOOST_TEST(tapelm::hf::parse_config(gj, "config.json").config.embed_scale == 55.5);
+  gj["torch_dtype"] = "float32";
+  BOOST_TEST(tapelm::hf::parse_config(gj, "config.json").config.embed_scale == static_cast<double>(std::sqrt(3072.f)));
   const auto o2 = c("olmo2_mha_f32");
   BOOST_TEST(o2.architecture == "Olmo2ForCausalLM");
   BOOST_TEST((o2.config.qk_norm == QkNorm::all && o2.config.norm_position == NormPosition::post));
@@ -480,6 +492,18 @@ BOOST_AUTO_TEST_CASE(bad_model_directories_give_one_line_and_write_nothing) {
     write_bytes(q3d + "/config.json", q3_config);
     edit_config(q3d, edit);
     expect_error(import_of(q3d), part);
+  }
+  // Gemma's: an activation other than the tanh GELU (hidden_act "gelu" is Gemma-7B's and is not
+  // what runs), attention_bias
+  const std::string gm = d / "gemma";
+  fs::copy(hfx("gemma_mha_f32"), gm, fs::copy_options::recursive);
+  const std::string gm_config = slurp(gm + "/config.json");
+  for (const auto& [edit, part] : std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>>{
+           {[](auto& j) { j["hidden_activation"] = "gelu"; }, "hidden_activation \"gelu\": tapelm reads GemmaForCausalLM with gelu_pytorch_tanh"},
+           {[](auto& j) { j["attention_bias"] = true; }, "attention_bias true"}}) {
+    write_bytes(gm + "/config.json", gm_config);
+    edit_config(gm, edit);
+    expect_error(import_of(gm), part);
   }
   // OLMo-2's: attention_bias; read as Llama, its post-norms are tensors Llama has not
   const std::string ol = d / "olmo2";

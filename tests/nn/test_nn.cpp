@@ -48,9 +48,15 @@ BOOST_AUTO_TEST_SUITE(nn)
 BOOST_AUTO_TEST_CASE(whole_model_gradients) {
   const GPTConfig c{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 4, .n_kv_head = 2, .n_embd = 8,
                     .mlp_hidden = 8};
-  for (const char* variant : {"plain", "llama", "bias", "neox", "opt", "qwen3", "olmo2"}) {
+  for (const char* variant : {"plain", "llama", "bias", "neox", "opt", "qwen3", "olmo2", "gemma"}) {
     GPTConfig v = c;
-    if (std::string(variant) == "qwen3" || std::string(variant) == "olmo2") {
+    if (std::string(variant) == "gemma") {  // (1 + w) norms, GeGLU, embeddings times √d, heads of width 4
+      v.norm = NormKind::RMSNorm1p;
+      v.pos = PosKind::Rope;
+      v.mlp = MlpKind::GeGLU;
+      v.embed_scale = std::sqrt(8.0);
+      v.head_size = 4;
+    } else if (std::string(variant) == "qwen3" || std::string(variant) == "olmo2") {
       // q and k RMS-normalised per head (Qwen3) or over the projection (OLMo-2), heads of width 4
       // where d / H is 2
       v.norm = NormKind::RMSNorm;
@@ -133,13 +139,15 @@ BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
 
 // KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE, GPT-NeoX's partial RoPE with the
 // parallel residual, Qwen3's q/k norms with heads of width 6 where d / H is 4, OLMo-2's norms on
-// the sublayers' outputs with q/k norms over the projections}.
-BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2, 3, 4}), KV, variant) {
+// the sublayers' outputs with q/k norms over the projections, Gemma's (1 + w) norms, GeGLU and
+// scaled embeddings}.
+BOOST_DATA_TEST_CASE(cached_decoding_equals_full_forward, bdata::make({4, 2, 1}) * bdata::make({0, 1, 2, 3, 4, 5}), KV, variant) {
   const PosKind pos = variant ? PosKind::Rope : PosKind::Learned;
   GPTConfig tc = tiny(KV, pos);
   if (variant == 2) tc.rotary_dims = 2, tc.parallel_residual = true;
   if (variant == 3) tc.head_size = 6, tc.qk_norm = QkNorm::head;  // Qwen3's: heads of their own width, q/k norms
   if (variant == 4) tc.norm_position = NormPosition::post, tc.qk_norm = QkNorm::all;  // OLMo-2's
+  if (variant == 5) tc.norm = NormKind::RMSNorm1p, tc.mlp = MlpKind::GeGLU, tc.embed_scale = 4, tc.head_size = 8;  // Gemma's
   GPT model(tc, 7);
   model.eval();
   const int64_t B = 3, T = 12;
@@ -435,6 +443,7 @@ BOOST_AUTO_TEST_CASE(config_errors) {
   BOOST_TEST(!c.to_json().contains("head_size"));
   BOOST_TEST(!c.to_json().contains("qk_norm"));
   BOOST_TEST(!c.to_json().contains("norm_position"));
+  BOOST_TEST(!c.to_json().contains("embed_scale"));
   const GPTConfig n = GPTConfig::from_json_string(R"({"n_head": 8, "n_embd": 256, "pos": "rope", "rotary_dims": 8, "parallel_residual": true})");
   BOOST_TEST(n.rope_dims() == 8);
   BOOST_TEST(c.rope_dims() == 32);

@@ -921,7 +921,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
   fs::create_directories(d / "exp");
   for (const std::string from : {fixture_path("hf/llama_mha_f32"), fixture_path("gguf/llama_spm.h5"), fixture_path("gguf/qwen2_qwen2mini.h5"),
                                  fixture_path("hf/phi3_gqa_f32"), fixture_path("hf/gptneox_mha_f32"), fixture_path("hf/qwen3_gqa_f32"),
-                                 fixture_path("hf/olmo2_mha_f32")})
+                                 fixture_path("hf/olmo2_mha_f32"), fixture_path("hf/gemma_mha_f32")})
     for (const char* m : {"mean", "aligned-fit"}) {
       if ((from.ends_with("qwen3_gqa_f32") || from.ends_with("olmo2_mha_f32")) && std::string(m) != "mean") {
         // q/k norms: the rotations and merges act before k_norm's weight, which neither commutes with
@@ -954,7 +954,7 @@ BOOST_AUTO_TEST_CASE(converting_to_hf_and_gguf_writes_what_exporting_the_convert
           BOOST_TEST(tapelm::hf::read_config(d / "hf_conv/config.json").architecture ==
                      (from.ends_with("phi3_gqa_f32") ? "Phi3ForCausalLM" : from.ends_with("qwen2mini.h5") ? "Qwen2ForCausalLM"
                       : from.ends_with("qwen3_gqa_f32") ? "Qwen3ForCausalLM" : from.ends_with("olmo2_mha_f32") ? "Olmo2ForCausalLM"
-                      : "LlamaForCausalLM"));
+                      : from.ends_with("gemma_mha_f32") ? "GemmaForCausalLM" : "LlamaForCausalLM"));
         }
       }
       if (!formats::open_model(from).tok) continue;  // llama.cpp needs the vocabulary (refused below)

@@ -780,17 +780,19 @@ BOOST_AUTO_TEST_CASE(damaged_sweep_state_gives_one_line_naming_the_file) {
 }
 
 // sweep --from on the MHA families research uptrains from: a Pythia-shaped GPT-NeoX directory
-// (partial RoPE, parallel residual, biases) and an OLMo-2 one (post-norms, q/k norms over the
-// projections, whose k_norm is pooled with the heads), each read as given, converted to every
-// smaller KV count and uptrained; the MHA row's loss is `eval`'s of the directory.
-BOOST_AUTO_TEST_CASE(a_sweep_starts_from_pythia_and_olmo2_directories) {
+// (partial RoPE, parallel residual, biases), an OLMo-2 one (post-norms, q/k norms over the
+// projections, whose k_norm is pooled with the heads) and a Gemma one ((1 + w) norms, GeGLU, heads
+// of their own width), each read as given, converted to every smaller KV count and uptrained; the
+// MHA row's loss is `eval`'s of the directory.
+BOOST_AUTO_TEST_CASE(a_sweep_starts_from_pythia_olmo2_and_gemma_directories) {
   TempDir d;
   write_bytes(d / "text.txt", slurp(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt").substr(0, 30000));
   std::ofstream(d / "train.json") << R"({"batch_size": 4, "max_iters": 6, "learning_rate": 0.001, "eval_interval": 3, "eval_iters": 1})";
-  for (const std::string name : {"gptneox_mha_f32", "olmo2_mha_f32"}) {
+  for (const std::string name : {"gptneox_mha_f32", "olmo2_mha_f32", "gemma_mha_f32"}) {
     BOOST_TEST_CONTEXT(name) {
       const std::string src = test::fixture_path("hf/" + name), out = d / ("sw_" + name), data = d / ("data_" + name);
-      Run p = run_cli("prepare --quiet --text " + (d / "text.txt") + " --tokenizer-model " + src + "/tokenizer.json --out " + data);
+      const std::string tok = src + (name == "gemma_mha_f32" ? "/tokenizer.model" : "/tokenizer.json");
+      Run p = run_cli("prepare --quiet --text " + (d / "text.txt") + " --tokenizer-model " + tok + " --out " + data);
       BOOST_TEST_REQUIRE(p.code == 0, p.err);
       Run r = run_cli("sweep --preset micro --methods mean --quiet --from " + src + " --config " + (d / "train.json") + " --data " + data +
                       " --out " + out);

@@ -1,6 +1,9 @@
 #include "train/formats/families.h"
 
+#include <cmath>
+
 #include "autograd/error.h"
+#include "autograd/float16.h"
 
 namespace tapelm::formats {
 
@@ -170,6 +173,28 @@ void olmo2_write(const GPTConfig&, nlohmann::ordered_json& j) {
   j["initializer_range"] = 0.02;
 }
 
+// Gemma: its MLP's activation is hidden_activation (hidden_act, "gelu" in Gemma-7B's file, is not
+// what transformers runs: without hidden_activation it takes gelu_pytorch_tanh); no biases.
+void gemma_read(const HfJson& j, const std::string&, GPTConfig& c) {
+  std::string act = "gelu_pytorch_tanh";
+  if (j.has("hidden_activation")) j.get("hidden_activation", act);
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh")
+    j.refuse("hidden_activation \"" + cut_for_message(act) + "\": tapelm reads GemmaForCausalLM with gelu_pytorch_tanh");
+  bool bias = false;
+  j.get("attention_bias", bias);
+  if (bias) j.refuse("attention_bias true: biases on q, k, v and o alone, which tapelm's bias and qkv_bias cannot say");
+  std::string dtype = "float32";
+  if (j.has("torch_dtype")) j.get("torch_dtype", dtype);
+  else if (j.has("dtype")) j.get("dtype", dtype);  // transformers 5's spelling
+  c.embed_scale = sqrt_d_as(c.n_embd, dtype);
+}
+void gemma_write(const GPTConfig&, nlohmann::ordered_json& j) {
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["initializer_range"] = 0.02;
+}
+
 // Llama's config.json keys, which Mistral and Qwen2 share.
 HfConfigKeys llama_keys(const char* model_type, decltype(HfConfigKeys::read) read, decltype(HfConfigKeys::write) write) {
   return {.model_type = model_type,
@@ -210,6 +235,18 @@ HfConfigKeys olmo2_keys() {
   HfConfigKeys k = llama_keys("olmo2", olmo2_read, olmo2_write);
   k.head_dim = "";
   k.eps_fallback = 1e-5;
+  return k;
+}
+
+// Gemma's: Llama's, with GemmaConfig's defaults (Gemma-7B's: head_dim 256, 8192 positions, ε 1e-6,
+// tied) and its activation read by gemma_read (hidden_act is not what runs).
+HfConfigKeys gemma_keys() {
+  HfConfigKeys k = llama_keys("gemma", gemma_read, gemma_write);
+  k.positions = {"max_position_embeddings", 8192};
+  k.head_dim_fallback = 256;
+  k.act = "hidden_act";
+  k.acts = {{"gelu_pytorch_tanh", MlpKind::GeGLU}, {"gelu", MlpKind::GeGLU}, {"gelu_tanh", MlpKind::GeGLU}};
+  k.tie_fallback = true;
   return k;
 }
 
@@ -316,6 +353,18 @@ const std::vector<FamilyInfo>& rows() {
                  {Format::gguf, Role::ffn_norm, "blk.{L}.post_ffw_norm"}},
        .hf = olmo2_keys(),
        .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true}},
+      // Gemma (7B is MHA): RMSNorm scaled by (1 + w), embeddings times √d, GeGLU with the tanh GELU,
+      // heads of their own width (256 under d 3072), tied; NEOX RoPE and norms stored as 1 + w in GGUF
+      {.family = Family::gemma,
+       .name = "gemma",
+       .hf_architecture = "GemmaForCausalLM",
+       .norm = NormKind::RMSNorm1p,
+       .pos = PosKind::Rope,
+       .geglu = true,
+       .embed_scale = true,
+       .unbiased = true,
+       .hf = gemma_keys(),
+       .gguf = {.eps = "attention.layer_norm_rms_epsilon", .rope = true, .gelu = MlpKind::GeGLU, .norm_plus_one = true}},
       // GPT-NeoX (Pythia): LayerNorm, RoPE on part of each head (half-split, as tapelm and llama.cpp's
       // NEOX rotate), biases everywhere, exact GELU, attention and MLP optionally side by side; HF
       // interleaves q|k|v head by head, llama.cpp's gptneox stacks them (convert_hf_to_gguf reorders)
@@ -402,6 +451,19 @@ const std::vector<FamilyInfo>& rows() {
 
 const std::vector<FamilyInfo>& families() { return rows(); }
 
+double sqrt_d_as(int64_t d, const std::string& torch_dtype) {
+  const float r = std::sqrt(static_cast<float>(d));
+  if (torch_dtype == "bfloat16") return bf16_to_f32(f32_to_bf16(r));
+  if (torch_dtype == "float16") return f16_to_f32(f32_to_f16(r));
+  return r;
+}
+
+bool is_sqrt_d(double scale, int64_t d) {
+  for (const char* t : {"float32", "bfloat16", "float16"})
+    if (scale == sqrt_d_as(d, t)) return true;
+  return false;
+}
+
 const FamilyInfo& family_info(Family f) {
   for (const FamilyInfo& x : rows())
     if (x.family == f) return x;
@@ -420,6 +482,7 @@ const FamilyInfo* find_family(const std::string& name) {
 namespace {
 bool has_structure(const FamilyInfo& x, const GPTConfig& c) {
   return c.norm == x.norm && c.pos == x.pos && (c.mlp == MlpKind::SwiGLU) == x.swiglu && (c.mlp == MlpKind::Relu) == x.relu &&
+         (c.mlp == MlpKind::GeGLU) == x.geglu && (c.embed_scale != 0) == x.embed_scale &&
          x.qkv_bias_only == (c.qkv_bias && !c.bias) &&
          (!x.unbiased || (!c.bias && !c.qkv_bias)) && c.qk_norm == x.qk_norm && c.norm_position == x.norm_position &&
          (!c.parallel_residual || x.parallel_residual) &&
@@ -442,7 +505,7 @@ Family family_of(const GPTConfig& c, const std::string& what) {
     const FamilyInfo* x = find_family(c.family);
     if (!x || c.family != x->name) return refuse("config family \"" + c.family + "\" is no family tapelm writes");
     if (!has_structure(*x, c))
-      return refuse("config family \"" + c.family + "\": " + x->name + "'s layout is " + to_string(x->norm) + ", " + (x->swiglu ? "swiglu" : x->relu ? "relu" : "gelu") +
+      return refuse("config family \"" + c.family + "\": " + x->name + "'s layout is " + to_string(x->norm) + ", " + (x->swiglu ? "swiglu" : x->geglu ? "geglu" : x->relu ? "relu" : "gelu") +
                     ", " + to_string(x->pos) + (x->qkv_bias_only ? ", biases on q, k and v" : x->all_biases ? ", biases" : ", no biases") +
                     ", which this config's norm, mlp, pos and bias keys are not");
     return x->family;
@@ -472,7 +535,7 @@ Family family_of(const GPTConfig& c, const std::string& what) {
   std::string known;
   for (const FamilyInfo& x : rows()) {
     if (x.qkv_bias_only) continue;  // named by the family it varies
-    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : x.relu ? "relu" : "gelu") + ", " +
+    known += std::string(known.empty() ? "" : "; ") + x.name + ": " + to_string(x.norm) + ", " + (x.swiglu ? "swiglu" : x.geglu ? "geglu" : x.relu ? "relu" : "gelu") + ", " +
              to_string(x.pos) + (x.qk_norm != QkNorm::none ? ", qk_norm " + to_string(x.qk_norm) : "") +
              (x.norm_position != NormPosition::pre ? ", norm_position " + to_string(x.norm_position) : "");
   }
@@ -485,8 +548,10 @@ void apply_family(Family f, GPTConfig& c) {
   c.norm = x.norm;
   c.pos = x.pos;
   if (x.swiglu) c.mlp = MlpKind::SwiGLU;
+  else if (x.geglu) c.mlp = MlpKind::GeGLU;
   else if (x.relu) c.mlp = MlpKind::Relu;
-  else if (c.mlp == MlpKind::SwiGLU || c.mlp == MlpKind::Relu) c.mlp = MlpKind::GeluTanh;
+  else if (c.gated() || c.mlp == MlpKind::Relu) c.mlp = MlpKind::GeluTanh;
+  c.embed_scale = x.embed_scale ? sqrt_d_as(c.n_embd, "float32") : 0;
   if (x.all_biases) c.bias = true, c.qkv_bias = false;
   if (x.qkv_bias_only) c.bias = false, c.qkv_bias = true;
   if (x.unbiased) c.bias = false, c.qkv_bias = false;

@@ -24,7 +24,7 @@ namespace tapelm::formats {
 enum class Format { tapelm, hf, gguf, llama2c };
 
 /// The families (one row each in families.cpp).
-enum class Family { llama, qwen2, gpt2, phi3, gptneox, opt, qwen3, olmo2 };
+enum class Family { llama, qwen2, gpt2, phi3, gptneox, opt, qwen3, olmo2, gemma };
 
 /// What a tensor is in the model. The roles of a layer are listed in the order HF and GGUF write them.
 enum class Role {
@@ -98,6 +98,7 @@ struct GgufKeys {
   bool optional_bias = false;                    // biases on every projection or none, told by blk.0.attn_output.bias
   bool no_window_key = false;                    // attention.sliding_window written as 0 (none): older llama.cpp assumed one
   bool none = false;                             // llama.cpp has no architecture for the family (OPT): refused in GGUF
+  bool norm_plus_one = false;                    // the norms' weights stored as 1 + w (llama.cpp's gemma: convert_hf_to_gguf adds 1)
 };
 
 /// A family: its structure, decided once, and its names in other programs.
@@ -110,6 +111,8 @@ struct FamilyInfo {
   PosKind pos;
   bool swiglu = false;                           // the gated MLP (else GELU, exact or tanh, or ReLU)
   bool relu = false;                             // the MLP's activation is ReLU (OPT), and no GELU
+  bool geglu = false;                            // the gated MLP with the tanh GELU (Gemma)
+  bool embed_scale = false;                      // token embeddings multiplied by √d (Gemma: rounded as the model's dtype rounds it)
   bool qkv_bias_only = false;                    // biases on q, k and v only (Qwen2)
   bool all_biases = false;                       // every projection and norm carries a bias: zeros when the model has none
   bool unbiased = false;                         // no projection carries a bias (Phi-3)
@@ -141,6 +144,11 @@ Family family_of(const GPTConfig& c, const std::string& what);
 /// The `family` key a config of family f read from another program's file takes: "" when its
 /// structure names f already, else f's name (Phi-3 has Llama's structure).
 std::string family_key(Family f, const GPTConfig& c);
+/// The embedding scales a family with `embed_scale` accepts: √d rounded to float32, bfloat16 or
+/// float16 (transformers multiplies by √d in the model's dtype; llama.cpp by sqrtf(d)).
+bool is_sqrt_d(double scale, int64_t d);
+/// √d as a model of that torch dtype ("bfloat16", "float16", else float32) multiplies by it.
+double sqrt_d_as(int64_t d, const std::string& torch_dtype);
 /// c with the keys the family fixes set (norm, pos, mlp kind, biases, and `family` where the
 /// structure names another), as an importer starts from.
 void apply_family(Family f, GPTConfig& c);

@@ -52,6 +52,8 @@ Family family_for_gguf(const GPTConfig& c, const std::string& what) {
   const Family f = formats::family_of(c, what);
   const formats::FamilyInfo& x = formats::family_info(f);
   if (x.gguf.none) refuse(what, std::string(x.hf_architecture) + ": llama.cpp has no architecture for " + x.name + " (export it as HF)");
+  if (x.embed_scale && !formats::is_sqrt_d(c.embed_scale, c.n_embd))
+    refuse(what, "embed_scale " + std::to_string(c.embed_scale) + ": llama.cpp's " + x.name + " multiplies the embeddings by √" + std::to_string(c.n_embd));
   if (x.pos == PosKind::Rope && c.head_dim() % 2)
     refuse(what, "head_dim " + std::to_string(c.head_dim()) + " is odd: RoPE needs pairs");
   if (!x.swiglu && c.mlp != x.gguf.gelu)
@@ -280,6 +282,7 @@ GPTConfig config_of(const File& g, Family f, const std::string& a) {
            " tensors");
   const formats::FamilyInfo& x = formats::family_info(f);
   if (!x.swiglu) c.mlp = x.gguf.gelu;
+  if (x.embed_scale) c.embed_scale = formats::sqrt_d_as(c.n_embd, "float32");  // llama.cpp's sqrtf(n_embd)
   c.norm_eps = g.real(a + "." + x.gguf.eps, 0, true);
   if (x.gguf.rope) c.rope_theta = g.real(a + ".rope.freq_base", 10000.0, false);
   if (x.gguf.optional_bias) c.bias = g.tensor("blk.0.attn_output.bias") != nullptr;

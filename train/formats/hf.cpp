@@ -125,7 +125,7 @@ void read_family(const json& j, const formats::FamilyInfo& f, HfConfig& h, const
   c.tie_embeddings = k.tie_fallback;
   get(j, "tie_word_embeddings", c.tie_embeddings, what);
   std::string act = k.acts.front().first, known;
-  get(j, k.act, act, what);
+  if (present(j, k.act)) get(j, k.act, act, what);
   bool found = false;
   for (const auto& [name, kind] : k.acts) {
     known += std::string(known.empty() ? "" : ", ") + name;
@@ -190,6 +190,9 @@ std::string architecture_for(const GPTConfig& c, const std::string& what) {
     throw Error(ErrorKind::config, what + ": key/value heads per layer (" + c.kv_heads_str() +
                                        "): a Hugging Face config has one num_key_value_heads (export to GGUF, which has a count per layer)");
   const formats::FamilyInfo& x = formats::family_info(f);
+  if (x.embed_scale && !formats::is_sqrt_d(c.embed_scale, c.n_embd))
+    throw Error(ErrorKind::config, what + ": embed_scale " + echo_json(c.embed_scale) + ": " + x.hf_architecture + " multiplies its embeddings by √" +
+                                       std::to_string(c.n_embd) + " (in its dtype)");
   if (!*x.hf.eps && c.norm_eps != x.hf.eps_fallback)
     throw Error(ErrorKind::config, what + ": norm_eps " + echo_json(c.norm_eps) + ": " + x.hf_architecture + "'s config has no epsilon key (its norms use " +
                                        echo_json(x.hf.eps_fallback) + ")");
@@ -381,6 +384,13 @@ void check_output(const std::string& dir, WeightType dtype) {
 void check_writable(const std::string& dir, const GPTConfig& c, WeightType dtype, const std::string& what) {
   check_output(dir, dtype);
   architecture_for(c, what);
+  // transformers multiplies Gemma's embeddings by √d rounded to the dtype it runs in, torch_dtype
+  const formats::FamilyInfo& fam = formats::family_info(formats::family_of(c, what));
+  const std::string torch_dtype = kDtypes.find(dtype)->second.second;
+  if (fam.embed_scale && c.embed_scale != formats::sqrt_d_as(c.n_embd, torch_dtype))
+    throw Error(ErrorKind::config, what + ": embed_scale " + echo_json(c.embed_scale) + " is not √" + std::to_string(c.n_embd) + " as " +
+                                       torch_dtype + " rounds it, which " + fam.hf_architecture + " multiplies by in " + torch_dtype +
+                                       " (write the dtype the model came in)");
 }
 
 ExportResult write_model(const std::string& dir, const GPTConfig& cfg, const Tokenizer* tok, WeightType dtype, const std::string& what,

@@ -100,8 +100,8 @@ class Builder {
 
   std::string param_name(const RoleRow& x, int64_t l) const {
     std::string n = replace_all(x.tapelm, "{L}", std::to_string(l));
-    n = replace_all(n, "{up}", c_.mlp == MlpKind::SwiGLU ? "up" : "fc");
-    return replace_all(n, "{down}", c_.mlp == MlpKind::SwiGLU ? "down" : "proj");
+    n = replace_all(n, "{up}", c_.gated() ? "up" : "fc");
+    return replace_all(n, "{down}", c_.gated() ? "down" : "proj");
   }
 
   // The format's name for the role, or "" when the format (for this family) has no such tensor.
@@ -109,12 +109,12 @@ class Builder {
     const bool fused = x.role == Role::attn_qkv, split = x.role == Role::attn_q || x.role == Role::attn_k || x.role == Role::attn_v;
     if ((fused && !fam_.fused_qkv) || (split && fam_.fused_qkv && fmt_ != Format::tapelm)) return "";
     const bool fused_mlp = x.role == Role::ffn_gate_up, split_mlp = x.role == Role::ffn_gate || x.role == Role::ffn_up;
-    if ((fused_mlp && (!fam_.fused_gate_up || c_.mlp != MlpKind::SwiGLU)) ||
-        (split_mlp && fam_.fused_gate_up && c_.mlp == MlpKind::SwiGLU && fmt_ != Format::tapelm))
+    if ((fused_mlp && (!fam_.fused_gate_up || !c_.gated())) ||
+        (split_mlp && fam_.fused_gate_up && c_.gated() && fmt_ != Format::tapelm))
       return "";
     if (x.role == Role::pos_embd && c_.pos != PosKind::Learned) return "";
     if ((x.role == Role::attn_q_norm || x.role == Role::attn_k_norm) && c_.qk_norm == QkNorm::none) return "";
-    if (x.role == Role::ffn_gate && c_.mlp != MlpKind::SwiGLU) return "";
+    if (x.role == Role::ffn_gate && !c_.gated()) return "";
     if (x.role == Role::output && c_.tie_embeddings) return "";
     if (fmt_ == Format::tapelm) return *x.tapelm ? param_name(x, l) : "";
     const char* n = fmt_ == Format::hf ? x.hf : fmt_ == Format::gguf ? x.gguf : x.llama2c;
@@ -136,6 +136,8 @@ class Builder {
     const bool interleave = fmt_ == Format::llama2c || (fmt_ == Format::gguf && fam_.gguf_interleaves_rope);
     if (interleave && r == Role::attn_q) t.rope_heads = c_.n_head;
     if (interleave && r == Role::attn_k) t.rope_heads = c_.kv_heads(l);
+    const bool norm = r == Role::attn_norm || r == Role::ffn_norm || r == Role::output_norm;
+    if (fmt_ == Format::gguf && fam_.gguf.norm_plus_one && norm && c_.norm == NormKind::RMSNorm1p) t.plus_one = true;
     if (fmt_ == Format::hf && r == Role::pos_embd && fam_.hf_position_offset > 0) {
       t.lead_rows = fam_.hf_position_offset;
       t.shape[0] += t.lead_rows;
@@ -267,6 +269,8 @@ std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
     permute_head_parts(m.data(), p.data(), t.head_parts, static_cast<int64_t>(t.parts.size()), rows, cols, true);
     m.swap(p);
   }
+  if (t.plus_one)
+    for (float& x : m) x += 1.f;
   if (t.transpose) {  // m is [rows, cols] = [out, in]; the file wants [in, out]
     std::vector<float> tr(m.size());
     for (int64_t o = 0; o < rows; o++)
@@ -312,6 +316,8 @@ void store_file_values(const FileTensor& t, const float* v, TensorMap& tensors) 
     auto it = tensors.find(name);
     if (it == tensors.end()) it = tensors.emplace(name, Tensor::empty(shape)).first;  // an extra
     std::memcpy(it->second.data(), v, static_cast<size_t>(shape_numel(shape)) * sizeof(float));
+    if (t.plus_one)
+      for (int64_t i = 0; i < shape_numel(shape); i++) it->second.data()[i] -= 1.f;
     v += shape_numel(shape);
   }
 }

@@ -38,6 +38,7 @@ struct FileTensor {
                                    // (GPT-NeoX's query_key_value: head 0's q, k, v rows, then head 1's, ...)
   int64_t lead_rows = 0;           // > 0: the file's first rows are no parameter's (OPT's position offset):
                                    // skipped on reading, written as zeros
+  bool plus_one = false;           // the file holds 1 + the parameter (a (1 + w) norm in llama.cpp's gemma)
 };
 
 /// How a format lays the tensors out beyond the table.

@@ -275,6 +275,8 @@ void check_exportable(const GPTConfig& c, const std::string& what) {
   else if (c.rope_theta != 10000.0) why = "rope_theta " + std::to_string(c.rope_theta) + " (run.c uses 10000)";
   else if (c.rope_dims() != c.head_dim()) why = "rotary_dims " + std::to_string(c.rotary_dims) + " (run.c rotates the whole head)";
   else if (c.parallel_residual) why = "parallel_residual (run.c adds the attention, then the MLP)";
+  else if (c.embed_scale != 0) why = "embed_scale (run.c reads the embedding as it is)";
+  else if (c.qk_norm != QkNorm::none || c.norm_position != NormPosition::pre) why = "q/k norms or norms after the sublayers (run.c has neither)";
   else if (c.norm_eps != 1e-5) why = "norm_eps " + std::to_string(c.norm_eps) + " (run.c uses 1e-5)";
   else if (c.n_embd > kIntMax || c.mlp_hidden > kIntMax || c.block_size > kIntMax || c.vocab_size > kIntMax)
     why = "sizes beyond the header's int32";

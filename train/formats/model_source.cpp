@@ -17,7 +17,7 @@ namespace {
 // Reads file tensor t into the named tensors of `into`: in place when the file holds one
 // parameter as it is, else through buf (parts stacked, rows permuted, transposed).
 void read_file_tensor(const TensorSource& src, const FileTensor& t, TensorMap& into, std::vector<float>& buf) {
-  if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0 && t.lead_rows == 0) {
+  if (t.parts.size() == 1 && !t.transpose && t.rope_heads == 0 && t.lead_rows == 0 && !t.plus_one) {
     src.read_f32(*src.find(t.name), into.at(t.parts[0].first).data());
     return;
   }
