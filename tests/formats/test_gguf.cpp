@@ -180,22 +180,22 @@ BOOST_AUTO_TEST_CASE(llama_cpp_runs_kv_heads_per_layer_as_tapelm_does) { expect_
 // computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_phi3_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_phi3.json", 2); }
 
-// A GPT-NeoX (Pythia-shaped) model (make_gguf_gptneox_fixture.sh): written as llama.cpp's gptneox
+// A GPT-NeoX (Pythia-shaped) model (make_gguf_family_fixtures.sh): written as llama.cpp's gptneox
 // (q|k|v stacked in attn_qkv, RoPE on rope.dimension_count = 4 of 16 dims, use_parallel_residual),
 // it computes what tapelm computes but for llama.cpp's GELU, in f32 and q8_0, to the same greedy text.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_gptneox_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_gptneox.json", 2); }
 
-// A Qwen3 model (make_gguf_qwen3_fixture.sh): written as llama.cpp's qwen3 (attn_q_norm and
+// A Qwen3 model (make_gguf_family_fixtures.sh): written as llama.cpp's qwen3 (attn_q_norm and
 // attn_k_norm of one head's width, heads of width 32 under d 64 as attention.key_length and
 // value_length, NEOX RoPE), it computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_qwen3_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_qwen3.json", 2); }
 
-// An OLMo-2 model (make_gguf_olmo2_fixture.sh): written as llama.cpp's olmo2 (post_attention_norm
+// An OLMo-2 model (make_gguf_family_fixtures.sh): written as llama.cpp's olmo2 (post_attention_norm
 // and post_ffw_norm on the sublayers' outputs, attn_q_norm and attn_k_norm over the projections),
 // it computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_olmo2_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_olmo2.json", 2); }
 
-// A Gemma model (make_gguf_gemma_fixture.sh): written as llama.cpp's gemma (norms stored as 1 + w,
+// A Gemma model (make_gguf_family_fixtures.sh): written as llama.cpp's gemma (norms stored as 1 + w,
 // heads of width 32 as attention.key_length, NEOX RoPE; llama.cpp scales the embeddings by √d and
 // computes GeGLU itself), it computes what tapelm computes, in f32 and q8_0.
 BOOST_AUTO_TEST_CASE(llama_cpp_runs_gemma_as_tapelm_does) { expect_llama_cpp_agrees("llama_cpp_gemma.json", 2); }
