@@ -35,3 +35,26 @@ JSON
     done
   done
 done
+
+# The table: each conversion's loss minus its own MHA model's, mean ± sd over the seeds.
+python3 - "$out/results.csv" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+mha = {(r["qk_norm"], r["seed"]): float(r["val_loss"]) for r in rows if r["method"] == "mha"}
+cost = {}
+for r in rows:
+    if r["method"] != "mha":
+        cost.setdefault((r["method"], r["kv"], r["qk_norm"]), []).append(float(r["val_loss"]) - mha[(r["qk_norm"], r["seed"])])
+norms = ["none", "head", "all"]
+print("| method | KV | " + " | ".join(f"qk_norm {n}" for n in norms) + " |")
+print("|---|---:|" + "---:|" * len(norms))
+for method in ["mean", "first"]:
+    for kv in ["4", "2", "1"]:
+        cells = []
+        for n in norms:
+            v = cost.get((method, kv, n), [])
+            cells.append(f"+{statistics.mean(v):.3f} ± {statistics.stdev(v):.3f}" if len(v) > 1 else (f"+{v[0]:.3f}" if v else ""))
+        print(f"| {method} | {kv} | " + " | ".join(cells) + " |")
+print("\nMHA validation loss: " + ", ".join(
+    f"{n} {statistics.mean([v for (q, s), v in mha.items() if q == n]):.4f}" for n in norms if any(q == n for q, _ in mha)))
+PY
