@@ -115,6 +115,24 @@ BOOST_AUTO_TEST_CASE(ids_equal_hugging_face_on_four_layouts) {
   BOOST_TEST(cases()["layouts"][0]["corpus"]["tokens"] == 338025);
 }
 
+// The byte-level tokenizer.json files the family fixtures ship, read as an HF directory's are —
+// Pythia's and OLMo-2's form (pythiamini: NFC, ByteLevel with its own regex, trim_offsets, a null
+// continuing_subword_prefix) and Qwen2's and Qwen3's (qwen2mini: NFC, Qwen2's Split, then
+// ByteLevel) — give the ids of Hugging Face's own tokenizers library (the Rust crate through npm's
+// binding: families/make_family_tokenizer_fixtures.mjs) on the stress text, the short edge cases
+// and 20,000 characters of tinyshakespeare.
+BOOST_AUTO_TEST_CASE(the_family_fixtures_tokenizer_files_equal_hugging_face) {
+  const json c = json::parse(read_file_bytes(bx("families/cases.json"), "fixture"));
+  BOOST_TEST_REQUIRE(c["files"].size() == 2u);
+  for (const json& f : c["files"]) {
+    const Tokenizer tok = tapelm::hf::read_tokenizer_file(std::string(TAPELM_SOURCE_DIR) + "/" + f["file"].get<std::string>());
+    for (size_t i = 0; i < c["texts"].size(); i++)
+      BOOST_TEST_CONTEXT(f["file"].get<std::string>() << ", text " << i) {
+        BOOST_TEST(compare(tok.encode(c["texts"][i].get<std::string>()), ids_of(f["ids"][i])) == "equal");
+      }
+  }
+}
+
 // Split with every behavior, inverted or not, and patterns that match the empty string (which
 // once repeated text: "Hello World" came back as "Hello Hello World"): the ids of Hugging Face's
 // own tokenizers library (split/cases.json, from split/make_split_fixtures.mjs).

@@ -788,7 +788,11 @@ BOOST_AUTO_TEST_CASE(a_sweep_starts_from_pythia_olmo2_and_gemma_directories) {
   TempDir d;
   write_bytes(d / "text.txt", slurp(std::string(TAPELM_SOURCE_DIR) + "/corpora/tinyshakespeare.txt").substr(0, 30000));
   std::ofstream(d / "train.json") << R"({"batch_size": 4, "max_iters": 6, "learning_rate": 0.001, "eval_interval": 3, "eval_iters": 1})";
-  for (const std::string name : {"gptneox_mha_f32", "olmo2_mha_f32", "gemma_mha_f32"}) {
+  // the sanitizer pass runs OLMo-2's alone (its k_norm pooling is the code the others do not reach):
+  // three instrumented sweeps were 150 s of the pass
+  const std::vector<std::string> names = test::sanitized() ? std::vector<std::string>{"olmo2_mha_f32"}
+                                                            : std::vector<std::string>{"gptneox_mha_f32", "olmo2_mha_f32", "gemma_mha_f32"};
+  for (const std::string& name : names) {
     BOOST_TEST_CONTEXT(name) {
       const std::string src = test::fixture_path("hf/" + name), out = d / ("sw_" + name), data = d / ("data_" + name);
       const std::string tok = src + (name == "gemma_mha_f32" ? "/tokenizer.model" : "/tokenizer.json");

@@ -101,7 +101,7 @@ void gptneox_read(const HfJson& j, const std::string&, GPTConfig& c) {
   if (factor) return;  // read by the RoPE reader
   double pct = 0.25;  // GPTNeoXConfig's default
   j.get("rotary_pct", pct);
-  if (c.n_head <= 0 || c.n_embd % c.n_head) return;  // no head size: the config's check names the counts
+  if (c.n_head <= 0 || (c.head_size == 0 && c.n_embd % c.n_head)) return;  // no head width: the config's check names the counts
   // int(head_size * rotary_pct), as transformers sizes it (a fraction out of range is not cast)
   const int64_t rot = pct > 0 && pct <= 1 ? static_cast<int64_t>(static_cast<double>(c.head_dim()) * pct) : 0;
   if (rot <= 0 || rot % 2)

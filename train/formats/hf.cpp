@@ -63,7 +63,7 @@ void read_partial_rotary(const json& j, const formats::FamilyInfo& f, GPTConfig&
   get(j, "partial_rotary_factor", pf, what);
   if (pf == 1) return;
   if (!f.partial_rotary) refuse(what, "partial_rotary_factor " + echo_json(j["partial_rotary_factor"]) + ": tapelm rotates the whole head");
-  if (c.n_head <= 0 || c.n_embd % c.n_head) return;  // no head size: the config's check names the counts
+  if (c.n_head <= 0 || (c.head_size == 0 && c.n_embd % c.n_head)) return;  // no head width: the config's check names the counts
   const int64_t rot = pf > 0 && pf < 1 ? static_cast<int64_t>(static_cast<double>(c.head_dim()) * pf) : 0;
   if (rot <= 0 || rot % 2)
     refuse(what, "partial_rotary_factor " + echo_json(j["partial_rotary_factor"]) + " rotates " + std::to_string(rot) + " of " +
