@@ -55,8 +55,8 @@ Var MLP::forward(const Var& x) const {
 }
 
 Attention::Attention(const GPTConfig& c, std::shared_ptr<Rng> rng)
-    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rot_(c.rope_dims()), rope_(c.pos == PosKind::Rope), per_head_norm_(c.qk_norm == QkNorm::head), theta_(c.rope_theta),
-      p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
+    : H_(c.n_head), KV_(c.n_kv_head), hd_(c.head_dim()), rot_(c.rope_dims()), rope_(c.pos == PosKind::Rope),
+      per_head_norm_(c.qk_norm == QkNorm::head), theta_(c.rope_theta), p_(static_cast<float>(c.dropout)), rng_(std::move(rng)) {
   const bool qkv_bias = c.bias || c.qkv_bias;
   wq = register_module("wq", std::make_shared<Linear>(c.n_embd, H_ * hd_, qkv_bias));
   wk = register_module("wk", std::make_shared<Linear>(c.n_embd, KV_ * hd_, qkv_bias));

@@ -245,14 +245,8 @@ TensorMap tensors_of(const GPT& model) {
 std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
   std::vector<float> m;
   m.reserve(static_cast<size_t>(shape_numel(t.shape)));
-  if (t.lead_rows > 0) {  // rows no parameter holds, before the parts (no transform applies to them)
-    m.assign(static_cast<size_t>(t.lead_rows * (shape_numel(t.shape) / t.shape[0])), 0.f);
-    for (const auto& [name, shape] : t.parts) {
-      auto it = tensors.find(name);
-      m.insert(m.end(), it->second.data(), it->second.data() + it->second.numel());
-    }
-    return m;
-  }
+  // rows no parameter holds, zeros before the parts (a position table's: no other transform)
+  m.assign(static_cast<size_t>(t.lead_rows * (shape_numel(t.shape) / std::max<int64_t>(t.shape[0], 1))), 0.f);
   for (const auto& [name, shape] : t.parts) {
     auto it = tensors.find(name);
     if (it == tensors.end()) m.resize(m.size() + static_cast<size_t>(shape_numel(shape)), 0.f);  // a bias the model lacks
@@ -281,16 +275,7 @@ std::vector<float> file_values(const FileTensor& t, const TensorMap& tensors) {
 }
 
 void store_file_values(const FileTensor& t, const float* v, TensorMap& tensors) {
-  if (t.lead_rows > 0) {  // skipped; the parts follow as they are
-    v += t.lead_rows * (shape_numel(t.shape) / t.shape[0]);
-    for (const auto& [name, shape] : t.parts) {
-      auto it = tensors.find(name);
-      if (it == tensors.end()) it = tensors.emplace(name, Tensor::empty(shape)).first;
-      std::memcpy(it->second.data(), v, static_cast<size_t>(shape_numel(shape)) * sizeof(float));
-      v += shape_numel(shape);
-    }
-    return;
-  }
+  v += t.lead_rows * (shape_numel(t.shape) / std::max<int64_t>(t.shape[0], 1));  // rows no parameter holds: skipped
   const int64_t n = shape_numel(t.shape);
   const int64_t rows = t.transpose ? t.shape[1] : t.shape[0], cols = n / std::max<int64_t>(rows, 1);
   std::vector<float> buf;
