@@ -484,7 +484,7 @@ std::string corpus_meta(const PrepareOptions& o, const PrepareResult& r, const n
 bool corpus_file(const std::string& n) {
   const bool shard = (n.rfind("train_", 0) == 0 || n.rfind("val_", 0) == 0) && n.ends_with(".bin");
   return shard || n == "train.bin" || n == "val.bin" || n == "tokenizer.json" || n == "tokenizer.model" ||
-         n == "tokenizer.byte_bpe.json" ||
+         n == "tokenizer.byte_bpe.json" || n == "tokenizer.fallback_bpe.json" ||
          n == "meta.json";
 }
 

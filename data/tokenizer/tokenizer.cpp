@@ -20,6 +20,8 @@ const KindRow kinds[] = {
     {TokenizerKind::char_level, "char", "tokenizer.json", [](const std::string& b) { return Tokenizer::of(CharTokenizer::from_json(b)); }},
     {TokenizerKind::sentencepiece, "sentencepiece", "tokenizer.model", &SentencePiece::load},
     {TokenizerKind::byte_bpe, "byte_bpe", "tokenizer.byte_bpe.json", [](const std::string& b) { return Tokenizer(ByteBpe::deserialize(b)); }},
+    {TokenizerKind::fallback_bpe, "fallback_bpe", "tokenizer.fallback_bpe.json",
+     [](const std::string& b) { return Tokenizer(ByteBpe::deserialize(b)); }},
 };
 
 }  // namespace
@@ -38,7 +40,12 @@ const char* corpus_file_name(TokenizerKind k) {
 
 Tokenizer Tokenizer::deserialize(const std::string& kind, const std::string& bytes) {
   for (const KindRow& r : kinds)
-    if (kind == r.name) return r.deserialize(bytes);
+    if (kind == r.name) {
+      Tokenizer t = r.deserialize(bytes);
+      if (t.kind() != r.kind)
+        throw Error(ErrorKind::data, "tokenizer stored as kind \"" + kind + "\" is a " + t.kind_name() + " tokenizer");
+      return t;
+    }
   std::string names;
   for (const KindRow& r : kinds) names += std::string(names.empty() ? "" : ", ") + r.name;
   throw Error(ErrorKind::data, "unknown tokenizer kind \"" + cut_for_message(kind, 40) + "\" (expected " + names + ")");

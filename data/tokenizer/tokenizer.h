@@ -15,8 +15,10 @@
 namespace tapelm {
 
 /// The kinds of tokenizer tapelm runs.
-enum class TokenizerKind { char_level, sentencepiece, byte_bpe };
-/// "char", "sentencepiece" or "byte_bpe": the kind's name in checkpoints and corpora.
+/// byte_bpe: a byte-level tokenizer.json (GPT-2, Llama 3, Qwen2); fallback_bpe: a sentencepiece-style
+/// one, BPE over characters with byte fallback (Llama 2's, Mistral's, Gemma's tokenizer.json).
+enum class TokenizerKind { char_level, sentencepiece, byte_bpe, fallback_bpe };
+/// "char", "sentencepiece", "byte_bpe" or "fallback_bpe": the kind's name in checkpoints and corpora.
 const char* to_string(TokenizerKind k);
 /// The file a corpus directory keeps a tokenizer of this kind in (tokenizer.json for char, ...).
 const char* corpus_file_name(TokenizerKind k);

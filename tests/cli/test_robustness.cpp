@@ -433,84 +433,90 @@ BOOST_AUTO_TEST_CASE(models_changed_under_a_streamed_eval_are_read_whole_or_refu
 
 namespace {
 
-// Hostile tokenizer.json pipelines, generated: a real byte-level tokenizer.json (Qwen2's layout:
-// NFC, Split + ByteLevel, BPE with ignore_merges off) with one seeded change at a seeded place in
-// its tree — a key removed, a value of another type, a number past every range, a string of
+// Hostile tokenizer.json pipelines, generated: a byte-level tokenizer.json (Qwen2's layout:
+// NFC, Split + ByteLevel, BPE with ignore_merges off) and a byte-fallback one (Llama 2's layout:
+// Prepend + Replace, ByteFallback decoder, a normalized added token), each with one seeded change
+// at a seeded place in its tree — a key removed, a value of another type, a number past every range, a string of
 // another component's type name, a value nested 40 deep, a list repeated — or its bytes flipped,
 // truncated or zeroed, each through `prepare --tokenizer-model` under `timeout 20`: exit 0 with a
 // corpus, or exit 1 with one line; never a signal, a hang or a sanitizer report.
 BOOST_AUTO_TEST_CASE(hostile_tokenizer_json_pipelines_exit_0_or_give_one_error_line) {
   TempDir d;
-  const std::string good = read_bytes(fixture_path("gguf/qwen2mini/tokenizer.json"));
-  const nlohmann::json base = nlohmann::json::parse(good);
-  // every place in the tree, the vocabulary's and merges' entries apart (they are most of it)
-  std::vector<nlohmann::json::json_pointer> places, entries;
-  const std::function<void(const nlohmann::json&, const nlohmann::json::json_pointer&)> walk = [&](const nlohmann::json& v,
-                                                                                                  const nlohmann::json::json_pointer& at) {
-    const std::string s = at.to_string();
-    const bool entry = (s.starts_with("/model/vocab/") || s.starts_with("/model/merges/")) && s.size() > 14;
-    (entry ? entries : places).push_back(at);
-    if (v.is_object())
-      for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), at / it.key());
-    else if (v.is_array())
-      for (size_t i = 0; i < v.size(); i++) walk(v[i], at / i);
-  };
-  walk(base, nlohmann::json::json_pointer());
-  static const char* kTypes[] = {"BPE", "WordPiece", "Unigram", "WordLevel", "Metaspace", "Whitespace", "Digits", "Punctuation",
-                                 "Replace", "Strip", "Lowercase", "NFKC", "NFD", "Prepend", "ByteFallback", "Fuse", "Sequence",
-                                 "TemplateProcessing", "Removed", "MergedWithNext", "Contiguous", "Split", "ByteLevel", "NFC"};
   std::mt19937_64 rng(53);
   std::vector<std::pair<std::string, std::string>> variants;  // path, what
   const int kJson = test::sanitized() ? 24 : 72, kBytes = test::sanitized() ? 8 : 24;
-  for (int i = 0; i < kJson; i++) {
-    const std::vector<nlohmann::json::json_pointer>& from = rng() % 4 == 0 ? entries : places;
-    const nlohmann::json::json_pointer at = from[rng() % from.size()];
-    nlohmann::json j = base;
-    std::string what = at.to_string().empty() ? "the root" : at.to_string();
-    nlohmann::json& v = j[at];
-    switch (i % 12) {
-      case 0:
-        if (at.empty()) v = nlohmann::json();
-        else if (j[at.parent_pointer()].is_object()) j[at.parent_pointer()].erase(at.back());
-        else j[at.parent_pointer()].erase(static_cast<size_t>(std::stoul(at.back())));
-        what += " removed";
-        break;
-      case 1: v = nullptr, what += " null"; break;
-      case 2: v = -1, what += " -1"; break;
-      case 3: v = 1e300, what += " 1e300"; break;
-      case 4: v = "", what += " \"\""; break;
-      case 5: v = "((\\", what += " an unbalanced regex"; break;
-      case 6: v = nlohmann::json::array(), what += " []"; break;
-      case 7: v = nlohmann::json::object(), what += " {}"; break;
-      case 8: v = true, what += " true"; break;
-      case 9:
-        for (int k = 0; k < 40; k++) v = nlohmann::json::array({v});
-        what += " nested 40 deep";
-        break;
-      case 10:
-        if (v.is_array()) {
-          const nlohmann::json copy = v;
-          for (int k = 0; k < 3; k++) v.insert(v.end(), copy.begin(), copy.end());
-          what += " repeated 4 times";
-        } else {
-          v = nlohmann::json::array({v, v});
-          what += " as a pair";
+  // the byte-fallback file, a third as many
+  const std::pair<const char*, int> kFiles[] = {{"gguf/qwen2mini/tokenizer.json", 1}, {"bytebpe/fallback/legacy.json", 3}};
+  for (const auto& [file, share] : kFiles) {
+    const std::string good = read_bytes(fixture_path(file));
+    const nlohmann::json base = nlohmann::json::parse(good);
+    const std::string tag = std::to_string(variants.size()) + "_";
+    // every place in the tree, the vocabulary's and merges' entries apart (they are most of it)
+    std::vector<nlohmann::json::json_pointer> places, entries;
+    const std::function<void(const nlohmann::json&, const nlohmann::json::json_pointer&)> walk = [&](const nlohmann::json& v,
+                                                                                                    const nlohmann::json::json_pointer& at) {
+      const std::string s = at.to_string();
+      const bool entry = (s.starts_with("/model/vocab/") || s.starts_with("/model/merges/")) && s.size() > 14;
+      (entry ? entries : places).push_back(at);
+      if (v.is_object())
+        for (auto it = v.begin(); it != v.end(); ++it) walk(it.value(), at / it.key());
+      else if (v.is_array())
+        for (size_t i = 0; i < v.size(); i++) walk(v[i], at / i);
+    };
+    walk(base, nlohmann::json::json_pointer());
+    static const char* kTypes[] = {"BPE", "WordPiece", "Unigram", "WordLevel", "Metaspace", "Whitespace", "Digits", "Punctuation",
+                                   "Replace", "Strip", "Lowercase", "NFKC", "NFD", "Prepend", "ByteFallback", "Fuse", "Sequence",
+                                   "TemplateProcessing", "Removed", "MergedWithNext", "Contiguous", "Split", "ByteLevel", "NFC"};
+    for (int i = 0; i < kJson / share; i++) {
+      const std::vector<nlohmann::json::json_pointer>& from = rng() % 4 == 0 ? entries : places;
+      const nlohmann::json::json_pointer at = from[rng() % from.size()];
+      nlohmann::json j = base;
+      std::string what = at.to_string().empty() ? "the root" : at.to_string();
+      nlohmann::json& v = j[at];
+      switch (i % 12) {
+        case 0:
+          if (at.empty()) v = nlohmann::json();
+          else if (j[at.parent_pointer()].is_object()) j[at.parent_pointer()].erase(at.back());
+          else j[at.parent_pointer()].erase(static_cast<size_t>(std::stoul(at.back())));
+          what += " removed";
+          break;
+        case 1: v = nullptr, what += " null"; break;
+        case 2: v = -1, what += " -1"; break;
+        case 3: v = 1e300, what += " 1e300"; break;
+        case 4: v = "", what += " \"\""; break;
+        case 5: v = "((\\", what += " an unbalanced regex"; break;
+        case 6: v = nlohmann::json::array(), what += " []"; break;
+        case 7: v = nlohmann::json::object(), what += " {}"; break;
+        case 8: v = true, what += " true"; break;
+        case 9:
+          for (int k = 0; k < 40; k++) v = nlohmann::json::array({v});
+          what += " nested 40 deep";
+          break;
+        case 10:
+          if (v.is_array()) {
+            const nlohmann::json copy = v;
+            for (int k = 0; k < 3; k++) v.insert(v.end(), copy.begin(), copy.end());
+            what += " repeated 4 times";
+          } else {
+            v = nlohmann::json::array({v, v});
+            what += " as a pair";
+          }
+          break;
+        default: {
+          const char* t = kTypes[rng() % std::size(kTypes)];
+          v = t, what += std::string(" \"") + t + "\"";
         }
-        break;
-      default: {
-        const char* t = kTypes[rng() % std::size(kTypes)];
-        v = t, what += std::string(" \"") + t + "\"";
       }
+      const std::string path = d / ("j" + tag + std::to_string(i) + ".json");
+      write_bytes(path, j.dump());
+      variants.emplace_back(path, what);
     }
-    const std::string path = d / ("j" + std::to_string(i) + ".json");
-    write_bytes(path, j.dump());
-    variants.emplace_back(path, what);
-  }
-  for (int i = 0; i < kBytes; i++) {
-    std::string what;
-    const std::string path = d / ("b" + std::to_string(i) + ".json");
-    write_bytes(path, corrupt(good, i, 2048, rng, what));
-    variants.emplace_back(path, what);
+    for (int i = 0; i < kBytes / share; i++) {
+      std::string what;
+      const std::string path = d / ("b" + tag + std::to_string(i) + ".json");
+      write_bytes(path, corrupt(good, i, 2048, rng, what));
+      variants.emplace_back(path, what);
+    }
   }
   const std::string text = small_corpus(d);
   std::vector<std::string> cmds;

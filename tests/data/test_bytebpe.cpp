@@ -394,11 +394,15 @@ BOOST_AUTO_TEST_CASE(bad_tokenizer_files_give_one_line_naming_the_field) {
   };
   const std::vector<Bad> bad{
       {[](json& t) { t["model"]["type"] = "WordPiece"; }, {"model.type", "WordPiece"}},
-      {[](json& t) { t["pre_tokenizer"] = {{"type", "Metaspace"}}; }, {"pre_tokenizer.type", "Metaspace"}},
+      {[](json& t) {
+         t["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Metaspace"}, {"replacement", "\u2581"}}, t["pre_tokenizer"]}}};
+       },
+       {"pre_tokenizer", "Metaspace", "byte-level"}},
+      {[](json& t) { t["pre_tokenizer"] = {{"type", "Whitespace"}}; }, {"pre_tokenizer.type", "Whitespace"}},
       {[](json& t) { t["pre_tokenizer"] = nullptr; }, {"pre_tokenizer", "missing"}},
       {[](json& t) { t["decoder"] = {{"type", "Metaspace"}}; }, {"decoder", "not ByteLevel"}},
       {[](json& t) { t["normalizer"] = {{"type", "NFKC"}}; }, {"normalizer.type", "NFKC"}},
-      {[](json& t) { t["model"]["byte_fallback"] = true; }, {"model.byte_fallback"}},
+      {[](json& t) { t["model"]["byte_fallback"] = true; }, {"pre_tokenizer", "ByteLevel", "byte_fallback"}},
       {[](json& t) { t["model"]["dropout"] = 0.1; }, {"model.dropout"}},
       {[](json& t) { t["model"]["continuing_subword_prefix"] = "##"; }, {"model.continuing_subword_prefix"}},
       {[](json& t) { t["model"]["vocab"]["Hello"] = -3; }, {"model.vocab[\"Hello\"]", "-3"}},

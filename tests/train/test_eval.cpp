@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <filesystem>
 #include <cmath>
 #include <fstream>
 
@@ -20,6 +21,7 @@
 
 using namespace tapelm;
 using namespace tapelm::test;
+namespace fs = std::filesystem;
 namespace tt = boost::test_tools;
 
 namespace {

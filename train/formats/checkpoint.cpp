@@ -30,9 +30,9 @@ void write_bytes(H5File& f, const std::string& obj, const std::string& s) {
   f.write_bytes(obj, std::vector<uint8_t>(s.begin(), s.end()));
 }
 
-// /tokenizer: attr kind ("char", "sentencepiece" or "byte_bpe"); char keeps its JSON in attr json
-// (as files before the kind attribute did), the others their serialized bytes in the dataset
-// /tokenizer/model (sentencepiece's model proto; byte-level BPE's JSON with its tokenizer.json).
+// /tokenizer: attr kind ("char", "sentencepiece", "byte_bpe" or "fallback_bpe"); char keeps its
+// JSON in attr json (as files before the kind attribute did), the others their serialized bytes in
+// the dataset /tokenizer/model (sentencepiece's model proto; BPE's JSON with its tokenizer.json).
 void write_tokenizer(H5File& f, const Tokenizer& tok) {
   f.create_group(kTokenizer);
   f.write_attr(kTokenizer, "kind", tok.kind_name());

@@ -137,6 +137,11 @@ void tokenizer_meta(Meta& m, const Tokenizer& tok, const std::string& what, Expo
     for (int32_t i = 0; i < V; i++)
       if (tok.piece_kind(i) == PieceKind::unknown) m.u32("tokenizer.ggml.unknown_token_id", i);
     m.flag("tokenizer.ggml.add_space_prefix", tok.adds_dummy_prefix());
+  } else if (tok.kind() == TokenizerKind::fallback_bpe) {
+    // llama.cpp's "llama" vocabulary merges by piece scores, a tokenizer.json by merge ranks: not
+    // one function in general, so no scores are made up.
+    refuse(what, "the byte-fallback BPE tokenizer (a sentencepiece-style tokenizer.json) has no llama.cpp form tapelm writes: "
+                 "import the model's directory with its tokenizer.model, which llama.cpp's \"llama\" vocabulary is");
   } else if (const ByteBpe* b = tok.as<ByteBpe>()) {
     r.tokenizer = "gpt2";
     std::string pre;

@@ -39,8 +39,8 @@ Bpe Bpe::parse(const Parser& p, const json& mo) {
     p.fail("model.type", "is " + p.cut(*ty) + ", expected \"BPE\"");
   if (auto d = mo.find("dropout"); d != mo.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0))
     p.fail("model.dropout", "is " + p.cut(*d) + ": BPE dropout is for training, not supported");
-  if (p.flag(mo, "byte_fallback", "model", false))
-    p.fail("model.byte_fallback", "is true: that is sentencepiece-style BPE, not byte-level");
+  m.byte_fallback_ = p.flag(mo, "byte_fallback", "model", false);
+  m.fuse_unk_ = p.flag(mo, "fuse_unk", "model", false);
   p.empty_string(mo, "continuing_subword_prefix", "model");
   p.empty_string(mo, "end_of_word_suffix", "model");
   m.ignore_merges_ = p.flag(mo, "ignore_merges", "model", false);
@@ -61,15 +61,34 @@ Bpe Bpe::parse(const Parser& p, const json& mo) {
     m.vocab_.emplace(it.key(), id);
   }
   if (m.pieces_.empty()) p.fail("model.vocab", "is empty");
-  const auto& chars = byte_to_char();
-  for (int b = 0; b < 256; b++) {
-    std::string s;
-    utf8_append(s, chars[b]);
-    auto it = m.vocab_.find(s);
-    if (it == m.vocab_.end())
-      p.fail("model.vocab", "lacks the byte-level token for byte " + std::to_string(b) + " (\"" + s + "\"): not a byte-level vocabulary");
-    m.byte_id_[b] = it->second;
-    m.byte_spelling_[b] = s;
+  // The unknown token matters with byte fallback alone (a byte-level vocabulary spells every byte).
+  const json unk = m.byte_fallback_ && mo.contains("unk_token") ? mo["unk_token"] : json(nullptr);
+  if (!unk.is_null()) {
+    if (!unk.is_string()) p.fail("model.unk_token", "is not a string or null: " + p.cut(unk));
+    auto it = m.vocab_.find(unk.get<std::string>());
+    if (it == m.vocab_.end()) p.fail("model.unk_token", "is " + p.cut(unk) + ", not in model.vocab");
+    m.unk_ = it->second;
+  }
+  if (m.byte_fallback_) {
+    // Hugging Face spells byte b as format!("<{b:#04X}>"): "<0x0A>"; a vocabulary may lack some.
+    static const char* hex = "0123456789ABCDEF";
+    for (int b = 0; b < 256; b++) {
+      const std::string s = std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">";
+      auto it = m.vocab_.find(s);
+      m.byte_id_[b] = it == m.vocab_.end() ? -1 : it->second;
+    }
+  } else {
+    const auto& chars = byte_to_char();
+    for (int b = 0; b < 256; b++) {
+      std::string s;
+      utf8_append(s, chars[b]);
+      auto it = m.vocab_.find(s);
+      if (it == m.vocab_.end())
+        p.fail("model.vocab", "lacks the byte-level token for byte " + std::to_string(b) + " (\"" + s +
+                                  "\"): not a byte-level vocabulary, and model.byte_fallback is false");
+      m.byte_id_[b] = it->second;
+      m.byte_spelling_[b] = s;
+    }
   }
   const json& merges = p.member(mo, "merges", "model");
   if (!merges.is_array()) p.fail("model.merges", "is not an array");
@@ -177,18 +196,54 @@ void Bpe::merge_large(std::vector<int32_t>& syms) const {
   syms.swap(out);
 }
 
+// The symbols merging starts from. byte_fallback: each character's token; a character not in the
+// vocabulary is its bytes' <0xAB> tokens when all exist, else the unknown token (one for a run of
+// them with fuse_unk), none without one: Hugging Face's BPE::merge_word, whose pending unknown
+// token is written when the next character found in the vocabulary comes or the word ends.
+void Bpe::first_symbols(std::string_view w, std::vector<int32_t>& syms) const {
+  syms.reserve(w.size());
+  if (!byte_fallback_) {
+    for (unsigned char b : w) syms.push_back(byte_id_[b]);
+    return;
+  }
+  bool unk_pending = false;
+  std::string ch;
+  for (size_t i = 0; i < w.size();) {
+    size_t n = 1;
+    while (i + n < w.size() && (static_cast<unsigned char>(w[i + n]) & 0xC0) == 0x80) n++;
+    ch.assign(w.substr(i, n));
+    i += n;
+    if (auto it = vocab_.find(ch); it != vocab_.end()) {
+      if (unk_pending) syms.push_back(unk_), unk_pending = false;
+      syms.push_back(it->second);
+      continue;
+    }
+    bool all = true;
+    for (unsigned char b : ch) all = all && byte_id_[b] >= 0;
+    if (all) {
+      for (unsigned char b : ch) syms.push_back(byte_id_[b]);
+      continue;
+    }
+    if (unk_ < 0) continue;  // no unknown token: the character is dropped, as Hugging Face's BPE does
+    if (unk_pending && !fuse_unk_) syms.push_back(unk_);
+    unk_pending = true;
+  }
+  if (unk_pending) syms.push_back(unk_);
+}
+
 void Bpe::merge_word(std::string_view w, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     std::string spelled;
-    for (unsigned char b : w) spelled += byte_spelling_[b];
+    if (byte_fallback_) spelled = w;
+    else
+      for (unsigned char b : w) spelled += byte_spelling_[b];
     if (auto it = vocab_.find(spelled); it != vocab_.end()) {
       out.push_back(it->second);
       return;
     }
   }
   std::vector<int32_t> syms;
-  syms.reserve(w.size());
-  for (unsigned char b : w) syms.push_back(byte_id_[b]);
+  first_symbols(w, syms);
   if (syms.size() <= 64)
     merge_small(syms);
   else

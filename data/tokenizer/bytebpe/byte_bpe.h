@@ -1,8 +1,11 @@
 #pragma once
-// Byte-level BPE as Hugging Face's tokenizers library runs it from a tokenizer.json (GPT-2,
-// Llama 3, Qwen2, SmolLM): the pipeline of normalizer.h, added tokens split out first,
-// pre_tokenizer.h, bpe.h, and the byte-level decoder (byte_level.h). What a file asks for that
-// this code cannot run exactly is refused, naming the field, instead of tokenizing differently.
+// BPE as Hugging Face's tokenizers library runs it from a tokenizer.json: byte-level (GPT-2,
+// Llama 3, Qwen2, SmolLM; kind byte_bpe) or with byte fallback (the sentencepiece-style files of
+// Llama 2, Mistral and Gemma; kind fallback_bpe). The pipeline: added tokens split out first,
+// normalizer.h on each piece between them, pre_tokenizer.h, bpe.h, and the decoder (byte-level:
+// byte_level.h; byte fallback: "▁" for a space, <0xAB> tokens as bytes, a space stripped where a
+// document starts). What a file asks for that this code cannot run exactly is refused, naming the
+// field, instead of tokenizing differently.
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
@@ -42,7 +45,10 @@ class ByteBpe : public TokenizerModel {
   /// What pre_tokenizer() says of a tokenizer.json's "pre_tokenizer" value; malformed -> data Error.
   static std::string describe_pre_tokenizer(const nlohmann::json& pre_tokenizer);
 
-  TokenizerKind kind() const override { return TokenizerKind::byte_bpe; }
+  /// byte_bpe, or fallback_bpe when model.byte_fallback is true.
+  TokenizerKind kind() const override;
+  /// True for a byte fallback file whose normalizer or Metaspace prepends "▁" (Llama 2's).
+  bool adds_dummy_prefix() const override;
   /// Ids of valid UTF-8 text (no BOS/EOS added); invalid UTF-8 -> data Error. Added tokens in the
   /// text become their ids, as in Hugging Face's encode.
   std::vector<int32_t> encode(const std::string& utf8) const override;
@@ -56,10 +62,11 @@ class ByteBpe : public TokenizerModel {
   /// The token as the vocabulary spells it ("Ġthe"), or the added token's text.
   std::string piece(int32_t id) const override;
   PieceKind piece_kind(int32_t id) const override;
-  /// {"type":"byte_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
+  /// {"type":"byte_bpe" or "fallback_bpe","bos":"...","eos":"...","tokenizer":{tokenizer.json}}.
   const std::string& serialized() const override;
-  /// Before a ' ' (or '\n') between two ASCII letters, when the pre-tokenizer is one that splits
-  /// there (PreTokenizer::cuts_at_space) and no added token's text spans the cut.
+  /// Byte-level: before a ' ' (or '\n') between two letters, when the pre-tokenizer is one that
+  /// splits there (PreTokenizer::cuts_at_space) and no added token's text spans the cut. Byte
+  /// fallback: never.
   bool can_cut_before(std::string_view text, size_t i) const override;
 
   /// The bytes one id stands for (added tokens: their text), before any UTF-8 repair.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "data/tokenizer/bytebpe/onig_classes.h"
+#include "data/tokenizer/utf8.h"
 
 namespace tapelm::bytebpe {
 
@@ -336,12 +337,26 @@ bool PreTokenizer::is_letter(uint32_t cp) {
   return it != letters->ranges && cp <= (*(it - 1))[1];
 }
 
-PreTokenizer PreTokenizer::parse(const Parser& p, const json& t, const std::string& field) {
+PreTokenizer PreTokenizer::parse(const Parser& p, const json& t, const std::string& field, bool byte_level) {
   PreTokenizer r;
+  if (!byte_level && t.is_null()) return r;  // none: the whole text is one pre-token (Llama 2's, Gemma's)
+  if (t.is_null()) p.fail(field, "is missing: byte-level BPE needs a ByteLevel pre-tokenizer");
   r.add(p, t, field);
-  if (r.steps_.empty() || r.steps_.back().kind != Kind::bytelevel) p.fail(field, "has no ByteLevel step: not a byte-level tokenizer");
-  r.decide_cuts();
+  if (byte_level && (r.steps_.empty() || r.steps_.back().kind != Kind::bytelevel))
+    p.fail(field, "has no ByteLevel step: not a byte-level tokenizer (and model.byte_fallback is false)");
+  for (const Step& s : r.steps_) {
+    if (!byte_level && s.kind == Kind::bytelevel)
+      p.fail(field, "has a ByteLevel step, which a byte_fallback model's vocabulary does not spell");
+    if (byte_level && s.kind == Kind::metaspace) p.fail(field, "has a Metaspace step in a byte-level tokenizer");
+  }
+  if (byte_level) r.decide_cuts();  // byte fallback: never cut (as sentencepiece's own models)
   return r;
+}
+
+bool PreTokenizer::prepends() const {
+  for (const Step& s : steps_)
+    if (s.kind == Kind::metaspace && s.prepend != Prepend::never) return true;
+  return false;
 }
 
 void PreTokenizer::decide_cuts() {
@@ -416,8 +431,31 @@ void PreTokenizer::add(const Parser& p, const json& t, const std::string& field)
               each ? "Digits individual" : "Digits"};
     step.pattern = each ? R"(\p{N})" : R"(\p{N}+)";
     steps_.push_back(std::move(step));
+  } else if (type == "Metaspace") {
+    // {replacement, prepend_scheme, split}; files older than tokenizers 0.19 say add_prefix_space
+    const json& r = p.member(t, "replacement", field);
+    if (!r.is_string() || utf8_first_invalid(r.get<std::string>()) != std::string::npos || utf8_decode(r.get<std::string>()).size() != 1) p.fail(field + ".replacement", "is not one character: " + p.cut(r));
+    Step step{Kind::metaspace, nullptr, false, "Metaspace " + r.get<std::string>()};
+    step.replacement = r.get<std::string>();
+    const bool legacy_prefix = p.flag(t, "add_prefix_space", field, true);
+    step.prepend = legacy_prefix ? Prepend::always : Prepend::never;
+    if (auto ps = t.find("prepend_scheme"); ps != t.end() && !ps->is_null()) {
+      static const std::pair<const char*, Prepend> kSchemes[] = {{"always", Prepend::always}, {"first", Prepend::first}, {"never", Prepend::never}};
+      const auto* k = std::find_if(std::begin(kSchemes), std::end(kSchemes), [&](const auto& x) { return ps->is_string() && ps->get<std::string>() == x.first; });
+      if (k == std::end(kSchemes)) p.fail(field + ".prepend_scheme", "is " + p.cut(*ps) + ": not \"always\", \"first\" or \"never\"");
+      step.prepend = k->second;
+      step.source += std::string(" ") + k->first;
+    } else {
+      step.source += legacy_prefix ? " always" : " never";
+    }
+    if (p.flag(t, "split", field, true)) {
+      step.re = compile(step.replacement, true, p.what + ": " + field + ".replacement");
+      step.behavior = SplitBehavior::merged_with_next;
+      step.source += " split";
+    }
+    steps_.push_back(std::move(step));
   } else {
-    p.fail(field + ".type", "is \"" + type + "\": byte-level BPE needs Split, Digits and ByteLevel pre-tokenizers");
+    p.fail(field + ".type", "is \"" + type + "\": the supported pre-tokenizers are Split, Digits, ByteLevel, Metaspace and Sequence");
   }
 }
 
@@ -427,7 +465,7 @@ std::string PreTokenizer::describe() const {
   return out;
 }
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned) const {
+void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned, bool at_start) const {
   std::vector<std::string_view> pieces{text}, next;
   uint64_t budget = kRegexFloor + kRegexPerByte * static_cast<uint64_t>(text.size());
   for (const Step& s : steps_) {
@@ -435,6 +473,18 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
     for (std::string_view piece : pieces) {
       if (s.kind == Kind::bytelevel && s.add_prefix_space && !piece.empty() && piece[0] != ' ') {
         owned.push_back(" " + std::string(piece));
+        piece = owned.back();
+      }
+      if (s.kind == Kind::metaspace) {
+        // Hugging Face's Metaspace: every ' ' becomes the replacement, which is prepended unless
+        // the piece starts with it ("first": only a piece where the whole text starts).
+        const bool first = at_start && piece.data() == text.data();
+        std::string t;
+        for (char c : piece) c == ' ' ? t += s.replacement : t += c;
+        if (!t.empty() && (s.prepend == Prepend::always || (s.prepend == Prepend::first && first)) &&
+            t.compare(0, s.replacement.size(), s.replacement) != 0)
+          t.insert(0, s.replacement);
+        owned.push_back(std::move(t));
         piece = owned.back();
       }
       if (s.re)

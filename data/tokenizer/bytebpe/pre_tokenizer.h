@@ -1,7 +1,8 @@
 #pragma once
-// The pre-tokenizer of a byte-level tokenizer.json: regex splits (Split, Digits) and the byte-level
-// step (GPT-2's pattern when use_regex, an optional prefix space), run in order. The patterns run
-// on PCRE2 (UTF, UCP, JIT) as the file gives them.
+// The pre-tokenizer of a tokenizer.json: regex splits (Split, Digits), the byte-level step
+// (GPT-2's pattern when use_regex, an optional prefix space) last in a byte-level file, and
+// Metaspace (spaces as "▁", one prepended, optionally a split before each) in a byte-fallback
+// one, run in order. The patterns run on PCRE2 (UTF, UCP, JIT) as the file gives them.
 #include <deque>
 #include <memory>
 #include <string>
@@ -26,14 +27,19 @@ std::string onig_to_pcre2(const std::string& pattern, const std::string& where);
 
 class PreTokenizer {
  public:
-  /// The steps a tokenizer.json's "pre_tokenizer" value asks for; the last must be ByteLevel.
-  /// Anything tapelm cannot run exactly -> data Error naming the field.
-  static PreTokenizer parse(const Parser& p, const json& t, const std::string& field);
+  /// The steps a tokenizer.json's "pre_tokenizer" value asks for: byte_level, the last must be
+  /// ByteLevel; else (byte fallback) there is none, or none is ByteLevel. Anything tapelm cannot
+  /// run exactly -> data Error naming the field.
+  static PreTokenizer parse(const Parser& p, const json& t, const std::string& field, bool byte_level = true);
   /// What the steps are, e.g. "Digits individual | ByteLevel use_regex" (export matches on it).
   std::string describe() const;
-  /// Splits text into pre-tokens (views into text, or into strings kept in `owned` when the
-  /// byte-level step adds a prefix space).
-  void split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned) const;
+  /// Splits text into pre-tokens (views into text, or into strings kept in `owned` when a step
+  /// adds a prefix or replaces spaces). at_start: text begins the whole text (Metaspace's
+  /// prepend_scheme "first" prepends there alone).
+  void split(std::string_view text, std::vector<std::string_view>& out, std::deque<std::string>& owned, bool at_start = true) const;
+  /// True when a Metaspace step prepends its replacement to text at the start (scheme "first")
+  /// or to every piece ("always").
+  bool prepends() const;
   /// Where a text may be cut with the pre-tokens of the parts, side by side, those of the whole
   /// (docs/tokenizers.md): before a ' ' between two letters (\p{L}, of any script) when every step is a split
   /// tapelm knows (the GPT-2, cl100k/Llama 3, Qwen2, o200k and DeepSeek V3 patterns, digits, CJK
@@ -45,7 +51,8 @@ class PreTokenizer {
   static bool is_letter(uint32_t cp);
 
  private:
-  enum class Kind { split, bytelevel };
+  enum class Kind { split, bytelevel, metaspace };
+  enum class Prepend { always, first, never };  // Metaspace's prepend_scheme
   struct Step {
     Kind kind;
     std::shared_ptr<Regex> re;      // split; bytelevel with use_regex (GPT-2's pattern)
@@ -54,6 +61,8 @@ class PreTokenizer {
     SplitBehavior behavior = SplitBehavior::isolated;  // split
     bool invert = false;                               // split: the matches are the text between
     std::string pattern;                               // split: as the file gives it (Regex)
+    std::string replacement;                           // metaspace: what a space becomes
+    Prepend prepend = Prepend::always;                 // metaspace
   };
   void add(const Parser& p, const json& t, const std::string& field);
   void decide_cuts();
