@@ -115,7 +115,7 @@ double TrainConfig::train_flops_per_token() const {
   return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
 }
 
-TrainingMemory training_memory(const TrainConfig& c, int world) {
+TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_params) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
   // float weights; gradients and AdamW's two moments of the trained ones (the moments a rank's
@@ -148,13 +148,15 @@ TrainingMemory training_memory(const TrainConfig& c, int world) {
   b.windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
   b.evaluation = 2 * 4 * static_cast<double>(split_eval_batch(m)) * T * static_cast<double>(m.vocab_size);
   b.reduce = world > 1 ? 4 * trained : 0;
+  b.teacher = 4 * teacher_params;
   return b;
 }
 
 std::string TrainingMemory::str() const {
   return byte_size_str(total()) + ": weights " + byte_size_str(weights) + ", gradients " + byte_size_str(gradients) + ", optimizer state " +
          byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffer " + byte_size_str(reduce) : "") + ", activations " +
-         byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation);
+         byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation) +
+         (teacher > 0 ? ", distillation teacher " + byte_size_str(teacher) : "");
 }
 
 double training_state_bytes(const TrainConfig& c, int world) {
@@ -162,11 +164,11 @@ double training_state_bytes(const TrainConfig& c, int world) {
   return b.weights + b.gradients + b.optimizer;
 }
 
-void check_training_memory(const TrainConfig& c, double available, int world) {
+void check_training_memory(const TrainConfig& c, double available, int world, double teacher_params) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params);
   const bool rounded = c.precision != Precision::f32;  // a bf16 copy of the weights and of the linear layers' inputs
-  const TrainingMemory b = training_memory(c, world);
+  const TrainingMemory b = training_memory(c, world, teacher_params);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +

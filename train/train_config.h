@@ -126,20 +126,22 @@ struct TrainingMemory {
   double evaluation = 0;   // the final evaluation's forward: its logits and their softmax (split_eval_batch windows)
   double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients
   double windows = 0;      // the fixed evaluation windows
+  double teacher = 0;      // distillation's teacher: its float32 weights, held beside the model trained
   /// The peak: the state, the all-reduce's buffer, and the larger of a step's activations and the
   /// final evaluation's (the gradients stay allocated through it).
-  double total() const { return weights + gradients + optimizer + reduce + std::max(activations, evaluation) + windows; }
+  double total() const { return weights + gradients + optimizer + reduce + std::max(activations, evaluation) + windows + teacher; }
   /// "4.25 GB: weights 1.42 GB, gradients 1.42 GB, optimizer state 1.42 GB, activations 0.12 GB"
   std::string str() const;
 };
-TrainingMemory training_memory(const TrainConfig& c, int world = 1);
+/// teacher_params: the parameters of a distillation teacher held beside the model (0: none).
+TrainingMemory training_memory(const TrainConfig& c, int world = 1, double teacher_params = 0);
 /// Weights, gradients and optimizer state together (TrainingMemory's first three).
 double training_state_bytes(const TrainConfig& c, int world);
 /// Throws a config Error naming the keys at fault when training c cannot fit in `available`
 /// bytes: weights, gradients and optimizer state (a rank's share in a run of `world` ranks), one
 /// micro-batch's activations (a lower bound) and the evaluation windows. Called before anything is
 /// allocated.
-void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1);
+void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1, double teacher_params = 0);
 
 // ---- a training checkpoint's config (train/formats/checkpoint.h stores it as JSON) ----------
 

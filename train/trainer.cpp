@@ -110,10 +110,15 @@ void check_ranks_in_sync(const NamedParams& params, int64_t step) {
 }
 
 namespace {
+double teacher_params(const TrainOptions& opt) {
+  return opt.teacher ? static_cast<double>(model_cost(opt.teacher->config()).params) : 0.0;
+}
+
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
-  check_training_memory(cfg, available_memory_bytes(), dist::size());  // before the model is allocated
+  // before the model is allocated; a distillation teacher is held beside it
+  check_training_memory(cfg, available_memory_bytes(), dist::size(), teacher_params(opt));
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }
@@ -179,7 +184,8 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       shard = " (shard optimizer: the state of this rank's share of the parameters; " + byte_size_str(training_memory(whole, world_).total()) +
               " unsharded)";
     }
-    std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "", training_memory(cfg_, world_).str().c_str(),
+    std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
+                training_memory(cfg_, world_, teacher_params(opt_)).str().c_str(),
                 shard.c_str());
     if (cfg_.trainable != Trainable::all) {
       const double trained = static_cast<double>(cfg_.trained_params()), all = static_cast<double>(model_cost(cfg_.model).params);
@@ -257,7 +263,7 @@ void Trainer::set_up() {
     for (size_t i = 0; i < src.size(); i++) {
       if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
         throw Error(ErrorKind::train, "init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
-      dst[i].second.val() = src[i].second.val().clone();
+      dst[i].second.val() = src[i].second.val();  // shared: the init's own storage is freed here
     }
   }
   model_.train();

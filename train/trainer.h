@@ -35,7 +35,9 @@ struct TrainResult {
 struct TrainOptions {
   bool resume = false;                    // continue from out_dir/checkpoint.h5
   bool quiet = false;                     // no progress lines
-  const GPT* init_from = nullptr;         // start from these weights instead of the init
+  /// Start from these weights instead of the init. They are taken over, not copied: the run's
+  /// model shares their storage and trains them in place (a second copy of a 1.3 B model is 5 GB).
+  GPT* init_from = nullptr;
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
