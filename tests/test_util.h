@@ -253,6 +253,16 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
   return out;
 }
 
+/// "equal", or where two id sequences first differ ("first difference at 3 of 10: got 5, want 7"):
+/// a tokenizer's ids against an oracle's.
+inline std::string first_difference(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
+  if (i == got.size() && i == want.size()) return "equal";
+  return "first difference at " + std::to_string(i) + " of " + std::to_string(want.size()) + ": got " +
+         (i < got.size() ? std::to_string(got[i]) : "end") + ", want " + (i < want.size() ? std::to_string(want[i]) : "end");
+}
+
 // ---- preconditions: a test that needs what this machine may lack reports itself skipped ---------
 
 using Precondition = boost::test_tools::assertion_result;

@@ -164,11 +164,11 @@ double training_state_bytes(const TrainConfig& c, int world) {
   return b.weights + b.gradients + b.optimizer;
 }
 
-void check_training_memory(const TrainConfig& c, double available, int world, double teacher_params) {
+void check_training_memory(const TrainConfig& c, double available, int world) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params);
   const bool rounded = c.precision != Precision::f32;  // a bf16 copy of the weights and of the linear layers' inputs
-  const TrainingMemory b = training_memory(c, world, teacher_params);
+  const TrainingMemory b = training_memory(c, world);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +

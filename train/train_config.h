@@ -141,7 +141,7 @@ double training_state_bytes(const TrainConfig& c, int world);
 /// bytes: weights, gradients and optimizer state (a rank's share in a run of `world` ranks), one
 /// micro-batch's activations (a lower bound) and the evaluation windows. Called before anything is
 /// allocated.
-void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1, double teacher_params = 0);
+void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1);
 
 // ---- a training checkpoint's config (train/formats/checkpoint.h stores it as JSON) ----------
 

@@ -117,8 +117,10 @@ double teacher_params(const TrainOptions& opt) {
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
-  // before the model is allocated; a distillation teacher is held beside it
-  check_training_memory(cfg, available_memory_bytes(), dist::size(), teacher_params(opt));
+  // Before the model is allocated. A distillation teacher is in memory already, and so are
+  // init_from's weights, which the run takes over: the memory they hold is the run's.
+  const double reused = opt.init_from ? 4.0 * static_cast<double>(model_cost(opt.init_from->config()).params) : 0.0;
+  check_training_memory(cfg, available_memory_bytes() + reused, dist::size());
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }

@@ -52,15 +52,6 @@ std::string layout_json(const json& overrides) { return layout_doc(overrides).du
 
 std::vector<int32_t> ids_of(const json& a) { return a.get<std::vector<int32_t>>(); }
 
-// "equal" or where the two first differ.
-std::string compare(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
-  if (i == got.size() && i == want.size()) return "equal";
-  return "first difference at " + std::to_string(i) + " of " + std::to_string(want.size()) + ": got " +
-         (i < got.size() ? std::to_string(got[i]) : "end") + ", want " + (i < want.size() ? std::to_string(want[i]) : "end");
-}
-
 // FNV-1a 64 over the ids as little-endian int32, as the fixture script hashes them.
 std::string fnv1a64(const std::vector<int32_t>& ids) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -91,13 +82,13 @@ BOOST_AUTO_TEST_CASE(ids_equal_hugging_face_on_four_layouts) {
     const std::string name = layout["name"];
     BOOST_TEST_CONTEXT(name) {
       const Tokenizer tok = layout_tokenizer(layout);
-      BOOST_TEST(compare(tok.encode(layout.value("stress_text", stress)), ids_of(layout["stress"])) == "equal");
+      BOOST_TEST(first_difference(tok.encode(layout.value("stress_text", stress)), ids_of(layout["stress"])) == "equal");
       for (size_t i = 0; i < cases()["short"].size(); i++)  // (no short text holds a numeral beyond 0-9)
-        BOOST_TEST(compare(tok.encode(cases()["short"][i]), ids_of(layout["short"][i])) == "equal",
+        BOOST_TEST(first_difference(tok.encode(cases()["short"][i]), ids_of(layout["short"][i])) == "equal",
                    "short text " << cases()["short"][i].dump());
       const std::vector<int32_t> ids = tok.encode(corpus);
       const std::vector<int32_t> head = ids_of(layout["corpus"]["head"]);
-      BOOST_TEST(compare(std::vector<int32_t>(ids.begin(), ids.begin() + std::min(ids.size(), head.size())), head) == "equal");
+      BOOST_TEST(first_difference(std::vector<int32_t>(ids.begin(), ids.begin() + std::min(ids.size(), head.size())), head) == "equal");
       BOOST_TEST(ids.size() == layout["corpus"]["tokens"].get<size_t>());
       BOOST_TEST(fnv1a64(ids) == layout["corpus"]["fnv1a64"].get<std::string>());
     }
@@ -109,7 +100,7 @@ BOOST_AUTO_TEST_CASE(ids_equal_hugging_face_on_four_layouts) {
   std::vector<int32_t> want = gpt2.encode(" ");
   for (const char* part : {"\u00BD", "\u00B2", "\u0663"})
     for (int32_t id : gpt2.encode(part)) want.push_back(id);
-  BOOST_TEST(compare(smollm.encode(" \u00BD\u00B2\u0663"), want) == "equal");
+  BOOST_TEST(first_difference(smollm.encode(" \u00BD\u00B2\u0663"), want) == "equal");
   BOOST_TEST(gpt2.encode(" \u00BD\u00B2\u0663").front() != want.front());  // GPT-2's pattern keeps " ½²٣" whole
   // GPT-2's count for tinyshakespeare, as nanoGPT's prepare.py reports it (301,966 train + 36,059 val)
   BOOST_TEST(cases()["layouts"][0]["corpus"]["tokens"] == 338025);
@@ -128,7 +119,7 @@ BOOST_AUTO_TEST_CASE(the_family_fixtures_tokenizer_files_equal_hugging_face) {
     const Tokenizer tok = tapelm::hf::read_tokenizer_file(std::string(TAPELM_SOURCE_DIR) + "/" + f["file"].get<std::string>());
     for (size_t i = 0; i < c["texts"].size(); i++)
       BOOST_TEST_CONTEXT(f["file"].get<std::string>() << ", text " << i) {
-        BOOST_TEST(compare(tok.encode(c["texts"][i].get<std::string>()), ids_of(f["ids"][i])) == "equal");
+        BOOST_TEST(first_difference(tok.encode(c["texts"][i].get<std::string>()), ids_of(f["ids"][i])) == "equal");
       }
   }
 }
@@ -146,7 +137,7 @@ BOOST_AUTO_TEST_CASE(split_behaviors_and_empty_matches_equal_hugging_face) {
     for (size_t i = 0; i < c["texts"].size(); i++) {
       const std::string text = c["texts"][i].get<std::string>();
       BOOST_TEST_CONTEXT(layout["name"].get<std::string>() << " on \"" << text << "\"") {
-        BOOST_TEST(compare(tok->encode(text), ids_of(layout["ids"][i])) == "equal");
+        BOOST_TEST(first_difference(tok->encode(text), ids_of(layout["ids"][i])) == "equal");
       }
     }
   }
@@ -224,7 +215,7 @@ BOOST_AUTO_TEST_CASE(non_ascii_added_tokens_decode_as_hugging_face_does) {
   const json c = json::parse(read_file_bytes(bx("added/cases.json"), "fixture"));
   const auto tok = ByteBpe::from_parsed(layout_doc({{"added_tokens", c["added_tokens"]}}), "added", "", "");
   const std::vector<int32_t> ids = ids_of(c["ids"]);
-  BOOST_TEST(compare(tok->encode(c["text"].get<std::string>()), ids) == "equal");
+  BOOST_TEST(first_difference(tok->encode(c["text"].get<std::string>()), ids) == "equal");
   BOOST_TEST(tok->decode(ids) == c["decoded"].get<std::string>());
   for (const json& e : c["each"]) BOOST_TEST(tok->decode({e[0].get<int32_t>()}) == e[1].get<std::string>());
   // ids with no token, as the tiktoken conversions (cl100k, o200k) have them: once refused ("ids
@@ -234,7 +225,7 @@ BOOST_AUTO_TEST_CASE(non_ascii_added_tokens_decode_as_hugging_face_does) {
   t["model"]["vocab"]["<|x|>"] = 50300;
   const auto holey = ByteBpe::from_parsed(std::move(t), "holes", "", "");
   const std::vector<int32_t> hid = ids_of(h["ids"]);
-  BOOST_TEST(compare(holey->encode(h["text"].get<std::string>()), hid) == "equal");
+  BOOST_TEST(first_difference(holey->encode(h["text"].get<std::string>()), hid) == "equal");
   std::vector<int32_t> with_holes = hid;
   with_holes.insert(with_holes.end(), {50280, 50299});
   BOOST_TEST(holey->decode(with_holes) == h["decoded"].get<std::string>());
@@ -272,7 +263,7 @@ BOOST_AUTO_TEST_CASE(decode_inverts_encode_and_streams_by_bytes) {
       if (layout["name"] == "qwen2") {
         // NFC changed the text (e + U+0301 -> U+00E9): the decoded text encodes to the same ids
         BOOST_TEST(tok.decode(ids) != stress);
-        BOOST_TEST(compare(tok.encode(tok.decode(ids)), ids) == "equal");
+        BOOST_TEST(first_difference(tok.encode(tok.decode(ids)), ids) == "equal");
       } else {
         BOOST_TEST(tok.decode(ids) == stress);
       }
@@ -309,7 +300,7 @@ BOOST_AUTO_TEST_CASE(vocab_json_with_merges_txt_is_gpt2_and_serializes) {
   BOOST_TEST(tok.eos_id() == 50256);
   BOOST_TEST(tok.piece(15496) == "Hello");
   BOOST_TEST(tok.piece(995) == "\xC4\xA0world");  // "Ġworld"
-  BOOST_TEST(compare(tok.encode(cases()["stress"]), ids_of(cases()["layouts"][0]["stress"])) == "equal");
+  BOOST_TEST(first_difference(tok.encode(cases()["stress"]), ids_of(cases()["layouts"][0]["stress"])) == "equal");
   const Tokenizer back = Tokenizer::deserialize(tok.kind_name(), tok.serialized());
   BOOST_TEST((back == tok));
   BOOST_TEST(back.bos_id() == 50256);
@@ -553,8 +544,8 @@ BOOST_AUTO_TEST_CASE(prepare_ids_equal_each_whole_documents_for_random_texts) {
       w.insert(w.end(), e.begin(), e.end());
     }
     BOOST_TEST_CONTEXT(name) {
-      BOOST_TEST(compare(c.train.to_vector(), want_train) == "equal");
-      BOOST_TEST(compare(c.val.to_vector(), want_val) == "equal");
+      BOOST_TEST(first_difference(c.train.to_vector(), want_train) == "equal");
+      BOOST_TEST(first_difference(c.val.to_vector(), want_val) == "equal");
     }
   }
 }
@@ -590,8 +581,8 @@ BOOST_AUTO_TEST_CASE(prepare_train_sample_export_and_import_with_gpt2s_tokenizer
     const std::vector<int32_t> e = ref.encode(docs[i]);
     w.insert(w.end(), e.begin(), e.end());
   }
-  BOOST_TEST(compare(c.train.to_vector(), want_train) == "equal");
-  BOOST_TEST(compare(c.val.to_vector(), want_val) == "equal");
+  BOOST_TEST(first_difference(c.train.to_vector(), want_train) == "equal");
+  BOOST_TEST(first_difference(c.val.to_vector(), want_val) == "equal");
   BOOST_TEST(fs::exists(d / "c/tokenizer.byte_bpe.json"));
 
   // A tiny model on it, sampled, exported to HF with tokenizer.json, imported back.

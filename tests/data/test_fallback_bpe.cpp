@@ -31,15 +31,6 @@ const json& fallback_cases() {
 
 std::vector<int32_t> id_list(const json& a) { return a.get<std::vector<int32_t>>(); }
 
-// "equal" or where the two first differ.
-std::string first_difference(const std::vector<int32_t>& got, const std::vector<int32_t>& want) {
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) i++;
-  if (i == got.size() && i == want.size()) return "equal";
-  return "first difference at " + std::to_string(i) + " of " + std::to_string(want.size()) + ": got " +
-         (i < got.size() ? std::to_string(got[i]) : "end") + ", want " + (i < want.size() ? std::to_string(want[i]) : "end");
-}
-
 Tokenizer layout(const std::string& name) {
   return Tokenizer(ByteBpe::from_json(read_file_bytes(fx(name + ".json"), "fixture"), name + ".json", "<s>", "</s>"));
 }

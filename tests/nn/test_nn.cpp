@@ -516,13 +516,13 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   check_training_memory(big, room);
   big.precision = Precision::bf16_emulated;
   test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"the bf16-emulated copy of the weights"});
-  // distillation's teacher is held beside the model: its float32 weights, 4 bytes a parameter
-  // (16 a parameter for the student plus 4 for a teacher of its size: 20 > 19)
+  // distillation's teacher is held beside the model: its float32 weights, 4 bytes a parameter,
+  // in the printed estimate (the check does not count it: the teacher is in memory before the run)
   big.precision = Precision::f32;
   const double teacher = static_cast<double>(model_cost(big.model).params);
   BOOST_TEST(training_memory(big, 1, teacher).teacher == 4 * teacher);
   BOOST_TEST(training_memory(big, 1, teacher).total() == training_memory(big).total() + 4 * teacher);
-  test::expect_throw([&] { check_training_memory(big, room, 1, teacher); }, ErrorKind::config, {"training this config"});
+
   // ... and every linear layer's rounded input, kept for the backward. The baby config at batch
   // 1000: f32 activations 4 bytes · (4·(16·128 + 2·512 + 4·64) + 2·65 = 13442 values) · 1000 · 64 =
   // 3.44 GB; the rounded inputs 4·(3·128 + 512) + 128 = 3712 values per token, 0.95 GB emulated
