@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <utility>
 
+#include "data/tokenizer/bytebpe/normalizer.h"
 #include "data/tokenizer/bytebpe/onig_classes.h"
 #include "data/tokenizer/utf8.h"
 
@@ -434,7 +435,8 @@ void PreTokenizer::add(const Parser& p, const json& t, const std::string& field)
   } else if (type == "Metaspace") {
     // {replacement, prepend_scheme, split}; files older than tokenizers 0.19 say add_prefix_space
     const json& r = p.member(t, "replacement", field);
-    if (!r.is_string() || utf8_first_invalid(r.get<std::string>()) != std::string::npos || utf8_decode(r.get<std::string>()).size() != 1) p.fail(field + ".replacement", "is not one character: " + p.cut(r));
+    // (a parsed JSON string is valid UTF-8)
+    if (!r.is_string() || utf8_decode(r.get<std::string>()).size() != 1) p.fail(field + ".replacement", "is not one character: " + p.cut(r));
     Step step{Kind::metaspace, nullptr, false, "Metaspace " + r.get<std::string>()};
     step.replacement = r.get<std::string>();
     const bool legacy_prefix = p.flag(t, "add_prefix_space", field, true);
@@ -479,8 +481,7 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
         // Hugging Face's Metaspace: every ' ' becomes the replacement, which is prepended unless
         // the piece starts with it ("first": only a piece where the whole text starts).
         const bool first = at_start && piece.data() == text.data();
-        std::string t;
-        for (char c : piece) c == ' ' ? t += s.replacement : t += c;
+        std::string t = replace_all(std::string(piece), " ", s.replacement);
         if (!t.empty() && (s.prepend == Prepend::always || (s.prepend == Prepend::first && first)) &&
             t.compare(0, s.replacement.size(), s.replacement) != 0)
           t.insert(0, s.replacement);
