@@ -172,9 +172,25 @@ int64_t split_eval_batch(const GPTConfig& c) {
   return std::clamp<int64_t>(static_cast<int64_t>(static_cast<double>(int64_t{1} << 28) / logits), 1, 32);
 }
 
-double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks) {
+namespace {
+/// The windows evaluate_split covers: all, or the first max_tokens / T of them (at least one).
+size_t split_windows(int64_t max_tokens, size_t all, int64_t T) {
+  return max_tokens > 0 ? std::min(all, static_cast<size_t>(std::max<int64_t>(1, max_tokens / T))) : all;
+}
+}  // namespace
+
+double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks, int64_t max_tokens) {
   const int64_t T = model.config().block_size;
-  return evaluate_windows(model, split, eval_windows(split, T, "val split"), T, split_eval_batch(model.config()), split_across_ranks);
+  std::vector<int64_t> starts = eval_windows(split, T, "val split");
+  starts.resize(split_windows(max_tokens, starts.size(), T));
+  return evaluate_windows(model, split, starts, T, split_eval_batch(model.config()), split_across_ranks);
+}
+
+std::string split_eval_what(int64_t max_tokens, int64_t n, int64_t T) {
+  const size_t all = n >= T + 1 ? static_cast<size_t>((n - 1) / T) : 0;
+  const size_t used = split_windows(max_tokens, all, T);
+  if (used == all) return "the whole val split";
+  return "the first " + std::to_string(static_cast<int64_t>(used) * T) + " tokens of the val split";
 }
 
 EvalBatches EvalData::batches(int64_t batch) const {

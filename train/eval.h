@@ -75,9 +75,13 @@ double evaluate_windows(GPT& model, const TokenSeq& data, const std::vector<int6
 int64_t split_eval_batch(const GPTConfig& c);
 
 /// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
-/// `tapelm eval` reports (split_eval_batch windows per forward pass). With split_across_ranks, a
-/// collective.
-double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks = false);
+/// `tapelm eval` reports (split_eval_batch windows per forward pass); max_tokens > 0 bounds it to
+/// the split's first max_tokens / block_size windows (at least one: config key final_eval_tokens).
+/// With split_across_ranks, a collective.
+double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks = false, int64_t max_tokens = 0);
+/// What evaluate_split with max_tokens covers of a split of n tokens at block size T, for messages:
+/// "the whole val split" or "the first 8192 tokens of the val split".
+std::string split_eval_what(int64_t max_tokens, int64_t n, int64_t T);
 
 /// What `tapelm eval --data` reads: token ids in non-overlapping windows of T, or (a parity file)
 /// ready-made batches.

@@ -74,6 +74,7 @@ template <> struct EnumNames<Shard> {
   X(std::string, optimizer, "adamw", any, none)                   \
   X(int64_t, eval_interval, 250, positive, count_max)             \
   X(int64_t, eval_iters, 20, positive, count_max)                 \
+  X(int64_t, final_eval_tokens, 0, non_negative, count_max) /* the closing evaluation: the val split's first tokens; 0: all */ \
   X(int64_t, log_interval, 10, positive, count_max)               \
   X(int64_t, checkpoint_interval, 500, positive, count_max)       \
   X(uint64_t, seed, 1337, any, max_seed)                          \

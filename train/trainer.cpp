@@ -516,7 +516,8 @@ void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_s
               tokens_per_s, 100.0 * model_flops / peak_flops_, 100.0 * model_flops / cpu_peak_flops_, comm.c_str(),
               fmt_duration(eta).c_str());
   if (res_.val_loss_full >= 0 && last)
-    std::printf("%sstep %ld: val loss on the whole val split %.4f\n", opt_.label.c_str(), static_cast<long>(st_.step),
+    std::printf("%sstep %ld: val loss on %s %.4f\n", opt_.label.c_str(), static_cast<long>(st_.step),
+                split_eval_what(cfg_.final_eval_tokens, static_cast<int64_t>(corpus_.val.size()), cfg_.model.block_size).c_str(),
                 res_.val_loss_full);
   std::fflush(stdout);
 }
@@ -554,9 +555,9 @@ TrainResult Trainer::run() {
       if (s.distill >= 0) rec["distill_kl"] = s.distill;
       if (s.distill_attention >= 0) rec["distill_attention"] = s.distill_attention;
       if (st_.step % cfg_.eval_interval == 0 || last) evaluate(rec);
-      if (last && opt_.final_eval) {  // the figure to quote: every val position once, as `tapelm eval`
+      if (last && opt_.final_eval) {  // the figure to quote: every val position once, as `tapelm eval` (or final_eval_tokens)
         const Autocast autocast(precision_);
-        res_.val_loss_full = evaluate_split(model_, corpus_.val, multi_);
+        res_.val_loss_full = evaluate_split(model_, corpus_.val, multi_, cfg_.final_eval_tokens);
         rec["val_loss_full"] = res_.val_loss_full;
       }
       if (lead_) dir_.log(rec);

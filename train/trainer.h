@@ -25,7 +25,7 @@ struct TrainResult {
   int64_t steps = 0;            // optimizer steps completed in total
   double last_train_loss = 0;   // of the last step
   double val_loss = 0;          // at the last evaluation (eval_iters fixed val batches)
-  double val_loss_full = -1;    // on the whole val split after the last step (final_eval), else -1
+  double val_loss_full = -1;    // on the val split (its first final_eval_tokens) after the last step (final_eval), else -1
   double seconds = 0;           // wall time of this call
   double tokens_per_s = 0;      // median over logged intervals
   bool interrupted = false;     // stopped by a signal, checkpoint written

@@ -192,7 +192,10 @@ BOOST_AUTO_TEST_CASE(pattern_classes_match_oniguruma_on_every_code_point) {
       const auto tok = ByteBpe::from_parsed(std::move(t), name, "", "");
       std::vector<bool> got(0x110000, true);  // removed unless seen again
       for (uint32_t c = 0xD800; c < 0xE000; c++) got[c] = false;  // surrogates: no text holds them
+      // under the sanitizers every fourth block of 512 (each plane's UTF-8 lengths still walked)
+      const auto checked = [](uint32_t c) { return !test::sanitized() || (c / 512) % 4 == 0; };
       for (uint32_t from = 0; from < 0x110000; from += 512) {
+        if (!checked(from)) continue;
         std::string text;
         for (uint32_t c = from; c < from + 512; c++)
           if (c < 0xD800 || c >= 0xE000) utf8_append(text, c);
@@ -202,7 +205,7 @@ BOOST_AUTO_TEST_CASE(pattern_classes_match_oniguruma_on_every_code_point) {
       size_t differ = 0;
       uint32_t first = 0;
       for (uint32_t c = 0; c < 0x110000; c++)
-        if (got[c] != want[name][c] && differ++ == 0) first = c;
+        if (checked(c) && got[c] != want[name][c] && differ++ == 0) first = c;
       BOOST_TEST(differ == 0u, differ << " code points differ, the first U+" << std::hex << first);
     }
   }

@@ -237,10 +237,10 @@ BOOST_AUTO_TEST_CASE(training_lowers_the_loss_and_grad_accum_matches_a_big_batch
   auto m = read_metrics(d / "run/metrics.jsonl");
   BOOST_TEST(m.front()["val_loss"].get<double>() > r.val_loss + 0.5, "val loss " << m.front()["val_loss"] << " -> " << r.val_loss);
   BOOST_TEST(m.front()["val_loss"].get<double>() == std::log(65.0), tt::tolerance(0.05));
-  // the final evaluation covers the whole val split: the same number as evaluating the saved
-  // weights afresh, on the last record only
+  // the final evaluation covers the val split's first final_eval_tokens: the same number as
+  // evaluating the saved weights afresh, on the last record only
   std::unique_ptr<GPT> saved = load_model(d / "run/checkpoint.h5").model;
-  BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val));
+  BOOST_TEST(r.val_loss_full == evaluate_split(*saved, shakespeare().val, false, kTinyFinalEvalTokens));
   BOOST_TEST(r.val_loss_full != r.val_loss);
   BOOST_TEST(m.back()["val_loss_full"].get<double>() == r.val_loss_full);
   for (size_t i = 0; i + 1 < m.size(); i++) BOOST_TEST(!m[i].contains("val_loss_full"), "record " << i);

@@ -90,8 +90,9 @@ int run_train(const TrainArgs& a) {
   if (talk) {
     std::string full;
     if (r.val_loss_full >= 0) {
-      char b[96];
-      std::snprintf(b, sizeof b, ", %.4f on the whole val split", r.val_loss_full);
+      char b[160];
+      std::snprintf(b, sizeof b, ", %.4f on %s", r.val_loss_full,
+                    split_eval_what(cfg.final_eval_tokens, static_cast<int64_t>(corpus.val.size()), cfg.model.block_size).c_str());
       full = b;
     }
     std::printf("%s after %ld steps in %.1fs: val loss %.4f (%ld fixed batches)%s, median %.0f tokens/s\n",

@@ -102,7 +102,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   // freed here, not held beside the model being trained (a 1.3 B model's 5.4 GB).
   const bool teaching = o.distill_lambda > 0 || o.distill_attention > 0;
   if (!teaching) source.reset();
-  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val);
+  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val, false, r.config.final_eval_tokens);
 
   TrainOptions to;
   to.resume = o.resume;
@@ -145,7 +145,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   converted.reset();
   source.reset();
   std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint()).model;
-  r.val_loss = evaluate_split(*done, corpus.val);
+  r.val_loss = evaluate_split(*done, corpus.val, false, r.config.final_eval_tokens);
   return r;
 }
 

@@ -304,13 +304,13 @@ struct CellRun {
 
 /// The val loss of the cell's model with K and V rounded as an f16 and a q8 KV cache store them
 /// (q8: when the head dimension is a multiple of 32), for the study in bytes per token.
-std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const Corpus& corpus) {
+std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const Corpus& corpus, int64_t max_tokens) {
   std::map<std::string, double> out;
   std::unique_ptr<GPT> m = load_model(checkpoint.string()).model;
   for (KvType t : {KvType::f16, KvType::q8}) {
     if (t == KvType::q8 && m->config().head_dim() % kQ8Block != 0) continue;
     m->round_kv_as(t);
-    out[to_string(t)] = evaluate_split(*m, corpus.val);
+    out[to_string(t)] = evaluate_split(*m, corpus.val, false, max_tokens);
   }
   return out;
 }
@@ -328,7 +328,7 @@ CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, c
   TrainResult tr = tapelm::train(tcfg, corpus, run_dir.string(), o);
   if (tr.interrupted) return {.interrupted = true};
   std::unique_ptr<GPT> m = load_model((run_dir / "checkpoint.h5").string()).model;
-  CellRun r{.val_loss = evaluate_split(*m, corpus.val), .train_seconds = tr.seconds};
+  CellRun r{.val_loss = evaluate_split(*m, corpus.val, false, tcfg.final_eval_tokens), .train_seconds = tr.seconds};
   try {
     plot_run(run_dir.string());
   } catch (const std::exception& e) {
@@ -339,7 +339,7 @@ CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, c
 
 /// The MHA row of a study that starts from a given model: the checkpoint copied as the row's own
 /// (the conversions read it from there, as they read a pretrained one), then the whole val split.
-CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir) {
+CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir, int64_t max_tokens) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   const fs::path ck = run_dir / "checkpoint.h5";
@@ -352,7 +352,7 @@ CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::pat
     formats::open_model(from).write_imported(ck.string());
   }
   std::unique_ptr<GPT> m = load_model(ck.string()).model;
-  return {.val_loss = evaluate_split(*m, corpus.val)};
+  return {.val_loss = evaluate_split(*m, corpus.val, false, max_tokens)};
 }
 
 /// A given model and the corpus must agree: the corpus tokenized by the model's tokenizer (when the
@@ -498,12 +498,12 @@ class SweepRun {
                          known == converted_loss_.end() ? std::nullopt : std::optional<double>(known->second), stop_);
       if (run.loss_before) converted_loss_[conversion_key(c)] = *run.loss_before;
     } else if (c.kind == CellKind::pretrain && !p_.from.empty()) {
-      run = source_cell(p_.from, corpus_, run_dir);
+      run = source_cell(p_.from, corpus_, run_dir, plan_.preset.pretrain.final_eval_tokens);
     } else {
       run = train_cell(c, plan_, corpus_, run_dir, label, quiet_, stop_);
     }
     if (run.interrupted) return false;
-    run.val_loss_kv = kv_cache_losses(run_dir / "checkpoint.h5", corpus_);
+    run.val_loss_kv = kv_cache_losses(run_dir / "checkpoint.h5", corpus_, plan_.preset.pretrain.final_eval_tokens);
     const CellResult r = result_of(c, run);
     write_json_atomic(dirs_.cell_file(c), r.to_json());
     std::error_code ec;
