@@ -549,7 +549,6 @@ TrainResult Trainer::run() {
       const double dt = seconds_since(t_log);
       const double tps = steps_since_log * tokens_per_step_ / std::max(dt, 1e-9);
       rates.push_back(tps);
-      t_log = Clock::now();
       steps_since_log = 0;
       nlohmann::json rec{{"step", st_.step}, {"train_loss", s.loss}, {"lr", s.lr}, {"tokens_per_s", tps}};
       if (s.distill >= 0) rec["distill_kl"] = s.distill;
@@ -564,6 +563,10 @@ TrainResult Trainer::run() {
       if (!quiet_) print_progress(s, tps, first_step, last);
     }
     if (st_.step % cfg_.checkpoint_interval == 0 || last || s.stop) save();
+    // tokens/s is the steps' own rate: the clock starts again after an evaluation, a log line or
+    // a checkpoint (the first step after an evaluation of the val split was logged at a fraction
+    // of the others' rate)
+    if (steps_since_log == 0 || st_.step % cfg_.checkpoint_interval == 0) t_log = Clock::now();
     if (s.stop && !last) {
       res_.interrupted = true;
       if (!quiet_)

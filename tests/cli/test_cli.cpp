@@ -235,6 +235,20 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   const Run one = run_cli(up + (d / "up1") + " --kv-heads 1");
   BOOST_TEST(one.code == 0, one.err);
   BOOST_TEST(one.out.find("to 1 kv heads") != std::string::npos, one.out);
+  BOOST_TEST(one.out.find(") on the whole val split;") != std::string::npos, one.out);
+  // --eval-tokens: the loss before and after on the val split's first windows, said so (the text 20
+  // times: a val split of 1048 characters, 32 windows of the model's 32 positions; 40 tokens are one)
+  std::string twenty;
+  for (int i = 0; i < 20; i++) twenty += slurp(fixture_path("tiny.txt"));
+  write_bytes(d / "long.txt", twenty);
+  const std::string up_long = "uptrain --from " + (d / "pl.h5") + " --data " + (d / "long.txt") + " --config " + (d / "up.json") +
+                              " --fraction 0.5 --quiet --kv-heads 1 --out ";
+  const Run whole = run_cli(up_long + (d / "up1w"));
+  const Run bounded = run_cli(up_long + (d / "up1b") + " --eval-tokens 40");
+  BOOST_TEST(whole.out.find(") on the whole val split;") != std::string::npos, whole.out + whole.err);
+  BOOST_TEST(bounded.out.find(") on the first 32 tokens of the val split;") != std::string::npos, bounded.out + bounded.err);
+  BOOST_TEST(whole.out.substr(whole.out.find("val loss")) != bounded.out.substr(bounded.out.find("val loss")));
+  expect_error(run_cli(up_long + (d / "up1c") + " --eval-tokens -3"), "--eval-tokens");
   expect_error(run_cli(up + (d / "up4") + " --kv-heads 4"), "cannot convert 2 kv heads to 4 in layer 1");
   // uptrain --from an HF directory as convert --from takes it (was: "not an HDF5 file"): the same
   // run as from the checkpoint imported from it, every loss of metrics.jsonl equal

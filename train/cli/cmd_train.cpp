@@ -108,6 +108,7 @@ int run_train(const TrainArgs& a) {
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision, train = "all";
   int64_t kv_heads = 0, calib_tokens = 16384;
+  std::optional<int64_t> eval_tokens;
   double fraction = 0.05, lr = 0;
   DistillArgs distill;
   bool lr_given = false;
@@ -123,6 +124,9 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
                                          "conversion error is largest)")
       ->check(CLI::IsMember({"contiguous", "similar", "per-layer"}));
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens from the train split (aligned, fit, aligned-fit, similar)");
+  c.add_option("--eval-tokens", a.eval_tokens, "the loss before and after uptraining on the val split's first N tokens "
+                                               "(0: all; default: the original run's final_eval_tokens)")
+      ->check(CLI::NonNegativeNumber);
   c.add_option("--fraction", a.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
   c.add_option("--schedule", a.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
       ->check(CLI::IsMember({"rewarm", "continue"}));
@@ -163,6 +167,7 @@ int run_uptrain(const UptrainArgs& a) {
   o.stop = signal_stop_token();
   o.original = original;
   if (!a.precision.empty()) o.precision = enum_from_name<Precision>(a.precision, "--precision");
+  o.eval_tokens = a.eval_tokens;
   o.trainable = enum_from_name<Trainable>(a.train, "--train");
   o.distill_lambda = a.distill.lambda_for("uptrain");
   o.distill_temperature = a.distill.temperature;
@@ -173,10 +178,12 @@ int run_uptrain(const UptrainArgs& a) {
     return 0;
   }
   std::printf("uptrained %s to %s kv heads by %s (%s groups, converted in %.2fs): %ld steps (fraction %g, schedule %s, lr %.2e -> %.2e): val loss %.4f "
-              "(converted, before uptraining: %.4f); checkpoint %s/checkpoint.h5\n",
+              "(converted, before uptraining: %.4f) on %s; checkpoint %s/checkpoint.h5\n",
               a.from.c_str(), r.config.model.kv_heads_str().c_str(), a.method.c_str(), a.grouping.c_str(), r.convert_seconds, (long)r.steps, a.fraction, a.schedule.c_str(),
               r.config.learning_rate, r.config.decay_lr ? r.config.min_lr : r.config.learning_rate, r.val_loss,
-              r.loss_before, a.out.c_str());
+              r.loss_before,
+              split_eval_what(r.config.final_eval_tokens, static_cast<int64_t>(corpus.val.size()), r.config.model.block_size).c_str(),
+              a.out.c_str());
   return 0;
 }
 

@@ -38,6 +38,7 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   c.max_iters = steps;
   c.seed = o.seed;
   if (o.precision) c.precision = *o.precision;
+  if (o.eval_tokens) c.final_eval_tokens = *o.eval_tokens;
   c.trainable = o.trainable;
   c.distill_lambda = o.distill_lambda;
   c.distill_temperature = o.distill_temperature;

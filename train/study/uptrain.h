@@ -42,6 +42,9 @@ struct UptrainOptions {
   std::optional<TrainConfig> original;
   /// The precision of the uptraining run (autograd/autocast.h); unset: the original run's.
   std::optional<Precision> precision;
+  /// The loss before and after on the val split's first this many tokens (0: all); unset: the
+  /// original run's final_eval_tokens.
+  std::optional<int64_t> eval_tokens;
   /// The parameters uptrained (all, the attention projections, or the new key and value
   /// projections only); the others stay as converted.
   Trainable trainable = Trainable::all;
