@@ -144,8 +144,8 @@ Var rope(const Var& x, int64_t n_heads, int64_t pos0, double theta, int64_t rot)
   Tensor out = Tensor::empty(x.shape());
   kern::rope_apply(out.data(), x.val().data(), B, T, n_heads, hd, rot, pos0, tab.cos_t.data(), tab.sin_t.data(), false, false);
   Tensor ct = tab.cos_t, st = tab.sin_t;
-  return record({x}, out, [x, B, T, n_heads, hd, rot, pos0, ct, st](const Tensor& dout) {
-    kern::rope_apply(x.grad().data(), dout.data(), B, T, n_heads, hd, rot, pos0, ct.data(), st.data(), true, true);
+  return record({x}, out, [xs = GradSlot(x), B, T, n_heads, hd, rot, pos0, ct, st](const Tensor& dout) {
+    kern::rope_apply(xs.grad().data(), dout.data(), B, T, n_heads, hd, rot, pos0, ct.data(), st.data(), true, true);
   });
 }
 

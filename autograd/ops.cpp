@@ -80,6 +80,18 @@ Var binary(const char* op, kern::BinaryOp kop, const Var& a, const Var& b) {
   Tensor out = Tensor::empty(p.out);
   const int64_t n = out.numel();
   kern::binary_fwd(kop, p.mode, p.a_full, out.data(), a.val().data(), b.val().data(), n, p.period);
+  if (kop == kern::BinaryOp::Add || kop == kern::BinaryOp::Sub) {
+    // the gradients do not read a or b: their slots alone are held (the residual stream's
+    // branches are freed once nothing else's backward reads them); the kernel is handed dout,
+    // n values, in their place, read at the indices of a and b and ignored
+    return record({a, b}, out, [as = GradSlot(a), bs = GradSlot(b), p, n, kop](const Tensor& dout) {
+      const GradSlot& small = p.a_full ? bs : as;
+      Tensor scratch = small.requires_grad() ? Tensor::empty(dout.shape()) : Tensor();
+      kern::binary_bwd(kop, p.mode, p.a_full, as.requires_grad() ? as.grad().data() : nullptr,
+                       bs.requires_grad() ? bs.grad().data() : nullptr, dout.data(), dout.data(), dout.data(), n, p.period,
+                       scratch.data());
+    });
+  }
   return record({a, b}, out, [a, b, p, n, kop](const Tensor& dout) {
     const Var& small = p.a_full ? b : a;
     Tensor scratch = small.requires_grad() ? Tensor::empty(dout.shape()) : Tensor();
@@ -232,8 +244,10 @@ Var linear_bf16(Autocast& ac, const Var& x, const Var& w, const Var& b, const Bf
     kern::linear_fwd(out.data(), xin.rounded.data(), wc.rounded.data(), bias, rows, in, outf);
   std::vector<Var> ins{x, w};
   if (b.defined()) ins.push_back(b);
-  return record(ins, out, [x, w, b, xin, wbits = wc.bits, wr = wc.rounded, rows, in, outf](const Tensor& dout) {
-    float* dx = x.requires_grad() ? x.grad().data() : nullptr;
+  // x's float32 value is not read again: its gradient slot alone is held (GradSlot), so x is
+  // freed once the forward is done with it, where nothing else's backward reads it
+  return record(ins, out, [xs = GradSlot(x), w, b, xin, wbits = wc.bits, wr = wc.rounded, rows, in, outf](const Tensor& dout) {
+    float* dx = xs.requires_grad() ? xs.grad().data() : nullptr;
     float* dw = w.requires_grad() ? w.grad().data() : nullptr;
     float* db = b.defined() && b.requires_grad() ? b.grad().data() : nullptr;
     if (xin.bits) {
@@ -389,8 +403,8 @@ Var permute(const Var& x, const std::vector<int>& perm) {
   for (int k = 0; k < nd; k++) os[k] = x.shape()[p[k]];
   Tensor out = Tensor::empty(os);
   if (out.numel()) kern::permute(out.data(), x.val().data(), x.shape().data(), p.data(), nd, false);
-  return record({x}, out, [x, os, inv](const Tensor& dout) {
-    if (dout.numel()) kern::permute(x.grad().data(), dout.data(), os.data(), inv.data(), x.ndim(), true);
+  return record({x}, out, [xs = GradSlot(x), os, inv, nd](const Tensor& dout) {
+    if (dout.numel()) kern::permute(xs.grad().data(), dout.data(), os.data(), inv.data(), nd, true);
   });
 }
 
@@ -415,8 +429,8 @@ Var slice(const Var& x, int axis, int64_t start, int64_t end) {
   Tensor out = Tensor::empty(os);
   const int64_t M = end - start;
   kern::slice_rows(out.data(), x.val().data(), O, N, I, start, M, false);
-  return record({x}, out, [x, O, N, I, start, M](const Tensor& dout) {
-    kern::unslice_rows(x.grad().data(), dout.data(), O, N, I, start, M, true);
+  return record({x}, out, [xs = GradSlot(x), O, N, I, start, M](const Tensor& dout) {
+    kern::unslice_rows(xs.grad().data(), dout.data(), O, N, I, start, M, true);
   });
 }
 

@@ -12,18 +12,32 @@ namespace {
 thread_local bool t_grad_enabled = true;
 }
 
-Var::Var(Tensor v, bool requires_grad) : n_(std::make_shared<Node>()) {
-  n_->val = std::move(v);
-  n_->requires_grad = requires_grad;
+Var::Var(Tensor v, bool requires_grad) {
+  auto node = std::make_shared<Node>();
+  node->val = std::move(v);
+  node->requires_grad = requires_grad;
+  h_ = std::make_shared<ValueHold>(std::move(node));
 }
 
-Tensor& Var::grad() const {
-  if (!n_->grad.defined()) n_->grad = Tensor::zeros(n_->val.shape());
-  return n_->grad;
+ValueHold::~ValueHold() {
+  if (n.use_count() > 1) {  // GradSlots remain: they need the gradient's shape, never the value
+    n->shape = n->val.shape();
+    n->val = Tensor();
+  }
 }
+
+namespace {
+Tensor& grad_of(Node& n) {
+  if (!n.grad.defined()) n.grad = Tensor::zeros(n.val.defined() ? n.val.shape() : n.shape);
+  return n.grad;
+}
+}  // namespace
+
+Tensor& Var::grad() const { return grad_of(*n()); }
+Tensor& GradSlot::grad() const { return grad_of(*n_); }
 
 void Var::zero_grad() const {
-  if (n_ && n_->grad.defined()) n_->grad.zero();
+  if (h_ && n()->grad.defined()) n()->grad.zero();
 }
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -91,8 +105,8 @@ Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const 
     for (const Var& v : inputs) needs = needs || v.requires_grad();
   Var result(std::move(out), needs);
   if (needs) {
-    Tape::get().push([result, bwd = std::move(bwd)]() mutable {
-      if (result.has_grad()) bwd(result.grad());
+    Tape::get().push([slot = GradSlot(result), bwd = std::move(bwd)]() mutable {
+      if (slot.has_grad()) bwd(slot.grad());
     });
   }
   return result;

@@ -15,7 +15,18 @@ namespace tapelm {
 struct Node {
   Tensor val;
   Tensor grad;  // allocated (zeroed) on first use
+  Shape shape;  // val's, kept for the gradient once val is freed (see GradSlot)
   bool requires_grad = false;
+};
+
+/// What every copy of one Var shares: its node, and with it the value. When the last Var of a
+/// node goes while a GradSlot still holds the node, the value is freed (the gradient stays).
+struct ValueHold {
+  explicit ValueHold(std::shared_ptr<Node> node) : n(std::move(node)) {}
+  ~ValueHold();
+  ValueHold(const ValueHold&) = delete;
+  ValueHold& operator=(const ValueHold&) = delete;
+  std::shared_ptr<Node> n;
 };
 
 class Var {
@@ -23,27 +34,50 @@ class Var {
   Var() = default;
   explicit Var(Tensor v, bool requires_grad = false);
 
-  bool defined() const { return n_ != nullptr; }
+  bool defined() const { return h_ != nullptr; }
   // Var is a handle, like shared_ptr: a const handle still reaches a mutable node.
-  Tensor& val() const { return n_->val; }
-  const Shape& shape() const { return n_->val.shape(); }
-  int64_t dim(int i) const { return n_->val.dim(i); }
-  int ndim() const { return n_->val.ndim(); }
-  int64_t numel() const { return n_->val.numel(); }
-  float item() const { return n_->val.item(); }
-  bool requires_grad() const { return n_ && n_->requires_grad; }
-  void set_requires_grad(bool r) const { n_->requires_grad = r; }
+  Tensor& val() const { return n()->val; }
+  const Shape& shape() const { return n()->val.shape(); }
+  int64_t dim(int i) const { return n()->val.dim(i); }
+  int ndim() const { return n()->val.ndim(); }
+  int64_t numel() const { return n()->val.numel(); }
+  float item() const { return n()->val.item(); }
+  bool requires_grad() const { return h_ && n()->requires_grad; }
+  void set_requires_grad(bool r) const { n()->requires_grad = r; }
   /// The gradient buffer, allocated and zeroed on first call.
   Tensor& grad() const;
-  bool has_grad() const { return n_ && n_->grad.defined(); }
+  bool has_grad() const { return h_ && n()->grad.defined(); }
   /// Zero the gradient in place (keeps the buffer).
   void zero_grad() const;
   /// Drop the gradient buffer.
-  void drop_grad() const { n_->grad = Tensor(); }
-  bool same(const Var& o) const { return n_ == o.n_; }
+  void drop_grad() const { n()->grad = Tensor(); }
+  bool same(const Var& o) const { return n() == o.n(); }
   /// Identity of the underlying node (for de-duplicating shared parameters).
-  const void* id() const { return n_.get(); }
-  long use_count() const { return n_.use_count(); }
+  const void* id() const { return n(); }
+  /// Holders of the node: the Vars' one shared hold and each GradSlot (a recorded op's closure).
+  long use_count() const { return h_ ? h_->n.use_count() : 0; }
+
+ private:
+  friend class GradSlot;
+  Node* n() const { return h_ ? h_->n.get() : nullptr; }
+  std::shared_ptr<ValueHold> h_;
+};
+
+/// A Var's gradient without its value: what a recorded op's backward holds of an input or output
+/// whose value it does not read (PyTorch's saved tensors: backward keeps what it reads). While any
+/// Var of the node lives, the value does too; once the last one goes, the value is freed and the
+/// gradient slot stays for backward to fill and read. The output of every op is held so, and the
+/// input of a bf16 linear layer (its backward reads the bf16 copy), so `precision: bf16` keeps
+/// the 16-bit copies of those activations instead of both copies.
+class GradSlot {
+ public:
+  GradSlot() = default;
+  explicit GradSlot(const Var& v) : n_(v.h_ ? v.h_->n : nullptr) {}
+  bool defined() const { return n_ != nullptr; }
+  bool requires_grad() const { return n_ && n_->requires_grad; }
+  /// The gradient buffer, allocated and zeroed (in the Var's shape) on first call.
+  Tensor& grad() const;
+  bool has_grad() const { return n_ && n_->grad.defined(); }
 
  private:
   std::shared_ptr<Node> n_;

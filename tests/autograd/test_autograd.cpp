@@ -375,6 +375,51 @@ BOOST_AUTO_TEST_CASE(tape_frees_saved_activations) {
   BOOST_TEST(alloc_stats().live_blocks == before.live_blocks);
 }
 
+// A recorded op holds only what its backward reads: an add's closure holds its inputs' gradient
+// slots, not their values, so the value of t = a + a goes with its last Var while backward still
+// delivers d(t + a)/da = 3 into a; a permute's input likewise; a value some backward reads (the
+// product's inputs) stays. The same for a bf16 linear layer's input, whose backward reads its
+// 16-bit copy (bf16-emulated: the same rounding on any CPU).
+BOOST_AUTO_TEST_CASE(values_no_backward_reads_are_freed_with_their_last_var) {
+  const int64_t bytes = 64 * 64 * static_cast<int64_t>(sizeof(float));
+  Var a(rnd({64, 64}), true);
+  a.grad();
+  Tape::get().clear();
+  {
+    Var t = add(a, a);
+    Var u = add(t, a);
+    const AllocStats held = alloc_stats();
+    t = Var();
+    BOOST_TEST(alloc_stats().live_bytes == held.live_bytes - bytes);
+    backward(sum(u));
+    for (int64_t i = 0; i < a.numel(); i++) BOOST_REQUIRE(a.grad()[i] == 3.f);
+  }
+  a.zero_grad();
+  {
+    Var p = permute(add(a, a), {1, 0});  // the add's output: read by no backward, held by no Var
+    Var m = mul(p, p);                   // reads p: p stays
+    const AllocStats held = alloc_stats();
+    p = Var();
+    BOOST_TEST(alloc_stats().live_bytes == held.live_bytes);
+    backward(sum(m));  // d Σ (2a)ᵀ² / da = 8a
+    for (int64_t i = 0; i < a.numel(); i++) BOOST_REQUIRE(a.grad()[i] == 8.f * a.val()[i]);
+  }
+  Var w(rnd({48, 64}), true);
+  w.grad();
+  a.zero_grad();
+  {
+    const Autocast bf16(Precision::bf16_emulated);
+    Var x = add(a, a);
+    Var y = linear(x, w);
+    const AllocStats held = alloc_stats();
+    x = Var();  // the linear's backward reads its rounded copy of x, not x
+    BOOST_TEST(alloc_stats().live_bytes == held.live_bytes - bytes);
+    backward(sum(y));
+    BOOST_TEST(a.grad()[0] != 0.f);
+  }
+  Tape::get().clear();
+}
+
 BOOST_AUTO_TEST_CASE(no_grad_records_nothing) {
   Var x(rnd({3, 4}), true);
   Tape::get().clear();
