@@ -24,21 +24,6 @@ Autocast::Autocast(Precision p) : p_(p), prev_(t_current) {
 
 Autocast::~Autocast() { t_current = prev_; }
 
-const Autocast::Bf16Copy& Autocast::weight(const Tensor& w) {
-  auto it = copies_.find(w.data());
-  if (it != copies_.end() && it->second.source.numel() == w.numel()) return it->second;
-  Bf16Copy c{w, nullptr, Tensor()};
-  if (p_ == Precision::bf16) {
-    auto b = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(w.numel()));
-    kern::to_bf16(b->data(), w.data(), w.numel());
-    c.bits = std::move(b);
-  } else {
-    c.rounded = Tensor::empty(w.shape());
-    kern::round_bf16(c.rounded.data(), w.data(), w.numel());
-  }
-  return copies_[w.data()] = std::move(c);
-}
-
 Autocast* bf16_autocast() { return t_current && t_current->precision() != Precision::f32 ? t_current : nullptr; }
 
 }  // namespace tapelm

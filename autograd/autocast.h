@@ -6,12 +6,8 @@
 // else stays float32: master weights, gradients, optimizer state, norms, softmax, attention,
 // losses, reductions and biases (docs/guide/precision.md).
 #include <array>
-#include <cstdint>
-#include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "autograd/names.h"
 #include "autograd/tensor.h"
@@ -31,9 +27,9 @@ template <> struct EnumNames<Precision> {
 std::string precision_unavailable(Precision p);
 
 /// While alive, the linear layers of this thread compute in the given precision (scopes nest;
-/// the innermost wins). A weight's bf16 copy is made once per scope, at its first use, and kept
-/// until the scope ends: open one scope per optimizer step (forward and backward of every
-/// micro-batch), so the weights do not change inside it.
+/// the innermost wins). A weight is rounded at each use, in the forward and again in the backward,
+/// and its copy dropped after the product: open one scope per optimizer step (forward and backward
+/// of every micro-batch), so the weights do not change inside it.
 class Autocast {
  public:
   /// A usage Error if p cannot run here (precision_unavailable).
@@ -43,19 +39,10 @@ class Autocast {
   Autocast& operator=(const Autocast&) = delete;
 
   Precision precision() const { return p_; }
-  /// w rounded to bf16 in this scope (on its first use): `bits` for bf16 (bf16 values, for
-  /// gemm_bf16), `rounded` for bf16-emulated (the same values held in float32, for sgemm).
-  struct Bf16Copy {
-    Tensor source;  // held, so that its address cannot be reused while the scope lives
-    std::shared_ptr<const std::vector<uint16_t>> bits;
-    Tensor rounded;
-  };
-  const Bf16Copy& weight(const Tensor& w);
 
  private:
   Precision p_;
   Autocast* prev_;
-  std::unordered_map<const float*, Bf16Copy> copies_;
 };
 
 /// The innermost live Autocast of this thread if it asks for bf16 products, else null.

@@ -212,52 +212,79 @@ Var record_linear(const Var& x, const Var& w, const Var& b, const Tensor& out) {
   });
 }
 
-// linear() inside a bf16 Autocast scope: x rounded to bf16 here and kept so for the backward,
-// w's copy from the scope, output and gradients f32. bf16 multiplies bf16 values (gemm_bf16,
-// x kept at half its f32 bytes); bf16-emulated multiplies the same values held in float32 by sgemm.
+// linear() inside a bf16 Autocast scope: x rounded to bf16 here and kept so for the backward, w
+// rounded at each use (forward, and backward where dx is asked for) and dropped after it, output
+// and gradients f32. bf16 multiplies bf16 values (gemm_bf16, x kept at half its f32 bytes);
+// bf16-emulated multiplies the same values held in float32 by sgemm.
 struct Bf16Input {
-  std::shared_ptr<const std::vector<uint16_t>> bits;  // bf16
+  std::shared_ptr<const uint16_t[]> bits;  // bf16 (not zeroed first: every value is written)
   Tensor rounded;                                     // bf16-emulated
 };
 
-Bf16Input bf16_input(const Autocast& ac, const Var& x) {
+Bf16Input bf16_input(Precision p, const Tensor& x) {
   Bf16Input in;
-  if (ac.precision() == Precision::bf16) {
-    auto b = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(x.numel()));
-    kern::to_bf16(b->data(), x.val().data(), x.numel());
+  if (p == Precision::bf16) {
+    std::shared_ptr<uint16_t[]> b(new uint16_t[static_cast<size_t>(x.numel())]);
+    kern::to_bf16(b.get(), x.data(), x.numel());
     in.bits = std::move(b);
   } else {
     in.rounded = Tensor::empty(x.shape());
-    kern::round_bf16(in.rounded.data(), x.val().data(), x.numel());
+    kern::round_bf16(in.rounded.data(), x.data(), x.numel());
   }
   return in;
+}
+Bf16Input bf16_input(const Autocast& ac, const Var& x) { return bf16_input(ac.precision(), x.val()); }
+
+// A weight's bf16 copy lives for one product, not from the forward to the backward: a step of
+// every weight held in 16 bits beside its float32 (2 bytes a parameter at the peak, 0.25 GB for
+// GPT-2 small) costs more memory than rounding twice costs time. The copy goes into the thread's
+// buffer, grown to the largest weight and reused, not into fresh pages: a fresh 77 MB copy of a
+// 50257-row head on every use cost more in page faults than the rounding itself.
+struct Bf16Weight {
+  const uint16_t* bits = nullptr;  // bf16
+  const float* rounded = nullptr;  // bf16-emulated
+};
+Bf16Weight bf16_weight(Precision p, const Tensor& w) {
+  static thread_local std::vector<uint16_t> bits;
+  static thread_local std::vector<float> rounded;
+  const auto n = static_cast<size_t>(w.numel());
+  if (p == Precision::bf16) {
+    if (bits.size() < n) bits.resize(n);
+    kern::to_bf16(bits.data(), w.data(), w.numel());
+    return {bits.data(), nullptr};
+  }
+  if (rounded.size() < n) rounded.resize(n);
+  kern::round_bf16(rounded.data(), w.data(), w.numel());
+  return {nullptr, rounded.data()};
 }
 
 Var linear_bf16(Autocast& ac, const Var& x, const Var& w, const Var& b, const Bf16Input& xin) {
   const int64_t in = w.dim(1), outf = w.dim(0), rows = x.numel() / in;
-  const Autocast::Bf16Copy& wc = ac.weight(w.val());
+  const Precision prec = ac.precision();
   Tensor out = Tensor::empty(linear_shape(x, w));
   const float* bias = b.defined() ? b.val().data() : nullptr;
+  const Bf16Weight wc = bf16_weight(prec, w.val());
   if (xin.bits)
-    kern::linear_fwd_bf16(out.data(), xin.bits->data(), wc.bits->data(), bias, rows, in, outf);
+    kern::linear_fwd_bf16(out.data(), xin.bits.get(), wc.bits, bias, rows, in, outf);
   else
-    kern::linear_fwd(out.data(), xin.rounded.data(), wc.rounded.data(), bias, rows, in, outf);
+    kern::linear_fwd(out.data(), xin.rounded.data(), wc.rounded, bias, rows, in, outf);
   std::vector<Var> ins{x, w};
   if (b.defined()) ins.push_back(b);
   // x's float32 value is not read again: its gradient slot alone is held (GradSlot), so x is
   // freed once the forward is done with it, where nothing else's backward reads it
-  return record(ins, out, [xs = GradSlot(x), w, b, xin, wbits = wc.bits, wr = wc.rounded, rows, in, outf](const Tensor& dout) {
+  return record(ins, out, [xs = GradSlot(x), w, b, xin, prec, rows, in, outf](const Tensor& dout) {
     float* dx = xs.requires_grad() ? xs.grad().data() : nullptr;
     float* dw = w.requires_grad() ? w.grad().data() : nullptr;
     float* db = b.defined() && b.requires_grad() ? b.grad().data() : nullptr;
+    const Bf16Weight wc = dx ? bf16_weight(prec, w.val()) : Bf16Weight{};  // only dx reads w
     if (xin.bits) {
-      kern::linear_bwd_bf16(dx, dw, db, dout.data(), xin.bits->data(), wbits->data(), rows, in, outf);
+      kern::linear_bwd_bf16(dx, dw, db, dout.data(), xin.bits.get(), wc.bits, rows, in, outf);
       return;
     }
     if (dx || dw) {
       Tensor dyr = Tensor::empty(dout.shape());
       kern::round_bf16(dyr.data(), dout.data(), dout.numel());
-      kern::linear_bwd(dx, dw, nullptr, dyr.data(), xin.rounded.data(), wr.data(), rows, in, outf);
+      kern::linear_bwd(dx, dw, nullptr, dyr.data(), xin.rounded.data(), wc.rounded, rows, in, outf);
     }
     if (db) kern::linear_bwd(nullptr, nullptr, db, dout.data(), nullptr, nullptr, rows, in, outf);
   });

@@ -323,7 +323,7 @@ Trainer::Step Trainer::step() {
   std::optional<BatchSampler> sampler_at_start;
   const uint64_t dropout_at_start = model_.dropout_rng().state();
   if (cfg_.grad_accum > 1) sampler_at_start = *sampler_;
-  // bf16: each weight is rounded once per step, for the forward and backward of every micro-batch
+  // bf16: the linear layers' products for the forward and backward of every micro-batch
   std::optional<Autocast> autocast;
   if (precision_ != Precision::f32) autocast.emplace(precision_);
   for (int64_t m = 0; m < cfg_.grad_accum; m++) {

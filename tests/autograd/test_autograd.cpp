@@ -410,7 +410,11 @@ BOOST_AUTO_TEST_CASE(values_no_backward_reads_are_freed_with_their_last_var) {
   {
     const Autocast bf16(Precision::bf16_emulated);
     Var x = add(a, a);
+    const AllocStats before_linear = alloc_stats();
     Var y = linear(x, w);
+    // what stays: y [64, 48] and x's rounded copy [64, 64]; no rounded copy of w [48, 64] is kept
+    // for backward (which rounds w again)
+    BOOST_TEST(alloc_stats().live_bytes == before_linear.live_bytes + 64 * 48 * static_cast<int64_t>(sizeof(float)) + bytes);
     const AllocStats held = alloc_stats();
     x = Var();  // the linear's backward reads its rounded copy of x, not x
     BOOST_TEST(alloc_stats().live_bytes == held.live_bytes - bytes);
