@@ -28,8 +28,10 @@ std::string precision_unavailable(Precision p);
 
 /// While alive, the linear layers of this thread compute in the given precision (scopes nest;
 /// the innermost wins). A weight is rounded at each use, in the forward and again in the backward,
-/// and its copy dropped after the product: open one scope per optimizer step (forward and backward
-/// of every micro-batch), so the weights do not change inside it.
+/// into the thread's reused buffer (grown to the largest weight, never shrunk: 2 bytes a value of
+/// the largest weight in bf16, 4 in bf16-emulated), no copy kept from forward to backward: open one
+/// scope per optimizer step (forward and backward of every micro-batch), so the weights do not
+/// change inside it.
 class Autocast {
  public:
   /// A usage Error if p cannot run here (precision_unavailable).

@@ -173,9 +173,9 @@ int64_t split_eval_batch(const GPTConfig& c) {
 }
 
 namespace {
-/// The windows evaluate_split covers: all, or the first max_tokens / T of them (at least one).
+/// The windows evaluate_split covers: all, or the first ⌈max_tokens / T⌉ of them (as `eval --tokens`).
 size_t split_windows(int64_t max_tokens, size_t all, int64_t T) {
-  return max_tokens > 0 ? std::min(all, static_cast<size_t>(std::max<int64_t>(1, max_tokens / T))) : all;
+  return max_tokens > 0 ? std::min(all, static_cast<size_t>((max_tokens + T - 1) / T)) : all;
 }
 }  // namespace
 

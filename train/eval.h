@@ -76,7 +76,7 @@ int64_t split_eval_batch(const GPTConfig& c);
 
 /// Loss of the model on the whole split in non-overlapping windows of block_size, the figure
 /// `tapelm eval` reports (split_eval_batch windows per forward pass); max_tokens > 0 bounds it to
-/// the split's first max_tokens / block_size windows (at least one: config key final_eval_tokens).
+/// the split's first ⌈max_tokens / block_size⌉ windows, as `eval --tokens` (config key final_eval_tokens).
 /// With split_across_ranks, a collective.
 double evaluate_split(GPT& model, const TokenSeq& split, bool split_across_ranks = false, int64_t max_tokens = 0);
 /// What evaluate_split with max_tokens covers of a split of n tokens at block size T, for messages:

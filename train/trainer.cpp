@@ -562,11 +562,15 @@ TrainResult Trainer::run() {
       if (lead_) dir_.log(rec);
       if (!quiet_) print_progress(s, tps, first_step, last);
     }
-    if (st_.step % cfg_.checkpoint_interval == 0 || last || s.stop) save();
-    // tokens/s is the steps' own rate: the clock starts again after an evaluation, a log line or
-    // a checkpoint (the first step after an evaluation of the val split was logged at a fraction
-    // of the others' rate)
-    if (steps_since_log == 0 || st_.step % cfg_.checkpoint_interval == 0) t_log = Clock::now();
+    if (st_.step % cfg_.checkpoint_interval == 0 || last || s.stop) {
+      const auto t_save = Clock::now();
+      save();
+      t_log += Clock::now() - t_save;  // not the steps' time (a no-op after a logged step: reset below)
+    }
+    // tokens/s is the steps' own rate: the clock starts again after an evaluation and a log line,
+    // and a checkpoint's time is left out (the first step after an evaluation of the val split was
+    // logged at a fraction of the others' rate)
+    if (steps_since_log == 0) t_log = Clock::now();
     if (s.stop && !last) {
       res_.interrupted = true;
       if (!quiet_)

@@ -41,7 +41,7 @@ struct TrainOptions {
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step
-  bool final_eval = true;                 // after the last step, also the loss on the whole val split
+  bool final_eval = true;                 // after the last step, also the loss on the val split (its first final_eval_tokens when set)
   StopToken stop;                         // requested: save at the last completed step and return
   bool dir_locked = false;                // the caller holds out_dir's lock already (uptrain takes it before converting)
   /// The teacher of distillation (distill_lambda or distill_attention > 0): a model over the same

@@ -202,6 +202,8 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
            {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-temperature 1e-30",
             "--distill-temperature: \"1e-30\" is not a finite number from 0.1 to 100"},
            {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --distill --distill-attention -1", "--distill-attention: \"-1\" is not a finite number at least 0"},
+           {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --eval-tokens -3", "--eval-tokens: \"-3\" is not a whole number from 0 to 1099511627776"},
+           {"uptrain --from x.h5 --kv-heads 1 --data x.txt --out y.h5 --eval-tokens 1.5", "--eval-tokens: \"1.5\" is not a whole number"},
            {"sample --checkpoint x.h5 --temperature 0", "--temperature: \"0\" is not a finite number greater than 0"},
            {"sample --checkpoint x.h5 --temperature inf", "--temperature: \"inf\" is not a finite number"},
            {"sample --checkpoint x.h5 --top-k -1", "--top-k: \"-1\" is not a whole number from 0"},
@@ -237,7 +239,7 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   BOOST_TEST(one.out.find("to 1 kv heads") != std::string::npos, one.out);
   BOOST_TEST(one.out.find(") on the whole val split;") != std::string::npos, one.out);
   // --eval-tokens: the loss before and after on the val split's first windows, said so (the text 20
-  // times: a val split of 1048 characters, 32 windows of the model's 32 positions; 40 tokens are one)
+  // times: a val split of 1048 characters, 32 windows of the model's 32 positions; 40 tokens are two)
   std::string twenty;
   for (int i = 0; i < 20; i++) twenty += slurp(fixture_path("tiny.txt"));
   write_bytes(d / "long.txt", twenty);
@@ -246,9 +248,17 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   const Run whole = run_cli(up_long + (d / "up1w"));
   const Run bounded = run_cli(up_long + (d / "up1b") + " --eval-tokens 40");
   BOOST_TEST(whole.out.find(") on the whole val split;") != std::string::npos, whole.out + whole.err);
-  BOOST_TEST(bounded.out.find(") on the first 32 tokens of the val split;") != std::string::npos, bounded.out + bounded.err);
-  BOOST_TEST(whole.out.substr(whole.out.find("val loss")) != bounded.out.substr(bounded.out.find("val loss")));
-  expect_error(run_cli(up_long + (d / "up1c") + " --eval-tokens -3"), "--eval-tokens");
+  BOOST_TEST(bounded.out.find(") on the first 64 tokens of the val split;") != std::string::npos, bounded.out + bounded.err);
+  // the same uptraining (its train losses equal), evaluated on less: another loss before and after
+  const auto loss_after = [](const std::string& out) { return std::stod(out.substr(out.find(": val loss ") + 11)); };
+  const auto loss_before = [](const std::string& out) { return std::stod(out.substr(out.find("before uptraining: ") + 19)); };
+  BOOST_TEST_REQUIRE(whole.code == 0, whole.err);
+  BOOST_TEST_REQUIRE(bounded.code == 0, bounded.err);
+  BOOST_TEST(loss_after(whole.out) != loss_after(bounded.out));
+  BOOST_TEST(loss_before(whole.out) != loss_before(bounded.out));
+  const std::vector<nlohmann::json> mw = read_metrics(d / "up1w/metrics.jsonl"), mb = read_metrics(d / "up1b/metrics.jsonl");
+  BOOST_TEST_REQUIRE(mw.size() == mb.size());
+  for (size_t i = 0; i < mw.size(); i++) BOOST_TEST(mw[i].value("train_loss", -1.0) == mb[i].value("train_loss", -1.0));
   expect_error(run_cli(up + (d / "up4") + " --kv-heads 4"), "cannot convert 2 kv heads to 4 in layer 1");
   // uptrain --from an HF directory as convert --from takes it (was: "not an HDF5 file"): the same
   // run as from the checkpoint imported from it, every loss of metrics.jsonl equal

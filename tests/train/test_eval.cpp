@@ -135,15 +135,16 @@ BOOST_AUTO_TEST_CASE(windows_give_the_same_mean_in_any_batch_size_and_over_ranks
   BOOST_TEST(five.loss == one.loss, tt::tolerance(1e-6));
   BOOST_TEST(evaluate_windows(model, data, starts, 6, 5, true) == five.loss);  // one rank: the same
   BOOST_TEST(evaluate_split(model, data) == evaluate_windows(model, data, starts, 6, 32));
-  // final_eval_tokens k: the first max(1, k / T) windows; 40 tokens at T 6 are 6 windows (36
-  // targets), 5 tokens still one window, 96 or more all 16
-  const std::vector<int64_t> six(starts.begin(), starts.begin() + 6), one_window{0};
-  BOOST_TEST(evaluate_split(model, data, false, 40) == evaluate_windows(model, data, six, 6, 32));
+  // final_eval_tokens k: the first ⌈k / T⌉ windows, as `eval --tokens`; 40 tokens at T 6 are 7
+  // windows (42 targets), 5 tokens one window, 91 or more all 16
+  const std::vector<int64_t> seven(starts.begin(), starts.begin() + 7), one_window{0};
+  BOOST_TEST(evaluate_split(model, data, false, 40) == evaluate_windows(model, data, seven, 6, 32));
   BOOST_TEST(evaluate_split(model, data, false, 40) != evaluate_split(model, data));
   BOOST_TEST(evaluate_split(model, data, false, 5) == evaluate_windows(model, data, one_window, 6, 32));
   BOOST_TEST(evaluate_split(model, data, false, 1000) == evaluate_split(model, data));
-  BOOST_TEST(split_eval_what(40, 100, 6) == "the first 36 tokens of the val split");
-  BOOST_TEST(split_eval_what(96, 100, 6) == "the whole val split");
+  BOOST_TEST(split_eval_what(40, 100, 6) == "the first 42 tokens of the val split");
+  BOOST_TEST(split_eval_what(91, 100, 6) == "the whole val split");
+  BOOST_TEST(split_eval_what(90, 100, 6) == "the first 90 tokens of the val split");
   BOOST_TEST(split_eval_what(0, 100, 6) == "the whole val split");
   BOOST_CHECK_EXCEPTION(EvalBatches(data, starts, 6, 0), Error, test::is_kind(ErrorKind::usage));
 }

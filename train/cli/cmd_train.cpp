@@ -126,7 +126,7 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--calib-tokens", a.calib_tokens, "calibration tokens from the train split (aligned, fit, aligned-fit, similar)");
   c.add_option("--eval-tokens", a.eval_tokens, "the loss before and after uptraining on the val split's first N tokens "
                                                "(0: all; default: the original run's final_eval_tokens)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_in(0, int64_t{1} << 40));
   c.add_option("--fraction", a.fraction, "uptraining steps as a fraction of the original max_iters (0: convert and evaluate)");
   c.add_option("--schedule", a.schedule, "rewarm (warmup + cosine) or continue (the original final lr)")
       ->check(CLI::IsMember({"rewarm", "continue"}));

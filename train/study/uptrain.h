@@ -58,7 +58,7 @@ struct UptrainOptions {
 
 struct UptrainResult {
   int64_t steps = 0;          // α × the original max_iters
-  double val_loss = 0;        // on the whole val split, non-overlapping windows
+  double val_loss = 0;        // on the val split (its first final_eval_tokens when set), non-overlapping windows
   double loss_before = 0;     // the converted model before any uptraining, same windows
   double seconds = 0;         // training wall time
   double convert_seconds = 0; // conversion wall time, calibration included

@@ -137,8 +137,10 @@ void write_header(std::ostream& md, const SweepPlan& plan, const Table& t, const
   else md << ", `" << std::filesystem::path(p.from).filename().string() << "` as given (P = " << P
           << " steps of batch " << cfg.batch_size << " from the training config" << (p.scratch ? "" : "; no models from scratch") << ")";
   md << ". Uptraining: α × " << P
-     << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: the whole "
-        "val split in non-overlapping windows. Decode, at a serving shape: a prompt of "
+     << " steps with the pretraining recipe, fresh AdamW, short warmup then cosine (`rewarm`). Val loss: "
+     << (cfg.final_eval_tokens > 0 ? "the windows holding the val split's first " + std::to_string(cfg.final_eval_tokens) + " tokens (`final_eval_tokens`)"
+                                   : std::string("the whole val split"))
+     << " in non-overlapping windows. Decode, at a serving shape: a prompt of "
      << std::max<int64_t>(1, cfg.model.block_size / 2) << " tokens prefilled, then greedy KV-cache generation to T = "
      << cfg.model.block_size << "; every KV count timed in turn, run after run (at least " << std::max(3, p.decode_iters)
      << " runs each, more until neighbouring KV counts' interquartile ranges separate, within a minute per batch size); the median; ms "

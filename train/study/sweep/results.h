@@ -51,7 +51,7 @@ struct ShapeDecodeTimes {
 struct CellResult {
   Cell cell;
   std::string schedule;              // rewarm (uptraining) | cosine (training)
-  double val_loss = 0;               // the whole val split
+  double val_loss = 0;               // the val split (its first final_eval_tokens when set)
   /// By KV-cache type ("f16", "q8"): the val loss with K and V rounded as that cache stores them
   /// (q8 only when the head dimension is a multiple of 32; none in older sweeps' files).
   std::map<std::string, double> val_loss_kv;

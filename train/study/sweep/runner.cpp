@@ -315,7 +315,7 @@ std::map<std::string, double> kv_cache_losses(const fs::path& checkpoint, const 
   return out;
 }
 
-/// Pretraining or training from scratch, then the whole val split outside the timed training.
+/// Pretraining or training from scratch, then the val split (final_eval_tokens) outside the timed training.
 CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, const fs::path& run_dir,
                    const std::string& label, bool quiet, const StopToken& stop) {
   const TrainConfig tcfg = plan.train_config_for(c);
@@ -338,7 +338,7 @@ CellRun train_cell(const Cell& c, const SweepPlan& plan, const Corpus& corpus, c
 }
 
 /// The MHA row of a study that starts from a given model: the checkpoint copied as the row's own
-/// (the conversions read it from there, as they read a pretrained one), then the whole val split.
+/// (the conversions read it from there, as they read a pretrained one), then the val split (final_eval_tokens).
 CellRun source_cell(const std::string& from, const Corpus& corpus, const fs::path& run_dir, int64_t max_tokens) {
   std::error_code ec;
   fs::create_directories(run_dir, ec);
