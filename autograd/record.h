@@ -19,10 +19,21 @@ class Tape {
   /// Backprop the cotangent `seed` (same shape as out); clears the tape.
   void backward(const Var& out, const Tensor& seed);
   /// Drops every closure and with them the activations they saved.
-  void clear() { fns_.clear(); }
+  void clear() {
+    fns_.clear();
+    if (depth_ == 0) forget_uses();  // a checkpointed block's inner tape holds no first uses
+  }
+  /// A recorded op's inputs: a watched Var (GradReadyHook) not seen before on this tape is first
+  /// used by the op about to be pushed.
+  void note_inputs(const std::vector<Var>& inputs);
 
  private:
+  friend class GradReadyHook;
+  struct Watch;
+  void forget_uses();
   std::vector<std::function<void()>> fns_;
+  Watch* watch_ = nullptr;  // the thread's GradReadyHook's state, while one lives
+  int depth_ = 0;           // backwards running on this thread (a checkpointed block's runs inside another)
 };
 
 /// Records an op: `out` needs a gradient when any input does and recording is on; then `bwd`

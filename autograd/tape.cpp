@@ -1,6 +1,10 @@
 #include "autograd/tape.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <unordered_map>
 
 #include "autograd/error.h"
 #include "autograd/kernels/elementwise.h"
@@ -44,6 +48,13 @@ bool grad_enabled() { return t_grad_enabled; }
 NoGrad::NoGrad() : prev_(t_grad_enabled) { t_grad_enabled = false; }
 NoGrad::~NoGrad() { t_grad_enabled = prev_; }
 
+struct Tape::Watch {
+  std::unordered_map<const void*, size_t> index;  // a watched Var's node -> its index
+  std::vector<char> seen;                         // used by an op on the tape since it was last cleared
+  std::vector<std::pair<size_t, size_t>> firsts;  // (tape position, index) of each first use, in tape order
+  std::function<void(size_t)> ready;
+};
+
 Tape& Tape::get() {
   thread_local Tape tape;
   return tape;
@@ -68,10 +79,60 @@ void Tape::backward(const Var& out, const Tensor& seed) {
   // Moving the closures out first keeps the tape usable if a closure throws.
   std::vector<std::function<void()>> fns;
   fns.swap(fns_);
-  for (auto it = fns.rbegin(); it != fns.rend(); ++it) {
-    (*it)();
-    *it = nullptr;  // free what this op saved as soon as it is done
+  // Only the outermost backward reports ready gradients: the first uses were noted on its tape.
+  const bool report = depth_ == 0 && watch_ != nullptr;
+  struct Depth {
+    Tape& t;
+    bool outer;
+    ~Depth() {
+      if (--t.depth_ == 0 && outer) t.forget_uses();
+    }
+  } depth{*this, depth_++ == 0};
+  for (size_t k = fns.size(); k-- > 0;) {
+    fns[k]();
+    fns[k] = nullptr;  // free what this op saved as soon as it is done
+    if (!report) continue;
+    auto& firsts = watch_->firsts;
+    while (!firsts.empty() && firsts.back().first == k) {
+      const size_t i = firsts.back().second;
+      firsts.pop_back();
+      watch_->ready(i);
+    }
   }
+}
+
+void Tape::note_inputs(const std::vector<Var>& inputs) {
+  if (!watch_ || depth_ > 0) return;
+  for (const Var& v : inputs) {
+    if (!v.defined()) continue;
+    const auto it = watch_->index.find(v.id());
+    if (it == watch_->index.end() || watch_->seen[it->second]) continue;
+    watch_->seen[it->second] = 1;
+    watch_->firsts.emplace_back(fns_.size(), it->second);
+  }
+}
+
+void Tape::forget_uses() {
+  if (!watch_) return;
+  watch_->firsts.clear();
+  std::fill(watch_->seen.begin(), watch_->seen.end(), 0);
+}
+
+GradReadyHook::GradReadyHook(const std::vector<Var>& watched, std::function<void(size_t)> ready) {
+  Tape& t = Tape::get();
+  if (t.watch_) throw std::logic_error("GradReadyHook: this thread already has one");
+  if (t.size() > 0) throw std::logic_error("GradReadyHook: made while ops are recorded, whose first uses it never saw");
+  auto w = std::make_unique<Tape::Watch>();
+  for (size_t i = 0; i < watched.size(); i++) w->index.emplace(watched[i].id(), i);
+  w->seen.assign(watched.size(), 0);
+  w->ready = std::move(ready);
+  t.watch_ = w.release();
+}
+
+GradReadyHook::~GradReadyHook() {
+  Tape& t = Tape::get();
+  delete t.watch_;
+  t.watch_ = nullptr;
 }
 
 void backward(const Var& out) { Tape::get().backward(out); }
@@ -105,6 +166,7 @@ Var record(const std::vector<Var>& inputs, Tensor out, std::function<void(const 
     for (const Var& v : inputs) needs = needs || v.requires_grad();
   Var result(std::move(out), needs);
   if (needs) {
+    Tape::get().note_inputs(inputs);
     Tape::get().push([slot = GradSlot(result), bwd = std::move(bwd)]() mutable {
       if (slot.has_grad()) bwd(slot.grad());
     });

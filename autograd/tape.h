@@ -104,6 +104,22 @@ void backward(const Var& out);
 /// Backprop the cotangent `seed` (same shape as out); clears the tape.
 void backward(const Var& out, const Tensor& seed);
 
+/// Gradient-ready hooks (PyTorch DDP's and DeepSpeed ZeRO-2's per-parameter hooks): while one is
+/// alive on a thread, each backward on that thread calls `ready(i)` for the watched Var i as soon as
+/// no op left to run can add to its gradient — right after the earliest recorded op that took it as
+/// an input has run. A gradient can then be reduced to the rank that keeps it, and dropped, while
+/// backward goes on. Watched Vars that no recorded op took are not reported. Calls come in the
+/// reverse order of first use, the same in every run of the same forward; a checkpointed block's
+/// inner forward and backward (see checkpoint) report nothing of their own: the block's recorded op
+/// is the use. One hook per thread at a time.
+class GradReadyHook {
+ public:
+  GradReadyHook(const std::vector<Var>& watched, std::function<void(size_t)> ready);
+  ~GradReadyHook();
+  GradReadyHook(const GradReadyHook&) = delete;
+  GradReadyHook& operator=(const GradReadyHook&) = delete;
+};
+
 /// Activation checkpointing (torch.utils.checkpoint): out = fn(x), computed without recording, so
 /// that nothing fn computes on the way is kept; one op is recorded in its place whose backward runs
 /// fn(x) again with recording on, then backward through that, seeded with out's gradient. fn must

@@ -196,12 +196,14 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
   throw Error(ErrorKind::config, "unknown optimizer '" + type + "' (adamw or sgd)");
 }
 
-double grad_norm(const NamedParams& params) {
+double grad_sumsq(const NamedParams& params) {
   double sumsq = 0;
   for (const auto& [name, p] : params)
     if (p.has_grad()) sumsq += kern::sumsq_all(p.grad().data(), p.numel());
-  return std::sqrt(sumsq);
+  return sumsq;
 }
+
+double grad_norm(const NamedParams& params) { return std::sqrt(grad_sumsq(params)); }
 
 std::string first_non_finite_grad(const NamedParams& params) {
   for (const auto& [name, p] : params)
@@ -211,13 +213,17 @@ std::string first_non_finite_grad(const NamedParams& params) {
 
 double clip_grad_norm(const NamedParams& params, double max_norm) {
   const double total = grad_norm(params);
+  clip_grads_to(params, total, max_norm);
+  return total;
+}
+
+void clip_grads_to(const NamedParams& params, double total, double max_norm) {
   // torch: max_norm / (total + 1e-6) is (total + 1e-6).reciprocal() * max_norm in float32.
   const float coef = (1.0f / (static_cast<float>(total) + 1e-6f)) * static_cast<float>(max_norm);
-  if (coef >= 1.0f) return total;  // a NaN coefficient falls through, as through torch's clamp
+  if (coef >= 1.0f) return;  // a NaN coefficient falls through, as through torch's clamp
   for (const auto& [name, p] : params) {
     if (p.has_grad()) p.grad().scale_(coef);
   }
-  return total;
 }
 
 double lr_at(int64_t it, const LrSchedule& s) {

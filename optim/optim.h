@@ -123,12 +123,17 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
 
 /// L2 norm of all gradients together, in double (parameters without a gradient count as 0).
 double grad_norm(const NamedParams& params);
+/// grad_norm's square before its root: Σ over the parameters, in order, of each one's sum of squares.
+double grad_sumsq(const NamedParams& params);
 /// The name of the first parameter whose gradient holds a NaN or Inf, or "" (what makes grad_norm
 /// non-finite).
 std::string first_non_finite_grad(const NamedParams& params);
 /// torch.nn.utils.clip_grad_norm_: scales every gradient by max_norm / (norm + 1e-6) when that is
 /// below 1; returns the norm before clipping.
 double clip_grad_norm(const NamedParams& params, double max_norm);
+/// clip_grad_norm's scaling for a norm `total` computed elsewhere (over every rank's share of the
+/// gradients): the gradients present in params are scaled as clip_grad_norm would scale them.
+void clip_grads_to(const NamedParams& params, double total, double max_norm);
 
 struct LrSchedule {
   double lr = 1e-3, min_lr = 1e-4;

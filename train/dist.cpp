@@ -87,6 +87,17 @@ void allreduce_sum(double* buf, size_t n) { allreduce(buf, n, MPI_DOUBLE, MPI_SU
 void allreduce_min(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MIN); }
 void allreduce_max(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MAX); }
 
+void reduce_sum(float* buf, size_t n, int root) {
+  if (g_size == 1) return;
+  for (size_t off = 0; off < n; off += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - off));
+    if (g_rank == root)
+      MPI_Reduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+    else
+      MPI_Reduce(buf + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+  }
+}
+
 void broadcast(float* buf, size_t n, int root) {
   if (g_size == 1) return;
   for (size_t off = 0; off < n; off += kChunk)

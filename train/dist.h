@@ -51,6 +51,8 @@ void allreduce_sum(double* buf, size_t n);
 /// Element-wise minimum and maximum over ranks, in place (for comparing checksums).
 void allreduce_min(uint64_t* buf, size_t n);
 void allreduce_max(uint64_t* buf, size_t n);
+/// Sum over ranks into rank `root`'s buffer, in place (the others' buffers are left as they were).
+void reduce_sum(float* buf, size_t n, int root);
 /// Rank `root`'s floats to every rank.
 void broadcast(float* buf, size_t n, int root = 0);
 /// Rank 0's string to every rank.

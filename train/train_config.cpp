@@ -122,10 +122,17 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   // share when sharded); in bf16 also the step's rounded copy of the weights (2 bytes each, 4 when
   // emulated: the bf16 values held in float32)
   const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
-  const double shards = c.shard == Shard::optimizer ? std::max(world, 1) : 1;
+  const double shards = c.shard != Shard::none ? std::max(world, 1) : 1;
+  const bool sharded_grads = c.shard == Shard::gradients && world > 1;
   TrainingMemory b;
   b.weights = (4 + rounded) * params;
-  b.gradients = 4 * trained;
+  // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
+  // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the
+  // input's; with only attention trained, one layer's q|k|v projection at a time.
+  const double in_flight = c.trainable == Trainable::all
+                               ? static_cast<double>(m.vocab_size) * static_cast<double>(m.n_embd)
+                               : static_cast<double>((m.n_head + 2 * m.n_kv_head) * m.head_dim() * m.n_embd);
+  b.gradients = sharded_grads ? 4 * (trained / shards + in_flight) : 4 * trained;
   b.optimizer = 8 * trained / shards;
   // Per token and layer, what the tape keeps for backward: 16·d (the norms' outputs, q, k and v
   // and their rotated and head-major copies, the attention and projection outputs, the residual
@@ -147,7 +154,7 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   b.activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
   b.windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
   b.evaluation = 2 * 4 * static_cast<double>(split_eval_batch(m)) * T * static_cast<double>(m.vocab_size);
-  b.reduce = world > 1 ? 4 * trained : 0;
+  b.reduce = world > 1 && !sharded_grads ? 4 * trained : 0;
   b.teacher = 4 * teacher_params;
   return b;
 }
@@ -174,7 +181,7 @@ void check_training_memory(const TrainConfig& c, double available, int world) {
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +
-                                       (c.shard == Shard::optimizer && world > 1 ? " (a rank's share of " + std::to_string(world) + ")" : "") +
+                                       (c.shard != Shard::none && world > 1 ? " (a rank's share of " + std::to_string(world) + ")" : "") +
                                        (rounded ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
   check_memory(b.activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +

@@ -48,9 +48,12 @@ NamedParams trained_parameters(GPT& model, Trainable t);
 /// What a multi-rank run splits over its ranks rather than copying into each (ZeRO's stages): nothing,
 /// or the optimizer's state — each rank keeps and updates the state of its share of the parameters
 /// and sends the updated values to the others (ZeRO stage 1).
-enum class Shard { none, optimizer };
+/// What a multi-rank run splits over its ranks (ZeRO's stages): nothing, the optimizer's state
+/// (stage 1), or the optimizer's state and the gradients (stage 2).
+enum class Shard { none, optimizer, gradients };
 template <> struct EnumNames<Shard> {
-  static constexpr std::array<std::pair<Shard, const char*>, 2> values{{{Shard::none, "none"}, {Shard::optimizer, "optimizer"}}};
+  static constexpr std::array<std::pair<Shard, const char*>, 3> values{
+      {{Shard::none, "none"}, {Shard::optimizer, "optimizer"}, {Shard::gradients, "gradients"}}};
 };
 
 // type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
@@ -83,7 +86,7 @@ template <> struct EnumNames<Shard> {
   X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
   X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
-  X(Shard, shard, Shard::none, any, none) /* none, optimizer: the optimizer's state split over the ranks */ \
+  X(Shard, shard, Shard::none, any, none) /* none, optimizer, gradients: what is split over the ranks (ZeRO stage 1, 2) */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
@@ -121,11 +124,11 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
 /// check_training_memory checks and the trainer prints).
 struct TrainingMemory {
   double weights = 0;      // float32, and in bf16 the step's rounded copy
-  double gradients = 0;    // of the trained parameters
+  double gradients = 0;    // of the trained parameters: the rank's share when sharded, and the one in flight
   double optimizer = 0;    // AdamW's two moments of the trained parameters: the rank's share when sharded
   double activations = 0;  // one micro-batch's (a lower bound)
   double evaluation = 0;   // the final evaluation's forward: its logits and their softmax (split_eval_batch windows)
-  double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients
+  double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients (none when they are sharded)
   double windows = 0;      // the fixed evaluation windows
   double teacher = 0;      // distillation's teacher: its float32 weights, held beside the model trained
   /// The peak: the state, the all-reduce's buffer, and the larger of a step's activations and the

@@ -31,17 +31,20 @@ std::string fmt_duration(double s) {
 }  // namespace
 
 // One flat buffer for the gradient all-reduce: every gradient, then the step's loss and the
-// number of ranks asked to stop, so one MPI_Allreduce per step carries every decision.
+// number of ranks asked to stop, so one MPI_Allreduce per step carries every decision. Sharded
+// gradients (reduced to their keepers during backward) leave it the loss and the stop alone.
 class GradReducer {
  public:
-  explicit GradReducer(const NamedParams& params) : params_(params) {
-    for (const auto& [name, p] : params_) n_ += static_cast<size_t>(p.numel());
+  GradReducer(const NamedParams& params, bool with_grads) : params_(params), with_grads_(with_grads) {
+    if (with_grads_)
+      for (const auto& [name, p] : params_) n_ += static_cast<size_t>(p.numel());
     buf_.resize(n_ + 2);
   }
   /// Averages the gradients over ranks in place; returns the mean loss and whether any rank stops.
   std::pair<double, bool> reduce(double loss, bool stop) {
     size_t off = 0;
     for (const auto& [name, p] : params_) {  // p.grad() allocates a zero gradient if p got none
+      if (!with_grads_) break;
       std::copy_n(p.grad().data(), p.numel(), buf_.data() + off);
       off += static_cast<size_t>(p.numel());
     }
@@ -51,6 +54,7 @@ class GradReducer {
     const float inv = 1.0f / static_cast<float>(dist::size());
     off = 0;
     for (const auto& [name, p] : params_) {
+      if (!with_grads_) break;
       p.grad().assign_scaled(buf_.data() + off, inv);
       off += static_cast<size_t>(p.numel());
     }
@@ -58,6 +62,7 @@ class GradReducer {
   }
  private:
   const NamedParams& params_;
+  const bool with_grads_;
   size_t n_ = 0;
   std::vector<float> buf_;
 };
@@ -180,11 +185,11 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       if (const std::string note = bf16_rate_note(); !note.empty()) std::printf("%s%s\n", opt_.label.c_str(), note.c_str());
     // what check_training_memory checked, so that a run's peak RSS can be held against it
     std::string shard;
-    if (multi_ && cfg_.shard == Shard::optimizer) {
+    if (multi_ && cfg_.shard != Shard::none) {
       TrainConfig whole = cfg_;
       whole.shard = Shard::none;
-      shard = " (shard optimizer: the state of this rank's share of the parameters; " + byte_size_str(training_memory(whole, world_).total()) +
-              " unsharded)";
+      shard = " (shard " + to_string(cfg_.shard) + ": the " + (cfg_.shard == Shard::gradients ? "state and gradients" : "state") +
+              " of this rank's share of the parameters; " + byte_size_str(training_memory(whole, world_).total()) + " unsharded)";
     }
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
                 training_memory(cfg_, world_, teacher_params(opt_)).str().c_str(),
@@ -196,7 +201,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     }
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
-  if (multi_) reducer_ = std::make_unique<GradReducer>(params_);
+  if (multi_) reducer_ = std::make_unique<GradReducer>(params_, cfg_.shard != Shard::gradients);
 }
 
 Trainer::~Trainer() = default;
@@ -234,7 +239,7 @@ Tensor Trainer::exchange_state(const std::string& key, size_t i) {
 
 void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
-  if (multi_ && cfg_.shard == Shard::optimizer) assign_owners();
+  if (multi_ && cfg_.shard != Shard::none) assign_owners();
   NamedParams updated;  // what this rank's optimizer updates and keeps state for: sharded, its share
   for (size_t i = 0; i < params_.size(); i++)
     if (owner_.empty() || owner_[i] == rank_) updated.push_back(params_[i]);
@@ -326,6 +331,27 @@ Trainer::Step Trainer::step() {
   // bf16: the linear layers' products for the forward and backward of every micro-batch
   std::optional<Autocast> autocast;
   if (precision_ != Precision::f32) autocast.emplace(precision_);
+  // shard gradients (ZeRO stage 2): each gradient is summed into the rank that keeps it as soon as
+  // backward is done with it, and dropped by the others, so a rank holds its share of the
+  // gradients and the one being filled. Every micro-batch's gradients go so (DeepSpeed's order:
+  // with grad_accum > 1 the sum is regrouped, equal to the unsharded one to float32 rounding).
+  const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
+  std::vector<char> reduced;
+  const auto reduce_to_keeper = [&](size_t i) {
+    const auto t_comm = Clock::now();
+    const Var& p = params_[i].second;
+    dist::reduce_sum(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]);
+    if (owner_[i] != rank_) p.drop_grad();
+    reduced[i] = 1;
+    res_.comm_seconds += seconds_since(t_comm);
+  };
+  std::optional<GradReadyHook> hook;
+  if (shard_grads) {
+    reduced.assign(params_.size(), 0);
+    std::vector<Var> watched;
+    for (const auto& [name, p] : params_) watched.push_back(p);
+    hook.emplace(watched, reduce_to_keeper);
+  }
   for (int64_t m = 0; m < cfg_.grad_accum; m++) {
     if (m > 0 && stop_between_micro_steps()) {
       zero_grads();
@@ -337,7 +363,13 @@ Trainer::Step Trainer::step() {
     sampler_->next(x_, y_);
     const Var loss = micro_batch_loss(loss_sum, distill_sum, attention_sum);
     backward(cfg_.grad_accum > 1 ? mul(loss, inv_accum) : loss);
+    if (shard_grads) {  // those no op took: zero, as the all-reduce would have them, in the same order on every rank
+      for (size_t i = 0; i < params_.size(); i++)
+        if (!reduced[i]) reduce_to_keeper(i);
+      std::fill(reduced.begin(), reduced.end(), 0);
+    }
   }
+  hook.reset();
   autocast.reset();  // before the update changes the weights
   s.loss = loss_sum / static_cast<double>(cfg_.grad_accum);
   if (distill) s.distill = distill_sum / static_cast<double>(cfg_.grad_accum);
@@ -345,6 +377,11 @@ Trainer::Step Trainer::step() {
   if (multi_) {  // every rank leaves with the same gradients, loss and decision to stop
     const auto t_comm = Clock::now();
     std::tie(s.loss, s.stop) = reducer_->reduce(s.loss, opt_.stop.requested());
+    if (shard_grads) {  // the keeper's sum to the mean, as the all-reduce's buffer is scaled
+      const float inv = 1.0f / static_cast<float>(world_);
+      for (size_t i = 0; i < params_.size(); i++)
+        if (owner_[i] == rank_) params_[i].second.grad().scale_(inv);
+    }
     for (double* term : {distill ? &s.distill : nullptr, attention ? &s.distill_attention : nullptr}) {
       if (!term) continue;
       dist::allreduce_sum(term, 1);
@@ -363,10 +400,11 @@ Trainer::Step Trainer::step() {
   if (!std::isfinite(s.loss)) stop_with(std::string("loss is ") + (std::isnan(s.loss) ? "NaN" : "Inf"));
   // A finite loss can still come with a non-finite gradient (the forward after an overflowing
   // update): the update would write NaN into every weight, and the next checkpoint with them.
-  const double norm = cfg_.grad_clip > 0 ? clip_grad_norm(params_, cfg_.grad_clip) : grad_norm(params_);
+  const double norm = shard_grads ? sharded_grad_norm() : grad_norm(params_);
+  if (cfg_.grad_clip > 0) clip_grads_to(params_, norm, cfg_.grad_clip);  // sharded: each keeper its own
   if (!std::isfinite(norm))
-    stop_with("the gradient of " + first_non_finite_grad(params_) + " is not finite (gradient norm " +
-              (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
+    stop_with("the gradient of " + (shard_grads ? first_non_finite_share() : first_non_finite_grad(params_)) +
+              " is not finite (gradient norm " + (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
   optim_->step(s.lr);
   if (!owner_.empty()) {  // sharded: each rank updated its share; the new values go to the others
     const auto t_comm = Clock::now();
@@ -432,6 +470,28 @@ Var Trainer::micro_batch_loss(double& ce_sum, double& distill_sum, double& atten
     loss = add(loss, mul(a, static_cast<float>(cfg_.distill_attention)));
   }
   return loss;
+}
+
+double Trainer::sharded_grad_norm() {
+  // Each parameter's sum of squares from its keeper (the others add 0, exactly), summed in the
+  // order grad_norm sums them: the unsharded run's norm, bit for bit.
+  std::vector<double> part(params_.size(), 0.0);
+  for (size_t i = 0; i < params_.size(); i++)
+    if (owner_[i] == rank_) part[i] = grad_sumsq({params_[i]});
+  const auto t_comm = Clock::now();
+  dist::allreduce_sum(part.data(), part.size());
+  res_.comm_seconds += seconds_since(t_comm);
+  double sumsq = 0;
+  for (double p : part) sumsq += p;
+  return std::sqrt(sumsq);
+}
+
+std::string Trainer::first_non_finite_share() {
+  uint64_t first = UINT64_MAX;
+  for (size_t i = 0; i < params_.size() && first == UINT64_MAX; i++)
+    if (owner_[i] == rank_ && !first_non_finite_grad({params_[i]}).empty()) first = i;
+  dist::allreduce_min(&first, 1);
+  return first < params_.size() ? params_[first].first : "?";
 }
 
 bool Trainer::stop_between_micro_steps() {

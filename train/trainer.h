@@ -100,6 +100,10 @@ class Trainer {
   /// every rank (rank 0 writes it); undefined where there is none (SGD without momentum).
   Tensor exchange_state(const std::string& key, size_t i);
   bool stop_between_micro_steps();
+  /// shard gradients: the norm of the whole gradient, each share's part from its keeper (a collective).
+  double sharded_grad_norm();
+  /// shard gradients: the first parameter, on any rank, whose gradient is not finite (a collective).
+  std::string first_non_finite_share();
   /// The loss of the micro-batch in x_, y_ (its cross-entropy added to ce_sum): cross-entropy,
   /// or with a teacher (1 − λ)·CE + λ·T²·KL(teacher ‖ model) + β·A (the KL term added to
   /// distill_sum, A to attention_sum), where A = (1/L) Σ_l ‖o_l − t_l‖² / ‖t_l‖² compares each
@@ -118,8 +122,8 @@ class Trainer {
   GPT model_;
   NamedParams params_;  // those trained (cfg_.trainable); the others are frozen
   std::unique_ptr<Optimizer> optim_;  // over params_, or (sharded) this rank's share of them
-  /// shard optimizer in a multi-rank run: the rank that keeps params_[i]'s optimizer state and
-  /// updates it (the others receive its new values); empty otherwise.
+  /// sharded (optimizer or gradients) in a multi-rank run: the rank that keeps params_[i]'s
+  /// optimizer state (and gradient) and updates it (the others receive its new values); empty otherwise.
   std::vector<int> owner_;
   std::optional<BatchSampler> sampler_;
   TrainState st_;

@@ -424,6 +424,45 @@ BOOST_AUTO_TEST_CASE(values_no_backward_reads_are_freed_with_their_last_var) {
   Tape::get().clear();
 }
 
+// GradReadyHook reports a watched parameter once its gradient is complete: the gradient at the
+// report equals the gradient after backward, for a parameter used first and again last (as a tied
+// embedding is), inside a checkpointed block (reported once, at the block's op, not by the block's
+// inner backward), on every backward (accumulation), never for one no op used, and not for the
+// uses of a forward cleared without its backward.
+BOOST_AUTO_TEST_CASE(grad_ready_hooks_report_each_gradient_once_complete) {
+  Tape::get().clear();
+  const Var x(rnd({5}));
+  Var b(rnd({5}), true), w1(rnd({5}), true), w2(rnd({5}), true), unused(rnd({5}), true);
+  const std::vector<Var> watched{b, w1, w2, unused};
+  std::vector<size_t> order;
+  std::vector<std::vector<float>> at_report(watched.size());
+  GradReadyHook hook(watched, [&](size_t i) {
+    order.push_back(i);
+    at_report[i] = watched[i].grad().to_vector();
+  });
+  auto check_complete = [&](const std::vector<size_t>& want) {
+    BOOST_TEST(order == want, tt::per_element());
+    for (size_t i : want) BOOST_TEST(at_report[i] == watched[i].grad().to_vector(), tt::per_element());
+    order.clear();
+  };
+  auto forward = [&] { return sum(add(mul(tanh(add(mul(b, x), w1)), w2), b)); };  // b first and last
+  backward(forward());
+  check_complete({2, 1, 0});  // the reverse of first use: w2, w1, b
+  backward(forward());        // accumulating: reported again, complete again
+  check_complete({2, 1, 0});
+  clear_tape();
+  (void)forward();  // recorded, never run backward: its first uses go with it
+  clear_tape();
+  backward(sum(mul(w1, x)));
+  check_complete({1});
+  for (const Var& v : watched) v.zero_grad();
+  const Var y = checkpoint(x, {w1, w2}, [&](const Var& t) { return tanh(add(mul(t, w2), w1)); });
+  backward(sum(mul(y, b)));
+  check_complete({0, 2, 1});  // b (used after the block), then the block's two, once each
+  BOOST_TEST(!unused.has_grad());
+  BOOST_CHECK_THROW(GradReadyHook(watched, [](size_t) {}), std::logic_error);  // one per thread
+}
+
 BOOST_AUTO_TEST_CASE(no_grad_records_nothing) {
   Var x(rnd({3, 4}), true);
   Tape::get().clear();
