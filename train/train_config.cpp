@@ -119,13 +119,16 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
   // float weights; gradients and AdamW's two moments of the trained ones (the moments a rank's
-  // share when sharded); in bf16 also the step's rounded copy of the weights (2 bytes each, 4 when
-  // emulated: the bf16 values held in float32)
+  // share when sharded); in bf16 also the buffer each weight is rounded into where a product uses
+  // it, as large as the largest (2 bytes a value, 4 when emulated: the bf16 values held in float32)
   const double rounded = c.precision == Precision::bf16 ? 2 : c.precision == Precision::bf16_emulated ? 4 : 0;
+  const double largest_matrix = std::max({static_cast<double>(m.vocab_size) * static_cast<double>(m.n_embd),
+                                          static_cast<double>(m.mlp_hidden) * static_cast<double>(m.n_embd),
+                                          static_cast<double>((m.n_head + 2 * m.n_kv_head) * m.head_dim() * m.n_embd)});
   const double shards = c.shard != Shard::none ? std::max(world, 1) : 1;
   const bool sharded_grads = c.shard == Shard::gradients && world > 1;
   TrainingMemory b;
-  b.weights = (4 + rounded) * params;
+  b.weights = 4 * params + rounded * largest_matrix;
   // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
   // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the
   // input's; with only attention trained, one layer's q|k|v projection at a time.
@@ -182,7 +185,7 @@ void check_training_memory(const TrainConfig& c, double available, int world) {
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +
                                        (c.shard != Shard::none && world > 1 ? " (a rank's share of " + std::to_string(world) + ")" : "") +
-                                       (rounded ? " and the " + to_string(c.precision) + " copy of the weights" : ""));
+                                       (rounded ? " and the " + to_string(c.precision) + " copy of the largest weight" : ""));
   check_memory(b.activations, available, "config batch_size " + std::to_string(c.batch_size) + " at block_size " +
                                            std::to_string(m.block_size) + ": one step's activations" +
                                            (rounded ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));

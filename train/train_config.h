@@ -123,7 +123,7 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
 /// One rank's memory for training c in a run of `world` ranks, by part, in bytes (the estimate
 /// check_training_memory checks and the trainer prints).
 struct TrainingMemory {
-  double weights = 0;      // float32, and in bf16 the step's rounded copy
+  double weights = 0;      // float32, and in bf16 the buffer the largest is rounded into
   double gradients = 0;    // of the trained parameters: the rank's share when sharded, and the one in flight
   double optimizer = 0;    // AdamW's two moments of the trained parameters: the rank's share when sharded
   double activations = 0;  // one micro-batch's (a lower bound)

@@ -507,15 +507,25 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   expect({{"batch_size", 1000000000}}, {"batch_size 1000000000", "activations"});
   expect({{"eval_iters", 1000000000}}, {"eval_iters 1000000000", "evaluation windows"});
   test::expect_throw([&] { check_training_memory(cfg({{"n_layer", 1000000000}})); }, ErrorKind::config, {"parameters"});
-  // bf16 adds the step's rounded weights: 16 bytes per parameter in f32, 18 in bf16, 20 emulated
-  // (activations and windows here are far below one parameter's byte)
+  // bf16 adds the buffer each weight is rounded into where a product uses it, as large as the
+  // largest matrix (here the MLP's 4096 x 1024: vocab 65 x 1024 and q|k|v's 3072 x 1024 are
+  // smaller), 2 bytes a value, 4 emulated (bf16 held in float32), and the linear layers' rounded
+  // inputs: the emulated run needs more than the bf16 one, which needs more than f32
   TrainConfig big = cfg({{"n_layer", 24}, {"n_embd", 1024}, {"n_head", 16}, {"block_size", 64}, {"batch_size", 1}, {"eval_iters", 1}});
-  const double room = 19 * static_cast<double>(model_cost(big.model).params);
-  check_training_memory(big, room);
+  const double P = static_cast<double>(model_cost(big.model).params), largest = 4096.0 * 1024;
+  BOOST_TEST(training_memory(big).weights == 4 * P);
   big.precision = Precision::bf16;
+  BOOST_TEST(training_memory(big).weights == 4 * P + 2 * largest);
+  const TrainingMemory b16 = training_memory(big);
+  const double room = b16.total();
   check_training_memory(big, room);
   big.precision = Precision::bf16_emulated;
-  test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"the bf16-emulated copy of the weights"});
+  BOOST_TEST(training_memory(big).weights == 4 * P + 4 * largest);
+  test::expect_throw([&] { check_training_memory(big, room); }, ErrorKind::config, {"training this config"});
+  test::expect_throw([&] { check_training_memory(big, b16.weights + b16.gradients + b16.optimizer); }, ErrorKind::config,
+                     {"the bf16-emulated copy of the largest weight"});
+  big.precision = Precision::f32;
+  check_training_memory(big, room);
   // distillation's teacher is held beside the model: its float32 weights, 4 bytes a parameter,
   // in the printed estimate (the check does not count it: the teacher is in memory before the run)
   big.precision = Precision::f32;
