@@ -101,14 +101,19 @@ Var binary(const char* op, kern::BinaryOp kop, const Var& a, const Var& b) {
   });
 }
 
-// y = op(x); backward reads x and y.
+// y = op(x); backward reads x (log, relu), y (exp, tanh) or neither (adding or multiplying a
+// scalar): it holds only what it reads, and hands the kernel dout in place of a value it never reads.
 Var unary(kern::UnaryOp kop, const Var& x, float s = 0.f) {
   Tensor out = Tensor::empty(x.shape());
   const int64_t n = out.numel();
   kern::unary_fwd(kop, s, out.data(), x.val().data(), n);
-  Tensor y = out;
-  return record({x}, out, [x, y, n, kop, s](const Tensor& dout) {
-    kern::unary_bwd(kop, s, x.grad().data(), dout.data(), x.val().data(), y.data(), n);
+  const bool reads_x = kop == kern::UnaryOp::Log || kop == kern::UnaryOp::Relu;
+  const bool reads_y = kop == kern::UnaryOp::Exp || kop == kern::UnaryOp::Tanh;
+  Var xv = reads_x ? x : Var();
+  Tensor y = reads_y ? out : Tensor();
+  return record({x}, out, [xs = GradSlot(x), xv, y, n, kop, s](const Tensor& dout) {
+    kern::unary_bwd(kop, s, xs.grad().data(), dout.data(), xv.defined() ? xv.val().data() : dout.data(),
+                    y.defined() ? y.data() : dout.data(), n);
   });
 }
 
@@ -367,8 +372,8 @@ std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::ve
 
 static Var sum_scaled(const Var& x, float scale) {
   Tensor out = Tensor::scalar(static_cast<float>(kern::sum_all(x.val().data(), x.numel()) * scale));
-  return record({x}, out, [x, scale](const Tensor& dout) {
-    kern::sum_all_bwd(x.grad().data(), dout.data()[0] * scale, x.numel());
+  return record({x}, out, [xs = GradSlot(x), n = x.numel(), scale](const Tensor& dout) {
+    kern::sum_all_bwd(xs.grad().data(), dout.data()[0] * scale, n);
   });
 }
 
@@ -391,8 +396,8 @@ static Var sum_axis_scaled(const char* op, const Var& x, int axis, bool keepdim,
     os.erase(os.begin() + ax);
   Tensor out = Tensor::empty(os);
   kern::sum_axis_fwd(out.data(), x.val().data(), O, N, I, scale);
-  return record({x}, out, [x, O, N, I, scale](const Tensor& dout) {
-    kern::sum_axis_bwd(x.grad().data(), dout.data(), O, N, I, scale);
+  return record({x}, out, [xs = GradSlot(x), O, N, I, scale](const Tensor& dout) {
+    kern::sum_axis_bwd(xs.grad().data(), dout.data(), O, N, I, scale);
   });
 }
 
@@ -409,7 +414,7 @@ Var reshape(const Var& x, const Shape& shape) {
     if (e.kind() != ErrorKind::shape) throw;
     fail("reshape", "cannot view " + shape_str(x.shape()) + " as " + shape_str(shape));
   }
-  return record({x}, out, [x](const Tensor& dout) { kern::add_into(x.grad().data(), dout.data(), dout.numel()); });
+  return record({x}, out, [xs = GradSlot(x)](const Tensor& dout) { kern::add_into(xs.grad().data(), dout.data(), dout.numel()); });
 }
 
 Var permute(const Var& x, const std::vector<int>& perm) {
@@ -478,17 +483,19 @@ Var concat(const std::vector<Var>& xs, int axis) {
   Tensor out = Tensor::empty(os);
   int64_t O, N, I;
   split_at(os, ax, O, N, I);
-  std::vector<int64_t> starts;
+  std::vector<int64_t> starts, sizes;
+  std::vector<GradSlot> slots;  // backward reads no input's value
   int64_t at = 0;
   for (const Var& v : xs) {
     starts.push_back(at);
+    sizes.push_back(v.shape()[ax]);
+    slots.emplace_back(v);
     kern::unslice_rows(out.data(), v.val().data(), O, N, I, at, v.shape()[ax], false);
     at += v.shape()[ax];
   }
-  return record(xs, out, [xs, starts, O, N, I, ax](const Tensor& dout) {
-    for (size_t k = 0; k < xs.size(); k++)
-      if (xs[k].requires_grad())
-        kern::slice_rows(xs[k].grad().data(), dout.data(), O, N, I, starts[k], xs[k].shape()[ax], true);
+  return record(xs, out, [slots, starts, sizes, O, N, I](const Tensor& dout) {
+    for (size_t k = 0; k < slots.size(); k++)
+      if (slots[k].requires_grad()) kern::slice_rows(slots[k].grad().data(), dout.data(), O, N, I, starts[k], sizes[k], true);
   });
 }
 
@@ -552,8 +559,8 @@ Var softmax(const Var& x) {
   Tensor out = Tensor::empty(x.shape());
   kern::softmax_fwd(out.data(), x.val().data(), N, C);
   Tensor y = out;
-  return record({x}, out, [x, y, N, C](const Tensor& dout) {
-    kern::softmax_bwd(x.grad().data(), dout.data(), y.data(), N, C);
+  return record({x}, out, [xs = GradSlot(x), y, N, C](const Tensor& dout) {  // reads its output, not x
+    kern::softmax_bwd(xs.grad().data(), dout.data(), y.data(), N, C);
   });
 }
 
@@ -563,8 +570,8 @@ Var log_softmax(const Var& x) {
   Tensor out = Tensor::empty(x.shape());
   kern::log_softmax_fwd(out.data(), x.val().data(), N, C);
   Tensor y = out;
-  return record({x}, out, [x, y, N, C](const Tensor& dout) {
-    kern::log_softmax_bwd(x.grad().data(), dout.data(), y.data(), N, C);
+  return record({x}, out, [xs = GradSlot(x), y, N, C](const Tensor& dout) {  // reads its output, not x
+    kern::log_softmax_bwd(xs.grad().data(), dout.data(), y.data(), N, C);
   });
 }
 
@@ -612,8 +619,8 @@ Var dropout(const Var& x, float p, uint64_t seed) {
   if (p == 0.f) return x;
   Tensor out = Tensor::empty(x.shape());
   kern::dropout_fwd(out.data(), x.val().data(), out.numel(), p, seed, 0);
-  return record({x}, out, [x, p, seed](const Tensor& dout) {
-    kern::dropout_bwd(x.grad().data(), dout.data(), dout.numel(), p, seed, 0);
+  return record({x}, out, [xs = GradSlot(x), p, seed](const Tensor& dout) {  // the mask is drawn again from the seed
+    kern::dropout_bwd(xs.grad().data(), dout.data(), dout.numel(), p, seed, 0);
   });
 }
 

@@ -404,6 +404,26 @@ BOOST_AUTO_TEST_CASE(values_no_backward_reads_are_freed_with_their_last_var) {
     backward(sum(m));  // d Σ (2a)ᵀ² / da = 8a
     for (int64_t i = 0; i < a.numel(); i++) BOOST_REQUIRE(a.grad()[i] == 8.f * a.val()[i]);
   }
+  // ops whose backward reads no input value: softmax (reads its output), dropout (draws its mask
+  // again), a scalar product, concat, a sum: their input goes with its last Var
+  const std::vector<std::pair<const char*, std::function<Var(const Var&)>>> readers_of_nothing{
+      {"softmax", [](const Var& t) { return softmax(t); }},
+      {"dropout", [](const Var& t) { return dropout(t, 0.5f, 9); }},
+      {"mul scalar", [](const Var& t) { return mul(t, 2.f); }},
+      {"concat", [](const Var& t) { return concat({t, t}, 0); }},
+      {"sum", [](const Var& t) { return sum(t); }}};
+  for (const auto& [name, f] : readers_of_nothing) {
+    Var t = add(a, a);
+    const Var y = f(t);
+    const AllocStats held = alloc_stats();
+    t = Var();
+    BOOST_TEST(alloc_stats().live_bytes == held.live_bytes - bytes, name);
+    backward(sum(mul(y, y)));
+    float reached = 0;  // the gradient reached a through the freed value's slot
+    for (int64_t i = 0; i < a.numel(); i++) reached = std::max(reached, std::fabs(a.grad()[i]));
+    BOOST_TEST(reached > 0.f, name);
+    a.zero_grad();
+  }
   Var w(rnd({48, 64}), true);
   w.grad();
   a.zero_grad();
@@ -684,6 +704,42 @@ BOOST_AUTO_TEST_CASE(bf16_on_bf16_instructions_matches_its_definition,
     for (size_t i = 0; i < want.size(); i++) worst = std::max(worst, double(std::fabs(want[i] - got[i])));
     BOOST_TEST(worst < 1e-4, "ta " << ta << " tb " << tb << ": max diff " << worst);
   }
+}
+
+// A layer wider than one block of the rounded output gradient (kern::linear_bwd_bf16 rounds dy
+// to bf16 at most 8 Mi values at a time, in blocks of output columns: here 600 x 30001 = 18 M
+// values, three blocks of 10001, 10001 and 9999 columns) has the gradients of the emulated
+// precision, which rounds the whole dy at once and multiplies in float32 (sgemm): equal up to
+// float32 summation order, the bias gradient (dy's column sums, never rounded) exactly.
+BOOST_AUTO_TEST_CASE(bf16_backward_of_a_wide_layer_in_blocks_matches_the_emulated_one,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) {
+                       test::Precondition r(precision_unavailable(Precision::bf16).empty());
+                       if (!r) r.message() << precision_unavailable(Precision::bf16);
+                       return r;
+                     })) {
+  const int64_t rows = 600, in = 8, outf = 30001;
+  const Tensor x = randn({rows, in}, 41), w = randn({outf, in}, 42), b = randn({outf}, 43), c = randn({rows, outf}, 44);
+  std::vector<std::vector<float>> grads[2];
+  const Precision ps[2] = {Precision::bf16, Precision::bf16_emulated};
+  for (int k = 0; k < 2; k++) {
+    Var xv(x.clone(), true), wv(w.clone(), true), bv(b.clone(), true);
+    {
+      const Autocast ac(ps[k]);
+      backward(sum(mul(linear(xv, wv, bv), Var(c))));
+    }
+    grads[k] = {xv.grad().to_vector(), wv.grad().to_vector(), bv.grad().to_vector()};
+  }
+  // dx sums 30001 products of about unit size (|dx| about 170): float32 order differences of
+  // a few units in the 7th digit; dw sums 600 of them
+  for (int g = 0; g < 2; g++) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < grads[0][g].size(); i++) {
+      worst = std::max(worst, double(std::fabs(grads[0][g][i] - grads[1][g][i])));
+      scale = std::max(scale, double(std::fabs(grads[1][g][i])));
+    }
+    BOOST_TEST(worst <= 1e-5 * scale, (g == 0 ? "dx" : "dw") << ": max diff " << worst << " of max " << scale);
+  }
+  BOOST_TEST(grads[0][2] == grads[1][2], tt::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(bf16_without_bf16_instructions_is_refused_in_one_line) {
