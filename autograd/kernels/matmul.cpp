@@ -1,11 +1,13 @@
 #include "autograd/kernels/matmul.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 
 #include <omp.h>
 
+#include "autograd/float16.h"
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/common.h"
 #include "autograd/kernels/reduce.h"
@@ -100,10 +102,26 @@ void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uin
                      const uint16_t* w, int64_t rows, int64_t in, int64_t outf) {
   const LinearClock clock;
   if (dx || dw) {
-    const std::unique_ptr<uint16_t[]> dyb(new uint16_t[static_cast<size_t>(rows * outf)]);
-    to_bf16(dyb.get(), dy, rows * outf);
-    if (dx) gemm_bf16(false, false, rows, in, outf, 1.f, dyb.get(), outf, w, in, 1.f, dx, in);
-    if (dw) gemm_bf16(true, false, outf, in, rows, 1.f, dyb.get(), outf, x, in, 1.f, dw, in);
+    // dy rounded to bf16 a block of output columns at a time, at most kDyBlock values, so that a
+    // wide layer's gradient (the head's: rows x 50257) is never copied whole. Column blocks, not
+    // row blocks: dx sums over them (dx, rows x in, is small to pass again), while each block's dw
+    // is its own rows of dw (the large one, passed once).
+    constexpr int64_t kDyBlock = int64_t{8} << 20;  // 16 MB of bf16
+    const int64_t blocks = std::max<int64_t>(1, (rows * outf + kDyBlock - 1) / kDyBlock);
+    const int64_t cb = (outf + blocks - 1) / blocks;
+    const std::unique_ptr<uint16_t[]> dyb(new uint16_t[static_cast<size_t>(rows * cb)]);
+    for (int64_t j0 = 0; j0 < outf; j0 += cb) {
+      const int64_t n = std::min(cb, outf - j0);
+      if (n == outf) {
+        to_bf16(dyb.get(), dy, rows * outf);
+      } else {
+#pragma omp parallel for schedule(static) if (rows * n >= 4 * kParallelMin)
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t j = 0; j < n; j++) dyb[static_cast<size_t>(r * n + j)] = f32_to_bf16(dy[r * outf + j0 + j]);
+      }
+      if (dx) gemm_bf16(false, false, rows, in, n, 1.f, dyb.get(), n, w + j0 * in, in, 1.f, dx, in);
+      if (dw) gemm_bf16(true, false, n, in, rows, 1.f, dyb.get(), n, x, in, 1.f, dw + j0 * in, in);
+    }
   }
   if (db) colsum_add(db, dy, rows, outf);
 }
