@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Sharded optimizer state (the training key `shard`, ZeRO stage 1) against the printed memory
-# estimate: GPT-2-medium's shape (24 layers, d 1024, 16 heads, vocab 50257: 355 M parameters;
-# T 256, batch 1, dropout 0) trained 2 steps on the first 40 kB of tinyshakespeare, one process,
-# then 2 ranks without and with `shard: optimizer` (each rank one thread). Each rank runs under
-# /usr/bin/time; prints per run the estimate `train` printed, every rank's peak RSS and their
-# ratio (bench/SHARD_MEMORY.md).
+# Sharded training state (the training key `shard`: ZeRO stage 1 `optimizer`, stage 2
+# `gradients`) against the printed memory estimate: GPT-2-medium's shape (24 layers, d 1024,
+# 16 heads, vocab 50257: 355 M parameters; T 256, batch 1, dropout 0) trained 2 steps on the first
+# 40 kB of tinyshakespeare, one process, then N ranks with each `shard` (each rank one thread).
+# Each rank runs under /usr/bin/time; prints per run the estimate `train` printed, every rank's
+# peak RSS and their ratio (bench/SHARD_MEMORY.md).
 #
 #   bench/shard_memory.sh [WORKDIR (bench_work/shard_memory)]   # BUILD=build by default
+#   RUNS="2 gradients;4 gradients" bench/shard_memory.sh         # "ranks shard" pairs, ; between
 #
-# Needs about 13 GB of memory and 5 GB of disk (the checkpoint of 355 M parameters with AdamW).
+# Needs about 18 GB of memory (2 ranks unsharded; 4 ranks sharding gradients) and 5 GB of disk
+# (the checkpoint of 355 M parameters with AdamW).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-bench_work/shard_memory}
@@ -28,7 +30,8 @@ chmod +x "$work/rank.sh"
 "$build/tapelm" inspect --system | grep -E '^(cpu|simd)'
 echo "| run | estimate a rank (printed by train) | peak RSS by rank | estimate / RSS |"
 echo "|---|---|---|---|"
-for run in "1 none" "2 none" "2 optimizer"; do
+IFS=';' read -r -a runs <<< "${RUNS:-1 none;2 none;2 optimizer;2 gradients;4 gradients}"
+for run in "${runs[@]}"; do
   set -- $run
   rm -rf "$work/run" "$work"/rss.*
   launch=()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -335,14 +336,29 @@ Trainer::Step Trainer::step() {
   // backward is done with it, and dropped by the others, so a rank holds its share of the
   // gradients and the one being filled. Every micro-batch's gradients go so (DeepSpeed's order:
   // with grad_accum > 1 the sum is regrouped, equal to the unsharded one to float32 rounding).
+  // The reductions run while backward goes on (MPI_Ireduce): each report starts one and moves on
+  // those already started, and a finished one's gradient is dropped where it is not kept; all are
+  // finished before the next micro-batch's backward adds to the kept ones.
   const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
   std::vector<char> reduced;
+  std::deque<std::pair<size_t, dist::Pending>> in_flight;
+  const auto finish_reductions = [&](bool all) {
+    while (!in_flight.empty()) {
+      auto& [i, r] = in_flight.front();
+      if (all)
+        r.wait();
+      else if (!r.done())
+        break;
+      if (owner_[i] != rank_) params_[i].second.drop_grad();
+      in_flight.pop_front();
+    }
+  };
   const auto reduce_to_keeper = [&](size_t i) {
     const auto t_comm = Clock::now();
     const Var& p = params_[i].second;
-    dist::reduce_sum(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]);
-    if (owner_[i] != rank_) p.drop_grad();
+    in_flight.emplace_back(i, dist::reduce_sum_start(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]));
     reduced[i] = 1;
+    finish_reductions(false);
     res_.comm_seconds += seconds_since(t_comm);
   };
   std::optional<GradReadyHook> hook;
@@ -366,6 +382,9 @@ Trainer::Step Trainer::step() {
     if (shard_grads) {  // those no op took: zero, as the all-reduce would have them, in the same order on every rank
       for (size_t i = 0; i < params_.size(); i++)
         if (!reduced[i]) reduce_to_keeper(i);
+      const auto t_comm = Clock::now();
+      finish_reductions(true);
+      res_.comm_seconds += seconds_since(t_comm);
       std::fill(reduced.begin(), reduced.end(), 0);
     }
   }
@@ -408,8 +427,10 @@ Trainer::Step Trainer::step() {
   optim_->step(s.lr);
   if (!owner_.empty()) {  // sharded: each rank updated its share; the new values go to the others
     const auto t_comm = Clock::now();
+    std::vector<dist::Pending> sends;  // all at once: no rank waits for each in turn
     for (size_t i = 0; i < params_.size(); i++)
-      dist::broadcast(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]);
+      sends.push_back(dist::broadcast_start(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]));
+    for (dist::Pending& p : sends) p.wait();
     res_.comm_seconds += seconds_since(t_comm);
   }
   zero_grads();
