@@ -123,7 +123,9 @@ GradReadyHook::GradReadyHook(const std::vector<Var>& watched, std::function<void
   if (t.watch_) throw std::logic_error("GradReadyHook: this thread already has one");
   if (t.size() > 0) throw std::logic_error("GradReadyHook: made while ops are recorded, whose first uses it never saw");
   auto w = std::make_unique<Tape::Watch>();
-  for (size_t i = 0; i < watched.size(); i++) w->index.emplace(watched[i].id(), i);
+  for (size_t i = 0; i < watched.size(); i++)
+    if (!w->index.emplace(watched[i].id(), i).second)
+      throw std::logic_error("GradReadyHook: Var " + std::to_string(i) + " is watched twice (it would be reported once)");
   w->seen.assign(watched.size(), 0);
   w->ready = std::move(ready);
   t.watch_ = w.release();

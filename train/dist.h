@@ -54,7 +54,8 @@ void allreduce_min(uint64_t* buf, size_t n);
 void allreduce_max(uint64_t* buf, size_t n);
 /// A collective in flight (reduce_sum_start, broadcast_start): no rank's buffer may change, and
 /// the result may not be read, until done() has said true or wait() has returned. A default one
-/// is done.
+/// is done. One dropped unfinished (an exception on the way) is not waited for: the job ends
+/// (abort_job) before any rank could reuse the buffers.
 class Pending {
  public:
   Pending() = default;

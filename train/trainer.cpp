@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
+#include <list>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -336,27 +336,37 @@ Trainer::Step Trainer::step() {
   // backward is done with it, and dropped by the others, so a rank holds its share of the
   // gradients and the one being filled. Every micro-batch's gradients go so (DeepSpeed's order:
   // with grad_accum > 1 the sum is regrouped, equal to the unsharded one to float32 rounding).
-  // The reductions run while backward goes on (MPI_Ireduce): each report starts one and moves on
-  // those already started, and a finished one's gradient is dropped where it is not kept; all are
-  // finished before the next micro-batch's backward adds to the kept ones.
+  // The reductions run while backward goes on (MPI_Ireduce): each report starts one and tests
+  // every one started, and a finished one's gradient is dropped where it is not kept. Not-kept
+  // gradients still in flight are held to the largest parameter's size (what the memory estimate
+  // counts): beyond it the oldest is waited for. All are finished before the next micro-batch's
+  // backward adds to the kept ones.
   const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
   std::vector<char> reduced;
-  std::deque<std::pair<size_t, dist::Pending>> in_flight;
+  std::list<std::pair<size_t, dist::Pending>> in_flight;
+  int64_t flying = 0, budget = 0;  // floats of the not-kept gradients in flight, and their bound
+  for (const auto& [name, p] : params_) budget = std::max(budget, p.numel());
   const auto finish_reductions = [&](bool all) {
-    while (!in_flight.empty()) {
-      auto& [i, r] = in_flight.front();
-      if (all)
+    for (auto it = in_flight.begin(); it != in_flight.end();) {
+      auto& [i, r] = *it;
+      if (all || (flying > budget && it == in_flight.begin()))
         r.wait();
-      else if (!r.done())
-        break;
-      if (owner_[i] != rank_) params_[i].second.drop_grad();
-      in_flight.pop_front();
+      else if (!r.done()) {
+        ++it;
+        continue;
+      }
+      if (owner_[i] != rank_) {
+        flying -= params_[i].second.numel();
+        params_[i].second.drop_grad();
+      }
+      it = in_flight.erase(it);
     }
   };
   const auto reduce_to_keeper = [&](size_t i) {
     const auto t_comm = Clock::now();
     const Var& p = params_[i].second;
     in_flight.emplace_back(i, dist::reduce_sum_start(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]));
+    if (owner_[i] != rank_) flying += p.numel();
     reduced[i] = 1;
     finish_reductions(false);
     res_.comm_seconds += seconds_since(t_comm);
@@ -420,10 +430,10 @@ Trainer::Step Trainer::step() {
   // A finite loss can still come with a non-finite gradient (the forward after an overflowing
   // update): the update would write NaN into every weight, and the next checkpoint with them.
   const double norm = shard_grads ? sharded_grad_norm() : grad_norm(params_);
-  if (cfg_.grad_clip > 0) clip_grads_to(params_, norm, cfg_.grad_clip);  // sharded: each keeper its own
-  if (!std::isfinite(norm))
+  if (!std::isfinite(norm))  // before clipping, which would spread a NaN to every gradient and name the wrong one
     stop_with("the gradient of " + (shard_grads ? first_non_finite_share() : first_non_finite_grad(params_)) +
               " is not finite (gradient norm " + (std::isnan(norm) ? "NaN" : "Inf") + "), the update is refused");
+  if (cfg_.grad_clip > 0) clip_grads_to(params_, norm, cfg_.grad_clip);  // sharded: each keeper its own
   optim_->step(s.lr);
   if (!owner_.empty()) {  // sharded: each rank updated its share; the new values go to the others
     const auto t_comm = Clock::now();

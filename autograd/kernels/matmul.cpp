@@ -107,8 +107,9 @@ void linear_bwd_bf16(float* dx, float* dw, float* db, const float* dy, const uin
     // row blocks: dx sums over them (dx, rows x in, is small to pass again), while each block's dw
     // is its own rows of dw (the large one, passed once).
     constexpr int64_t kDyBlock = int64_t{8} << 20;  // 16 MB of bf16
-    const int64_t blocks = std::max<int64_t>(1, (rows * outf + kDyBlock - 1) / kDyBlock);
-    const int64_t cb = (outf + blocks - 1) / blocks;
+    const int64_t widest = std::max<int64_t>(1, kDyBlock / std::max<int64_t>(rows, 1));  // columns a block may hold
+    const int64_t blocks = std::max<int64_t>(1, (outf + widest - 1) / widest);
+    const int64_t cb = (outf + blocks - 1) / blocks;  // blocks as even as they can be, each within the bound
     const std::unique_ptr<uint16_t[]> dyb(new uint16_t[static_cast<size_t>(rows * cb)]);
     for (int64_t j0 = 0; j0 < outf; j0 += cb) {
       const int64_t n = std::min(cb, outf - j0);

@@ -454,6 +454,7 @@ BOOST_AUTO_TEST_CASE(grad_ready_hooks_report_each_gradient_once_complete) {
   const Var x(rnd({5}));
   Var b(rnd({5}), true), w1(rnd({5}), true), w2(rnd({5}), true), unused(rnd({5}), true);
   const std::vector<Var> watched{b, w1, w2, unused};
+  BOOST_CHECK_THROW(GradReadyHook({b, w1, b}, [](size_t) {}), std::logic_error);  // b would be reported once
   std::vector<size_t> order;
   std::vector<std::vector<float>> at_report(watched.size());
   GradReadyHook hook(watched, [&](size_t i) {
