@@ -3,7 +3,7 @@
 # parallelism on 2 ranks of one thread each: `shard: none` (one all-reduce of every gradient per
 # step), `optimizer` (ZeRO stage 1: the same all-reduce, then each rank updates its share and
 # broadcasts it) and `gradients` (ZeRO stage 2: each gradient reduced to its keeper during
-# backward, one MPI_Ireduce a parameter, then the same updates; the new values go back by
+# backward, one MPI_Reduce a parameter, then the same updates; the new values go back by
 # MPI_Ibcast in both stages). Two shapes: `mid`
 # (6 layers, d 256, T 128, batch 32 a rank; 4.8 M parameters, where the per-parameter messages'
 # latency shows) and GPT-2-small's (12 layers, d 768, vocab 50257, T 256, batch 2 a rank; 124 M,

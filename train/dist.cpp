@@ -87,35 +87,28 @@ void allreduce_sum(double* buf, size_t n) { allreduce(buf, n, MPI_DOUBLE, MPI_SU
 void allreduce_min(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MIN); }
 void allreduce_max(uint64_t* buf, size_t n) { allreduce(buf, n, MPI_UINT64_T, MPI_MAX); }
 
-Pending start(float* buf, size_t n, int root, bool reduce) {
+void reduce_sum(float* buf, size_t n, int root) {
+  if (g_size == 1) return;
+  for (size_t off = 0; off < n; off += kChunk) {
+    const int count = static_cast<int>(std::min(kChunk, n - off));
+    if (g_rank == root)
+      MPI_Reduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+    else
+      MPI_Reduce(buf + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+  }
+}
+
+Pending broadcast_start(float* buf, size_t n, int root) {
   Pending p;
   if (g_size == 1) return p;
   auto reqs = std::make_shared<std::vector<MPI_Request>>();
   for (size_t off = 0; off < n; off += kChunk) {
-    const int count = static_cast<int>(std::min(kChunk, n - off));
     MPI_Request r;
-    if (!reduce)
-      MPI_Ibcast(buf + off, count, MPI_FLOAT, root, MPI_COMM_WORLD, &r);
-    else if (g_rank == root)
-      MPI_Ireduce(MPI_IN_PLACE, buf + off, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &r);
-    else
-      MPI_Ireduce(buf + off, nullptr, count, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &r);
+    MPI_Ibcast(buf + off, static_cast<int>(std::min(kChunk, n - off)), MPI_FLOAT, root, MPI_COMM_WORLD, &r);
     reqs->push_back(r);
   }
   p.requests_ = reqs;
   return p;
-}
-
-Pending reduce_sum_start(float* buf, size_t n, int root) { return start(buf, n, root, true); }
-Pending broadcast_start(float* buf, size_t n, int root) { return start(buf, n, root, false); }
-
-bool Pending::done() {
-  if (!requests_) return true;
-  auto& reqs = *static_cast<std::vector<MPI_Request>*>(requests_.get());
-  int flag = 0;
-  MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &flag, MPI_STATUSES_IGNORE);
-  if (flag) requests_.reset();
-  return flag != 0;
 }
 
 void Pending::wait() {

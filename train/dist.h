@@ -52,25 +52,23 @@ void allreduce_sum(double* buf, size_t n);
 /// Element-wise minimum and maximum over ranks, in place (for comparing checksums).
 void allreduce_min(uint64_t* buf, size_t n);
 void allreduce_max(uint64_t* buf, size_t n);
-/// A collective in flight (reduce_sum_start, broadcast_start): no rank's buffer may change, and
-/// the result may not be read, until done() has said true or wait() has returned. A default one
+/// A collective in flight (broadcast_start): no rank's buffer may change, and
+/// the result may not be read, until wait() has returned. A default one
 /// is done. One dropped unfinished (an exception on the way) is not waited for: the job ends
 /// (abort_job) before any rank could reuse the buffers.
 class Pending {
  public:
   Pending() = default;
-  /// Progresses the collective: true once it is complete.
-  bool done();
   void wait();
 
  private:
-  friend Pending start(float* buf, size_t n, int root, bool reduce);
+  friend Pending broadcast_start(float* buf, size_t n, int root);
   std::shared_ptr<void> requests_;  // MPI's requests (train/dist.cpp alone includes mpi.h)
 };
-/// Starts a sum over ranks into rank `root`'s buffer, in place (MPI_Ireduce; the other ranks'
-/// buffers are left as they were). Every rank starts the same collectives in the same order.
-Pending reduce_sum_start(float* buf, size_t n, int root);
-/// Starts sending rank `root`'s floats to every rank (MPI_Ibcast).
+/// Sum over ranks into rank `root`'s buffer, in place (the others' buffers are left as they were).
+void reduce_sum(float* buf, size_t n, int root);
+/// Starts sending rank `root`'s floats to every rank (MPI_Ibcast). Every rank starts the same
+/// collectives in the same order.
 Pending broadcast_start(float* buf, size_t n, int root);
 /// Rank `root`'s floats to every rank.
 void broadcast(float* buf, size_t n, int root = 0);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <list>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -336,39 +335,17 @@ Trainer::Step Trainer::step() {
   // backward is done with it, and dropped by the others, so a rank holds its share of the
   // gradients and the one being filled. Every micro-batch's gradients go so (DeepSpeed's order:
   // with grad_accum > 1 the sum is regrouped, equal to the unsharded one to float32 rounding).
-  // The reductions run while backward goes on (MPI_Ireduce): each report starts one and tests
-  // every one started, and a finished one's gradient is dropped where it is not kept. Not-kept
-  // gradients still in flight are held to the largest parameter's size (what the memory estimate
-  // counts): beyond it the oldest is waited for. All are finished before the next micro-batch's
-  // backward adds to the kept ones.
+  // Each reduction is finished before backward goes on (MPI_Reduce): with the reductions left in
+  // flight (MPI_Ireduce) a rank's peak rose by 0.5 GB on GPT-2-medium's shape (bench/SHARD_MEMORY.md),
+  // more than the flat buffer stage 2 removes is worth giving back for a speed-up not resolved.
   const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
   std::vector<char> reduced;
-  std::list<std::pair<size_t, dist::Pending>> in_flight;
-  int64_t flying = 0, budget = 0;  // floats of the not-kept gradients in flight, and their bound
-  for (const auto& [name, p] : params_) budget = std::max(budget, p.numel());
-  const auto finish_reductions = [&](bool all) {
-    for (auto it = in_flight.begin(); it != in_flight.end();) {
-      auto& [i, r] = *it;
-      if (all || (flying > budget && it == in_flight.begin()))
-        r.wait();
-      else if (!r.done()) {
-        ++it;
-        continue;
-      }
-      if (owner_[i] != rank_) {
-        flying -= params_[i].second.numel();
-        params_[i].second.drop_grad();
-      }
-      it = in_flight.erase(it);
-    }
-  };
   const auto reduce_to_keeper = [&](size_t i) {
     const auto t_comm = Clock::now();
     const Var& p = params_[i].second;
-    in_flight.emplace_back(i, dist::reduce_sum_start(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]));
-    if (owner_[i] != rank_) flying += p.numel();
+    dist::reduce_sum(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]);
+    if (owner_[i] != rank_) p.drop_grad();
     reduced[i] = 1;
-    finish_reductions(false);
     res_.comm_seconds += seconds_since(t_comm);
   };
   std::optional<GradReadyHook> hook;
@@ -392,9 +369,6 @@ Trainer::Step Trainer::step() {
     if (shard_grads) {  // those no op took: zero, as the all-reduce would have them, in the same order on every rank
       for (size_t i = 0; i < params_.size(); i++)
         if (!reduced[i]) reduce_to_keeper(i);
-      const auto t_comm = Clock::now();
-      finish_reductions(true);
-      res_.comm_seconds += seconds_since(t_comm);
       std::fill(reduced.begin(), reduced.end(), 0);
     }
   }
