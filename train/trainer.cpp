@@ -336,7 +336,7 @@ Trainer::Step Trainer::step() {
   // gradients and the one being filled. Every micro-batch's gradients go so (DeepSpeed's order:
   // with grad_accum > 1 the sum is regrouped, equal to the unsharded one to float32 rounding).
   // Each reduction is finished before backward goes on (MPI_Reduce): with the reductions left in
-  // flight (MPI_Ireduce) a rank's peak rose by 0.5 GB on GPT-2-medium's shape (bench/SHARD_MEMORY.md),
+  // flight (MPI_Ireduce) a rank's peak rose by 0.5 GB on 2 ranks on GPT-2-medium's shape (bench/SHARD_MEMORY.md),
   // more than the flat buffer stage 2 removes is worth giving back for a speed-up not resolved.
   const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
   std::vector<char> reduced;

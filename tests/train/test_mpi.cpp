@@ -383,7 +383,7 @@ BOOST_AUTO_TEST_CASE(sharded_optimizer_state_trains_the_unsharded_run_bit_for_bi
 }
 
 // shard: gradients (ZeRO stage 2): besides the optimizer state, each gradient is summed into the
-// rank that keeps it as soon as backward is done with it (MPI_Ireduce, where the unsharded run
+// rank that keeps it as soon as backward is done with it (MPI_Reduce, where the unsharded run
 // all-reduces one flat buffer) and dropped by the other ranks. On two ranks a sum of two floats is
 // the same whichever collective makes it, the keeper scales it as the all-reduce's buffer is scaled,
 // and the clipping norm adds the same per-parameter squares in the same order: the unsharded run
