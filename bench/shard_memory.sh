@@ -8,6 +8,9 @@
 #
 #   bench/shard_memory.sh [WORKDIR (bench_work/shard_memory)]   # BUILD=build by default
 #   RUNS="2 gradients;4 gradients" bench/shard_memory.sh         # "ranks shard" pairs, ; between
+#   COMMAND=uptrain bench/shard_memory.sh                         # `uptrain` instead of `train`:
+#       an MHA model of the same shape (its random init, written by `train` with max_iters 0),
+#       converted to 4 KV heads by mean pooling on rank 0, then uptrained 2 steps by every rank
 #
 # Needs about 18 GB of memory (2 ranks unsharded; 4 ranks sharding gradients) and 5 GB of disk
 # (the checkpoint of 355 M parameters with AdamW).
@@ -22,13 +25,21 @@ cat > "$work/cfg.json" <<JSON
 {"n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50257, "block_size": 256, "batch_size": 1, "dropout": 0,
  "max_iters": 2, "eval_iters": 1, "eval_interval": 1000, "log_interval": 1, "checkpoint_interval": 1000, "threads": 1}
 JSON
+command=${COMMAND:-train}
+if [ "$command" = uptrain ]; then
+  rm -rf "$work/source"
+  "$build/tapelm" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/source" --set max_iters=0 --quiet
+  args=(uptrain --from "$work/source/checkpoint.h5" --kv-heads 4 --method mean --fraction 1)
+else
+  args=(train --config "$work/cfg.json")
+fi
 cat > "$work/rank.sh" <<'SH'
 #!/bin/sh
 exec /usr/bin/time -f "%M" -o "$RSS_DIR/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
 SH
 chmod +x "$work/rank.sh"
 "$build/tapelm" inspect --system | grep -E '^(cpu|simd)'
-echo "| run | estimate a rank (printed by train) | peak RSS by rank | estimate / RSS |"
+echo "| run ($command) | estimate a rank (printed by $command) | peak RSS by rank | estimate / RSS |"
 echo "|---|---|---|---|"
 IFS=';' read -r -a runs <<< "${RUNS:-1 none;2 none;2 optimizer;2 gradients;4 gradients}"
 for run in "${runs[@]}"; do
@@ -36,7 +47,7 @@ for run in "${runs[@]}"; do
   rm -rf "$work/run" "$work"/rss.*
   launch=()
   [ "$1" -gt 1 ] && launch=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1")
-  out=$(RSS_DIR="$work" "${launch[@]}" "$work/rank.sh" "$build/tapelm" train --config "$work/cfg.json" --data "$work/text.txt" \
+  out=$(RSS_DIR="$work" "${launch[@]}" "$work/rank.sh" "$build/tapelm" "${args[@]}" --data "$work/text.txt" \
           --out "$work/run" --set shard="$2" 2>&1)
   est=$(echo "$out" | grep -o 'memory estimate[a-z ]* [0-9.]* [KMG]B' | head -1 | grep -o '[0-9.]* [KMG]B')
   rss=""; ratio=""
@@ -46,6 +57,6 @@ for run in "${runs[@]}"; do
     ratio+="${ratio:+, }$(awk -v k="$kib" -v e="$est" 'BEGIN { split(e, a, " "); m = a[2] == "GB" ? 1e9 : a[2] == "MB" ? 1e6 : 1e3; printf "%.3f", a[1] * m / (k * 1024) }')"
   done
   echo "| $1 rank$([ "$1" -gt 1 ] && echo s), shard $2 | $est | $rss | $ratio |"
-  echo "$out" | grep -E '^step 2/2' | head -1 >&2
+  echo "$out" | grep -E '^(step 2/2|uptrained)' | head -2 >&2
 done
-rm -rf "$work/run"
+rm -rf "$work/run" "$work/source"

@@ -269,6 +269,15 @@ TrainConfig source_train_config(const std::string& checkpoint, const std::string
   return config_for_weights_only(model, read_config_file(config_path), config_path, checkpoint);
 }
 
+TrainConfig with_train_overrides(const TrainConfig& c, const std::vector<std::string>& sets, const std::string& what) {
+  nlohmann::json j = c.to_json();
+  for (const std::string& s : sets)
+    if (const std::string k = s.substr(0, s.find('=')); GPTConfig::is_key(k) && k != "dropout")  // dropout: a training choice
+      throw Error(ErrorKind::config, what + ": '" + cut_for_message(k) + "' is a key of the model, which is the source's");
+  TrainConfig::apply_overrides(j, sets);
+  return TrainConfig::from_json(j);
+}
+
 TrainConfig build_train_config(const std::string& config_path, bool resume, const std::string& run_dir,
                                const std::vector<std::string>& sets, int64_t tokenizer_vocab, int threads) {
   nlohmann::json j = nlohmann::json::object();

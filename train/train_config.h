@@ -160,6 +160,9 @@ TrainConfig read_train_config(const H5File& f);
 /// checkpoint's model keys. A usage Error when config_path is given for a checkpoint with its own
 /// config or missing for one without; `user` names who runs it in messages ("uptraining").
 TrainConfig source_train_config(const std::string& checkpoint, const std::string& config_path, const std::string& user);
+/// `c` with `--set key=value` overrides of its training keys and dropout (as `train --set`); another
+/// model key is a config Error naming `what`: the model is the source's.
+TrainConfig with_train_overrides(const TrainConfig& c, const std::vector<std::string>& sets, const std::string& what);
 
 /// What `train` runs with: config_path's JSON (or, resuming without one, the run directory's
 /// checkpoint's config), then the --set overrides, the tokenizer's vocab_size when the config

@@ -121,7 +121,6 @@ double teacher_params(const TrainOptions& opt) {
 
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
-  if (dist::multi() && opt.init_from) throw Error(ErrorKind::train, "init_from is for one-process runs");
   // Before the model is allocated. A distillation teacher is in memory already, and so are
   // init_from's weights, which the run takes over: the memory they hold is the run's.
   const double reused = opt.init_from ? 4.0 * static_cast<double>(model_cost(opt.init_from->config()).params) : 0.0;

@@ -37,6 +37,7 @@ struct TrainOptions {
   bool quiet = false;                     // no progress lines
   /// Start from these weights instead of the init. They are taken over, not copied: the run's
   /// model shares their storage and trains them in place (a second copy of a 1.3 B model is 5 GB).
+  /// Under mpirun every rank passes its own; rank 0's values are the ones every rank starts from.
   GPT* init_from = nullptr;
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines

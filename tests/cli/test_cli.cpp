@@ -12,6 +12,7 @@
 
 #include "train/formats/checkpoint.h"
 #include "train/run_dir.h"
+#include "train/train_config.h"
 #include "test_util.h"
 
 using namespace tapelm;
@@ -260,6 +261,16 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   BOOST_TEST_REQUIRE(mw.size() == mb.size());
   for (size_t i = 0; i < mw.size(); i++) BOOST_TEST(mw[i].value("train_loss", -1.0) == mb[i].value("train_loss", -1.0));
   expect_error(run_cli(up + (d / "up4") + " --kv-heads 4"), "cannot convert 2 kv heads to 4 in layer 1");
+  // --set: a training key of the source's config changed before uptraining derives from it (the
+  // config above has batch_size 2); the model's keys are the source's, but for dropout
+  const Run set = run_cli(up + (d / "up5") + " --kv-heads 1 --set batch_size=1 --set dropout=0.25");
+  BOOST_TEST_REQUIRE(set.code == 0, set.err);
+  const TrainConfig set_cfg = read_train_config(H5File::open_read(d / "up5/checkpoint.h5"));
+  BOOST_TEST(set_cfg.batch_size == 1);
+  BOOST_TEST(set_cfg.model.dropout == 0.25);
+  expect_error(run_cli(up + (d / "up6") + " --kv-heads 1 --set n_layer=3"),
+               "uptrain --set: 'n_layer' is a key of the model, which is the source's");
+  BOOST_TEST(!fs::exists(d / "up6"));
   // uptrain --from an HF directory as convert --from takes it (was: "not an HDF5 file"): the same
   // run as from the checkpoint imported from it, every loss of metrics.jsonl equal
   BOOST_TEST_REQUIRE(run_cli("import --format hf --model " + hf + " --out " + (d / "mha.h5")).code == 0);

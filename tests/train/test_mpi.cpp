@@ -209,6 +209,55 @@ BOOST_AUTO_TEST_CASE(the_blas_core_guard_works_under_mpirun) {
   BOOST_TEST(said == 1, r.err);
 }
 
+// A two-rank run's steps in this process, from `model`'s weights: the rows 0..B-1 of each batch from
+// rank 0's stream, B..2B-1 from rank 1's, one process with twice the batch. Trains `model` in place
+// and returns the losses.
+std::vector<double> two_ranks_in_one_process(GPT& model, const TrainConfig& cfg, const Corpus& c, int64_t steps) {
+  std::optional<ThreadCount> one_thread(1);
+  model.train();
+  NamedParams params = model.named_parameters();
+  auto optim = cfg.make_optimizer(params);
+  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
+  BatchSampler s0(c.train, B, T, dist::rank_seed(cfg.seed, 0)), s1(c.train, B, T, dist::rank_seed(cfg.seed, 1));
+  std::vector<double> losses;
+  for (int64_t step = 0; step < steps; step++) {
+    Index x0, y0, x1, y1;
+    s0.next(x0, y0);
+    s1.next(x1, y1);
+    Index x(x0.data, {2 * B, T}), y(y0.data, {2 * B, T});
+    x.data.insert(x.data.end(), x1.data.begin(), x1.data.end());
+    y.data.insert(y.data.end(), y1.data.begin(), y1.data.end());
+    Var loss = model.loss(x, y);
+    losses.push_back(loss.item());
+    backward(loss);
+    clip_grad_norm(params, cfg.grad_clip);
+    optim->step(lr_at(step, cfg.schedule()));
+    optim->zero_grad(false);
+  }
+  return losses;
+}
+
+// The largest relative difference of two loss curves and the largest weight difference of two models.
+// Tolerance: the runs differ only in float32 summation order (one GEMM over 2B rows against two
+// over B rows summed by the all-reduce), which Adam's normalised steps carry forward. Seen: 7e-8
+// relative on the loss and 1.2e-7 on the weights after 10 steps; allowed: 1e-6 and 1e-5.
+void expect_same_run(const std::vector<double>& got, const std::vector<double>& want, GPT& got_model, GPT& want_model) {
+  BOOST_REQUIRE(got.size() == want.size());
+  double worst_loss = 0;
+  for (size_t i = 0; i < got.size(); i++) worst_loss = std::max(worst_loss, std::abs(got[i] - want[i]) / std::abs(want[i]));
+  BOOST_TEST(worst_loss <= 1e-6, "largest relative loss difference " << worst_loss);
+  double worst_w = 0;
+  auto a = got_model.named_parameters(), b = want_model.named_parameters();
+  BOOST_REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    BOOST_REQUIRE(a[i].second.numel() == b[i].second.numel());
+    const float *p = a[i].second.val().data(), *q = b[i].second.val().data();
+    for (int64_t k = 0; k < a[i].second.numel(); k++) worst_w = std::max(worst_w, double(std::abs(p[k] - q[k])));
+  }
+  BOOST_TEST(worst_w <= 1e-5, "largest weight difference " << worst_w);
+  BOOST_TEST_MESSAGE("two ranks vs one process: loss rel diff " << worst_loss << ", weight abs diff " << worst_w);
+}
+
 // Two ranks with batch B against one process with batch 2B made of the same two streams.
 BOOST_AUTO_TEST_CASE(two_ranks_match_one_process_with_twice_the_batch) {
   TempDir d;
@@ -220,55 +269,18 @@ BOOST_AUTO_TEST_CASE(two_ranks_match_one_process_with_twice_the_batch) {
   const std::vector<double> mpi_losses = train_losses(d / "run");
   BOOST_REQUIRE(mpi_losses.size() == static_cast<size_t>(steps));
 
-  // The same steps in this process: rows 0..B-1 from rank 0's stream, B..2B-1 from rank 1's.
-  std::optional<ThreadCount> one_thread(1);
   Corpus c = load_corpus(tiny_text());
   nlohmann::json jj = j;
   jj["vocab_size"] = c.tok.vocab_size();
   TrainConfig cfg = TrainConfig::from_json(jj);
   GPT model(cfg.model, cfg.seed);
-  model.train();
-  NamedParams params = model.named_parameters();
-  auto optim = cfg.make_optimizer(params);
-  const int64_t B = cfg.batch_size, T = cfg.model.block_size;
-  BatchSampler s0(c.train, B, T, dist::rank_seed(cfg.seed, 0)), s1(c.train, B, T, dist::rank_seed(cfg.seed, 1));
-  std::vector<double> ref_losses;
-  for (int64_t step = 0; step < steps; step++) {
-    Index x0, y0, x1, y1;
-    s0.next(x0, y0);
-    s1.next(x1, y1);
-    Index x(x0.data, {2 * B, T}), y(y0.data, {2 * B, T});
-    x.data.insert(x.data.end(), x1.data.begin(), x1.data.end());
-    y.data.insert(y.data.end(), y1.data.begin(), y1.data.end());
-    Var loss = model.loss(x, y);
-    ref_losses.push_back(loss.item());
-    backward(loss);
-    clip_grad_norm(params, cfg.grad_clip);
-    optim->step(lr_at(step, cfg.schedule()));
-    optim->zero_grad(false);
-  }
-  one_thread.reset();
-
-  // Tolerance: the two runs differ only in float32 summation order (one GEMM over 2B rows against
-  // two over B rows summed by the all-reduce), which Adam's normalised steps carry forward. Seen:
-  // 7e-8 relative on the loss and 1.2e-7 on the weights after 10 steps; allowed: 1e-6 and 1e-5.
-  double worst_loss = 0;
-  for (int64_t i = 0; i < steps; i++)
-    worst_loss = std::max(worst_loss, std::abs(mpi_losses[i] - ref_losses[i]) / std::abs(ref_losses[i]));
-  BOOST_TEST(worst_loss <= 1e-6, "largest relative loss difference " << worst_loss);
+  const std::vector<double> ref_losses = two_ranks_in_one_process(model, cfg, c, steps);
   GPT trained = load_weights(d / "run/checkpoint.h5");
-  double worst_w = 0;
-  auto a = trained.named_parameters();
-  for (size_t i = 0; i < params.size(); i++) {
-    const float *p = a[i].second.val().data(), *q = params[i].second.val().data();
-    for (int64_t k = 0; k < params[i].second.numel(); k++) worst_w = std::max(worst_w, double(std::abs(p[k] - q[k])));
-  }
-  BOOST_TEST(worst_w <= 1e-5, "largest weight difference " << worst_w);
+  expect_same_run(mpi_losses, ref_losses, trained, model);
   // The closing whole-split evaluation, dealt out across the ranks, is one process's figure for
   // the same weights (each batch is evaluated alike; only the double sums are regrouped).
   const double full = read_metrics(d / "run/metrics.jsonl").back()["val_loss_full"].get<double>();
   BOOST_TEST(full == evaluate_split(trained, c.val), tt::tolerance(1e-9));
-  BOOST_TEST_MESSAGE("two ranks vs one process: loss rel diff " << worst_loss << ", weight abs diff " << worst_w);
 }
 
 // Gradient accumulation composes with the all-reduce: 2 ranks x 2 micro-batches of 2 windows
@@ -417,6 +429,56 @@ BOOST_AUTO_TEST_CASE(sharded_gradients_train_the_unsharded_run_bit_for_bit) {
   BOOST_TEST(r.out.find("all-reduce buffer") == std::string::npos, r.out);
 }
 
+// `uptrain` under mpirun: rank 0 converts an MHA checkpoint (mean pooling, 4 -> 2 KV heads) and
+// every rank uptrains from its weights. The run is one process's with twice the batch from the
+// converted weights, which a one-process `uptrain --fraction 0` writes (the uptraining config, with
+// its rewarmed schedule, is read from the job's checkpoint); the loss before uptraining, dealt out
+// over the ranks, is the one process's figure. Sharded (ZeRO stage 2, training the attention only,
+// dropout 0.1) it is the unsharded uptraining bit for bit.
+BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_batch) {
+  TempDir d;
+  nlohmann::json j = small_config(20, 0.0);
+  j["n_kv_head"] = 4;  // MHA
+  const std::string src_cfg = write_config(d, "src.json", j);
+  BOOST_REQUIRE(run_cli(train_args(src_cfg, d / "src")).code == 0);
+  const std::string src = d / "src/checkpoint.h5";
+  auto uptrain_args = [&](const std::string& out, const std::string& more) {
+    return "uptrain --from " + src + " --kv-heads 2 --method mean --data " + tiny_text() + " --out " + out + " " + more;
+  };
+  Run r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "up2", "--fraction 0.5"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("data parallel over 2 ranks: rank 0 converts") != std::string::npos, r.out);
+  Run zero = run_cli(uptrain_args(d / "converted", "--fraction 0"));
+  BOOST_REQUIRE_MESSAGE(zero.code == 0, zero.err);
+  // "(converted, before uptraining: X)": four decimals of one figure, printed once by each job
+  auto before = [](const std::string& out) {
+    const size_t at = out.find("before uptraining: ");
+    return at == std::string::npos ? std::string("none") : out.substr(at + 19, 6);
+  };
+  BOOST_TEST(before(r.out) == before(zero.out), r.out << zero.out);
+
+  const std::vector<double> mpi_losses = train_losses(d / "up2");
+  BOOST_REQUIRE(mpi_losses.size() == 10u);
+  Corpus c = load_corpus(tiny_text());
+  const TrainConfig cfg = read_train_config(H5File::open_read(d / "up2/checkpoint.h5"));
+  BOOST_TEST(cfg.max_iters == 10);
+  GPT model = load_weights(d / "converted/checkpoint.h5");
+  BOOST_TEST(model.config().n_kv_head == 2);
+  const std::vector<double> ref_losses = two_ranks_in_one_process(model, cfg, c, 10);
+  GPT trained = load_weights(d / "up2/checkpoint.h5");
+  expect_same_run(mpi_losses, ref_losses, trained, model);
+
+  // ZeRO stage 2 with frozen weights and dropout: the unsharded uptraining, every loss, weight and moment
+  const std::string partial = "--fraction 0.4 --train attention --set dropout=0.1 --set grad_clip=0.5";
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "plain", partial + " --quiet"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "sharded", partial + " --quiet --set shard=gradients"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(train_losses(d / "plain").size() == 8u);
+  BOOST_TEST((train_losses(d / "plain") == train_losses(d / "sharded")), tt::per_element());
+  expect_same_state(d / "plain/checkpoint.h5", d / "sharded/checkpoint.h5");
+}
+
 BOOST_AUTO_TEST_CASE(one_process_checkpoint_resumes_on_two_ranks) {
   TempDir d;
   const std::string cfg = write_config(d, "c.json", small_config(4, 0.1));
@@ -475,7 +537,12 @@ BOOST_AUTO_TEST_CASE(a_bad_command_line_on_one_rank_ends_the_job) {
   expect_job_error(mpmd(train_args(good, d / "run"), train_args(good, d / "run") + " --bogus-flag"), "--bogus-flag");
   expect_job_error(mpmd(train_args(good, d / "run"), "inspect " + fixture_path("parity/mha.h5")),
                    "rank 1 of 2: only `tapelm train`");
+  // two commands that both run on many ranks would wait in different collectives
+  expect_job_error(mpmd(train_args(good, d / "run"), "uptrain --from " + fixture_path("parity/mha.h5") + " --kv-heads 1 --data " +
+                                                         tiny_text() + " --out " + (d / "up")),
+                   "rank 1 of 2: it runs `tapelm uptrain` where rank 0 runs `tapelm train`");
   BOOST_TEST(!fs::exists(d / "run/checkpoint.h5"));
+  BOOST_TEST(!fs::exists(d / "up"));
 }
 
 // Errors every rank meets alike are reported once.

@@ -9,9 +9,11 @@
 namespace tapelm::cli {
 
 /// A subcommand: the CLI11 app holding its flags, and what runs when it was given (an exit code).
+/// multi_rank: it runs as one job under mpirun (train, uptrain); the others refuse more than one rank.
 struct Command {
   CLI::App* app;
   std::function<int()> run;
+  bool multi_rank = false;
 };
 
 /// Registers every subcommand on `app`, in the order `tapelm --help` lists them. `threads` is the

@@ -107,6 +107,7 @@ int run_train(const TrainArgs& a) {
 
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision, train = "all";
+  std::vector<std::string> sets;  // --set: the source's training config changed before uptraining derives from it
   int64_t kv_heads = 0, calib_tokens = 16384;
   std::optional<int64_t> eval_tokens;
   double fraction = 0.05, lr = 0;
@@ -134,6 +135,8 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--out", a.out, "run directory")->required();
   c.add_option("--config", a.config,
                "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
+  c.add_option("--set", a.sets, "override a key of the source's training config before the uptraining config is derived from it: "
+                               "key=value (repeatable; training keys such as shard, recompute, batch_size, grad_accum, threads)");
   c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)")
       ->each([&a](const std::string&) { a.lr_given = true; });
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range());
@@ -148,32 +151,46 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
 }
 
 int run_uptrain(const UptrainArgs& a) {
-  refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--data", a.data}, {"--config", a.config}});
-  Corpus corpus = load_corpus(a.data);
-  const TrainConfig original = source_train_config(a.from, a.config, "uptraining");
-  check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
-  if (const formats::OpenedModel m = formats::open_model(a.from); m.tok && !(*m.tok == corpus.tok))
-    throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
+  const StopToken stop = signal_stop_token();  // first, so a signal during set-up cannot kill one rank of a job
+  Corpus corpus;
   UptrainOptions o;
-  o.kv_heads = a.kv_heads;
-  o.variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")};
-  o.calib_tokens = a.calib_tokens;
-  o.fraction = a.fraction;
-  o.schedule = parse_uptrain_schedule(a.schedule);
-  if (a.lr_given) o.lr = a.lr;
-  o.seed = a.seed;
-  o.resume = a.resume;
-  o.quiet = a.quiet;
-  o.stop = signal_stop_token();
-  o.original = original;
-  if (!a.precision.empty()) o.precision = enum_from_name<Precision>(a.precision, "--precision");
-  o.eval_tokens = a.eval_tokens;
-  o.trainable = enum_from_name<Trainable>(a.train, "--train");
-  o.distill_lambda = a.distill.lambda_for("uptrain");
-  o.distill_temperature = a.distill.temperature;
-  o.distill_attention = a.distill.attention;
+  std::string setup_error;
+  try {  // in a multi-rank job every rank reads its own inputs; dist::agree ends the job if one fails
+    refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--data", a.data}, {"--config", a.config}});
+    corpus = load_corpus(a.data);
+    TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+    if (!a.sets.empty()) original = with_train_overrides(original, a.sets, "uptrain --set");
+    check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
+    if (const formats::OpenedModel m = formats::open_model(a.from); m.tok && !(*m.tok == corpus.tok))
+      throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
+    o.kv_heads = a.kv_heads;
+    o.variant = {&method(a.method), enum_from_name<Grouping>(a.grouping, "--grouping")};
+    o.calib_tokens = a.calib_tokens;
+    o.fraction = a.fraction;
+    o.schedule = parse_uptrain_schedule(a.schedule);
+    if (a.lr_given) o.lr = a.lr;
+    o.seed = a.seed;
+    o.resume = a.resume;
+    o.quiet = a.quiet || dist::rank() != 0;
+    o.stop = stop;
+    o.original = original;
+    if (!a.precision.empty()) o.precision = enum_from_name<Precision>(a.precision, "--precision");
+    o.eval_tokens = a.eval_tokens;
+    o.trainable = enum_from_name<Trainable>(a.train, "--train");
+    o.distill_lambda = a.distill.lambda_for("uptrain");
+    o.distill_temperature = a.distill.temperature;
+    o.distill_attention = a.distill.attention;
+  } catch (const std::exception& e) {
+    if (!dist::multi()) throw;
+    setup_error = *e.what() ? e.what() : "unknown error";
+  }
+  dist::agree(setup_error);
+  if (dist::rank() == 0 && dist::multi() && !a.quiet)
+    std::printf("data parallel over %d ranks: rank 0 converts, every rank uptrains from its weights (shard %s)\n", dist::size(),
+                to_string(o.original->shard).c_str());
   UptrainResult r = uptrain(a.from, corpus, a.out, o);
-  if (o.stop.requested()) {
+  if (dist::rank() != 0) return 0;
+  if (r.interrupted) {
     std::printf("uptraining stopped by signal; resume with --resume\n");
     return 0;
   }
@@ -265,11 +282,15 @@ int run_plot(const PlotArgs& a) {
 Command train_command(CLI::App& app, const int& threads) {
   TrainArgs train;
   train.threads = &threads;
-  return command(app, "train", "train a model (nanoGPT's train.py)", train_flags, run_train, train);
+  Command c = command(app, "train", "train a model (nanoGPT's train.py)", train_flags, run_train, train);
+  c.multi_rank = true;
+  return c;
 }
 
 Command uptrain_command(CLI::App& app) {
-  return command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags, run_uptrain);
+  Command c = command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags, run_uptrain);
+  c.multi_rank = true;
+  return c;
 }
 
 Command sweep_command(CLI::App& app) {

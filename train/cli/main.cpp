@@ -26,8 +26,12 @@ std::string parse_error_line(const CLI::ParseError& e) {
 /// In a multi-rank job, one decision for the whole job: a rank that left alone would hang the
 /// rest. Returns the exit code when the job must end here (help printed, or an error reported
 /// by one rank), nothing when every rank goes on.
-std::optional<int> agree_to_start(CLI::App& app, const std::optional<CLI::ParseError>& parse_error, bool is_train) {
+std::optional<int> agree_to_start(CLI::App& app, const std::optional<CLI::ParseError>& parse_error, const cli::Command* chosen) {
   std::string why;  // this rank's reason not to train, "" if none
+  const bool multi_rank = chosen && chosen->multi_rank;
+  // the ranks of one job must run the same command, or they would wait in different collectives
+  std::string name = multi_rank ? chosen->app->get_name() : "", lead = name;
+  dist::broadcast(lead);
   const bool help = parse_error && parse_error->get_exit_code() == 0;
   if (help) {
     std::ostringstream out, err;
@@ -35,8 +39,10 @@ std::optional<int> agree_to_start(CLI::App& app, const std::optional<CLI::ParseE
     why = out.str();
   } else if (parse_error) {
     why = parse_error_line(*parse_error);
-  } else if (!is_train) {
-    why = "only `tapelm train` runs on more than one MPI rank (this job has " + std::to_string(dist::size()) + ")";
+  } else if (!multi_rank) {
+    why = "only `tapelm train` and `tapelm uptrain` run on more than one MPI rank (this job has " + std::to_string(dist::size()) + ")";
+  } else if (name != lead && !lead.empty()) {
+    why = "it runs `tapelm " + name + "` where rank 0 runs `tapelm " + lead + "`: every rank of a job runs the same command";
   }
   try {
     dist::agree(why);
@@ -86,8 +92,10 @@ int main(int argc, char** argv) {
     parse_error = e;
   }
   if (dist::multi()) {
-    const bool is_train = !parse_error && *commands.front().app;  // train is registered first
-    if (auto code = agree_to_start(app, parse_error, is_train)) return *code;
+    const cli::Command* chosen = nullptr;
+    for (const cli::Command& c : commands)
+      if (!parse_error && *c.app) chosen = &c;
+    if (auto code = agree_to_start(app, parse_error, chosen)) return *code;
   }
   try {
     set_num_threads(threads);

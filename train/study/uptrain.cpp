@@ -11,6 +11,7 @@
 #include "data/sampler.h"
 #include "train/formats/h5file.h"
 #include "train/formats/registry.h"
+#include "train/dist.h"
 
 namespace tapelm {
 
@@ -62,48 +63,82 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
   return c;
 }
 
+namespace {
+
+/// Rank 0's model on every rank: its config (a per-layer conversion's counts included), then its
+/// weights. The other ranks pass nothing and get a model of that config holding rank 0's values.
+std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine) {
+  if (!dist::multi()) return mine;
+  std::string config = dist::rank() == 0 ? mine->config().to_json().dump() : "";
+  dist::broadcast(config);
+  if (dist::rank() != 0) mine = std::make_unique<GPT>(GPTConfig::from_json_string(config));
+  for (const auto& [name, p] : mine->named_parameters()) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
+  return mine;
+}
+
+}  // namespace
+
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
-  if (o.resume && !fs::exists(RunDir(out_dir).checkpoint()))  // before converting, and before anything is made
-    throw Error(ErrorKind::train, out_dir + ": resuming, but there is no checkpoint.h5 to resume from");
-  // The run directory is locked before anything is read or converted: a second uptrain on the same
-  // --out fails here, not after minutes of calibration and conversion.
+  // Under mpirun (data parallel, sharded as the config's `shard` says) rank 0 alone locks the run
+  // directory, converts and writes; the others take its converted weights. What fails before the
+  // training is agreed on, so every rank ends with one message.
+  const bool lead = dist::rank() == 0;
   RunDir dir(out_dir);
-  dir.prepare();
-  // The run's teacher and starting point, by content: --resume with another model under --from (of
-  // the same shape, or a GQA one) went on distilling from it, exit 0
-  const std::string from_digest = formats::model_digest(from, "uptrain --from");
-  if (o.resume) {
-    H5File f = H5File::open_read(dir.checkpoint());
-    const nlohmann::json extra =
-        f.has_attr("/train", "extra") ? parse_json(f.read_attr_string("/train", "extra"), dir.checkpoint() + " /train extra", ErrorKind::checkpoint)
-                                      : nlohmann::json::object();
-    const std::string was = extra.is_object() && extra.contains("from_digest") && extra["from_digest"].is_string() ? extra["from_digest"].get<std::string>() : "";
-    if (!was.empty() && was != from_digest)
-      throw Error(ErrorKind::usage, "uptrain --resume: " + dir.checkpoint() + " was uptrained from a model of digest " + was + ", but --from " + from +
-                                        " has digest " + from_digest + ": resume with the model the run began from");
-  }
-  std::unique_ptr<GPT> source = formats::open_model(from).load();  // a checkpoint, an HF directory or a GGUF file
-  GPT& src = *source;
-  const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
-  GPTConfig same = original.model;
-  same.dropout = src.config().dropout;  // a training choice, not the model's
-  if (!(same == src.config()))
-    throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
   UptrainResult r;
-  r.config = uptrain_config(original, o);
-  r.steps = r.config.max_iters;
-  Converted c = calibrate_and_convert(
-      src, o.kv_heads, o.variant, o.seed,
-      {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
-  std::unique_ptr<GPT> converted = std::move(c.model);
-  if (converted->config().per_layer_kv()) r.config.model.set_kv_heads(converted->config().layer_kv_heads);
-  r.convert_seconds = c.seconds;
-  const int64_t kv_heads_from = src.config().n_kv_head;
-  // The source is the teacher of distillation and nothing else once converted: without one it is
-  // freed here, not held beside the model being trained (a 1.3 B model's 5.4 GB).
+  std::unique_ptr<GPT> source, converted;
+  std::string from_digest, setup_error;
+  int64_t kv_heads_from = 0;
   const bool teaching = o.distill_lambda > 0 || o.distill_attention > 0;
-  if (!teaching) source.reset();
-  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before : evaluate_split(*converted, corpus.val, false, r.config.final_eval_tokens);
+  try {
+    if (o.resume && !fs::exists(dir.checkpoint()))  // before converting, and before anything is made
+      throw Error(ErrorKind::train, out_dir + ": resuming, but there is no checkpoint.h5 to resume from");
+    // The run directory is locked before anything is read or converted: a second uptrain on the same
+    // --out fails here, not after minutes of calibration and conversion.
+    if (lead) dir.prepare();
+    // The run's teacher and starting point, by content: --resume with another model under --from (of
+    // the same shape, or a GQA one) went on distilling from it, exit 0
+    from_digest = formats::model_digest(from, "uptrain --from");
+    if (o.resume) {
+      H5File f = H5File::open_read(dir.checkpoint());
+      const nlohmann::json extra =
+          f.has_attr("/train", "extra") ? parse_json(f.read_attr_string("/train", "extra"), dir.checkpoint() + " /train extra", ErrorKind::checkpoint)
+                                        : nlohmann::json::object();
+      const std::string was = extra.is_object() && extra.contains("from_digest") && extra["from_digest"].is_string() ? extra["from_digest"].get<std::string>() : "";
+      if (!was.empty() && was != from_digest)
+        throw Error(ErrorKind::usage, "uptrain --resume: " + dir.checkpoint() + " was uptrained from a model of digest " + was + ", but --from " + from +
+                                          " has digest " + from_digest + ": resume with the model the run began from");
+    }
+    const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
+    kv_heads_from = original.model.n_kv_head;
+    r.config = uptrain_config(original, o);
+    r.steps = r.config.max_iters;
+    // The source: on rank 0 what is converted; on every rank the teacher of distillation.
+    if (lead || teaching) {
+      source = formats::open_model(from).load();  // a checkpoint, an HF directory or a GGUF file
+      GPTConfig same = original.model;
+      same.dropout = source->config().dropout;  // a training choice, not the model's
+      if (!(same == source->config()))
+        throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
+    }
+    if (lead) {
+      Converted c = calibrate_and_convert(
+          *source, o.kv_heads, o.variant, o.seed,
+          {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
+      converted = std::move(c.model);
+      r.convert_seconds = c.seconds;
+    }
+    // The source is the teacher of distillation and nothing else once converted: without one it is
+    // freed here, not held beside the model being trained (a 1.3 B model's 5.4 GB).
+    if (!teaching) source.reset();
+  } catch (const std::exception& e) {
+    if (!dist::multi()) throw;
+    setup_error = *e.what() ? e.what() : "unknown error";
+  }
+  dist::agree(setup_error);
+  converted = share_from_rank0(std::move(converted));
+  if (converted->config().per_layer_kv()) r.config.model.set_kv_heads(converted->config().layer_kv_heads);
+  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before
+                                           : evaluate_split(*converted, corpus.val, dist::multi(), r.config.final_eval_tokens);
 
   TrainOptions to;
   to.resume = o.resume;
@@ -132,21 +167,26 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   const auto t0 = std::chrono::steady_clock::now();
   if (r.steps == 0) {
     // α = 0: the converted weights are the result; keep them as a checkpoint all the same.
-    auto opt = r.config.make_optimizer(converted->named_parameters());
-    TrainState st;
-    st.extra_json = to.extra_json;
-    st.dropout_rng = converted->dropout_rng().state();
-    save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok);
+    if (lead) {
+      auto opt = r.config.make_optimizer(converted->named_parameters());
+      TrainState st;
+      st.extra_json = to.extra_json;
+      st.dropout_rng = converted->dropout_rng().state();
+      save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok);
+    }
     r.val_loss = r.loss_before;
     return r;
   }
-  tapelm::train(r.config, corpus, out_dir, to);
+  const TrainResult trained = tapelm::train(r.config, corpus, out_dir, to);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  // what was trained is evaluated as saved; the storage the run took over goes first
+  r.interrupted = trained.interrupted;
+  if (r.interrupted) return r;  // the checkpoint of the last completed step is saved; --resume goes on
+  // what was trained is evaluated as saved (rank 0 reads it; the others take its weights); the
+  // storage the run took over goes first
   converted.reset();
   source.reset();
-  std::unique_ptr<GPT> done = load_model(RunDir(out_dir).checkpoint()).model;
-  r.val_loss = evaluate_split(*done, corpus.val, false, r.config.final_eval_tokens);
+  std::unique_ptr<GPT> done = share_from_rank0(lead ? load_model(dir.checkpoint()).model : nullptr);
+  r.val_loss = evaluate_split(*done, corpus.val, dist::multi(), r.config.final_eval_tokens);
   return r;
 }
 

@@ -63,6 +63,7 @@ struct UptrainResult {
   double seconds = 0;         // training wall time
   double convert_seconds = 0; // conversion wall time, calibration included
   TrainConfig config;         // what the uptraining ran with
+  bool interrupted = false;   // stopped by a signal (on any rank): no final evaluation, --resume goes on
 };
 
 /// The config uptraining runs with, from the original run's. A fraction outside [0, 10] or a
