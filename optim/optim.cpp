@@ -196,10 +196,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
   throw Error(ErrorKind::config, "unknown optimizer '" + type + "' (adamw or sgd)");
 }
 
+double grad_sumsq(const Var& p) { return p.has_grad() ? kern::sumsq_all(p.grad().data(), p.numel()) : 0.0; }
+
 double grad_sumsq(const NamedParams& params) {
   double sumsq = 0;
-  for (const auto& [name, p] : params)
-    if (p.has_grad()) sumsq += kern::sumsq_all(p.grad().data(), p.numel());
+  for (const auto& [name, p] : params) sumsq += grad_sumsq(p);
   return sumsq;
 }
 
@@ -207,7 +208,7 @@ double grad_norm(const NamedParams& params) { return std::sqrt(grad_sumsq(params
 
 std::string first_non_finite_grad(const NamedParams& params) {
   for (const auto& [name, p] : params)
-    if (p.has_grad() && !std::isfinite(kern::sumsq_all(p.grad().data(), p.numel()))) return name;
+    if (!std::isfinite(grad_sumsq(p))) return name;
   return "";
 }
 

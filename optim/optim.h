@@ -125,6 +125,8 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
 double grad_norm(const NamedParams& params);
 /// grad_norm's square before its root: Σ over the parameters, in order, of each one's sum of squares.
 double grad_sumsq(const NamedParams& params);
+/// One parameter's part of grad_sumsq: its gradient's sum of squares in double (0 without one).
+double grad_sumsq(const Var& p);
 /// The name of the first parameter whose gradient holds a NaN or Inf, or "" (what makes grad_norm
 /// non-finite).
 std::string first_non_finite_grad(const NamedParams& params);

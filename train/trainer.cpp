@@ -43,21 +43,21 @@ class GradReducer {
   /// Averages the gradients over ranks in place; returns the mean loss and whether any rank stops.
   std::pair<double, bool> reduce(double loss, bool stop) {
     size_t off = 0;
-    for (const auto& [name, p] : params_) {  // p.grad() allocates a zero gradient if p got none
-      if (!with_grads_) break;
-      std::copy_n(p.grad().data(), p.numel(), buf_.data() + off);
-      off += static_cast<size_t>(p.numel());
-    }
+    if (with_grads_)
+      for (const auto& [name, p] : params_) {  // p.grad() allocates a zero gradient if p got none
+        std::copy_n(p.grad().data(), p.numel(), buf_.data() + off);
+        off += static_cast<size_t>(p.numel());
+      }
     buf_[n_] = static_cast<float>(loss);
     buf_[n_ + 1] = stop ? 1.f : 0.f;
     dist::allreduce_sum(buf_.data(), buf_.size());
     const float inv = 1.0f / static_cast<float>(dist::size());
     off = 0;
-    for (const auto& [name, p] : params_) {
-      if (!with_grads_) break;
-      p.grad().assign_scaled(buf_.data() + off, inv);
-      off += static_cast<size_t>(p.numel());
-    }
+    if (with_grads_)
+      for (const auto& [name, p] : params_) {
+        p.grad().assign_scaled(buf_.data() + off, inv);
+        off += static_cast<size_t>(p.numel());
+      }
     return {static_cast<double>(buf_[n_]) * inv, buf_[n_ + 1] > 0};
   }
  private:
@@ -481,7 +481,7 @@ double Trainer::sharded_grad_norm() {
   // order grad_norm sums them: the unsharded run's norm, bit for bit.
   std::vector<double> part(params_.size(), 0.0);
   for (size_t i = 0; i < params_.size(); i++)
-    if (owner_[i] == rank_) part[i] = grad_sumsq({params_[i]});
+    if (owner_[i] == rank_) part[i] = grad_sumsq(params_[i].second);
   const auto t_comm = Clock::now();
   dist::allreduce_sum(part.data(), part.size());
   res_.comm_seconds += seconds_since(t_comm);
@@ -493,7 +493,7 @@ double Trainer::sharded_grad_norm() {
 std::string Trainer::first_non_finite_share() {
   uint64_t first = UINT64_MAX;
   for (size_t i = 0; i < params_.size() && first == UINT64_MAX; i++)
-    if (owner_[i] == rank_ && !first_non_finite_grad({params_[i]}).empty()) first = i;
+    if (owner_[i] == rank_ && !std::isfinite(grad_sumsq(params_[i].second))) first = i;
   dist::allreduce_min(&first, 1);
   return first < params_.size() ? params_[first].first : "?";
 }
