@@ -10,7 +10,8 @@
 #   RUNS="2 gradients;4 gradients" bench/shard_memory.sh         # "ranks shard" pairs, ; between
 #   COMMAND=uptrain bench/shard_memory.sh                         # `uptrain` instead of `train`:
 #       an MHA model of the same shape (its random init, written by `train` with max_iters 0),
-#       converted to 4 KV heads by mean pooling on rank 0, then uptrained 2 steps by every rank
+#       converted to 4 KV heads by mean pooling on rank 0, then uptrained 2 steps (fraction 1 of
+#       max_iters set to 2) by every rank
 #
 # Needs about 18 GB of memory (2 ranks unsharded; 4 ranks sharding gradients) and 5 GB of disk
 # (the checkpoint of 355 M parameters with AdamW).
@@ -29,7 +30,7 @@ command=${COMMAND:-train}
 if [ "$command" = uptrain ]; then
   rm -rf "$work/source"
   "$build/tapelm" train --config "$work/cfg.json" --data "$work/text.txt" --out "$work/source" --set max_iters=0 --quiet
-  args=(uptrain --from "$work/source/checkpoint.h5" --kv-heads 4 --method mean --fraction 1)
+  args=(uptrain --from "$work/source/checkpoint.h5" --kv-heads 4 --method mean --fraction 1 --set max_iters=2)
 else
   args=(train --config "$work/cfg.json")
 fi

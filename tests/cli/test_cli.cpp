@@ -271,6 +271,10 @@ BOOST_AUTO_TEST_CASE(hostile_configs_and_flags_give_one_line) {
   expect_error(run_cli(up + (d / "up6") + " --kv-heads 1 --set n_layer=3"),
                "uptrain --set: 'n_layer' is a key of the model, which is the source's");
   BOOST_TEST(!fs::exists(d / "up6"));
+  // a key uptraining derives from its own flags would be lost: refused, naming the flag
+  expect_error(run_cli(up + (d / "up7") + " --kv-heads 1 --set seed=3"), "uptrain --set: 'seed' is set by --seed");
+  expect_error(run_cli(up + (d / "up7") + " --kv-heads 1 --set warmup_iters=3"), "uptrain --set: 'warmup_iters' is set by --schedule");
+  BOOST_TEST(!fs::exists(d / "up7"));
   // uptrain --from an HF directory as convert --from takes it (was: "not an HDF5 file"): the same
   // run as from the checkpoint imported from it, every loss of metrics.jsonl equal
   BOOST_TEST_REQUIRE(run_cli("import --format hf --model " + hf + " --out " + (d / "mha.h5")).code == 0);

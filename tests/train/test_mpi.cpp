@@ -442,8 +442,14 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   const std::string src_cfg = write_config(d, "src.json", j);
   BOOST_REQUIRE(run_cli(train_args(src_cfg, d / "src")).code == 0);
   const std::string src = d / "src/checkpoint.h5";
-  auto uptrain_args = [&](const std::string& out, const std::string& more) {
-    return "uptrain --from " + src + " --kv-heads 2 --method mean --data " + tiny_text() + " --out " + out + " " + more;
+  // the text 20 times, the same characters: a val split of 65 windows, three evaluation batches of
+  // 32, so that rank 1 evaluates one of them (tiny.txt's val split fits in rank 0's one batch)
+  std::string twenty;
+  for (int i = 0; i < 20; i++) twenty += slurp(tiny_text());
+  write_bytes(d / "long.txt", twenty);
+  const std::string text = d / "long.txt";
+  auto uptrain_args = [&](const std::string& out, const std::string& more, int kv = 2) {
+    return "uptrain --from " + src + " --kv-heads " + std::to_string(kv) + " --method mean --data " + text + " --out " + out + " " + more;
   };
   Run r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "up2", "--fraction 0.5"));
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
@@ -459,7 +465,8 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
 
   const std::vector<double> mpi_losses = train_losses(d / "up2");
   BOOST_REQUIRE(mpi_losses.size() == 10u);
-  Corpus c = load_corpus(tiny_text());
+  Corpus c = load_corpus(text);
+  BOOST_TEST(c.val.size() / 16 > 64u);
   const TrainConfig cfg = read_train_config(H5File::open_read(d / "up2/checkpoint.h5"));
   BOOST_TEST(cfg.max_iters == 10);
   GPT model = load_weights(d / "converted/checkpoint.h5");
@@ -467,6 +474,25 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   const std::vector<double> ref_losses = two_ranks_in_one_process(model, cfg, c, 10);
   GPT trained = load_weights(d / "up2/checkpoint.h5");
   expect_same_run(mpi_losses, ref_losses, trained, model);
+  // the loss after uptraining, dealt out over the ranks: one process's figure for the saved weights
+  const size_t at = r.out.find(": val loss ");
+  BOOST_REQUIRE(at != std::string::npos);
+  BOOST_TEST(std::stod(r.out.substr(at + 11)) == evaluate_split(trained, c.val), tt::tolerance(1e-4));  // printed to 4 decimals
+
+  // α = 0 under mpirun: the converted weights, written by rank 0 alone
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "zero2", "--fraction 0 --quiet"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  GPT zero2 = load_weights(d / "zero2/checkpoint.h5"), zero1 = load_weights(d / "converted/checkpoint.h5");
+  for (size_t i = 0; i < zero1.named_parameters().size(); i++)
+    BOOST_TEST((zero2.named_parameters()[i].second.val().to_vector() == zero1.named_parameters()[i].second.val().to_vector()));
+  // a conversion every rank refuses alike: one line, exit 1, no run directory
+  expect_job_error(run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "bad", "", 3)), "n_kv_head");
+  BOOST_TEST(!fs::exists(d / "bad/checkpoint.h5"));
+  // ranks given other uptraining arguments (here rank 1 would skip the training that rank 0 runs):
+  // refused before any rank waits in a collective the other skips
+  expect_job_error(mpmd(uptrain_args(d / "mixed", "--fraction 0.5"), uptrain_args(d / "mixed", "--fraction 0")),
+                   "rank 1 of 2: its uptraining differs from rank 0's");
+  BOOST_TEST(!fs::exists(d / "mixed/checkpoint.h5"));
 
   // ZeRO stage 2 with frozen weights and dropout: the unsharded uptraining, every loss, weight and moment
   const std::string partial = "--fraction 0.4 --train attention --set dropout=0.1 --set grad_clip=0.5";

@@ -105,6 +105,16 @@ int run_train(const TrainArgs& a) {
   return 0;
 }
 
+/// The training keys uptrain_config derives from uptrain's flags, with the flag to use instead.
+const std::vector<std::pair<std::string, std::string>>& uptrain_owned_keys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"seed", "--seed"}, {"trainable", "--train"}, {"distill_lambda", "--distill-lambda"},
+      {"distill_temperature", "--distill-temperature"}, {"distill_attention", "--distill-attention"},
+      {"learning_rate", "--lr and --schedule"}, {"min_lr", "--lr and --schedule"}, {"warmup_iters", "--schedule"},
+      {"lr_decay_iters", "--schedule"}, {"decay_lr", "--schedule"}};
+  return keys;
+}
+
 struct UptrainArgs {
   std::string from, method = "mean", data, out, schedule = "rewarm", grouping = "contiguous", config, precision, train = "all";
   std::vector<std::string> sets;  // --set: the source's training config changed before uptraining derives from it
@@ -115,6 +125,7 @@ struct UptrainArgs {
   bool lr_given = false;
   uint64_t seed = 1;
   bool resume = false, quiet = false;
+  const int* threads = nullptr;  // the global --threads
 };
 
 void uptrain_flags(CLI::App& c, UptrainArgs& a) {
@@ -136,7 +147,7 @@ void uptrain_flags(CLI::App& c, UptrainArgs& a) {
   c.add_option("--config", a.config,
                "training config JSON for a weights-only source (an imported model); the model keys are the checkpoint's");
   c.add_option("--set", a.sets, "override a key of the source's training config before the uptraining config is derived from it: "
-                               "key=value (repeatable; training keys such as shard, recompute, batch_size, grad_accum, threads)");
+                               "key=value (repeatable; training keys such as shard, recompute, batch_size, grad_accum, max_iters; dropout)");
   c.add_option("--lr", a.lr, "rewarm: peak learning rate (default: half the original run's peak)")
       ->each([&a](const std::string&) { a.lr_given = true; });
   c.add_option("--seed", a.seed, "seed for batches, dropout and random init")->check(seed_range());
@@ -159,7 +170,14 @@ int run_uptrain(const UptrainArgs& a) {
     refuse_outputs_over_inputs({{"--out", a.out}}, {{"--from", a.from}, {"--data", a.data}, {"--config", a.config}});
     corpus = load_corpus(a.data);
     TrainConfig original = source_train_config(a.from, a.config, "uptraining");
+    for (const std::string& s : a.sets)  // keys uptraining sets from its own flags: a --set of them would be lost
+      for (const auto& [key, flag] : uptrain_owned_keys())
+        if (s.substr(0, s.find('=')) == key)
+          throw Error(ErrorKind::usage, "uptrain --set: '" + key + "' is set by " + flag);
     if (!a.sets.empty()) original = with_train_overrides(original, a.sets, "uptrain --set");
+    if (*a.threads > 0) original.threads = *a.threads;  // the global --threads, as train takes it
+    check_window_fits(corpus.train.size(), original.model.block_size, a.data + ": the train split");
+    check_window_fits(corpus.val.size(), original.model.block_size, a.data + ": the val split");
     check_precision_runs(a.precision.empty() ? original.precision : enum_from_name<Precision>(a.precision, "--precision"));
     if (const formats::OpenedModel m = formats::open_model(a.from); m.tok && !(*m.tok == corpus.tok))
       throw Error(ErrorKind::data, a.data + ": its characters differ from the tokenizer of " + a.from);
@@ -287,8 +305,10 @@ Command train_command(CLI::App& app, const int& threads) {
   return c;
 }
 
-Command uptrain_command(CLI::App& app) {
-  Command c = command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags, run_uptrain);
+Command uptrain_command(CLI::App& app, const int& threads) {
+  UptrainArgs uptrain;
+  uptrain.threads = &threads;
+  Command c = command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags, run_uptrain, uptrain);
   c.multi_rank = true;
   return c;
 }

@@ -7,7 +7,7 @@
 namespace tapelm::cli {
 
 Command train_command(CLI::App& app, const int& threads);
-Command uptrain_command(CLI::App& app);
+Command uptrain_command(CLI::App& app, const int& threads);
 Command sweep_command(CLI::App& app);
 Command plot_command(CLI::App& app);
 Command eval_command(CLI::App& app);

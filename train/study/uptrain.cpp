@@ -9,9 +9,9 @@
 #include "autograd/json_read.h"
 #include "data/io.h"
 #include "data/sampler.h"
+#include "train/dist.h"
 #include "train/formats/h5file.h"
 #include "train/formats/registry.h"
-#include "train/dist.h"
 
 namespace tapelm {
 
@@ -81,12 +81,13 @@ std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine) {
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
   // Under mpirun (data parallel, sharded as the config's `shard` says) rank 0 alone locks the run
   // directory, converts and writes; the others take its converted weights. What fails before the
-  // training is agreed on, so every rank ends with one message.
+  // conversion's result is shared, and ranks given other arguments than rank 0's, are agreed on:
+  // the job ends with one message, before any rank waits in a collective the others skip.
   const bool lead = dist::rank() == 0;
   RunDir dir(out_dir);
   UptrainResult r;
   std::unique_ptr<GPT> source, converted;
-  std::string from_digest, setup_error;
+  std::string from_digest, setup_error, mine;  // mine: what every rank must share with rank 0
   int64_t kv_heads_from = 0;
   const bool teaching = o.distill_lambda > 0 || o.distill_attention > 0;
   try {
@@ -112,6 +113,9 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     kv_heads_from = original.model.n_kv_head;
     r.config = uptrain_config(original, o);
     r.steps = r.config.max_iters;
+    mine = r.config.to_json().dump() + "|" + from_digest + "|" + std::to_string(o.kv_heads) + "|" + o.variant.method->name + "|" +
+           to_string(o.variant.grouping) + "|" + std::to_string(o.calib_tokens) + "|" + std::to_string(o.resume) + "|" +
+           std::to_string(o.known_loss_before) + "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
     // The source: on rank 0 what is converted; on every rank the teacher of distillation.
     if (lead || teaching) {
       source = formats::open_model(from).load();  // a checkpoint, an HF directory or a GGUF file
@@ -133,6 +137,13 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   } catch (const std::exception& e) {
     if (!dist::multi()) throw;
     setup_error = *e.what() ? e.what() : "unknown error";
+  }
+  if (dist::multi()) {
+    std::string lead_args = mine;
+    dist::broadcast(lead_args);
+    if (setup_error.empty() && mine != lead_args)
+      setup_error = "its uptraining differs from rank 0's (another source, corpus, conversion, fraction or --set; config: " +
+                    r.config.to_json().dump() + ")";
   }
   dist::agree(setup_error);
   converted = share_from_rank0(std::move(converted));
