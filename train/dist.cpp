@@ -6,10 +6,12 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "autograd/splitmix.h"
 
@@ -152,6 +154,17 @@ std::vector<std::string> gather(const std::string& mine) {
   std::vector<std::string> out;
   for (int r = 0; r < static_cast<int>(lens.size()); r++) out.push_back(all.substr(offs[r], lens[r]));
   return out;
+}
+
+void barrier_sleeping() {
+  if (g_size == 1) return;
+  MPI_Request req;
+  MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 void agree(const std::string& error) {

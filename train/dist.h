@@ -77,6 +77,11 @@ void broadcast(std::string& s);
 /// Every rank's string, on rank 0 (indexed by rank); empty on the other ranks.
 std::vector<std::string> gather(const std::string& mine);
 
+/// Waits until every rank has come here, sleeping rather than polling (MPI_Ibarrier tested every
+/// millisecond): for ranks idle while one works alone (uptrain's rank 0 converting), whose busy
+/// wait in a blocking collective would take the cores that rank's threads run on.
+void barrier_sleeping();
+
 /// A collective check point: each rank passes "" or its error. If any rank failed, the lowest
 /// failing rank's AgreedError carries its message (print_here) and every other rank's does not.
 /// In a world of 1 it does nothing (callers rethrow the original exception instead).

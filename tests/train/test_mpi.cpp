@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <optional>
 #include <chrono>
 #include <csignal>
@@ -503,6 +504,37 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   BOOST_TEST(train_losses(d / "plain").size() == 8u);
   BOOST_TEST((train_losses(d / "plain") == train_losses(d / "sharded")), tt::per_element());
   expect_same_state(d / "plain/checkpoint.h5", d / "sharded/checkpoint.h5");
+}
+
+// An uptraining under mpirun stopped by SIGUSR1 part-way and resumed on two ranks is the straight
+// one bit for bit (every loss, weight and moment), distilling from the source on every rank with
+// sharded gradients: rank 0 converts again on --resume, and the checkpoint's state replaces it.
+BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_resumes_bit_exact) {
+  TempDir d;
+  nlohmann::json j = small_config(20, 0.0);
+  j["n_kv_head"] = 4;  // MHA
+  BOOST_REQUIRE(run_cli(train_args(write_config(d, "src.json", j), d / "src")).code == 0);
+  // 2000 steps (a few seconds on two ranks): long enough for the signal to land part-way
+  const std::string args = " uptrain --from " + (d / "src/checkpoint.h5") + " --kv-heads 1 --method mean --data " + tiny_text() +
+                           " --fraction 1 --set max_iters=2000 --set checkpoint_interval=100000 --set shard=gradients --set dropout=0.1"
+                           " --distill --out ";
+  Run r = run_shell(mpirun(2) + binary() + args + (d / "straight") + " --quiet");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_REQUIRE(train_losses(d / "straight").size() == 2000u);
+  Job job(mpirun(2, false) + binary() + args + (d / "run"), d / "log");
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);  // 50 steps logged (lines, whole or not)
+  auto lines = [&] { const std::string m = fs::exists(d / "run/metrics.jsonl") ? slurp(d / "run/metrics.jsonl") : ""; return std::count(m.begin(), m.end(), '\n'); };
+  while (std::chrono::steady_clock::now() < until && lines() < 50) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ::kill(job.pid, SIGUSR1);
+  const int64_t step = stopped_at(job, d);
+  BOOST_TEST(step >= 50);
+  BOOST_TEST(step < 2000);
+  BOOST_TEST(slurp(d / "log").find("uptraining stopped by signal; resume with --resume") != std::string::npos, slurp(d / "log"));
+  r = run_shell(mpirun(2) + binary() + args + (d / "run") + " --quiet --resume");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "run") == train_losses(d / "straight")), tt::per_element());
+  expect_same_state(d / "straight/checkpoint.h5", d / "run/checkpoint.h5");
+  BOOST_TEST_MESSAGE("uptraining stopped at step " << step << " of 2000 and resumed");
 }
 
 BOOST_AUTO_TEST_CASE(one_process_checkpoint_resumes_on_two_ranks) {

@@ -139,6 +139,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     setup_error = *e.what() ? e.what() : "unknown error";
   }
   if (dist::multi()) {
+    dist::barrier_sleeping();  // the other ranks, idle while rank 0 converts, leave it the cores
     std::string lead_args = mine;
     dist::broadcast(lead_args);
     if (setup_error.empty() && mine != lead_args)

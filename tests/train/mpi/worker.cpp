@@ -1,9 +1,12 @@
 // Checks of the collectives in train/dist, run by the dist test suite as `mpirun -np 2 worker`.
 // Each rank prints "FAIL: ..." for every failed check and "ok rank R" at the end; it exits 1 if
 // any check failed on it.
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "autograd/cpu.h"
 #include "autograd/runtime.h"
@@ -77,6 +80,21 @@ int main(int argc, char** argv) {
     check(false, "agree() with every rank failing did not throw");
   } catch (const dist::AgreedError& e) {
     check(e.print_here == (r == 0), "with every rank failing, rank 0 alone should report");
+  }
+
+  // barrier_sleeping(): rank 1 waits 300 ms for rank 0 and leaves no earlier; its waiting costs it
+  // little CPU time (a busy wait would cost about all 300 ms; allowed: 100 ms).
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::clock_t c0 = std::clock();
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    dist::barrier_sleeping();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    if (r == 1) {
+      check(waited >= 0.25, "barrier_sleeping() let rank 1 go after " + std::to_string(waited) + " s, before rank 0 came");
+      check(cpu < 0.1, "barrier_sleeping() took " + std::to_string(cpu) + " s of CPU time in a 0.3 s wait");
+    }
   }
 
   // Streams: rank 0 keeps the run's seed; every other (rank, epoch) gets its own.
