@@ -686,8 +686,8 @@ BOOST_AUTO_TEST_CASE(conversion_identity_random_and_errors) {
   BOOST_TEST(load_model(d / "fit.h5").model->config().n_kv_head == 1);
 }
 
-// convert holds one block at a time; the in-memory conversion (what uptrain and the sweep run)
-// holds the whole model. Same source, same calibration windows and seed: the same bits, for every
+// convert holds one block at a time; the in-memory conversion (what the sweep and a distilling
+// uptrain run) holds the whole model; uptrain otherwise streams the blocks into a model in memory. Same source, same calibration windows and seed: the same bits, for every
 // method and grouping, from every format (a Llama with RoPE read from an HF directory and a
 // checkpoint; GPT-2s with learned positions, biases and fused q|k|v from a GGUF file and an HF
 // directory), to 2 and 1 kv heads.
@@ -723,6 +723,13 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
             const auto a = streamed.model->named_parameters(), b = in_memory.model->named_parameters();
             BOOST_TEST_REQUIRE(a.size() == b.size());
             for (size_t i = 0; i < a.size(); i++) BOOST_TEST(same_bits(a[i].second.val(), b[i].second.val()), a[i].first);
+            // streamed into memory (what uptrain converts with when the source teaches nothing)
+            const Converted kept = convert_streamed_in_memory(from, G, v, 3, cs);
+            BOOST_TEST(kept.calib_tokens == in_memory.calib_tokens);
+            BOOST_TEST((kept.model->config() == in_memory.model->config()));
+            const auto k = kept.model->named_parameters();
+            BOOST_TEST_REQUIRE(k.size() == b.size());
+            for (size_t i = 0; i < k.size(); i++) BOOST_TEST(same_bits(k[i].second.val(), b[i].second.val()), k[i].first);
           }
         }
   }

@@ -1,6 +1,8 @@
 #include "train/study/convert_model.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "autograd/ops.h"
@@ -192,7 +194,55 @@ std::vector<int64_t> kv_budget_in_memory(const ConvertRequest& r, const formats:
   return heads;
 }
 
+/// Fills a model in memory by name, each parameter once (its shape checked), as a file sink would
+/// write them: what convert_blocks pushes, kept instead of written.
+class ParameterFill : public formats::ModelSink {
+ public:
+  explicit ParameterFill(GPT& m) {
+    for (const auto& [name, p] : m.named_parameters()) params_.emplace(name, p);
+  }
+  void tensor(const std::string& name, const Tensor& t) override {
+    const auto it = params_.find(name);
+    if (it == params_.end()) throw Error(ErrorKind::internal, "conversion: no parameter " + name + " to fill, or filled twice");
+    if (it->second.shape() != t.shape())
+      throw Error(ErrorKind::internal, "conversion: " + name + " is " + shape_str(t.shape()) + ", the model's " + shape_str(it->second.shape()));
+    std::copy_n(t.data(), t.numel(), it->second.val().data());
+    params_.erase(it);
+  }
+  /// Every parameter was filled (an internal Error naming the first one that was not).
+  void check_filled() const {
+    if (!params_.empty()) throw Error(ErrorKind::internal, "conversion: parameter " + params_.begin()->first + " was never filled");
+  }
+
+ private:
+  std::map<std::string, Var> params_;
+};
+
 }  // namespace
+
+Converted convert_streamed_in_memory(const std::string& from, int64_t G, const Variant& v, uint64_t seed,
+                                     const CalibrationSource& source) {
+  const auto t0 = Clock::now();
+  const formats::OpenedModel src = formats::open_model(from);
+  const GPTConfig& c = src.config;
+  if (kv_budget_of({.heads = {G}}, v, c) > 0)
+    throw Error(ErrorKind::internal, "convert_streamed_in_memory: a budget converts the model loaded whole");
+  const GPTConfig nc = converted_config(c, {G});
+  const std::vector<Index> batches = conversion_calibrates(c, nc, v) ? calibration_windows(source, c.block_size) : std::vector<Index>{};
+  check_memory(4.0 * static_cast<double>(model_cost(nc).params), available_memory_bytes(), "the model converted from " + src.what);
+  Converted out;
+  out.model = std::make_unique<GPT>(nc);
+  check_streaming_memory(src, batches);  // in what the converted model left
+  for (const Index& b : batches) out.calib_tokens += b.numel();
+  ConvertRequest r;
+  r.seed = seed;
+  const ConvertBlocks plan{r, src, nc, v, batches, out.calib_tokens, t0};
+  ParameterFill fill(*out.model);
+  convert_blocks(plan, fill);
+  fill.check_filled();
+  out.seconds = since(t0);
+  return out;
+}
 
 ConvertModelResult convert_model(const ConvertRequest& r) {
   const auto t0 = Clock::now();

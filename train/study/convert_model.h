@@ -35,6 +35,14 @@ int64_t kv_budget_of(const KvTarget& target, const Variant& v, const GPTConfig& 
 Converted calibrate_and_convert(GPT& src, const KvTarget& target, const Variant& v, uint64_t seed, const CalibrationSource& source);
 /// Every layer to G kv heads.
 Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t seed, const CalibrationSource& source);
+/// The model at `from` (a checkpoint, an HF directory or a GGUF file) converted to G kv heads in
+/// every layer into a model in memory, read one block at a time as convert_model reads it: the
+/// memory of the converted model, one source block and the calibration's hidden states, where
+/// calibrate_and_convert holds the whole source beside its result. The result is
+/// calibrate_and_convert's on the loaded source, bit for bit. A budget (grouping per-layer), which
+/// measures every layer's conversion on the whole model, is an internal Error: load it instead.
+Converted convert_streamed_in_memory(const std::string& from, int64_t G, const Variant& v, uint64_t seed,
+                                     const CalibrationSource& source);
 
 /// What `tapelm convert` does.
 struct ConvertRequest {

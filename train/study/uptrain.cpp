@@ -116,18 +116,22 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     mine = r.config.to_json().dump() + "|" + from_digest + "|" + std::to_string(o.kv_heads) + "|" + o.variant.method->name + "|" +
            to_string(o.variant.grouping) + "|" + std::to_string(o.calib_tokens) + "|" + std::to_string(o.resume) + "|" +
            std::to_string(o.known_loss_before) + "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
-    // The source: on rank 0 what is converted; on every rank the teacher of distillation.
-    if (lead || teaching) {
-      source = formats::open_model(from).load();  // a checkpoint, an HF directory or a GGUF file
+    // The source: on every rank the teacher of distillation; on rank 0 what is converted, loaded
+    // whole only when it teaches or a budget measures every layer's conversion on it, else read
+    // one block at a time (the same result, without the source's float32 copy beside it).
+    {
+      const formats::OpenedModel opened = formats::open_model(from);  // a checkpoint, an HF directory or a GGUF file
       GPTConfig same = original.model;
-      same.dropout = source->config().dropout;  // a training choice, not the model's
-      if (!(same == source->config()))
+      same.dropout = opened.config.dropout;  // a training choice, not the model's
+      if (!(same == opened.config))
         throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
     }
+    const bool budget = kv_budget_of({.heads = {o.kv_heads}}, o.variant, original.model) > 0;
+    if (teaching || (lead && budget)) source = formats::open_model(from).load();
     if (lead) {
-      Converted c = calibrate_and_convert(
-          *source, o.kv_heads, o.variant, o.seed,
-          {.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"});
+      const CalibrationSource calib{.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"};
+      Converted c = source ? calibrate_and_convert(*source, o.kv_heads, o.variant, o.seed, calib)
+                           : convert_streamed_in_memory(from, o.kv_heads, o.variant, o.seed, calib);
       converted = std::move(c.model);
       r.convert_seconds = c.seconds;
     }
