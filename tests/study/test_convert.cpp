@@ -727,9 +727,17 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
             const Converted kept = convert_streamed_in_memory(from, G, v, 3, cs);
             BOOST_TEST(kept.calib_tokens == in_memory.calib_tokens);
             BOOST_TEST((kept.model->config() == in_memory.model->config()));
+            BOOST_TEST(kept.model->dropout_rng().state() == in_memory.model->dropout_rng().state());
             const auto k = kept.model->named_parameters();
             BOOST_TEST_REQUIRE(k.size() == b.size());
             for (size_t i = 0; i < k.size(); i++) BOOST_TEST(same_bits(k[i].second.val(), b[i].second.val()), k[i].first);
+            // with windows drawn from the ids by the seed (as uptrain calibrates on its train split)
+            const CalibrationSource drawn{.ids = data.ids, .tokens = 64, .seed = 5, .what = r.calib};
+            const Converted drawn_mem = calibrate_and_convert(*whole, G, v, 3, drawn), drawn_kept = convert_streamed_in_memory(from, G, v, 3, drawn);
+            BOOST_TEST(drawn_kept.calib_tokens == drawn_mem.calib_tokens);
+            const auto dm = drawn_mem.model->named_parameters(), dk = drawn_kept.model->named_parameters();
+            BOOST_TEST_REQUIRE(dk.size() == dm.size());
+            for (size_t i = 0; i < dk.size(); i++) BOOST_TEST(same_bits(dk[i].second.val(), dm[i].second.val()), dk[i].first);
           }
         }
   }

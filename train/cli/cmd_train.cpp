@@ -297,20 +297,25 @@ int run_plot(const PlotArgs& a) {
 
 }  // namespace
 
+namespace {
+/// c, marked as a command that runs as one job under mpirun.
+Command on_many_ranks(Command c) {
+  c.multi_rank = true;
+  return c;
+}
+}  // namespace
+
 Command train_command(CLI::App& app, const int& threads) {
   TrainArgs train;
   train.threads = &threads;
-  Command c = command(app, "train", "train a model (nanoGPT's train.py)", train_flags, run_train, train);
-  c.multi_rank = true;
-  return c;
+  return on_many_ranks(command(app, "train", "train a model (nanoGPT's train.py)", train_flags, run_train, train));
 }
 
 Command uptrain_command(CLI::App& app, const int& threads) {
   UptrainArgs uptrain;
   uptrain.threads = &threads;
-  Command c = command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags, run_uptrain, uptrain);
-  c.multi_rank = true;
-  return c;
+  return on_many_ranks(command(app, "uptrain", "convert to fewer kv heads, then train a fraction of the original steps", uptrain_flags,
+                               run_uptrain, uptrain));
 }
 
 Command sweep_command(CLI::App& app) {

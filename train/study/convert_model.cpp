@@ -82,7 +82,7 @@ CalibrationSource calibration_source(const ConvertRequest& r, const formats::Ope
 /// Memory a streamed conversion holds at its peak: the tensors outside the blocks, a block and its
 /// attention twice more (the aligned copy, the converted one), and with calibration every batch's
 /// hidden states, one batch's forward and the second-moment matrix.
-void check_streaming_memory(const formats::OpenedModel& src, const std::vector<Index>& batches) {
+double streaming_bytes(const formats::OpenedModel& src, const std::vector<Index>& batches) {
   const GPTConfig& c = src.config;
   double attention = 0;
   for (const auto& [name, shape] : parameter_shapes(c))
@@ -94,10 +94,11 @@ void check_streaming_memory(const formats::OpenedModel& src, const std::vector<I
     biggest = std::max(biggest, static_cast<double>(b.shape[0]));
   }
   const double d = static_cast<double>(c.n_embd);
-  const double need = StreamedModel::resident_bytes(c) + 8 * attention + 4 * tokens * d +
-                      (batches.empty() ? 0 : prefill_bytes(c, static_cast<int64_t>(biggest), c.block_size, get_num_threads()) +
-                                                 8 * (d + 1) * (d + 1));
-  check_memory(need, available_memory_bytes(), "converting " + src.what + " one block at a time");
+  return StreamedModel::resident_bytes(c) + 8 * attention + 4 * tokens * d +
+         (batches.empty() ? 0 : prefill_bytes(c, static_cast<int64_t>(biggest), c.block_size, get_num_threads()) + 8 * (d + 1) * (d + 1));
+}
+void check_streaming_memory(const formats::OpenedModel& src, const std::vector<Index>& batches) {
+  check_memory(streaming_bytes(src, batches), available_memory_bytes(), "converting " + src.what + " one block at a time");
 }
 
 /// What a streamed conversion runs on.
@@ -229,10 +230,10 @@ Converted convert_streamed_in_memory(const std::string& from, int64_t G, const V
     throw Error(ErrorKind::internal, "convert_streamed_in_memory: a budget converts the model loaded whole");
   const GPTConfig nc = converted_config(c, {G});
   const std::vector<Index> batches = conversion_calibrates(c, nc, v) ? calibration_windows(source, c.block_size) : std::vector<Index>{};
-  check_memory(4.0 * static_cast<double>(model_cost(nc).params), available_memory_bytes(), "the model converted from " + src.what);
+  check_memory(4.0 * static_cast<double>(model_cost(nc).params) + streaming_bytes(src, batches), available_memory_bytes(),
+               "converting " + src.what + " one block at a time into a model in memory");
   Converted out;
-  out.model = std::make_unique<GPT>(nc);
-  check_streaming_memory(src, batches);  // in what the converted model left
+  out.model = std::make_unique<GPT>(nc, seed);  // seeded as convert_kv_heads seeds it: its dropout stream too
   for (const Index& b : batches) out.calib_tokens += b.numel();
   ConvertRequest r;
   r.seed = seed;
