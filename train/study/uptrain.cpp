@@ -80,15 +80,17 @@ std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine) {
 
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
   // Under mpirun (data parallel, sharded as the config's `shard` says) rank 0 alone locks the run
-  // directory, converts and writes; the others take its converted weights. What fails before the
-  // conversion's result is shared, and ranks given other arguments than rank 0's, are agreed on:
-  // the job ends with one message, before any rank waits in a collective the others skip.
+  // directory, converts and writes; the others take its converted weights. Ranks given other
+  // arguments than rank 0's are refused before any conversion, and what fails before the
+  // conversion's result is shared is agreed on: the job ends with one message, before any rank
+  // waits in a collective the others skip.
   const bool lead = dist::rank() == 0;
   RunDir dir(out_dir);
   UptrainResult r;
   std::unique_ptr<GPT> source, converted;
   std::string from_digest, setup_error, mine;  // mine: what every rank must share with rank 0
   int64_t kv_heads_from = 0;
+  TrainConfig original;  // the source's run's config (or --config's), with --set
   const bool teaching = o.distill_lambda > 0 || o.distill_attention > 0;
   try {
     if (o.resume && !fs::exists(dir.checkpoint()))  // before converting, and before anything is made
@@ -109,13 +111,26 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
         throw Error(ErrorKind::usage, "uptrain --resume: " + dir.checkpoint() + " was uptrained from a model of digest " + was + ", but --from " + from +
                                           " has digest " + from_digest + ": resume with the model the run began from");
     }
-    const TrainConfig original = o.original ? *o.original : read_train_config(H5File::open_read(from));
+    original = o.original ? *o.original : read_train_config(H5File::open_read(from));
     kv_heads_from = original.model.n_kv_head;
     r.config = uptrain_config(original, o);
     r.steps = r.config.max_iters;
     mine = r.config.to_json().dump() + "|" + from_digest + "|" + std::to_string(o.kv_heads) + "|" + o.variant.method->name + "|" +
            to_string(o.variant.grouping) + "|" + std::to_string(o.calib_tokens) + "|" + std::to_string(o.resume) + "|" +
            std::to_string(o.known_loss_before) + "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
+  } catch (const std::exception& e) {
+    if (!dist::multi()) throw;
+    setup_error = *e.what() ? e.what() : "unknown error";
+  }
+  if (dist::multi()) {  // before any rank converts or waits for rank 0 to
+    std::string lead_args = mine;
+    dist::broadcast(lead_args);
+    if (setup_error.empty() && mine != lead_args)
+      setup_error = "its uptraining differs from rank 0's (another source, corpus, conversion, fraction or --set; config: " +
+                    r.config.to_json().dump() + ")";
+  }
+  dist::agree(setup_error);
+  try {
     // The source: on every rank the teacher of distillation; on rank 0 what is converted, loaded
     // whole only when it teaches or a budget measures every layer's conversion on it, else read
     // one block at a time (the same result, without the source's float32 copy beside it).
@@ -142,14 +157,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     if (!dist::multi()) throw;
     setup_error = *e.what() ? e.what() : "unknown error";
   }
-  if (dist::multi()) {
-    dist::barrier_sleeping();  // the other ranks, idle while rank 0 converts, leave it the cores
-    std::string lead_args = mine;
-    dist::broadcast(lead_args);
-    if (setup_error.empty() && mine != lead_args)
-      setup_error = "its uptraining differs from rank 0's (another source, corpus, conversion, fraction or --set; config: " +
-                    r.config.to_json().dump() + ")";
-  }
+  dist::barrier_sleeping();  // the other ranks, idle while rank 0 converts, leave it the cores
   dist::agree(setup_error);
   converted = share_from_rank0(std::move(converted));
   if (converted->config().per_layer_kv()) r.config.model.set_kv_heads(converted->config().layer_kv_heads);
