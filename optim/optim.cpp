@@ -6,7 +6,9 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "autograd/float16.h"
 #include "autograd/json_read.h"
+#include "autograd/splitmix.h"
 #include "autograd/kernels/optim.h"
 #include "autograd/kernels/reduce.h"
 
@@ -28,6 +30,30 @@ void require(bool ok, const std::string& what) {
 
 }  // namespace
 
+// ---- StateBuf ----------------------------------------------------------------------------
+StateBuf StateBuf::bf16_empty(const Shape& shape) {
+  StateBuf b;
+  b.shape_ = shape;
+  b.b_ = std::shared_ptr<uint16_t[]>(new uint16_t[static_cast<size_t>(std::max<int64_t>(shape_numel(shape), 1))]);
+  return b;
+}
+
+StateBuf StateBuf::bf16_of(const Tensor& t) {
+  StateBuf b = bf16_empty(t.shape());
+  const float* src = t.data();
+  uint16_t* dst = b.b_.get();
+  for (int64_t i = 0; i < t.numel(); i++) dst[i] = f32_to_bf16(src[i]);
+  return b;
+}
+
+Tensor StateBuf::f32() const {
+  if (!b_) return t_;
+  Tensor t = Tensor::empty(shape_);
+  float* dst = t.data();
+  for (int64_t i = 0; i < t.numel(); i++) dst[i] = bf16_to_f32(b_[static_cast<size_t>(i)]);
+  return t;
+}
+
 // ---- Optimizer ---------------------------------------------------------------------------
 Optimizer::Optimizer(NamedParams params) : params_(std::move(params)) {
   for (size_t i = 0; i < params_.size(); i++) {
@@ -40,15 +66,15 @@ Optimizer::Optimizer(NamedParams params) : params_(std::move(params)) {
   }
 }
 
-std::map<std::string, Tensor>& Optimizer::state(const std::string& key) {
+std::map<std::string, StateBuf>& Optimizer::state(const std::string& key) {
   const auto keys = state_keys();
   require(std::find(keys.begin(), keys.end(), key) != keys.end(),
           "optimizer " + type() + ": no state '" + key + "'");
   return state_[key];
 }
 
-const std::map<std::string, Tensor>& Optimizer::state(const std::string& key) const {
-  static const std::map<std::string, Tensor> empty;
+const std::map<std::string, StateBuf>& Optimizer::state(const std::string& key) const {
+  static const std::map<std::string, StateBuf> empty;
   const auto keys = state_keys();
   require(std::find(keys.begin(), keys.end(), key) != keys.end(),
           "optimizer " + type() + ": no state '" + key + "'");
@@ -75,11 +101,14 @@ void Optimizer::check_state() const {
     }
 }
 
-Tensor& Optimizer::state_for(const std::string& key, const std::string& name, const Var& p, bool& fresh) {
+StateBuf& Optimizer::state_for(const std::string& key, const std::string& name, const Var& p, bool& fresh, bool bf16) {
   auto& by_name = state_[key];
   auto it = by_name.find(name);
   fresh = it == by_name.end();
-  if (fresh) it = by_name.emplace(name, Tensor::empty(p.shape())).first;
+  if (fresh)
+    it = by_name.emplace(name, bf16 ? StateBuf::bf16_empty(p.shape()) : StateBuf(Tensor::empty(p.shape()))).first;
+  else if (it->second.is_bf16() != bf16)  // set from outside in the other type
+    it->second = bf16 ? StateBuf::bf16_of(it->second.tensor()) : StateBuf(it->second.f32());
   return it->second;
 }
 
@@ -101,8 +130,8 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 // ---- AdamW -------------------------------------------------------------------------------
-AdamW::AdamW(NamedParams params, double lr, double beta1, double beta2, double eps, double weight_decay)
-    : Optimizer(std::move(params)), h_{lr, beta1, beta2, eps, weight_decay} {
+AdamW::AdamW(NamedParams params, double lr, double beta1, double beta2, double eps, double weight_decay, Moments moments)
+    : Optimizer(std::move(params)), h_{lr, beta1, beta2, eps, weight_decay, moments} {
   require(lr >= 0, "adamw: lr must be >= 0");
   require(eps >= 0, "adamw: eps must be >= 0");
   require(beta1 >= 0 && beta1 < 1, "adamw: beta1 must be in [0, 1)");
@@ -111,17 +140,37 @@ AdamW::AdamW(NamedParams params, double lr, double beta1, double beta2, double e
 }
 
 std::string AdamW::hparams_json() const {
-  return nlohmann::json{{"lr", h_.lr}, {"beta1", h_.beta1}, {"beta2", h_.beta2}, {"eps", h_.eps},
-                        {"weight_decay", h_.weight_decay}}
-      .dump();
+  nlohmann::json j{{"lr", h_.lr}, {"beta1", h_.beta1}, {"beta2", h_.beta2}, {"eps", h_.eps}, {"weight_decay", h_.weight_decay}};
+  if (h_.moments != Moments::f32) j["moments"] = to_string(h_.moments);
+  return j.dump();
 }
 
+StateBuf AdamW::adopt_state(const Tensor& t) const {
+  return h_.moments == Moments::bf16 ? StateBuf::bf16_of(t) : StateBuf(t);
+}
+
+namespace {
+// The key of a parameter's bf16 rounding bits at step t: FNV-1a of the name mixed with the step,
+// so that each (name, step) draws its own stream whichever rank updates the parameter.
+uint64_t rounding_key(const std::string& name, int64_t step) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return splitmix64(h ^ splitmix64(static_cast<uint64_t>(step)));
+}
+}  // namespace
+
 void AdamW::update(const std::string& name, const Var& p, double lr) {
+  const bool bf16 = h_.moments == Moments::bf16;
   bool fresh_m, fresh_v;
-  Tensor& m_t = state_for("exp_avg", name, p, fresh_m);
-  Tensor& v_t = state_for("exp_avg_sq", name, p, fresh_v);
-  if (fresh_m) m_t.zero();
-  if (fresh_v) v_t.zero();
+  StateBuf& m_t = state_for("exp_avg", name, p, fresh_m, bf16);
+  StateBuf& v_t = state_for("exp_avg_sq", name, p, fresh_v, bf16);
+  if (bf16) {
+    if (fresh_m) std::fill_n(m_t.bf16_data(), p.numel(), uint16_t{0});
+    if (fresh_v) std::fill_n(v_t.bf16_data(), p.numel(), uint16_t{0});
+  } else {
+    if (fresh_m) m_t.tensor().zero();
+    if (fresh_v) v_t.tensor().zero();
+  }
   const double t = static_cast<double>(steps());
   const double bc1 = 1.0 - std::pow(h_.beta1, t), bc2 = 1.0 - std::pow(h_.beta2, t);
   // Each Python-float scalar becomes a float32 at torch's kernel.
@@ -131,7 +180,11 @@ void AdamW::update(const std::string& name, const Var& p, double lr) {
   const float bc2_sqrt = static_cast<float>(std::sqrt(bc2)), eps = static_cast<float>(h_.eps);
   const float neg_step = static_cast<float>(-(lr / bc1));
   const kern::AdamWScalars k{decay, b1, c1, b2, c2, bc2_sqrt, eps, neg_step};
-  kern::adamw_update(p.val().data(), p.grad().data(), m_t.data(), v_t.data(), p.numel(), k);
+  if (bf16)
+    kern::adamw_update_bf16(p.val().data(), p.grad().data(), m_t.bf16_data(), v_t.bf16_data(), p.numel(), k,
+                            rounding_key(name, steps()));
+  else
+    kern::adamw_update(p.val().data(), p.grad().data(), m_t.tensor().data(), v_t.tensor().data(), p.numel(), k);
 }
 
 // ---- SGD ---------------------------------------------------------------------------------
@@ -161,7 +214,7 @@ void SGD::update(const std::string& name, const Var& p, double lr) {
     return;
   }
   bool fresh;
-  float* buf = state_for("momentum_buffer", name, p, fresh).data();
+  float* buf = state_for("momentum_buffer", name, p, fresh).tensor().data();
   kern::sgd_momentum_update(p.val().data(), p.grad().data(), buf, p.numel(), neg_lr, decay, wd, mu, keep, fresh,
                             h_.nesterov);
 }
@@ -171,12 +224,14 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
                                           const std::string& hparams_json) {
   const auto j = parse_json(hparams_json, "optimizer hyperparameters", ErrorKind::checkpoint);
   require(j.is_object(), "optimizer hyper-parameters: not a JSON object");
-  auto take = [&](const std::map<std::string, double*>& reals, bool* flag) {
+  auto take = [&](const std::map<std::string, double*>& reals, bool* flag, Moments* moments) {
     for (const auto& [key, value] : j.items()) {
       if (auto it = reals.find(key); it != reals.end() && value.is_number())
         *it->second = value.get<double>();
       else if (flag && key == "nesterov" && value.is_boolean())
         *flag = value.get<bool>();
+      else if (moments && key == "moments" && value.is_string())
+        *moments = enum_from_name<Moments>(value.get<std::string>(), "optimizer " + type + ": moments", ErrorKind::config);
       else
         throw Error(ErrorKind::config, "optimizer " + type + ": bad hyper-parameter '" + key + "': " + value.dump());
     }
@@ -184,13 +239,13 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& type, NamedParams p
   if (type == "adamw") {
     AdamW::Hparams h;
     take({{"lr", &h.lr}, {"beta1", &h.beta1}, {"beta2", &h.beta2}, {"eps", &h.eps}, {"weight_decay", &h.weight_decay}},
-         nullptr);
-    return std::make_unique<AdamW>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay);
+         nullptr, &h.moments);
+    return std::make_unique<AdamW>(std::move(params), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.moments);
   }
   if (type == "sgd") {
     SGD::Hparams h;
     take({{"lr", &h.lr}, {"momentum", &h.momentum}, {"dampening", &h.dampening}, {"weight_decay", &h.weight_decay}},
-         &h.nesterov);
+         &h.nesterov, nullptr);
     return std::make_unique<SGD>(std::move(params), h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov);
   }
   throw Error(ErrorKind::config, "unknown optimizer '" + type + "' (adamw or sgd)");

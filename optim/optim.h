@@ -21,11 +21,52 @@
 #include <vector>
 
 #include "autograd/error.h"
+#include "autograd/names.h"
 #include "autograd/tape.h"
 
 namespace tapelm {
 
 using NamedParams = std::vector<std::pair<std::string, Var>>;
+
+/// What AdamW keeps its two moments in: float32 (8 bytes a parameter), or bfloat16 rounded
+/// stochastically (4 bytes a parameter; kern::adamw_update_bf16).
+enum class Moments { f32, bf16 };
+template <> struct EnumNames<Moments> {
+  static constexpr std::array<std::pair<Moments, const char*>, 2> values{{{Moments::f32, "f32"}, {Moments::bf16, "bf16"}}};
+};
+
+/// One optimizer state tensor, in float32 or in bfloat16. A float32 one shares the Tensor it was
+/// made from; checkpoints and ranks exchange every state in float32 (f32(), exact for bf16).
+class StateBuf {
+ public:
+  StateBuf() = default;
+  /// Float32, sharing t's storage (so that `state(key)[name] = tensor` reads as it says).
+  StateBuf(Tensor t) : t_(std::move(t)) {}  // NOLINT(google-explicit-constructor)
+  /// t rounded to the nearest bfloat16 (exact when t's values are bf16 already).
+  static StateBuf bf16_of(const Tensor& t);
+  /// Uninitialised bfloat16 storage of the given shape.
+  static StateBuf bf16_empty(const Shape& shape);
+
+  bool defined() const { return t_.defined() || b_ != nullptr; }
+  bool is_bf16() const { return b_ != nullptr; }
+  const Shape& shape() const { return b_ ? shape_ : t_.shape(); }
+  int64_t numel() const { return b_ ? shape_numel(shape_) : t_.numel(); }
+  /// The values in float32: the tensor itself, or a widened copy.
+  Tensor f32() const;
+  /// The float32 tensor (is_bf16() false).
+  Tensor& tensor() { return t_; }
+  /// The bfloat16 bits (is_bf16() true).
+  uint16_t* bf16_data() { return b_.get(); }
+  const uint16_t* bf16_data() const { return b_.get(); }
+  /// The stored bytes, for checksums: 4 or 2 a value.
+  const void* bytes() const { return b_ ? static_cast<const void*>(b_.get()) : static_cast<const void*>(t_.data()); }
+  size_t byte_size() const { return static_cast<size_t>(numel()) * (b_ ? 2 : 4); }
+
+ private:
+  Tensor t_;
+  std::shared_ptr<uint16_t[]> b_;
+  Shape shape_;
+};
 
 class Optimizer {
  public:
@@ -49,8 +90,11 @@ class Optimizer {
   virtual std::vector<std::string> state_keys() const = 0;
   /// State tensors of one key by parameter name; absent until a parameter's first step, and may
   /// be filled from a checkpoint before it (shapes are checked at the next step).
-  std::map<std::string, Tensor>& state(const std::string& key);
-  const std::map<std::string, Tensor>& state(const std::string& key) const;
+  std::map<std::string, StateBuf>& state(const std::string& key);
+  const std::map<std::string, StateBuf>& state(const std::string& key) const;
+  /// A state tensor read from a checkpoint or another rank, in the form this optimizer keeps it
+  /// (bfloat16 moments: rounded to nearest, exact for what a bf16 run saved).
+  virtual StateBuf adopt_state(const Tensor& t) const { return StateBuf(t); }
 
   /// Number of steps taken (the step count of the bias corrections).
   int64_t steps() const { return steps_; }
@@ -61,8 +105,9 @@ class Optimizer {
  protected:
   /// Updates one parameter at step t = steps() (already incremented).
   virtual void update(const std::string& name, const Var& p, double lr) = 0;
-  /// The state tensor of key for p; created uninitialised when absent (fresh = true: the caller fills it).
-  Tensor& state_for(const std::string& key, const std::string& name, const Var& p, bool& fresh);
+  /// The state tensor of key for p; created uninitialised when absent (fresh = true: the caller
+  /// fills it), in bfloat16 when bf16; one held in the other type is converted.
+  StateBuf& state_for(const std::string& key, const std::string& name, const Var& p, bool& fresh, bool bf16 = false);
 
  private:
   void check_state() const;
@@ -70,23 +115,28 @@ class Optimizer {
   NamedParams params_;
   std::map<std::string, size_t> index_;  // name -> position in params_
   int64_t steps_ = 0;
-  std::map<std::string, std::map<std::string, Tensor>> state_;
+  std::map<std::string, std::map<std::string, StateBuf>> state_;
 };
 
 /// torch.optim.AdamW with decoupled weight decay on >= 2-D parameters only (nanoGPT's groups):
 /// p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 /// p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+/// With Moments::bf16, m and v are stored in bfloat16 (kern::adamw_update_bf16), the random bits
+/// of their rounding keyed by the parameter's name and the step.
 class AdamW : public Optimizer {
  public:
   struct Hparams {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+    Moments moments = Moments::f32;
   };
   /// lr is the base rate recorded in hparams_json(); step() takes the rate of each step.
   AdamW(NamedParams params, double lr, double beta1 = 0.9, double beta2 = 0.999, double eps = 1e-8,
-        double weight_decay = 0.01);
+        double weight_decay = 0.01, Moments moments = Moments::f32);
   std::string type() const override { return "adamw"; }
+  /// "moments" appears only when bf16, so float32 runs' checkpoints read as before.
   std::string hparams_json() const override;
   std::vector<std::string> state_keys() const override { return {"exp_avg", "exp_avg_sq"}; }
+  StateBuf adopt_state(const Tensor& t) const override;
   const Hparams& hparams() const { return h_; }
 
  private:

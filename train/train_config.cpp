@@ -67,6 +67,9 @@ void TrainConfig::validate() const {
 #undef TAPELM_CHECK
   if (optimizer != "adamw" && optimizer != "sgd")
     throw Error(ErrorKind::config, "config optimizer must be \"adamw\" or \"sgd\", got \"" + cut_for_message(optimizer) + "\"");
+  if (moments != Moments::f32 && optimizer != "adamw")
+    throw Error(ErrorKind::config, "config moments \"" + to_string(moments) + "\" is AdamW's; optimizer \"" +
+                                       cut_for_message(optimizer) + "\" keeps float32 state");
   if (distill_lambda > 1)
     throw Error(ErrorKind::config, "config distill_lambda must be in [0, 1], got " + echo_json(distill_lambda));
   if (!(distill_temperature >= min_distill_temperature && distill_temperature <= max_distill_temperature))
@@ -136,7 +139,7 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
                                ? static_cast<double>(m.vocab_size) * static_cast<double>(m.n_embd)
                                : static_cast<double>((m.n_head + 2 * m.n_kv_head) * m.head_dim() * m.n_embd);
   b.gradients = sharded_grads ? 4 * (trained / shards + in_flight) : 4 * trained;
-  b.optimizer = 8 * trained / shards;
+  b.optimizer = (c.moments == Moments::bf16 ? 4 : 8) * trained / shards;
   // Per token and layer, what the tape keeps for backward: 16·d (the norms' outputs, q, k and v
   // and their rotated and head-major copies, the attention and projection outputs, the residual
   // sums), the MLP's hidden layer before and after its activation (four of them gated: gate, up,
@@ -217,6 +220,7 @@ std::string TrainConfig::optimizer_hparams_json() const {
     j["beta1"] = beta1;
     j["beta2"] = beta2;
     j["eps"] = eps;
+    if (moments != Moments::f32) j["moments"] = to_string(moments);
   }
   return j.dump();
 }

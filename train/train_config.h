@@ -45,9 +45,6 @@ bool is_trained(Trainable t, const std::string& param_name);
 /// computes no gradient for them).
 NamedParams trained_parameters(GPT& model, Trainable t);
 
-/// What a multi-rank run splits over its ranks rather than copying into each (ZeRO's stages): nothing,
-/// or the optimizer's state — each rank keeps and updates the state of its share of the parameters
-/// and sends the updated values to the others (ZeRO stage 1).
 /// What a multi-rank run splits over its ranks (ZeRO's stages): nothing, the optimizer's state
 /// (stage 1), or the optimizer's state and the gradients (stage 2).
 enum class Shard { none, optimizer, gradients };
@@ -87,6 +84,7 @@ template <> struct EnumNames<Shard> {
   X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
   X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
   X(Shard, shard, Shard::none, any, none) /* none, optimizer, gradients: what is split over the ranks (ZeRO stage 1, 2) */ \
+  X(Moments, moments, Moments::f32, any, none) /* f32, bf16: AdamW's moments (bf16 rounded stochastically) */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
@@ -125,7 +123,7 @@ TrainConfig config_for_weights_only(const GPTConfig& model, nlohmann::json confi
 struct TrainingMemory {
   double weights = 0;      // float32, and in bf16 the buffer the largest is rounded into
   double gradients = 0;    // of the trained parameters: the rank's share when sharded, and the one in flight
-  double optimizer = 0;    // AdamW's two moments of the trained parameters: the rank's share when sharded
+  double optimizer = 0;    // AdamW's two moments of the trained parameters (4 or 2 bytes each): the rank's share when sharded
   double activations = 0;  // one micro-batch's (a lower bound)
   double evaluation = 0;   // the final evaluation's forward: its logits and their softmax (split_eval_batch windows)
   double reduce = 0;       // a multi-rank run's flat all-reduce buffer of the gradients and MPI's own half of it

@@ -78,7 +78,7 @@ void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainStat
   if (!sharded)
     for (const std::string& key : optim.state_keys())
       for (const auto& [name, t] : optim.state(key))
-        moments = moments * 31 + dist::checksum(t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+        moments = moments * 31 + dist::checksum(t.bytes(), t.byte_size());
   const std::string state = std::to_string(st.step) + "|" + std::to_string(st.tokens_seen) + "|" +
                             std::to_string(optim.steps()) + "|" + std::to_string(moments) + "|" +
                             std::to_string(opt.resume) + std::to_string(opt.check_sync);
@@ -227,11 +227,11 @@ Tensor Trainer::exchange_state(const std::string& key, size_t i) {
   const int owner = owner_[i];
   const auto& states = optim_->state(key);
   const auto it = states.find(params_[i].first);
-  if (owner == 0) return lead_ && it != states.end() ? it->second : Tensor();  // rank 0's own: nothing to send
+  if (owner == 0) return lead_ && it != states.end() ? it->second.f32() : Tensor();  // rank 0's own: nothing to send
   float has = rank_ == owner && it != states.end() ? 1.f : 0.f;
   dist::broadcast(&has, 1, owner);
   if (has == 0) return {};
-  Tensor t = rank_ == owner ? it->second : Tensor::empty(params_[i].second.shape());
+  Tensor t = rank_ == owner ? it->second.f32() : Tensor::empty(params_[i].second.shape());
   dist::broadcast(t.data(), static_cast<size_t>(t.numel()), owner);
   return t;
 }

@@ -21,6 +21,20 @@ struct AdamWScalars {
 ///   w, g, m, v: [n]
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWScalars& s);
 
+/// adamw_update with the moments held in bfloat16: each m, v is widened, updated and used in
+/// float32 exactly as adamw_update does (so w moves as it would from those moments), then stored
+/// rounded stochastically to one of its two bf16 neighbours, up with probability equal to the
+/// distance from the lower one over the gap: unbiased, so the small increments of v (1 - beta2 of
+/// it, below bf16's half-ulp of 2^-9 when beta2 > 0.998) add up in expectation instead of being
+/// rounded away every step. The random bits of element i are splitmix64(key + (i + 1) gamma):
+/// the same whatever the thread count or the rank that updates it.
+///   w, g: [n];  m, v: [n] bf16 bits
+void adamw_update_bf16(float* w, const float* g, uint16_t* m, uint16_t* v, int64_t n, const AdamWScalars& s,
+                       uint64_t key);
+
+/// x rounded to bfloat16 stochastically with 16 random bits r (non-finite x: to nearest).
+uint16_t bf16_round_stochastic(float x, uint32_t r);
+
 /// SGD without momentum: w −= lr (g + wd·w)   (wd applied only when `decay`)
 ///   w, g: [n]
 void sgd_update(float* w, const float* g, int64_t n, float neg_lr, bool decay, float wd);

@@ -466,6 +466,10 @@ BOOST_AUTO_TEST_CASE(every_integer_key_is_range_checked_before_arithmetic) {
   expect({{"threads", -1}}, {"threads", ">= 0"});
   expect({{"threads", max_threads + 1}}, {"threads", "at most"});
   BOOST_TEST(TrainConfig::from_json({{"seed", max_seed}}).seed == max_seed);
+  // bf16 moments are AdamW's; SGD's momentum buffer stays float32, said rather than ignored
+  expect({{"optimizer", "sgd"}, {"moments", "bf16"}}, {"moments \"bf16\" is AdamW's", "\"sgd\""});
+  expect({{"moments", "int8"}}, {"moments", "int8"});
+  BOOST_TEST(TrainConfig::from_json({{"moments", "bf16"}}).optimizer_hparams_json().find(R"("moments":"bf16")") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(config_json_parsing_is_bounded) {
@@ -535,6 +539,14 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   big.shard = Shard::gradients;
   BOOST_TEST(training_memory(big, 2).reduce == 0);
   big.shard = Shard::none;
+  // AdamW's two moments: 4 bytes each a trained parameter, 2 in bf16; a rank's share when sharded
+  BOOST_TEST(training_memory(big).optimizer == 8 * P);
+  big.moments = Moments::bf16;
+  BOOST_TEST(training_memory(big).optimizer == 4 * P);
+  big.shard = Shard::optimizer;
+  BOOST_TEST(training_memory(big, 4).optimizer == P);
+  big.shard = Shard::none;
+  big.moments = Moments::f32;
   // distillation's teacher is held beside the model: its float32 weights, 4 bytes a parameter,
   // in the printed estimate (the check does not count it: the teacher is in memory before the run)
   big.precision = Precision::f32;

@@ -7,7 +7,11 @@
 #include <cstring>
 #include <numbers>
 
+#include <omp.h>
+
+#include "autograd/float16.h"
 #include "autograd/kernels/common.h"
+#include "autograd/kernels/optim.h"
 #include "optim/optim.h"
 #include "train/formats/h5file.h"
 #include "test_util.h"
@@ -114,7 +118,7 @@ void check_against_torch(const std::string& run) {
     for (const auto& [name, p] : fx.params) {
       auto it = st.find(name);
       BOOST_REQUIRE_MESSAGE(it != st.end(), "no state " << key << "/" << name);
-      dev.add(run + "/" + key + "/" + name, it->second, ref.read_tensor("/" + run + "/" + key + "/" + name));
+      dev.add(run + "/" + key + "/" + name, it->second.f32(), ref.read_tensor("/" + run + "/" + key + "/" + name));
     }
   }
   BOOST_TEST_MESSAGE(run << " vs torch.optim after " << steps << " steps: max relative deviation " << dev.max_rel
@@ -150,8 +154,8 @@ BOOST_AUTO_TEST_CASE(adamw_one_step_hand_computed) {
     BOOST_TEST(w2.val().to_vector() == want2, tt::tolerance(1e-6f) << tt::per_element());
     BOOST_TEST(w1.val().to_vector() == want1, tt::tolerance(1e-6f) << tt::per_element());
     const std::vector<float> m = {0.05f, -0.025f, 1e-9f}, v = {2.5e-4f, 6.25e-5f, 1e-19f};
-    BOOST_TEST(opt.state("exp_avg").at("w1").to_vector() == m, tt::tolerance(1e-6f) << tt::per_element());
-    BOOST_TEST(opt.state("exp_avg_sq").at("w2").to_vector() == v, tt::tolerance(1e-5f) << tt::per_element());
+    BOOST_TEST(opt.state("exp_avg").at("w1").f32().to_vector() == m, tt::tolerance(1e-6f) << tt::per_element());
+    BOOST_TEST(opt.state("exp_avg_sq").at("w2").f32().to_vector() == v, tt::tolerance(1e-5f) << tt::per_element());
   }
 }
 
@@ -192,10 +196,10 @@ BOOST_AUTO_TEST_CASE(sgd_momentum_two_steps) {
   set_grad(w, {1.f, -2.f});
   opt.step(0.1);
   BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.1f, 0.2f}), tt::tolerance(1e-6f) << tt::per_element());
-  BOOST_TEST(opt.state("momentum_buffer").at("w").to_vector() == std::vector<float>({1.f, -2.f}), tt::per_element());
+  BOOST_TEST(opt.state("momentum_buffer").at("w").f32().to_vector() == std::vector<float>({1.f, -2.f}), tt::per_element());
   set_grad(w, {0.5f, 0.5f});
   opt.step(0.1);
-  BOOST_TEST(opt.state("momentum_buffer").at("w").to_vector() == std::vector<float>({1.4f, -1.3f}),
+  BOOST_TEST(opt.state("momentum_buffer").at("w").f32().to_vector() == std::vector<float>({1.4f, -1.3f}),
              tt::tolerance(1e-6f) << tt::per_element());
   BOOST_TEST(w.val().to_vector() == std::vector<float>({-0.24f, 0.33f}), tt::tolerance(1e-6f) << tt::per_element());
 }
@@ -298,7 +302,7 @@ BOOST_AUTO_TEST_CASE(state_export_import_is_bit_exact) {
     NamedParams copy = clone_params(fx.params);
     auto b = make_optimizer(a->type(), copy, a->hparams_json());
     for (const auto& key : a->state_keys())
-      for (const auto& [name, t] : a->state(key)) b->state(key)[name] = t.clone();
+      for (const auto& [name, t] : a->state(key)) b->state(key)[name] = t.f32().clone();
     b->set_steps(a->steps());
     for (size_t i = 0; i < copy.size(); i++) {
       set_grad(fx.params[i].second, fx.grads[i]);
@@ -312,7 +316,7 @@ BOOST_AUTO_TEST_CASE(state_export_import_is_bit_exact) {
       BOOST_TEST(same_bits(fx.params[i].second.val(), copy[i].second.val()), type << " " << copy[i].first);
     for (const auto& key : a->state_keys())
       for (const auto& [name, t] : a->state(key))
-        BOOST_TEST(same_bits(t, b->state(key).at(name)), type << " " << key << "/" << name);
+        BOOST_TEST(same_bits(t.f32(), b->state(key).at(name).f32()), type << " " << key << "/" << name);
   }
 }
 
@@ -342,6 +346,117 @@ BOOST_AUTO_TEST_CASE(parallel_path_matches_serial) {
       ok = ok && std::memcmp(b.val().data() + r * 32, s.val().data(), 32 * sizeof(float)) == 0;
     BOOST_TEST(ok, type);
   }
+}
+
+// AdamW with bf16 moments is float32 AdamW run from the moments it stored: each step computes m
+// and v in float32 from the stored (widened) ones and moves the weights by those, then keeps each
+// rounded to one of its two bf16 neighbours. So, on the gqa fixture's gradients over three steps,
+// a float32 AdamW given the bf16 one's moments before each step moves every weight to the same
+// bits, and every stored moment is the float32 one's value rounded down or up (the value itself
+// when it is a bf16 already), up about as often as down.
+BOOST_AUTO_TEST_CASE(bf16_moments_move_the_weights_as_float32_adamw_from_the_same_moments) {
+  Fixture fx = load_fixture();
+  NamedParams copy = clone_params(fx.params);
+  const std::string hp = R"({"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.1)";
+  auto a = make_optimizer("adamw", fx.params, hp + R"(, "moments": "bf16"})");
+  auto b = make_optimizer("adamw", copy, hp + "}");
+  BOOST_TEST(a->hparams_json().find(R"("moments":"bf16")") != std::string::npos);
+  BOOST_TEST(b->hparams_json().find("moments") == std::string::npos);
+  int64_t up = 0, down = 0, exact = 0;
+  for (int step = 0; step < 3; step++) {
+    for (size_t i = 0; i < copy.size(); i++) {
+      set_grad(fx.params[i].second, fx.grads[i]);
+      set_grad(copy[i].second, fx.grads[i]);
+    }
+    a->step(0.01);
+    b->step(0.01);
+    for (size_t i = 0; i < copy.size(); i++)
+      BOOST_TEST(same_bits(fx.params[i].second.val(), copy[i].second.val()), "step " << step << " " << copy[i].first);
+    for (const auto& key : a->state_keys())
+      for (const auto& [name, s] : a->state(key)) {
+        BOOST_REQUIRE(s.is_bf16());
+        const Tensor want = b->state(key).at(name).f32(), got = s.f32();
+        for (int64_t j = 0; j < got.numel(); j++) {
+          const uint32_t w = float_bits(want[j]), lower = w & 0xFFFF0000u, g = float_bits(got[j]);
+          if (w == lower) {
+            exact += g == w;
+            BOOST_TEST_REQUIRE(g == w, key << "/" << name << "[" << j << "] " << got[j] << " for " << want[j]);
+          } else {
+            down += g == lower;
+            up += g == lower + 0x10000u;
+            BOOST_TEST_REQUIRE((g == lower || g == lower + 0x10000u), key << "/" << name << "[" << j << "] " << got[j] << " for " << want[j]);
+          }
+        }
+        b->state(key)[name] = got.clone();  // the next step starts both from the bf16 moments
+      }
+  }
+  BOOST_TEST_MESSAGE("bf16 moments: " << up << " rounded up, " << down << " down, " << exact << " exact");
+  BOOST_TEST(up + down > 1000);
+  BOOST_TEST(std::abs(static_cast<double>(up - down)) < 0.2 * static_cast<double>(up + down));
+}
+
+// The rounding is unbiased. Of the 2^16 values of the random bits, exactly as many carry into the
+// kept bits as the 16 dropped bits count (L): x rounds up for L of them, so the mean over all of
+// them is lower + L/2^16 · (upper − lower) = x, exactly (in double, for either sign).
+BOOST_AUTO_TEST_CASE(stochastic_bf16_rounding_is_unbiased) {
+  for (const float x : {1.0f, 0.3f, -0.3f, 1e-20f, 0.99999f, -7.123456e5f}) {
+    double sum = 0;
+    for (uint32_t r = 0; r < 65536; r++) sum += bf16_to_f32(kern::bf16_round_stochastic(x, r));
+    BOOST_TEST(sum / 65536 == static_cast<double>(x), x);
+  }
+  BOOST_TEST(std::isnan(bf16_to_f32(kern::bf16_round_stochastic(std::nanf(""), 0xFFFF))));
+  BOOST_TEST(bf16_to_f32(kern::bf16_round_stochastic(-INFINITY, 0xFFFF)) == -INFINITY);
+}
+
+// Why the rounding is stochastic: with beta2 0.999 and a constant gradient 1, v_t = 1 − 0.999^t
+// (0.632 at t = 1000). Each step adds 0.001·(1 − v), below half of bf16's gap (2^-9 in [0.5, 1))
+// once v passes about 0.5, so v rounded to nearest stops there; rounded stochastically it reaches
+// 0.632 in expectation. Over 20000 elements (each its own random bits) the mean is within 0.002 of
+// it: the stationary spread of one element is about 0.02 (rounding noise of at most 2^-10 a step,
+// decaying by 0.999), 1.5e-4 for the mean of 20000. The parameter is large enough for the threaded
+// loop, and 1 or 2 threads give the same bits (each element's bits come from its index).
+BOOST_AUTO_TEST_CASE(bf16_second_moments_follow_small_increments_in_expectation) {
+  const int steps = 1000;
+  const double want = 1 - std::pow(0.999, steps);
+  float nearest = 0;
+  for (int t = 0; t < steps; t++) nearest = bf16_to_f32(f32_to_bf16(std::fma(0.001f, 1.f, nearest * 0.999f)));
+  BOOST_TEST(want - nearest > 0.05, "nearest rounding stalls at " << nearest);
+  const int64_t n = 20000;
+  BOOST_REQUIRE(n >= kern::kParallelMin);
+  std::vector<std::vector<float>> moments;
+  for (const int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Var w(Tensor::zeros({n}), true);
+    auto opt = make_optimizer("adamw", {{"w", w}}, R"({"lr": 0, "beta2": 0.999, "moments": "bf16"})");
+    for (int t = 0; t < steps; t++) {
+      w.grad().fill(1.f);
+      opt->step(0);
+    }
+    omp_set_num_threads(before);
+    moments.push_back(opt->state("exp_avg_sq").at("w").f32().to_vector());
+  }
+  double mean = 0;
+  for (const float v : moments[0]) mean += v;
+  mean /= n;
+  BOOST_TEST(std::abs(mean - want) < 0.002, "mean v " << mean << ", f32 " << want);
+  BOOST_TEST(std::memcmp(moments[0].data(), moments[1].data(), n * sizeof(float)) == 0);
+}
+
+// Moments exported in float32 (a checkpoint's) and loaded into a bf16 AdamW are kept in bf16;
+// float32 state set into it is rounded to nearest, exactly for values that are bf16 already.
+BOOST_AUTO_TEST_CASE(bf16_moments_adopt_float32_state) {
+  Var w = param({2}, {1, 2});
+  auto opt = make_optimizer("adamw", {{"w", w}}, R"({"lr": 0.1, "moments": "bf16"})");
+  const StateBuf s = opt->adopt_state(Tensor::from({2}, {0.5f, 1.0f + 1.0f / 512}));  // 1 + 2^-9: a tie, to even
+  BOOST_TEST(s.is_bf16());
+  BOOST_TEST(s.f32().to_vector() == std::vector<float>({0.5f, 1.0f}), tt::per_element());
+  opt->state("exp_avg")["w"] = Tensor::from({2}, {0.25f, 0.125f});
+  opt->state("exp_avg_sq")["w"] = s;
+  set_grad(w, {0, 0});
+  opt->step(0.1);
+  BOOST_TEST(opt->state("exp_avg").at("w").is_bf16());
+  BOOST_CHECK_THROW(make_optimizer("adamw", {{"w", w}}, R"({"moments": "int8"})"), Error);
 }
 
 BOOST_AUTO_TEST_CASE(rejects_bad_params_state_and_hparams) {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "autograd/float16.h"
 #include "train/formats/checkpoint.h"
 #include "train/trainer.h"
 #include "train/study/uptrain.h"
@@ -186,6 +187,40 @@ BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
   BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
              "bf16 " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
   BOOST_TEST((read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == Precision::bf16_emulated));
+}
+
+// moments: bf16 keeps AdamW's moments in bfloat16: the checkpoint holds them widened (every saved
+// value a bf16: its low 16 bits zero), a resume narrows them back exactly, and the random bits of
+// the rounding come from the parameter's name and the step, so the split run is the straight one
+// bit for bit. The run's loss stays near float32 moments' (a different run: other moments).
+BOOST_AUTO_TEST_CASE(bf16_moments_resume_bit_exact_and_stay_near_f32) {
+  TempDir d;
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c8 = tiny_train(8), c4 = tiny_train(4);
+  c8.moments = c4.moments = Moments::bf16;
+  const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
+  const TrainResult straight = tapelm::train(c8, shakespeare(), d / "straight", quiet);
+  tapelm::train(c4, shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  const TrainResult split = tapelm::train(c8, shakespeare(), d / "split", resume);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  BOOST_TEST(split.val_loss_full == straight.val_loss_full);
+  BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
+  BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
+             "bf16 moments " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
+  H5File f = H5File::open_read(d / "split/checkpoint.h5");
+  int64_t checked = 0;
+  for (const std::string key : {"exp_avg", "exp_avg_sq"})
+    for (const std::string& n : f.list_datasets_recursive("/optim/" + key)) {
+      const Tensor t = f.read_tensor("/optim/" + key + "/" + n);
+      for (int64_t i = 0; i < t.numel(); i++, checked++)
+        BOOST_TEST_REQUIRE((float_bits(t[i]) & 0xFFFFu) == 0u, key << "/" << n << "[" << i << "] " << t[i]);
+    }
+  BOOST_TEST(checked > 1000);
+  BOOST_TEST((read_train_config(f).moments == Moments::bf16));
+  BOOST_TEST(f.read_attr_string("/optim", "hparams").find(R"("moments":"bf16")") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(mapped_shards_train_as_the_text_does_and_resume_bit_exact) {

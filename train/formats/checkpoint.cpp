@@ -96,7 +96,7 @@ std::string first_non_finite(const GPT& model, const Optimizer* opt) {
   if (opt)
     for (const std::string& key : opt->state_keys())
       for (const auto& [name, t] : opt->state(key)) {
-        const std::string bad = non_finite(t);
+        const std::string bad = non_finite(t.f32());
         if (!bad.empty()) return "optimizer state " + key + "/" + name + " holds " + bad;
       }
   return "";
@@ -220,7 +220,7 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
         }
         continue;
       }
-      for (const auto& [name, t] : opt.state(key)) f.write_tensor(kOptim + "/" + key + "/" + name, t);
+      for (const auto& [name, t] : opt.state(key)) f.write_tensor(kOptim + "/" + key + "/" + name, t.f32());
     }
     f.create_group(kTrain);
     f.write_attr(kTrain, "step", st.step);
@@ -274,7 +274,7 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
     }
   }
   // Read every optimizer tensor before touching anything, so a bad file changes nothing.
-  std::map<std::string, std::map<std::string, Tensor>> states;
+  std::map<std::string, std::map<std::string, StateBuf>> states;  // as the optimizer keeps them
   std::map<std::string, Shape> shapes;
   for (const auto& [name, v] : model.named_parameters()) shapes[name] = v.shape();
   for (const std::string& key : opt.state_keys()) {
@@ -288,7 +288,7 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
       if (t.shape() != it->second)
         throw Error(ErrorKind::checkpoint, p + ": optimizer state " + g + "/" + name + " is " + shape_str(t.shape()) +
                               ", parameter is " + shape_str(it->second));
-      states[key][name] = t;
+      states[key][name] = opt.adopt_state(t);
     }
   }
   const int64_t opt_step = f.read_attr_int(kOptim, "step");
