@@ -393,6 +393,15 @@ BOOST_AUTO_TEST_CASE(non_finite_weights_or_state_are_never_saved) {
   expect_throw([&] { save_training_checkpoint(d / "ck.h5", model, *opt, cfg, st, tokenizer()); }, ErrorKind::checkpoint,
                {"step 4: optimizer state exp_avg/" + name + " holds Inf at index 1", d / "ck.h5"});
   m[1] = 0;
+  {  // bf16 moments, read in place: 0xFF80 is bf16's -Inf
+    TrainConfig c16 = cfg;
+    c16.moments = Moments::bf16;
+    auto o16 = c16.make_optimizer(model.named_parameters());
+    take_a_step(model.named_parameters(), *o16);
+    o16->state("exp_avg_sq").at(name).bf16_data()[2] = 0xFF80;
+    expect_throw([&] { save_training_checkpoint(d / "ck.h5", model, *o16, c16, st, tokenizer()); }, ErrorKind::checkpoint,
+                 {"step 4: optimizer state exp_avg_sq/" + name + " holds -Inf at index 2", d / "ck.h5"});
+  }
   model.named_parameters()[2].second.val()[3] = std::numeric_limits<float>::quiet_NaN();
   expect_throw([&] { save_training_checkpoint(d / "ck.h5", model, *opt, cfg, st, tokenizer()); }, ErrorKind::checkpoint,
                {"step 4: parameter " + name + " holds NaN at index 3", d / "ck.h5"});

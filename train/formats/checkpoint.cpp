@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "autograd/float16.h"
 #include "autograd/json_read.h"
 #include "nn/accounting.h"
 #include "train/formats/layout.h"
@@ -88,6 +89,15 @@ Tensor read_finite(const H5File& f, const std::string& obj) {
 }
 
 // "" when every parameter (and optimizer state tensor) is finite, else the first that is not.
+// non_finite of a state tensor; a bf16 one read in place (no float32 copy of it at every save).
+std::string non_finite_state(const StateBuf& t) {
+  if (!t.is_bf16()) return non_finite(t.f32());
+  const uint16_t* b = t.bf16_data();
+  for (int64_t i = 0; i < t.numel(); i++)
+    if ((b[i] & 0x7F80u) == 0x7F80u) return formats::non_finite_at(bf16_to_f32(b[i]), i);  // exponent all ones
+  return "";
+}
+
 std::string first_non_finite(const GPT& model, const Optimizer* opt) {
   for (const auto& [name, p] : model.named_parameters()) {
     const std::string bad = non_finite(p.val());
@@ -96,7 +106,7 @@ std::string first_non_finite(const GPT& model, const Optimizer* opt) {
   if (opt)
     for (const std::string& key : opt->state_keys())
       for (const auto& [name, t] : opt->state(key)) {
-        const std::string bad = non_finite(t.f32());
+        const std::string bad = non_finite_state(t);
         if (!bad.empty()) return "optimizer state " + key + "/" + name + " holds " + bad;
       }
   return "";

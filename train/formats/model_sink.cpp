@@ -19,7 +19,10 @@ namespace tapelm::formats {
 std::string non_finite(const Tensor& t) {
   const int64_t i = first_non_finite(t.data(), t.numel());
   if (i < 0) return "";
-  const float v = t.data()[i];
+  return non_finite_at(t.data()[i], i);
+}
+
+std::string non_finite_at(float v, int64_t i) {
   return std::string(std::isnan(v) ? "NaN" : v > 0 ? "Inf" : "-Inf") + " at index " + std::to_string(i);
 }
 

@@ -28,6 +28,8 @@ using SinkFill = std::function<void(ModelSink&)>;
 
 /// "" when every element is finite, else the first that is not ("NaN at index 7").
 std::string non_finite(const Tensor& t);
+/// non_finite's words for the value v at index i ("-Inf at index 7").
+std::string non_finite_at(float v, int64_t i);
 
 /// One file tensor's place: which output file, the byte offset its data starts at, and how its
 /// values (as file_values gives them) become the bytes written there.
