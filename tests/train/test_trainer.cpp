@@ -189,8 +189,8 @@ BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
   BOOST_TEST((read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == Precision::bf16_emulated));
 }
 
-// moments: bf16 keeps AdamW's moments in bfloat16: the checkpoint holds them widened (every saved
-// value a bf16: its low 16 bits zero), a resume narrows them back exactly, and the random bits of
+// moments: bf16 keeps AdamW's moments in bfloat16: the checkpoint holds them as bf16 datasets (read
+// back widened: every value's low 16 bits zero), a resume narrows them back exactly, and the random bits of
 // the rounding come from the parameter's name and the step, so the split run is the straight one
 // bit for bit. The run's loss stays near float32 moments' (a different run: other moments).
 BOOST_AUTO_TEST_CASE(bf16_moments_resume_bit_exact_and_stay_near_f32) {
@@ -214,6 +214,7 @@ BOOST_AUTO_TEST_CASE(bf16_moments_resume_bit_exact_and_stay_near_f32) {
   int64_t checked = 0;
   for (const std::string key : {"exp_avg", "exp_avg_sq"})
     for (const std::string& n : f.list_datasets_recursive("/optim/" + key)) {
+      BOOST_TEST(f.tensor_encoding("/optim/" + key + "/" + n) == "BF16", key << "/" << n);
       const Tensor t = f.read_tensor("/optim/" + key + "/" + n);
       for (int64_t i = 0; i < t.numel(); i++, checked++)
         BOOST_TEST_REQUIRE((float_bits(t[i]) & 0xFFFFu) == 0u, key << "/" << n << "[" << i << "] " << t[i]);

@@ -207,6 +207,17 @@ void save_model(const std::string& path, const GPT& model) {
 
 // ---- full training checkpoints ----------------------------------------------------------------
 
+namespace {
+// A state tensor as the optimizer keeps it: bf16 moments as bf16 (no float32 copy, half the
+// bytes; read_tensor widens them back exactly), the others in float32.
+void write_state(H5File& f, const std::string& obj, const StateBuf& t) {
+  if (t.is_bf16())
+    f.write_bf16_bits(obj, t.bf16_data(), t.shape());
+  else
+    f.write_tensor(obj, t.f32());
+}
+}  // namespace
+
 void write_training_checkpoint(const std::string& path, const GPT& model, const Optimizer& opt, const nlohmann::json& train_config,
                                const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere) {
   check_savable(path, model, &opt, "step " + std::to_string(st.step));
@@ -226,11 +237,11 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
             if (!std::isfinite(t[j]))
               throw Error(ErrorKind::checkpoint, path + ": step " + std::to_string(st.step) + ": optimizer state " + key + "/" +
                                                      elsewhere->names[i] + " is not finite; not saved");
-          f.write_tensor(kOptim + "/" + key + "/" + elsewhere->names[i], t);
+          write_state(f, kOptim + "/" + key + "/" + elsewhere->names[i], opt.adopt_state(t));  // sent in float32
         }
         continue;
       }
-      for (const auto& [name, t] : opt.state(key)) f.write_tensor(kOptim + "/" + key + "/" + name, t.f32());
+      for (const auto& [name, t] : opt.state(key)) write_state(f, kOptim + "/" + key + "/" + name, t);
     }
     f.create_group(kTrain);
     f.write_attr(kTrain, "step", st.step);

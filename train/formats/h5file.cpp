@@ -423,6 +423,11 @@ void H5File::write_tensor_16(const std::string& obj, const Tensor& t, const std:
   write_attr(obj, "encoding", encoding);
 }
 
+void H5File::write_bf16_bits(const std::string& obj, const uint16_t* bits, const Shape& shape) {
+  write_dataset(obj, shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, bits);
+  write_attr(obj, "encoding", std::string("bf16"));
+}
+
 void H5File::write_dataset(const std::string& obj, const Shape& shape, int64_t file_type, int64_t mem_type,
                            const void* data) {
   const std::string p = norm(obj);

@@ -59,6 +59,8 @@ class H5File {
   /// with the attribute encoding naming it (HDF5 has no bfloat16 type). A value beyond f16's range
   /// is a data Error naming the dataset. read_tensor widens such a dataset back to float32.
   void write_tensor_16(const std::string& obj, const Tensor& t, const std::string& encoding);
+  /// Writes bfloat16 values given as their bits (numel of shape), as write_tensor_16 stores "bf16".
+  void write_bf16_bits(const std::string& obj, const uint16_t* bits, const Shape& shape);
   /// How a dataset's floats are stored: "F32" (or any HDF5 number type), "BF16" or "F16".
   std::string tensor_encoding(const std::string& obj) const;
   /// Reads an integer dataset as int32 (any integer type; values must fit); shape is optional.
