@@ -34,9 +34,17 @@ inline int64_t key_limit(const AttnShape& s, int64_t i) {
   return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
 }
 
-// Keys per work item of a decoding step. Fixed, whatever the thread count, so that the result is
+// Keys per work item of a decoding step: kDecodeChunk, or fewer where that would leave fewer than
+// kDecodeItems work items, down to kDecodeMinChunk. With 256 keys a chunk, MQA at batch 1 over a
+// context of up to 256 keys was one work item, on one thread, where two KV heads gave every core
+// one. A function of the shape alone, never of the thread count, so that the result is
 // bit-identical on any number of threads (the chunks are combined in order).
-constexpr int64_t kDecodeChunk = 256;
+constexpr int64_t kDecodeChunk = 256, kDecodeMinChunk = 32, kDecodeItems = 8;
+inline int64_t decode_chunk_keys(int64_t seq_heads, int64_t len) {
+  const int64_t per = (kDecodeItems + seq_heads - 1) / seq_heads;  // chunks wanted per (sequence, KV head)
+  const int64_t keys = ((len + per - 1) / per + kDecodeMinChunk - 1) / kDecodeMinChunk * kDecodeMinChunk;
+  return std::clamp(keys, kDecodeMinChunk, kDecodeChunk);
+}
 
 // a · b over n floats: vector partial sums, then one fixed shuffle tree. A head's dot product is
 // only 64 floats (4 AVX-512 multiply-adds), so the sum across lanes is most of its cost: the
@@ -123,7 +131,7 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows
 }
 
 // One query row per sequence (a decoding step): split-K attention ("flash decoding"). The keys
-// 0 .. q_pos0 are cut into chunks of kDecodeChunk; each (sequence, KV head, chunk) is a work item
+// 0 .. q_pos0 are cut into chunks (decode_chunk_keys); each (sequence, KV head, chunk) is a work item
 // that reads its K and V rows once for all H/KV query heads of the group — scores, their max m,
 // exp-sum l and the unnormalised output o = Σ_j e_j v_j — and the chunks are then combined in
 // order: y = Σ_c e^(m_c − M) o_c / Σ_c e^(m_c − M) l_c with M = max_c m_c. The work items spread
@@ -132,7 +140,8 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows
 // as they are read (f16, bf16), or widened chunk by chunk into per-thread buffers (q8).
 void attention_decode(float* y, const float* q, const void* k, const void* v, KvType type, const AttnShape& s) {
   const int64_t rep = s.H / s.KV, C = s.H * s.hd, RS = s.row_stride(), hd = s.hd;
-  const int64_t len = key_limit(s, 0), nc = std::max<int64_t>(1, (len + kDecodeChunk - 1) / kDecodeChunk);
+  const int64_t len = key_limit(s, 0), chunk = decode_chunk_keys(s.B * s.KV, len);
+  const int64_t nc = std::max<int64_t>(1, (len + chunk - 1) / chunk);
   const int64_t items = s.B * s.KV * nc;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Reused across calls (every layer of every decoding step comes here): no allocation per step.
@@ -155,7 +164,7 @@ void attention_decode(float* y, const float* q, const void* k, const void* v, Kv
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < items; t++) {
       const int64_t c = t % nc, bg = t / nc, b = bg / s.KV, g = bg % s.KV;
-      const int64_t j0 = c * kDecodeChunk, n = std::max<int64_t>(0, std::min(len, j0 + kDecodeChunk) - j0);
+      const int64_t j0 = c * chunk, n = std::max<int64_t>(0, std::min(len, j0 + chunk) - j0);
       const float* qg = q + b * C + g * rep * hd;  // the group's query heads are adjacent
       const int64_t at = b * s.kv_batch_stride + g * s.head_stride() + j0 * RS;  // in values
       float* ot = o + t * rep * hd;
