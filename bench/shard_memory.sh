@@ -41,7 +41,9 @@ exec /usr/bin/time -f "%M" -o "$RSS_DIR/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"
 SH
 chmod +x "$work/rank.sh"
 "$build/tapelm" inspect --system | grep -E '^(cpu|simd)'
-echo "| run ($command) | estimate a rank (printed by $command) | peak RSS by rank | estimate / RSS |"
+# tapelm prints sizes in binary units under the names KB, MB, GB (byte_size_str divides by 1024);
+# the RSS column is in decimal GB (10^9 bytes), and the ratio compares the two in bytes
+echo "| run ($command) | estimate a rank (printed by $command; its GB are GiB) | peak RSS by rank | estimate / RSS |"
 echo "|---|---|---|---|"
 IFS=';' read -r -a runs <<< "${RUNS:-1 none;2 none;2 optimizer;2 gradients;4 gradients}"
 for run in "${runs[@]}"; do
@@ -56,7 +58,7 @@ for run in "${runs[@]}"; do
   for f in "$work"/rss.*; do
     kib=$(cat "$f")
     rss+="${rss:+, }$(awk -v k="$kib" 'BEGIN { printf "%.2f GB", k * 1024 / 1e9 }')"
-    ratio+="${ratio:+, }$(awk -v k="$kib" -v e="$est" 'BEGIN { split(e, a, " "); m = a[2] == "GB" ? 1e9 : a[2] == "MB" ? 1e6 : 1e3; printf "%.3f", a[1] * m / (k * 1024) }')"
+    ratio+="${ratio:+, }$(awk -v k="$kib" -v e="$est" 'BEGIN { split(e, a, " "); m = a[2] == "GB" ? 2^30 : a[2] == "MB" ? 2^20 : 2^10; printf "%.3f", a[1] * m / (k * 1024) }')"
   done
   echo "| $1 rank$([ "$1" -gt 1 ] && echo s), shard $2$([ -n "${3:-}" ] && echo ", moments $3") | $est | $rss | $ratio |"
   echo "$out" | grep -E '^(step 2/2|uptrained)' | head -2 >&2

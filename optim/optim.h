@@ -36,7 +36,8 @@ template <> struct EnumNames<Moments> {
 };
 
 /// One optimizer state tensor, in float32 or in bfloat16. A float32 one shares the Tensor it was
-/// made from; checkpoints and ranks exchange every state in float32 (f32(), exact for bf16).
+/// made from. Ranks exchange every state in float32 (f32(), exact for bf16); checkpoints keep a
+/// bf16 one as a 16-bit dataset, read back widened.
 class StateBuf {
  public:
   StateBuf() = default;

@@ -126,6 +126,12 @@ void broadcast(float* buf, size_t n, int root) {
     MPI_Bcast(buf + off, static_cast<int>(std::min(kChunk, n - off)), MPI_FLOAT, root, MPI_COMM_WORLD);
 }
 
+void broadcast(uint16_t* buf, size_t n, int root) {
+  if (g_size == 1) return;
+  for (size_t off = 0; off < n; off += kChunk)
+    MPI_Bcast(buf + off, static_cast<int>(std::min(kChunk, n - off)), MPI_UINT16_T, root, MPI_COMM_WORLD);
+}
+
 void broadcast(std::string& s) {
   if (g_size == 1) return;
   uint64_t len = s.size();

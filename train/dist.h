@@ -72,6 +72,8 @@ void reduce_sum(float* buf, size_t n, int root);
 Pending broadcast_start(float* buf, size_t n, int root);
 /// Rank `root`'s floats to every rank.
 void broadcast(float* buf, size_t n, int root = 0);
+/// Rank `root`'s 16-bit values (bfloat16 bits) to every rank.
+void broadcast(uint16_t* buf, size_t n, int root);
 /// Rank 0's string to every rank.
 void broadcast(std::string& s);
 /// Every rank's string, on rank 0 (indexed by rank); empty on the other ranks.

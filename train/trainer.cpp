@@ -223,17 +223,22 @@ void Trainer::assign_owners() {
   }
 }
 
-Tensor Trainer::exchange_state(const std::string& key, size_t i) {
+StateBuf Trainer::exchange_state(const std::string& key, size_t i) {
   const int owner = owner_[i];
   const auto& states = optim_->state(key);
   const auto it = states.find(params_[i].first);
-  if (owner == 0) return lead_ && it != states.end() ? it->second.f32() : Tensor();  // rank 0's own: nothing to send
-  float has = rank_ == owner && it != states.end() ? 1.f : 0.f;
+  if (owner == 0) return lead_ && it != states.end() ? it->second : StateBuf();  // rank 0's own: nothing to send
+  // 0: none, 1: float32, 2: bf16 (sent as kept: no float32 copy on either side)
+  float has = rank_ == owner && it != states.end() ? (it->second.is_bf16() ? 2.f : 1.f) : 0.f;
   dist::broadcast(&has, 1, owner);
   if (has == 0) return {};
-  Tensor t = rank_ == owner ? it->second.f32() : Tensor::empty(params_[i].second.shape());
-  dist::broadcast(t.data(), static_cast<size_t>(t.numel()), owner);
-  return t;
+  const Shape& shape = params_[i].second.shape();
+  StateBuf s = rank_ == owner ? it->second : has == 2 ? StateBuf::bf16_empty(shape) : StateBuf(Tensor::empty(shape));
+  if (s.is_bf16())
+    dist::broadcast(s.bf16_data(), static_cast<size_t>(s.numel()), owner);
+  else
+    dist::broadcast(s.tensor().data(), static_cast<size_t>(s.numel()), owner);
+  return s;
 }
 
 void Trainer::set_up() {

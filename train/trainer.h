@@ -99,7 +99,7 @@ class Trainer {
   void zero_grads();
   /// A collective of a sharded save: params_[i]'s state of `key` from the rank that keeps it to
   /// every rank (rank 0 writes it); undefined where there is none (SGD without momentum).
-  Tensor exchange_state(const std::string& key, size_t i);
+  StateBuf exchange_state(const std::string& key, size_t i);
   bool stop_between_micro_steps();
   /// shard gradients: the norm of the whole gradient, each share's part from its keeper (a collective).
   double sharded_grad_norm();

@@ -35,15 +35,15 @@ inline int64_t key_limit(const AttnShape& s, int64_t i) {
 }
 
 // Keys per work item of a decoding step: kDecodeChunk, or fewer where that would leave fewer than
-// kDecodeItems work items, down to kDecodeMinChunk. With 256 keys a chunk, MQA at batch 1 over a
+// kDecodeItems work items, down to kDecodeMinChunk (so at least kDecodeItems items wherever the
+// context holds that many chunks of kDecodeMinChunk). With 256 keys a chunk, MQA at batch 1 over a
 // context of up to 256 keys was one work item, on one thread, where two KV heads gave every core
-// one. A function of the shape alone, never of the thread count, so that the result is
-// bit-identical on any number of threads (the chunks are combined in order).
+// one. A function of the shape alone (batch, KV heads, context), never of the thread count, so
+// that the result is bit-identical on any number of threads (the chunks are combined in order).
 constexpr int64_t kDecodeChunk = 256, kDecodeMinChunk = 32, kDecodeItems = 8;
 inline int64_t decode_chunk_keys(int64_t seq_heads, int64_t len) {
   const int64_t per = (kDecodeItems + seq_heads - 1) / seq_heads;  // chunks wanted per (sequence, KV head)
-  const int64_t keys = ((len + per - 1) / per + kDecodeMinChunk - 1) / kDecodeMinChunk * kDecodeMinChunk;
-  return std::clamp(keys, kDecodeMinChunk, kDecodeChunk);
+  return std::clamp(len / per, kDecodeMinChunk, kDecodeChunk);   // rounded down: ceil(len / keys) >= per
 }
 
 // a · b over n floats: vector partial sums, then one fixed shuffle tree. A head's dot product is

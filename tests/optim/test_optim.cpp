@@ -427,6 +427,7 @@ BOOST_AUTO_TEST_CASE(bf16_second_moments_follow_small_increments_in_expectation)
   for (const int threads : {1, 2}) {
     const int before = omp_get_max_threads();
     omp_set_num_threads(threads);
+    BOOST_REQUIRE(omp_get_max_threads() == threads);
     Var w(Tensor::zeros({n}), true);
     auto opt = make_optimizer("adamw", {{"w", w}}, R"({"lr": 0, "beta2": 0.999, "moments": "bf16"})");
     for (int t = 0; t < steps; t++) {
@@ -456,6 +457,13 @@ BOOST_AUTO_TEST_CASE(bf16_moments_adopt_float32_state) {
   set_grad(w, {0, 0});
   opt->step(0.1);
   BOOST_TEST(opt->state("exp_avg").at("w").is_bf16());
+  // m = 0.9 m: 0.225 and 0.1125 (float32), each kept as one of its two bf16 neighbours
+  const std::vector<float> m = opt->state("exp_avg").at("w").f32().to_vector();
+  for (int i = 0; i < 2; i++) {
+    const float want = 0.9f * (i == 0 ? 0.25f : 0.125f);
+    const uint32_t lower = float_bits(want) & 0xFFFF0000u, got = float_bits(m[i]);
+    BOOST_TEST((got == lower || got == lower + 0x10000u), m[i] << " for " << want);
+  }
   BOOST_CHECK_THROW(make_optimizer("adamw", {{"w", w}}, R"({"moments": "int8"})"), Error);
 }
 

@@ -93,7 +93,8 @@ Tensor read_finite(const H5File& f, const std::string& obj) {
 std::string non_finite_state(const StateBuf& t) {
   if (!t.is_bf16()) return non_finite(t.f32());
   const uint16_t* b = t.bf16_data();
-  for (int64_t i = 0; i < t.numel(); i++)
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i++)
     if ((b[i] & 0x7F80u) == 0x7F80u) return formats::non_finite_at(bf16_to_f32(b[i]), i);  // exponent all ones
   return "";
 }
@@ -231,13 +232,12 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
       f.create_group(kOptim + "/" + key);
       if (elsewhere) {
         for (size_t i = 0; i < elsewhere->names.size(); i++) {
-          const Tensor t = elsewhere->fetch(key, i);
+          const StateBuf t = elsewhere->fetch(key, i);
           if (!t.defined()) continue;
-          for (int64_t j = 0; j < t.numel(); j++)
-            if (!std::isfinite(t[j]))
-              throw Error(ErrorKind::checkpoint, path + ": step " + std::to_string(st.step) + ": optimizer state " + key + "/" +
-                                                     elsewhere->names[i] + " is not finite; not saved");
-          write_state(f, kOptim + "/" + key + "/" + elsewhere->names[i], opt.adopt_state(t));  // sent in float32
+          if (!non_finite_state(t).empty())
+            throw Error(ErrorKind::checkpoint, path + ": step " + std::to_string(st.step) + ": optimizer state " + key + "/" +
+                                                   elsewhere->names[i] + " is not finite; not saved");
+          write_state(f, kOptim + "/" + key + "/" + elsewhere->names[i], t);
         }
         continue;
       }

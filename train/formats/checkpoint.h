@@ -99,7 +99,7 @@ struct TrainState {
 /// there is none; each is written before the next is fetched, so one is in memory at a time.
 struct OptimStateSource {
   std::vector<std::string> names;
-  std::function<Tensor(const std::string& key, size_t i)> fetch;
+  std::function<StateBuf(const std::string& key, size_t i)> fetch;
 };
 
 /// Writes everything atomically to path (temp file, sync, rename); train_config is the training
