@@ -70,12 +70,8 @@ def main():
     ap.add_argument("--lambdas", default="0.5,1")
     ap.add_argument("--temperatures", default="1,2,4")
     ap.add_argument("--attention", default="0", help="weights β of the attention-output term (0: off)")
-    ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--kv", default="4,2,1", help="KV head counts; 4 (the MHA model's own) uptrains it unconverted")
-    ap.add_argument("--out", default=os.path.join(study.ROOT, "bench", "DISTILL.md"))
-    ap.add_argument("--report-only", action="store_true",
-                    help="write the report from the .jsonl's rows of --commit (a comma list: runs of several commits)")
-    ap.add_argument("--commit", default="")
+    study.add_report_args(ap, "DISTILL.md")
     args = ap.parse_args()
     commit = study.commit(args.commit)
     system = study.machine()
@@ -86,8 +82,7 @@ def main():
     raw = os.path.splitext(args.out)[0] + ".jsonl"
     rows = []
     if args.report_only:
-        with open(raw) as f:
-            rows = [r for r in map(json.loads, f) if r["commit"] in commit.split(",")]
+        rows = study.saved_rows(args, commit)
         write_report(args, rows, settings, seeds, kvs, commit, system, rows[0]["mha"])
         return
     with tempfile.TemporaryDirectory() as work:

@@ -64,11 +64,8 @@ def write_report(args, rows, commit, system):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--settings", default="uptrain,uptrain-beta2-0.999")
-    ap.add_argument("--out", default=os.path.join(study.ROOT, "bench", "MOMENTS.md"))
-    ap.add_argument("--report-only", action="store_true", help="write the report from the .jsonl's rows of --commit")
-    ap.add_argument("--commit", default="")
+    study.add_report_args(ap, "MOMENTS.md")
     args = ap.parse_args()
     commit = study.commit(args.commit)
     system = study.machine()
@@ -77,8 +74,7 @@ def main():
     raw = os.path.splitext(args.out)[0] + ".jsonl"
     rows = []
     if args.report_only:
-        with open(raw) as f:
-            rows = [r for r in map(json.loads, f) if r["commit"] in commit.split(",")]
+        rows = study.saved_rows(args, commit)
         write_report(args, rows, commit, system)
         return
 

@@ -40,6 +40,21 @@ def machine():
                      if line.startswith(("cpu ", "simd ", "threads ")))
 
 
+def add_report_args(ap, report):
+    """The flags every study takes: --seeds, --out (bench/<report> by default), --report-only, --commit."""
+    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", report))
+    ap.add_argument("--report-only", action="store_true",
+                    help="write the report from the .jsonl's rows of --commit (a comma list: runs of several commits)")
+    ap.add_argument("--commit", default="")
+
+
+def saved_rows(args, commit):
+    """With --report-only: the rows of the given commits in the .jsonl beside --out."""
+    with open(os.path.splitext(args.out)[0] + ".jsonl") as f:
+        return [r for r in map(json.loads, f) if r["commit"] in commit.split(",")]
+
+
 def pretrain(config, work):
     """Trains the MHA model of `config` (a dict) in work/mha; its checkpoint and whole-val-split loss."""
     cfg = os.path.join(work, "mha.json")
