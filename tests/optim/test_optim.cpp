@@ -7,11 +7,10 @@
 #include <cstring>
 #include <numbers>
 
-#include <omp.h>
-
 #include "autograd/float16.h"
 #include "autograd/kernels/common.h"
 #include "autograd/kernels/optim.h"
+#include "autograd/runtime.h"
 #include "optim/optim.h"
 #include "train/formats/h5file.h"
 #include "test_util.h"
@@ -425,16 +424,16 @@ BOOST_AUTO_TEST_CASE(bf16_second_moments_follow_small_increments_in_expectation)
   BOOST_REQUIRE(n >= kern::kParallelMin);
   std::vector<std::vector<float>> moments;
   for (const int threads : {1, 2}) {
-    const int before = omp_get_max_threads();
-    omp_set_num_threads(threads);
-    BOOST_REQUIRE(omp_get_max_threads() == threads);
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    BOOST_REQUIRE(get_num_threads() == threads);
     Var w(Tensor::zeros({n}), true);
     auto opt = make_optimizer("adamw", {{"w", w}}, R"({"lr": 0, "beta2": 0.999, "moments": "bf16"})");
     for (int t = 0; t < steps; t++) {
       w.grad().fill(1.f);
       opt->step(0);
     }
-    omp_set_num_threads(before);
+    set_num_threads(before);
     moments.push_back(opt->state("exp_avg_sq").at("w").f32().to_vector());
   }
   double mean = 0;
