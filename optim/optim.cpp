@@ -9,6 +9,7 @@
 #include "autograd/float16.h"
 #include "autograd/json_read.h"
 #include "autograd/splitmix.h"
+#include "autograd/kernels/blas.h"
 #include "autograd/kernels/optim.h"
 #include "autograd/kernels/reduce.h"
 
@@ -40,9 +41,7 @@ StateBuf StateBuf::bf16_empty(const Shape& shape) {
 
 StateBuf StateBuf::bf16_of(const Tensor& t) {
   StateBuf b = bf16_empty(t.shape());
-  const float* src = t.data();
-  uint16_t* dst = b.b_.get();
-  for (int64_t i = 0; i < t.numel(); i++) dst[i] = f32_to_bf16(src[i]);
+  kern::to_bf16(b.b_.get(), t.data(), t.numel());
   return b;
 }
 

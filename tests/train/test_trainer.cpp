@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "autograd/float16.h"
@@ -37,6 +38,29 @@ Run train_until_signal(const TempDir& d, const std::string& flags, const std::st
   return run_cli("train --config " + (d / "cfg.json") + " --data " + std::string(TAPELM_SOURCE_DIR) +
                      "/corpora/tinyshakespeare.txt --out " + (d / "run") + " " + flags,
                  "timeout --preserve-status -k 20 -s " + signal + " " + std::to_string(seconds) + " ");
+}
+
+/// tiny_train changed by `vary`, run 8 steps straight (d/straight) and 4 then resumed to 8
+/// (d/split), beside plain tiny_train(8) (d/f32): the split run is the straight one bit for bit
+/// (weights, moments, final loss), and its loss differs from float32 training's by less than 0.02.
+void expect_split_run_is_straight_and_near_f32(const TempDir& d, const std::function<void(TrainConfig&)>& vary,
+                                               const std::string& what) {
+  TrainOptions quiet;
+  quiet.quiet = true;
+  TrainConfig c8 = tiny_train(8), c4 = tiny_train(4);
+  vary(c8);
+  vary(c4);
+  const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
+  const TrainResult straight = tapelm::train(c8, shakespeare(), d / "straight", quiet);
+  tapelm::train(c4, shakespeare(), d / "split", quiet);
+  TrainOptions resume = quiet;
+  resume.resume = true;
+  const TrainResult split = tapelm::train(c8, shakespeare(), d / "split", resume);
+  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
+  BOOST_TEST(split.val_loss_full == straight.val_loss_full);
+  BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
+  BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
+             what << " " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
 }
 
 /// "pid <this process's pid>": what a refused writer is told of a lock this test holds.
@@ -171,21 +195,7 @@ BOOST_AUTO_TEST_CASE(frozen_parameters_get_no_gradient_and_the_trained_ones_the_
 // other numbers than f32 (the rounding is in the step) and stays close to them.
 BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
   TempDir d;
-  TrainOptions quiet;
-  quiet.quiet = true;
-  TrainConfig bf16_8 = tiny_train(8), bf16_4 = tiny_train(4);
-  bf16_8.precision = bf16_4.precision = Precision::bf16_emulated;
-  const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
-  const TrainResult straight = tapelm::train(bf16_8, shakespeare(), d / "straight", quiet);
-  tapelm::train(bf16_4, shakespeare(), d / "split", quiet);
-  TrainOptions resume = quiet;
-  resume.resume = true;
-  const TrainResult split = tapelm::train(bf16_8, shakespeare(), d / "split", resume);
-  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
-  BOOST_TEST(split.val_loss_full == straight.val_loss_full);
-  BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
-  BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
-             "bf16 " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
+  expect_split_run_is_straight_and_near_f32(d, [](TrainConfig& c) { c.precision = Precision::bf16_emulated; }, "bf16");
   BOOST_TEST((read_train_config(H5File::open_read(d / "split/checkpoint.h5")).precision == Precision::bf16_emulated));
 }
 
@@ -195,21 +205,7 @@ BOOST_AUTO_TEST_CASE(bf16_training_resumes_bit_exact_and_stays_near_f32) {
 // bit for bit. The run's loss stays near float32 moments' (a different run: other moments).
 BOOST_AUTO_TEST_CASE(bf16_moments_resume_bit_exact_and_stay_near_f32) {
   TempDir d;
-  TrainOptions quiet;
-  quiet.quiet = true;
-  TrainConfig c8 = tiny_train(8), c4 = tiny_train(4);
-  c8.moments = c4.moments = Moments::bf16;
-  const TrainResult f32 = tapelm::train(tiny_train(8), shakespeare(), d / "f32", quiet);
-  const TrainResult straight = tapelm::train(c8, shakespeare(), d / "straight", quiet);
-  tapelm::train(c4, shakespeare(), d / "split", quiet);
-  TrainOptions resume = quiet;
-  resume.resume = true;
-  const TrainResult split = tapelm::train(c8, shakespeare(), d / "split", resume);
-  expect_same_weights(d / "straight/checkpoint.h5", d / "split/checkpoint.h5");
-  BOOST_TEST(split.val_loss_full == straight.val_loss_full);
-  BOOST_TEST(straight.val_loss_full != f32.val_loss_full);
-  BOOST_TEST(std::fabs(straight.val_loss_full - f32.val_loss_full) < 0.02,
-             "bf16 moments " << straight.val_loss_full << " vs f32 " << f32.val_loss_full);
+  expect_split_run_is_straight_and_near_f32(d, [](TrainConfig& c) { c.moments = Moments::bf16; }, "bf16 moments");
   H5File f = H5File::open_read(d / "split/checkpoint.h5");
   int64_t checked = 0;
   for (const std::string key : {"exp_avg", "exp_avg_sq"})
