@@ -305,31 +305,48 @@ Var linear(const Var& x, const Var& w, const Var& b) {
   return record_linear(x, w, b, out);
 }
 
-Q8Matrix Q8Matrix::quantize(const Tensor& w, const std::string& what) {
-  if (w.ndim() != 2 || w.dim(1) % kQ8Block != 0)
-    fail(ErrorKind::usage, what + ": q8_0 needs a matrix whose rows hold a multiple of 32 values, got " + shape_str(w.shape()));
-  Q8Matrix q;
+PackedMatrix PackedMatrix::pack(const Tensor& w, WeightType type, const std::string& what) {
+  if (w.ndim() != 2) fail(ErrorKind::usage, what + ": only a matrix is packed, got " + shape_str(w.shape()));
+  if (type == WeightType::f32) fail(ErrorKind::internal, what + ": float32 is not a packed type");
+  PackedMatrix q;
+  q.type = type;
   q.rows = w.dim(0);
   q.cols = w.dim(1);
-  q.data.resize(static_cast<size_t>(q.rows * q8_0_bytes(q.cols)));
-  const int64_t bad = quantize_q8_0_rows(q.data.data(), w.data(), q.rows, q.cols);
+  if (type == WeightType::q8_0) {
+    if (q.cols % kQ8Block != 0)
+      fail(ErrorKind::usage, what + ": q8_0 needs a matrix whose rows hold a multiple of 32 values, got " + shape_str(w.shape()));
+    q.data.resize(static_cast<size_t>(q.rows * q8_0_bytes(q.cols)));
+    const int64_t bad = quantize_q8_0_rows(q.data.data(), w.data(), q.rows, q.cols);
+    if (bad >= 0)
+      fail(ErrorKind::data, what + ": row " + std::to_string(bad) +
+                                " holds a value beyond what a q8_0 block's f16 scale can hold (127 x 65504)");
+    return q;
+  }
+  q.data.resize(static_cast<size_t>(q.rows * q.cols) * sizeof(uint16_t));
+  const int64_t bad = kern::pack_w16(reinterpret_cast<uint16_t*>(q.data.data()), w.data(), q.rows * q.cols, type == WeightType::bf16);
   if (bad >= 0)
-    fail(ErrorKind::data, what + ": row " + std::to_string(bad) +
-                              " holds a value beyond what a q8_0 block's f16 scale can hold (127 x 65504)");
+    fail(ErrorKind::data, what + ": value " + std::to_string(w.data()[bad]) + " at row " + std::to_string(bad / q.cols) +
+                              " is beyond what f16 holds (65504)");
   return q;
 }
 
-Var linear_q8(const Var& x, const Q8Matrix& w, const Var& b) {
+Var linear_packed(const Var& x, const PackedMatrix& w, const Var& b) {
+  const std::string type = to_string(w.type);
   if (x.ndim() < 1 || x.shape().back() != w.cols || (b.defined() && b.shape() != Shape{w.rows}))
-    fail("linear_q8", "x " + shape_str(x.shape()) + " for q8_0 weight [" + std::to_string(w.rows) + ", " +
-                          std::to_string(w.cols) + "]" + (b.defined() ? " and bias " + shape_str(b.shape()) : ""));
+    fail("linear_packed", "x " + shape_str(x.shape()) + " for " + type + " weight [" + std::to_string(w.rows) + ", " +
+                              std::to_string(w.cols) + "]" + (b.defined() ? " and bias " + shape_str(b.shape()) : ""));
   if (grad_enabled() && (x.requires_grad() || (b.defined() && b.requires_grad())))
-    fail("linear_q8", "q8_0 weights are for inference: no gradient flows through them");
+    fail("linear_packed", type + " weights are for inference: no gradient flows through them");
   Shape out_shape = x.shape();
   out_shape.back() = w.rows;
   Tensor out = Tensor::empty(out_shape);
-  kern::matmul_q8_0(out.data(), x.val().data(), x.numel() / w.cols, w.cols, w.data.data(), w.rows,
-                    b.defined() ? b.val().data() : nullptr);
+  const float* bias = b.defined() ? b.val().data() : nullptr;
+  const int64_t M = x.numel() / w.cols;
+  if (w.type == WeightType::q8_0)
+    kern::matmul_q8_0(out.data(), x.val().data(), M, w.cols, w.data.data(), w.rows, bias);
+  else
+    kern::matmul_w16(out.data(), x.val().data(), M, w.cols, reinterpret_cast<const uint16_t*>(w.data.data()), w.rows, bias,
+                     w.type == WeightType::bf16);
   return Var(out);
 }
 

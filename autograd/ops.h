@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/quant.h"
 #include "autograd/tape.h"
 
 namespace tapelm {
@@ -46,18 +47,22 @@ Var linear(const Var& x, const Var& w, const Var& b = Var());
 /// on the threads instead of one product after another.
 std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::vector<Var>& bs = {});
 
-/// A weight matrix [rows, cols] stored as q8_0 rows for inference (autograd/kernels/quant.h): a
-/// quarter of float32's bytes and then some (34 bytes per 32 values).
-struct Q8Matrix {
+/// A weight matrix [rows, cols] held for inference in fewer bytes than float32: q8_0 rows (34
+/// bytes per 32 values, autograd/kernels/quant.h) or bfloat16 / IEEE half values (2 bytes each).
+struct PackedMatrix {
+  WeightType type = WeightType::q8_0;
   int64_t rows = 0, cols = 0;
-  std::vector<uint8_t> data;  // rows × q8_0_bytes(cols)
-  /// w [rows, cols], cols a multiple of 32; a data error naming `what` if a block does not fit.
-  static Q8Matrix quantize(const Tensor& w, const std::string& what);
+  std::vector<uint8_t> data;  // rows × q8_0_bytes(cols), or rows × cols 16-bit values
+  /// w [rows, cols] in `type` (q8_0, bf16 or f16): q8_0 needs cols a multiple of 32; bf16 and f16
+  /// round to nearest even (exact for values a 16-bit file held). A data error naming `what` if a
+  /// value does not fit (a q8_0 block's f16 scale, or f16's ±65504).
+  static PackedMatrix pack(const Tensor& w, WeightType type, const std::string& what);
   int64_t bytes() const { return static_cast<int64_t>(data.size()); }
 };
-/// x·Wᵀ + b for x [..., in] with W [out, in] in q8_0: x rounded to q8_0 row by row and int8 dot
-/// products, as ggml multiplies q8_0 weights (kern::matmul_q8_0). Inference: no tape.
-Var linear_q8(const Var& x, const Q8Matrix& w, const Var& b = Var());
+/// x·Wᵀ + b for x [..., in] with W [out, in] packed. q8_0: x rounded to q8_0 row by row and int8
+/// dot products, as ggml multiplies q8_0 weights (kern::matmul_q8_0); bf16 and f16: W widened to
+/// float32 in the kernel (kern::matmul_w16), x as it is. Inference: no tape.
+Var linear_packed(const Var& x, const PackedMatrix& w, const Var& b = Var());
 
 // ---- reductions
 Var sum(const Var& x);

@@ -25,6 +25,15 @@ int64_t quantize_q8_0_rows(uint8_t* out, const float* x, int64_t rows, int64_t c
 /// out [n] = the values of n q8_0-quantized values.
 void dequantize_q8_0(float* out, const uint8_t* q, int64_t n);
 
+/// The type a model's weights are stored in (--dtype; each format's row says which it holds,
+/// and --weights: what decoding multiplies by):
+/// float32, bfloat16, IEEE half, and GGUF's q8_0 (blocks of 32 int8 with one f16 scale).
+enum class WeightType { f32, bf16, f16, q8_0 };
+template <> struct EnumNames<WeightType> {
+  static constexpr std::array<std::pair<WeightType, const char*>, 4> values{
+      {{WeightType::f32, "f32"}, {WeightType::bf16, "bf16"}, {WeightType::f16, "f16"}, {WeightType::q8_0, "q8_0"}}};
+};
+
 /// How a KV cache stores its values. f16 and bf16 round to nearest even; q8 is q8_0 blocks along
 /// each head's row of hd values (hd a multiple of 32), one scale per block.
 enum class KvType { f32, f16, bf16, q8 };

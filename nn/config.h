@@ -12,6 +12,7 @@
 
 #include "autograd/error.h"
 #include "autograd/names.h"
+#include "autograd/quant.h"  // WeightType
 
 namespace tapelm {
 
@@ -50,14 +51,6 @@ template <> struct EnumNames<QkNorm> {
 
 template <> struct EnumNames<NormPosition> {
   static constexpr std::array<std::pair<NormPosition, const char*>, 2> values{{{NormPosition::pre, "pre"}, {NormPosition::post, "post"}}};
-};
-
-/// The type a model's weights are stored in (--dtype; each format's row says which it holds):
-/// float32, bfloat16, IEEE half, and GGUF's q8_0 (blocks of 32 int8 with one f16 scale).
-enum class WeightType { f32, bf16, f16, q8_0 };
-template <> struct EnumNames<WeightType> {
-  static constexpr std::array<std::pair<WeightType, const char*>, 4> values{
-      {{WeightType::f32, "f32"}, {WeightType::bf16, "bf16"}, {WeightType::f16, "f16"}, {WeightType::q8_0, "q8_0"}}};
 };
 
 /// Range checks a table row can name; `any` checks nothing (validate() does the rest).

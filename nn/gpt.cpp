@@ -132,13 +132,14 @@ Tensor GPT::decode_step(const Index& idx, KVCache& cache) const {
   return head(ln_f->forward(last)).val();
 }
 
-void GPT::quantize_q8_0() {
-  const auto fits = [](const Var& w) { return w.dim(1) % kQ8Block == 0; };
+bool packs(WeightType type, const Shape& w) { return type != WeightType::f32 && (type != WeightType::q8_0 || w[1] % kQ8Block == 0); }
+
+void GPT::pack_weights(WeightType type) {
   for (size_t l = 0; l < blocks.size(); l++)
     for (const auto& [name, lin] : blocks[l]->linears())
-      if (fits(lin->weight)) lin->quantize_q8_0("blocks." + std::to_string(l) + "." + name);
-  if (!cfg_.tie_embeddings && fits(lm_head)) {
-    lm_head_q8 = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(lm_head.val(), "lm_head"));
+      if (packs(type, lin->weight.shape())) lin->pack(type, "blocks." + std::to_string(l) + "." + name);
+  if (!cfg_.tie_embeddings && packs(type, lm_head.shape())) {
+    lm_head_packed = std::make_shared<const PackedMatrix>(PackedMatrix::pack(lm_head.val(), type, "lm_head"));
     lm_head.val() = Tensor();
   }
 }
@@ -154,8 +155,22 @@ int64_t GPT::weight_bytes() const {
     if (p.val().defined()) n += p.numel() * static_cast<int64_t>(sizeof(float));
   for (const auto& b : blocks)
     for (const auto& [name, lin] : b->linears())
-      if (lin->q8) n += lin->q8->bytes();
-  if (lm_head_q8) n += lm_head_q8->bytes();
+      if (lin->packed) n += lin->packed->bytes();
+  if (lm_head_packed) n += lm_head_packed->bytes();
+  return n;
+}
+
+double packed_weight_bytes(const GPTConfig& c, WeightType type) {
+  double n = 0;
+  for (const auto& [name, shape] : parameter_shapes(c)) {
+    const double count = static_cast<double>(shape_numel(shape));
+    // a block's matrices are its linear weights; outside the blocks only an untied head is packed
+    const bool linear = shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight");
+    if (!linear || !packs(type, shape))
+      n += 4 * count;
+    else
+      n += type == WeightType::q8_0 ? static_cast<double>(shape[0] * q8_0_bytes(shape[1])) : 2 * count;
+  }
   return n;
 }
 

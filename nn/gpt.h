@@ -52,15 +52,16 @@ class GPT : public Module, public Decoder {
   Tensor decode_step(const Index& idx, KVCache& cache) const override;
   const GPTConfig& decoder_config() const override { return cfg_; }
 
-  /// Decoding with int8 weights: every block's linear weights and the output head (unless tied to
-  /// the embedding, which stays float32) become q8_0 rows and their float copies are freed; the
-  /// model then runs inference only (no gradient, no saving). A matrix whose rows are not a
-  /// multiple of 32 values stays float32 (llama.cpp's converter keeps such a matrix in f16).
-  void quantize_q8_0();
+  /// Decoding with smaller weights: every block's linear weights and the output head (unless tied
+  /// to the embedding, which stays float32) become `type` (q8_0 rows, or bf16 / f16 values) and
+  /// their float copies are freed; the model then runs inference only (no gradient, no saving).
+  /// For q8_0 a matrix whose rows are not a multiple of 32 values stays float32 (llama.cpp's
+  /// converter keeps such a matrix in f16).
+  void pack_weights(WeightType type);
   /// Every attention layer's forward rounds K and V as a KV cache of type t stores them: the loss
   /// a 16-bit or 8-bit cache would give (evaluation only; f32 undoes it).
   void round_kv_as(KvType t);
-  /// Bytes of the weights as held (q8_0 rows where quantized).
+  /// Bytes of the weights as held (packed where packed).
   int64_t weight_bytes() const;
 
   /// Training forwards keep one hidden state per block and recompute each block's activations in
@@ -74,11 +75,11 @@ class GPT : public Module, public Decoder {
   std::vector<std::shared_ptr<Block>> blocks;
   std::shared_ptr<Norm> ln_f;
   Var lm_head;  // wte.weight when tied
-  std::shared_ptr<const Q8Matrix> lm_head_q8;  // after quantize_q8_0 when untied
+  std::shared_ptr<const PackedMatrix> lm_head_packed;  // after pack_weights when untied
 
  private:
   Var embed(const Index& idx, int64_t pos0) const;
-  Var head(const Var& x) const { return lm_head_q8 ? linear_q8(x, *lm_head_q8) : linear(x, lm_head); }
+  Var head(const Var& x) const { return lm_head_packed ? linear_packed(x, *lm_head_packed) : linear(x, lm_head); }
   GPTConfig cfg_;
   std::shared_ptr<Rng> rng_;
   std::shared_ptr<Dropout> drop_;
@@ -87,5 +88,10 @@ class GPT : public Module, public Decoder {
 /// Every parameter's name and shape for config c, in named_parameters() order, without building
 /// the model (what a file's tensors are checked against before any memory is committed).
 std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c);
+
+/// Whether pack_weights(type) packs a linear weight of shape w (q8_0: rows of a multiple of 32).
+bool packs(WeightType type, const Shape& w);
+/// Bytes of c's weights once pack_weights(type) has packed them (f32: every weight in float32).
+double packed_weight_bytes(const GPTConfig& c, WeightType type);
 
 }  // namespace tapelm

@@ -7,8 +7,8 @@ Linear::Linear(int64_t in, int64_t out, bool has_bias) {
   if (has_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 
-void Linear::quantize_q8_0(const std::string& what) {
-  q8 = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(weight.val(), what));
+void Linear::pack(WeightType type, const std::string& what) {
+  packed = std::make_shared<const PackedMatrix>(PackedMatrix::pack(weight.val(), type, what));
   weight.val() = Tensor();
 }
 
@@ -45,7 +45,7 @@ MLP::MLP(const GPTConfig& c)
 Var MLP::forward(const Var& x) const {
   // the gate's activation: SiLU (SwiGLU) or the tanh GELU (GeGLU, Gemma's gelu_pytorch_tanh)
   const auto act = [this](const Var& g) { return tanh_ ? gelu(g, true) : silu(g); };
-  if (gated_ && gate->q8) return down->forward(mul(act(gate->forward(x)), up->forward(x)));
+  if (gated_ && gate->packed) return down->forward(mul(act(gate->forward(x)), up->forward(x)));
   if (gated_) {
     const std::vector<Var> gu = linears(x, {gate->weight, up->weight}, {gate->bias, up->bias});
     return down->forward(mul(act(gu[0]), gu[1]));
@@ -85,7 +85,7 @@ void Attention::position(Var& q, Var& k, int64_t pos) const {
 }
 
 std::vector<Var> Attention::qkv(const Var& x) const {
-  if (wq->q8) return {wq->forward(x), wk->forward(x), wv->forward(x)};
+  if (wq->packed) return {wq->forward(x), wk->forward(x), wv->forward(x)};
   return linears(x, {wq->weight, wk->weight, wv->weight}, {wq->bias, wk->bias, wv->bias});
 }
 

@@ -13,13 +13,13 @@ namespace tapelm {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias);
-  Var forward(const Var& x) const { return q8 ? linear_q8(x, *q8, bias) : linear(x, weight, bias); }
-  /// Inference with int8 weights: stores the weight as q8_0 rows (in a multiple of 32) and frees
-  /// the float copy; forward then multiplies by the q8_0 rows (no gradient). `what` names the
-  /// layer in errors.
-  void quantize_q8_0(const std::string& what);
+  Var forward(const Var& x) const { return packed ? linear_packed(x, *packed, bias) : linear(x, weight, bias); }
+  /// Inference with a smaller weight: stores it as `type` (q8_0 rows, in a multiple of 32, or
+  /// bf16 / f16 values) and frees the float copy; forward then multiplies by the packed weight
+  /// (no gradient). `what` names the layer in errors.
+  void pack(WeightType type, const std::string& what);
   Var weight, bias;  // bias undefined without bias
-  std::shared_ptr<const Q8Matrix> q8;
+  std::shared_ptr<const PackedMatrix> packed;
 };
 
 class Embedding : public Module {

@@ -83,7 +83,7 @@ DecodeResult bench_decode_shape(const GPTConfig& cfg, DecodeShape sh, int iters,
   if (iters < 1 || warmup < 0) throw Error(ErrorKind::usage, "decode bench: iters must be positive and warmup >= 0");
   GPT model(cfg, seed);
   model.eval();
-  if (sh.q8_weights) model.quantize_q8_0();
+  if (sh.weights != WeightType::f32) model.pack_weights(sh.weights);
   NoGrad ng;
   Rng r(seed + 1);
   Index prompt;
@@ -220,7 +220,7 @@ nlohmann::json bench_record(const GPTConfig& cfg, const DecodeResult& r, const D
             {"flops_per_step", roof.flops},
             {"roofline_pct", roof.roofline_pct(r.step_median_s)},
             {"kv_cache", to_string(r.shape.kv_cache)},
-            {"weights", r.shape.q8_weights ? "q8_0" : "f32"},
+            {"weights", to_string(r.shape.weights)},
             {"kv_cache_bytes_per_token", kv_cache_bytes_per_token(cfg, r.shape.kv_cache)},
             {"step_times", r.step_s},
             {"prefill_times", r.prefill_s}});

@@ -34,7 +34,7 @@ BenchResult bench_train(const TrainConfig& cfg, int64_t batch, int iters, int wa
 struct DecodeShape {
   int64_t batch = 1, prompt = 1, context = 0;  // context 0: block_size
   KvType kv_cache = KvType::f32;                // how the cache stores K and V
-  bool q8_weights = false;                      // linear weights as q8_0 rows (GPT::quantize_q8_0)
+  WeightType weights = WeightType::f32;          // linear weights as held (GPT::pack_weights)
 };
 struct DecodeResult {
   DecodeShape shape;

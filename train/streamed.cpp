@@ -38,26 +38,45 @@ Tensor StreamedModel::embed(const Index& idx, int64_t pos0) const {
   return x.val();
 }
 
+void StreamedModel::read_block(Block& b, int64_t l) const {
+  const std::string prefix = "blocks." + std::to_string(l) + ".";
+  for (const auto& [n, lin] : b.linears())  // the previous layer's packed matrix: float room again
+    if (lin->packed) {
+      lin->weight.val() = Tensor::empty({lin->packed->rows, lin->packed->cols});
+      lin->packed.reset();
+    }
+  formats::TensorMap mine;
+  for (const auto& [n, p] : b.named_parameters()) mine.emplace(prefix + n, p.val());
+  m_.read(mine);
+  for (const auto& [n, lin] : b.linears())
+    if (packs(packed_, lin->weight.shape())) lin->pack(packed_, prefix + n);
+}
+
 void StreamedModel::for_each_block(const std::function<void(const Block&, int64_t)>& f) const {
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
+    if (!kept_.empty()) {
+      f(*kept_[static_cast<size_t>(l)], l);
+      continue;
+    }
     if (!block_ || block_kv_ != m_.config.kv_heads(l)) {
       block_ = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
       block_->eval();
       block_kv_ = m_.config.kv_heads(l);
     }
-    const std::string prefix = "blocks." + std::to_string(l) + ".";
-    for (const auto& [n, lin] : block_->linears())  // the previous layer's q8_0 rows: float room again
-      if (lin->q8) {
-        lin->weight.val() = Tensor::empty({lin->q8->rows, lin->q8->cols});
-        lin->q8.reset();
-      }
-    formats::TensorMap mine;
-    for (const auto& [n, p] : block_->named_parameters()) mine.emplace(prefix + n, p.val());
-    m_.read(mine);
-    if (q8_)
-      for (const auto& [n, lin] : block_->linears())
-        if (lin->weight.dim(1) % kQ8Block == 0) lin->quantize_q8_0(prefix + n);
+    read_block(*block_, l);
     f(*block_, l);
+  }
+}
+
+void StreamedModel::keep_blocks() {
+  if (packed_ == WeightType::f32) throw Error(ErrorKind::internal, "StreamedModel::keep_blocks before pack_weights");
+  block_.reset();
+  kept_.clear();
+  for (int64_t l = 0; l < m_.config.n_layer; l++) {
+    auto b = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
+    b->eval();
+    read_block(*b, l);
+    kept_.push_back(std::move(b));
   }
 }
 
@@ -74,16 +93,16 @@ Tensor StreamedModel::decode_step(const Index& idx, KVCache& cache) const {
 
 Var StreamedModel::logits(const Tensor& x) const {
   if (outer_.empty()) throw Error(ErrorKind::internal, "StreamedModel::logits after drop_outer");
-  if (head_q8_) return linear_q8(ln_f_->forward(Var(x)), *head_q8_);
+  if (head_packed_) return linear_packed(ln_f_->forward(Var(x)), *head_packed_);
   const Tensor& head = m_.config.tie_embeddings ? outer_.at("wte.weight") : outer_.at("lm_head.weight");
   return linear(ln_f_->forward(Var(x)), Var(head));
 }
 
-void StreamedModel::quantize_q8_0() {
-  q8_ = true;
-  block_.reset();  // quantized from the next read on
-  if (!m_.config.tie_embeddings && outer_.count("lm_head.weight") && outer_.at("lm_head.weight").dim(1) % kQ8Block == 0) {
-    head_q8_ = std::make_shared<const Q8Matrix>(Q8Matrix::quantize(outer_.at("lm_head.weight"), "lm_head"));
+void StreamedModel::pack_weights(WeightType type) {
+  packed_ = type;
+  block_.reset();  // packed from the next read on
+  if (!m_.config.tie_embeddings && outer_.count("lm_head.weight") && packs(type, outer_.at("lm_head.weight").shape())) {
+    head_packed_ = std::make_shared<const PackedMatrix>(PackedMatrix::pack(outer_.at("lm_head.weight"), type, "lm_head"));
     outer_.erase("lm_head.weight");
   }
 }

@@ -41,19 +41,30 @@ class StreamedModel : public Decoder {
   const formats::TensorMap& outer() const { return outer_; }
   /// Frees them (embed and logits then throw): a conversion needs them only at the start.
   void drop_outer() { outer_.clear(); }
-  /// Linear weights in q8_0 from now on, as GPT::quantize_q8_0 holds them in memory: each block's
-  /// matrices quantized as they are read, an untied head once (streamed sampling of a q8_0 GGUF
-  /// file ran float32 weights where the in-memory run used q8_0, and the texts differed).
-  void quantize_q8_0();
+  /// Linear weights packed as `type` from now on, as GPT::pack_weights holds them in memory: each
+  /// block's matrices packed as they are read, an untied head once (streamed sampling of a q8_0
+  /// GGUF file ran float32 weights where the in-memory run used q8_0, and the texts differed).
+  void pack_weights(WeightType type);
+  /// Reads every block once, packed (pack_weights first), and keeps them: decoding then reads no
+  /// file, and a model whose float32 form does not fit in memory runs from its 16-bit or q8_0 form
+  /// at the speed of those bytes. What it holds: resident_bytes(c, packed type).
+  void keep_blocks();
+  bool keeps_blocks() const { return !kept_.empty(); }
+  /// The bytes keep_blocks holds: every weight as pack_weights(type) holds it.
+  static double resident_bytes(const GPTConfig& c, WeightType type) { return packed_weight_bytes(c, type); }
 
  private:
+  /// Reads layer l's tensors into b (a Block of that layer's shape), packed when asked.
+  void read_block(Block& b, int64_t l) const;
+
   const formats::OpenedModel& m_;
   formats::TensorMap outer_;
   std::shared_ptr<Norm> ln_f_;
   mutable std::unique_ptr<Block> block_;  // the block being run, its tensors read anew for each layer
   mutable int64_t block_kv_ = 0;          // its key/value heads (layers may differ: a new block then)
-  bool q8_ = false;
-  std::shared_ptr<const Q8Matrix> head_q8_;
+  WeightType packed_ = WeightType::f32;
+  std::shared_ptr<const PackedMatrix> head_packed_;
+  std::vector<std::unique_ptr<Block>> kept_;  // keep_blocks: every block, packed
 };
 
 }  // namespace tapelm

@@ -194,6 +194,103 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
       for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
+int64_t pack_w16(uint16_t* dst, const float* src, int64_t n, bool bf16) {
+  int64_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    dst[i] = bf16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+    if (!bf16 && (dst[i] & 0x7c00u) == 0x7c00u && std::isfinite(src[i])) bad = std::min(bad, i);
+  }
+  return bad == n ? -1 : bad;
+}
+
+namespace {
+template <bool BF16>
+inline float widen1(uint16_t h) {
+  return BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+template <bool BF16>
+inline __m256 widen8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+#endif
+
+// out[r] = Σ_k w[k] · x[r·K + k] for R rows of x: each 16 values of the W row widened once for
+// the R rows, two accumulators a row; the tail of K past a multiple of 16 added in order after.
+template <bool BF16, int R>
+void dot_w16(float* out, const uint16_t* w, const float* x, int64_t K) {
+  int64_t k = 0;
+  float s[R];
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  __m256 acc[R][2];
+  for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (; k + 16 <= K; k += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + k + 256), _MM_HINT_T0);  // 512 bytes ahead
+    const __m256 w0 = widen8<BF16>(w + k), w1 = widen8<BF16>(w + k + 8);
+    for (int r = 0; r < R; r++) {
+      acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * K + k), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * K + k + 8), acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; r++) s[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+#else
+  for (int r = 0; r < R; r++) s[r] = 0;
+#endif
+  for (; k < K; k++)
+    for (int r = 0; r < R; r++) s[r] += widen1<BF16>(w[k]) * x[r * K + k];
+  for (int r = 0; r < R; r++) out[r] = s[r];
+}
+
+template <bool BF16>
+void matmul_w16_direct(float* y, const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t N, const float* bias) {
+  constexpr int64_t kRows = 16;  // W rows per work item
+#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
+  for (int64_t n0 = 0; n0 < N; n0 += kRows)
+    for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
+      const uint16_t* w = W + n * K;
+      const float b = bias ? bias[n] : 0.f;
+      float d[4];
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4) {
+        dot_w16<BF16, 4>(d, w, x + m * K, K);
+        for (int r = 0; r < 4; r++) y[(m + r) * N + n] = d[r] + b;
+      }
+      if (M - m == 3) dot_w16<BF16, 3>(d, w, x + m * K, K);
+      if (M - m == 2) dot_w16<BF16, 2>(d, w, x + m * K, K);
+      if (M - m == 1) dot_w16<BF16, 1>(d, w, x + m * K, K);
+      for (int64_t r = 0; m + r < M; r++) y[(m + r) * N + n] = d[r] + b;
+    }
+}
+}  // namespace
+
+void matmul_w16(float* y, const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t N, const float* bias, bool bf16) {
+  if (M <= kW16RowsDirect) {
+    if (bf16)
+      matmul_w16_direct<true>(y, x, M, K, W, N, bias);
+    else
+      matmul_w16_direct<false>(y, x, M, K, W, N, bias);
+    return;
+  }
+  // A prefill: W widened about 4 MB at a time, and sgemm multiplies.
+  const KvType t = bf16 ? KvType::bf16 : KvType::f16;
+  const int64_t P = std::min(N, std::max<int64_t>(64, (int64_t(1) << 20) / K));
+  std::vector<float> panel(static_cast<size_t>(P * K));
+  for (int64_t n0 = 0; n0 < N; n0 += P) {
+    const int64_t p = std::min(P, N - n0);
+#pragma omp parallel for schedule(static) if (p * K > kParallelMin)
+    for (int64_t r = 0; r < p; r++)
+      kv_decode_rows(t, panel.data() + r * K, reinterpret_cast<const uint8_t*>(W + (n0 + r) * K), 1, K);
+    sgemm(false, true, M, p, K, 1.f, x, K, panel.data(), K, 0.f, y + n0, N);
+  }
+  if (bias)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
+}
+
 }  // namespace kern
 
 int64_t kv_row_bytes(KvType t, int64_t hd) {

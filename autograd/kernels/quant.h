@@ -1,6 +1,8 @@
 #pragma once
-// Products of q8_0 weights (autograd/quant.h) with activations quantized the same way: ggml's
-// q8_0 × q8_0 dot product (int8 multiplies, int32 sums per block, scaled and accumulated in f32).
+// Products of packed weights (autograd/ops.h's PackedMatrix) with float32 activations: q8_0
+// weights with activations quantized the same way (ggml's q8_0 × q8_0 dot product: int8
+// multiplies, int32 sums per block, scaled and accumulated in f32), and 16-bit weights (bf16 or
+// IEEE half) widened to float32 as they are read.
 #include <cstdint>
 
 #include "autograd/quant.h"
@@ -19,5 +21,18 @@ float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n);
 /// thread count.
 constexpr int64_t kQ8RowsDirect = 16;
 void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t N, const float* bias);
+
+/// dst [n] = src rounded to nearest even in bf16 (bf16 true) or IEEE half, on the threads; returns
+/// -1, or the first index of a finite value f16 cannot hold (it would become infinite).
+int64_t pack_w16(uint16_t* dst, const float* src, int64_t n, bool bf16);
+
+/// y [M, N] = x [M, K] · Wᵀ (+ bias [N]) for W [N, K] in bf16 (bf16 true) or IEEE half: the
+/// products of W's widened values. Up to kW16RowsDirect rows, each W row is read once for all M
+/// rows and widened in registers (decoding, bound by reading the weights: half of float32's
+/// bytes); more rows (a prefill): W widened panel by panel, multiplied by sgemm. The sum order
+/// does not depend on the thread count.
+constexpr int64_t kW16RowsDirect = 16;
+void matmul_w16(float* y, const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t N, const float* bias,
+                bool bf16);
 
 }  // namespace tapelm::kern

@@ -220,7 +220,7 @@ BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
 BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
   const int64_t K = 96, N = 37;
   const Tensor w = randn({N, K}, 7), bias = randn({N}, 8);
-  const Q8Matrix wq = Q8Matrix::quantize(w, "w");
+  const PackedMatrix wq = PackedMatrix::pack(w, WeightType::q8_0, "w");
   const int64_t rb = q8_0_bytes(K);
   auto block = [](const uint8_t* p, int64_t i, float* d) {
     uint16_t h;
@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
     std::vector<std::vector<float>> outs;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      outs.push_back(linear_q8(Var(x), wq, Var(bias)).val().to_vector());
+      outs.push_back(linear_packed(Var(x), wq, Var(bias)).val().to_vector());
     }
     BOOST_TEST(outs[0] == outs[1], tt::per_element());
     double worst = 0;
@@ -265,6 +265,55 @@ BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
     BOOST_TEST(worst < 1e-4, M << " rows: max |q8_0 product - definition| " << worst);
   }
   set_num_threads(before);
+}
+
+// The 16-bit products against their definition: Σ over k of the widened weight times x, in
+// double, plus the bias. K = 100 leaves a tail past the kernel's steps of 16; M covers the
+// decoding path (1-4 rows, groups of 4 and the 1-3 left) and the prefill's (sgemm on widened
+// panels, M > 16); 1 and 2 threads give the same bits. Packing weights that are 16-bit values
+// already keeps them exactly (what a bf16 or f16 file holds), and f16 refuses what it cannot hold.
+BOOST_AUTO_TEST_CASE(w16_products_match_their_definition) {
+  const int64_t K = 100, N = 37;
+  const Tensor bias = randn({N}, 8);
+  const int before = get_num_threads();
+  for (WeightType type : {WeightType::bf16, WeightType::f16}) {
+    const bool bf16 = type == WeightType::bf16;
+    Tensor w = randn({N, K}, 7);
+    for (int64_t i = 0; i < w.numel(); i++) w.data()[i] = bf16 ? bf16_to_f32(f32_to_bf16(w[i])) : f16_to_f32(f32_to_f16(w[i]));
+    const PackedMatrix wp = PackedMatrix::pack(w, type, "w");
+    BOOST_TEST(wp.bytes() == 2 * N * K);
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(wp.data.data());
+    int64_t changed = 0;
+    for (int64_t i = 0; i < w.numel(); i++) changed += (bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i])) != w[i];
+    BOOST_TEST(changed == 0, to_string(type) << ": " << changed << " values not kept exactly");
+    for (int64_t M : {1, 2, 3, 4, 5, 7, 16, 17, 40}) {
+      const Tensor x = randn({M, K}, 10 + M);
+      std::vector<std::vector<float>> outs;
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        outs.push_back(linear_packed(Var(x), wp, Var(bias)).val().to_vector());
+      }
+      BOOST_TEST(outs[0] == outs[1], tt::per_element());
+      double worst = 0;
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+          double want = bias[n];
+          for (int64_t k = 0; k < K; k++) want += double(w[n * K + k]) * double(x[m * K + k]);
+          worst = std::max(worst, std::fabs(want - outs[0][m * N + n]));
+        }
+      BOOST_TEST(worst < 2e-5, to_string(type) << ", " << M << " rows: max |product - definition| " << worst);
+    }
+  }
+  set_num_threads(before);
+  Tensor big = randn({2, 32}, 3);
+  big.data()[37] = 70000.f;
+  BOOST_CHECK_EXCEPTION(PackedMatrix::pack(big, WeightType::f16, "blocks.0.attn.wq.weight"), Error, [](const Error& e) {
+    const std::string m = e.what();
+    return e.kind() == ErrorKind::data && m.find("blocks.0.attn.wq.weight") != std::string::npos && m.find("row 1") != std::string::npos;
+  });
+  BOOST_CHECK_NO_THROW(PackedMatrix::pack(big, WeightType::bf16, "w"));
+  Var xg(randn({1, 32}, 4), true);
+  BOOST_CHECK_THROW(linear_packed(xg, PackedMatrix::pack(randn({3, 32}, 5), WeightType::bf16, "w")), Error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

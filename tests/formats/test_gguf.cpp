@@ -147,7 +147,7 @@ void expect_llama_cpp_agrees(const std::string& oracle_file, size_t models) {
       // probabilities for V·p, and (f16 and bf16 files) the activations to the weights' type,
       // which tapelm does not: those stay within the forward's bound.
       if (dtype == "f32") continue;
-      if (dtype == "q8_0") l.model->quantize_q8_0();
+      if (dtype == "q8_0") l.model->pack_weights(WeightType::q8_0);
       KVCache cache = l.model->make_cache(1, T, KvType::f16);
       Tensor stepwise = Tensor::empty({T, V});
       for (int64_t t = 0; t < T; t++) {

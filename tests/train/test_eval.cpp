@@ -290,4 +290,60 @@ BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
   }
 }
 
+// A model too large for memory in float32 but not in its file's 16 bits (or in q8_0) is read once
+// and kept packed (StreamedModel::keep_blocks): the same ops as the loaded model packed alike, so
+// the same draws, greedy and seeded, through the prefill and past block_size; for a BF16 Llama
+// from an HF directory (its values kept exactly in bf16), and a GPT-2 GGUF file (learned
+// positions, biases) in f16 and q8_0. The 16-bit logits are the float32 model's but for the
+// order of the sums; `sample --weights` gives the packed run's text.
+BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
+  TempDir d;
+  Run exp = run_cli("export --format gguf --dtype f16 --checkpoint " + fixture_path("gguf/gpt2_gpt2mini.h5") + " --out " + (d / "gpt2.gguf"));
+  BOOST_TEST_REQUIRE(exp.code == 0, exp.err);
+  for (const auto& [model, type] : std::vector<std::pair<std::string, WeightType>>{
+           {fixture_path("hf/llama_gqa_bf16_spm"), WeightType::bf16}, {d / "gpt2.gguf", WeightType::f16}, {d / "gpt2.gguf", WeightType::q8_0}}) {
+    const formats::OpenedModel m = formats::open_model(model);
+    const std::unique_ptr<GPT> f32 = m.load(), packed = m.load();
+    packed->pack_weights(type);
+    StreamedModel kept(m);
+    kept.pack_weights(type);
+    kept.keep_blocks();
+    BOOST_TEST(kept.keeps_blocks());
+    // what sample holds a model too large in float32 in: its matrices' own 16-bit type
+    BOOST_TEST((m.matrices_dtype() == (type == WeightType::q8_0 ? WeightType::f16 : type)), model << ": " << m.dtypes);
+    BOOST_TEST(packed->weight_bytes() == StreamedModel::resident_bytes(m.config, type), model << " " << to_string(type));
+    const int64_t n = m.config.block_size + 20;
+    const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
+    SampleOptions greedy, drawn;
+    greedy.greedy = true;
+    drawn.temperature = 0.8, drawn.top_k = 20;
+    for (const SampleOptions& o : {greedy, drawn})
+      BOOST_TEST(generate(kept, {prompt, prompt}, n, o, 5) == generate(*packed, {prompt, prompt}, n, o, 5),
+                 model << " " << to_string(type) << (o.greedy ? ", greedy" : ", drawn"));
+    if (type == WeightType::q8_0) continue;
+    // 16-bit weights hold the file's values: the logits differ from float32's by sum order only
+    NoGrad ng;
+    KVCache c1 = f32->make_cache(1, m.config.block_size), c2 = packed->make_cache(1, m.config.block_size);
+    Index ids;
+    ids.shape = {1, static_cast<int64_t>(prompt.size())};
+    ids.data = prompt;
+    const Tensor a = f32->decode_step(ids, c1), b = packed->decode_step(ids, c2);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < a.numel(); i++) {
+      worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+      scale = std::max(scale, double(std::fabs(a[i])));
+    }
+    BOOST_TEST(worst <= 1e-5 * std::max(1.0, scale), model << ": max |logit f32 - " << to_string(type) << "| " << worst);
+  }
+  const std::string cmd = "sample --checkpoint " + fixture_path("hf/llama_gqa_bf16_spm") + " --prompt ROMEO --tokens 40 --seed 3 --weights ";
+  const Run b16 = run_cli(cmd + "bf16"), b16_streamed = run_cli(cmd + "bf16 --stream");
+  BOOST_TEST_REQUIRE(b16.code == 0, b16.err);
+  BOOST_TEST_REQUIRE(b16_streamed.code == 0, b16_streamed.err);
+  BOOST_TEST(b16.out == b16_streamed.out);
+  expect_error(run_cli(cmd + "f8"), "--weights");
+  Run q8 = run_cli("export --format gguf --dtype q8_0 --checkpoint " + fixture_path("gguf/llama_spm.h5") + " --out " + (d / "q8.gguf"));
+  BOOST_TEST_REQUIRE(q8.code == 0, q8.err);
+  BOOST_TEST((formats::open_model(d / "q8.gguf").matrices_dtype() == WeightType::f32));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -55,7 +55,7 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
   c.add_flag("--json", a.json, "print one JSON line");
   c.add_option("--precision", a.precision, std::string("train: ") + precision_help)->check(CLI::IsMember(enum_names<Precision>()));
   c.add_option("--kv-cache", a.kv_cache, std::string("decode: ") + kv_cache_help)->check(CLI::IsMember(enum_names<KvType>()));
-  c.add_option("--weights", a.weights, std::string("decode: ") + weights_help)->check(CLI::IsMember({"f32", "q8_0"}));
+  c.add_option("--weights", a.weights, std::string("decode: ") + weights_help)->check(CLI::IsMember(enum_names<WeightType>()));
 }
 
 // Decoding at a serving shape, against the memory-bandwidth limit: every step must read the
@@ -63,7 +63,7 @@ void bench_flags(CLI::App& c, BenchArgs& a) {
 int run_bench_decode(const BenchArgs& a, const TrainConfig& cfg, int64_t batch) {
   DecodeShape shape{batch, a.prompt, a.decode_len};
   shape.kv_cache = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
-  shape.q8_weights = a.weights == "q8_0";
+  shape.weights = enum_from_name<WeightType>(a.weights, "--weights");
   const DecodeResult r = bench_decode_shape(cfg.model, shape, a.iters, a.warmup, a.seed);
   const DecodeRoofline roof = decode_roofline(cfg.model, r);
   if (a.json) {
@@ -233,11 +233,17 @@ void sample_flags(CLI::App& c, SampleArgs& a) {
   c.add_option("--seed", a.seed, "random seed")->check(seed_range());
   c.add_flag("--greedy", a.greedy, "always take the most likely token");
   c.add_option("--kv-cache", a.kv_cache, kv_cache_help)->check(CLI::IsMember(enum_names<KvType>()));
-  c.add_option("--weights", a.weights, std::string(weights_help) + "; auto (the default): q8_0 for a GGUF file of q8_0 matrices, else f32")
-      ->check(CLI::IsMember({"auto", "f32", "q8_0"}));
+  c.add_option("--weights", a.weights,
+               std::string(weights_help) +
+                   "; auto (the default): q8_0 for a GGUF file of q8_0 matrices; the file's 16-bit type for a file of bf16 or "
+                   "f16 matrices too large for memory in float32; else f32")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "f16", "q8_0"}));
 }
 
 int run_sample(const SampleArgs& a) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const Clock::time_point start = Clock::now();
   const formats::OpenedModel m = formats::open_model(a.checkpoint);
   if (!m.tok) throw Error(ErrorKind::checkpoint, a.checkpoint + ": has no tokenizer (a weights-only checkpoint); sample needs one");
   const Tokenizer* tok = &*m.tok;
@@ -251,18 +257,32 @@ int run_sample(const SampleArgs& a) {
   // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
   // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
   // streamed too: each block quantized as it is read, so the text is the in-memory run's
-  const bool q8 = a.weights == "q8_0" || (a.weights == "auto" && m.dtypes.find("Q8_0") != std::string::npos);
+  WeightType weights = a.weights == "auto" ? (m.dtypes.find("Q8_0") != std::string::npos ? WeightType::q8_0 : WeightType::f32)
+                                           : enum_from_name<WeightType>(a.weights, "--weights");
+  // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
+  // type (widening back gives the file's values exactly), read once instead of at every token
+  if (stream && !a.stream && a.weights == "auto" && weights == WeightType::f32) weights = m.matrices_dtype();
+  const bool keep = stream && !a.stream && weights != WeightType::f32 &&
+                    StreamedModel::resident_bytes(m.config, weights) + cache <= 0.9 * available_memory_bytes();
   std::unique_ptr<Decoder> model;
-  if (stream) {
+  if (keep) {
+    check_memory(StreamedModel::resident_bytes(m.config, weights) + cache, available_memory_bytes(), "sampling from " + m.what);
+    std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s; %s in float32, more than fits)\n", a.checkpoint.c_str(),
+                 to_string(weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, weights)).c_str(), byte_size_str(whole).c_str());
+    auto sm = std::make_unique<StreamedModel>(m);
+    sm->pack_weights(weights);
+    sm->keep_blocks();
+    model = std::move(sm);
+  } else if (stream) {
     check_memory(StreamedModel::resident_bytes(m.config) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
     std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
                  byte_size_str(whole).c_str());
     auto sm = std::make_unique<StreamedModel>(m);
-    if (q8) sm->quantize_q8_0();
+    if (weights != WeightType::f32) sm->pack_weights(weights);
     model = std::move(sm);
   } else {
     std::unique_ptr<GPT> loaded = m.load();
-    if (q8) loaded->quantize_q8_0();
+    if (weights != WeightType::f32) loaded->pack_weights(weights);
     model = std::move(loaded);
   }
   std::vector<int32_t> prompt;
@@ -293,12 +313,21 @@ int run_sample(const SampleArgs& a) {
   put(tok->decode(prompt));
   std::fflush(stdout);
   int32_t prev = prompt.back();
+  const Clock::time_point loaded = Clock::now();
+  Clock::time_point first, last;
+  int64_t made = 0;
   generate_stream(*model, {prompt}, a.tokens, so, a.seed, [&](const std::vector<int32_t>& next) {
     put(tok->decode_next(prev, next[0]));
     prev = next[0];
     std::fflush(stdout);  // each token as it comes: a long sample shows progress, a pipe gets it at once
+    (made++ == 0 ? first : last) = Clock::now();
   });
   std::printf("\n");
+  // llama.cpp's timings, in one line: what reading the model, the prompt and each later token took
+  if (made >= 2)
+    std::fprintf(stderr, "tapelm: %ld tokens: model ready in %.2f s, prompt of %zu tokens and the first token %.3f s, then %.2f ms a token\n",
+                 (long)made, seconds(start, loaded), prompt.size(), seconds(loaded, first),
+                 1e3 * seconds(first, last) / static_cast<double>(made - 1));
   return 0;
 }
 

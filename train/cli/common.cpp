@@ -108,7 +108,8 @@ void check_precision_runs(Precision p) {
 const char* const kv_cache_help =
     "how the KV cache stores keys and values: f32, f16 or bf16 (half the bytes), q8 (q8_0 blocks of 32: 34 bytes per 32 values)";
 const char* const weights_help =
-    "linear weights while decoding: f32, or q8_0 (int8 rows with an f16 scale per 32, as llama.cpp's q8_0)";
+    "linear weights while decoding: f32; bf16 or f16 (16-bit values widened as they are read: exact for a "
+    "16-bit file's); q8_0 (int8 rows with an f16 scale per 32, as llama.cpp's q8_0)";
 
 void DistillArgs::add_flags(CLI::App& c, const std::string& what, bool with_attention) {
   c.add_flag("--distill", on, what);

@@ -1,5 +1,6 @@
 #include "train/formats/model_source.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -65,6 +66,20 @@ std::unique_ptr<GPT> OpenedModel::load() const {
 }
 
 WeightType OpenedModel::kept_dtype() const { return dtypes == "BF16" ? WeightType::bf16 : dtypes == "F16" ? WeightType::f16 : WeightType::f32; }
+
+WeightType OpenedModel::matrices_dtype() const {
+  std::set<std::string> types;
+  for (const FileTensor& t : layout) {
+    const bool packed = t.matrix && std::any_of(t.parts.begin(), t.parts.end(), [](const auto& p) {
+                          return p.first.rfind("blocks.", 0) == 0 || p.first == "lm_head.weight";
+                        });
+    if (!packed) continue;
+    const TensorSource::Info* i = src->find(t.name);
+    types.insert(i ? i->dtype : "");
+  }
+  if (types.size() != 1) return WeightType::f32;
+  return *types.begin() == "BF16" ? WeightType::bf16 : *types.begin() == "F16" ? WeightType::f16 : WeightType::f32;
+}
 
 void OpenedModel::write_imported(const std::string& out) const {
   write_streamed(out, config, tok ? &*tok : nullptr, {"imported_from", from.dump()}, kept_dtype(), [&](ModelSink& s) { push_each(s); });

@@ -48,6 +48,9 @@ struct OpenedModel {
   /// The dtype a checkpoint keeps its weights in without losing or doubling bytes: "bf16" or "f16"
   /// when every tensor is stored so, else "f32".
   WeightType kept_dtype() const;
+  /// The type the blocks' matrices and an untied head are all stored in when it is bf16 or f16
+  /// (what GPT::pack_weights can hold them in exactly), else f32.
+  WeightType matrices_dtype() const;
   /// What `import` does with it: a weights-only checkpoint with the tokenizer and `from` as
   /// imported_from, written one tensor at a time in kept_dtype() (a BF16 model stays BF16).
   void write_imported(const std::string& out) const;
