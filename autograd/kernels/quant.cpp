@@ -146,6 +146,25 @@ void dot4x_q8_0(float* out, const uint8_t* w, const uint8_t* x, int64_t rb, cons
   for (int m = 0; m < 4; m++) out[m] = dot_q8_0(w, x + m * rb, K);
 #endif
 }
+
+// y [M, N] = dot + bias for a decoding step's few rows: dot(d, n, m, r) puts the products of W's
+// row n with the r <= 4 activation rows m..m+r-1 in d[0..r). 16 W rows a work item on the
+// threads; each W row is read once for all M rows, in groups of four.
+template <class Dot>
+void by_weight_rows(float* y, int64_t M, int64_t K, int64_t N, const float* bias, const Dot& dot) {
+  constexpr int64_t kRows = 16;
+#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
+  for (int64_t n0 = 0; n0 < N; n0 += kRows)
+    for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
+      const float b = bias ? bias[n] : 0.f;
+      for (int64_t m = 0; m < M; m += 4) {
+        const int r = static_cast<int>(std::min<int64_t>(4, M - m));
+        float d[4];
+        dot(d, n, m, r);
+        for (int i = 0; i < r; i++) y[(m + i) * N + n] = d[i] + b;
+      }
+    }
+}
 }  // namespace
 
 void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t N, const float* bias) {
@@ -161,20 +180,13 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
     }
     const uint8_t* xqp = xq.data();
     const float* xsp = xs.data();
-    constexpr int64_t kRows = 16;  // W rows per work item
-#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
-    for (int64_t n0 = 0; n0 < N; n0 += kRows)
-      for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
-        const uint8_t* w = W + n * rb;
-        const float b = bias ? bias[n] : 0.f;
-        int64_t m = 0;
-        for (; m + 4 <= M; m += 4) {
-          float d[4];
-          dot4x_q8_0(d, w, xqp + m * rb, rb, xsp + m * nb, K);
-          for (int r = 0; r < 4; r++) y[(m + r) * N + n] = d[r] + b;
-        }
-        for (; m < M; m++) y[m * N + n] = dot_q8_0(w, xqp + m * rb, K) + b;
-      }
+    by_weight_rows(y, M, K, N, bias, [&](float* d, int64_t n, int64_t m, int r) {
+      const uint8_t* w = W + n * rb;
+      if (r == 4)
+        dot4x_q8_0(d, w, xqp + m * rb, rb, xsp + m * nb, K);
+      else
+        for (int i = 0; i < r; i++) d[i] = dot_q8_0(w, xqp + (m + i) * rb, K);
+    });
     return;
   }
   // A prefill: x rounded to q8_0 as above (the same products, summed in another order), W widened
@@ -247,23 +259,16 @@ void dot_w16(float* out, const uint16_t* w, const float* x, int64_t K) {
 
 template <bool BF16>
 void matmul_w16_direct(float* y, const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t N, const float* bias) {
-  constexpr int64_t kRows = 16;  // W rows per work item
-#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
-  for (int64_t n0 = 0; n0 < N; n0 += kRows)
-    for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
-      const uint16_t* w = W + n * K;
-      const float b = bias ? bias[n] : 0.f;
-      float d[4];
-      int64_t m = 0;
-      for (; m + 4 <= M; m += 4) {
-        dot_w16<BF16, 4>(d, w, x + m * K, K);
-        for (int r = 0; r < 4; r++) y[(m + r) * N + n] = d[r] + b;
-      }
-      if (M - m == 3) dot_w16<BF16, 3>(d, w, x + m * K, K);
-      if (M - m == 2) dot_w16<BF16, 2>(d, w, x + m * K, K);
-      if (M - m == 1) dot_w16<BF16, 1>(d, w, x + m * K, K);
-      for (int64_t r = 0; m + r < M; r++) y[(m + r) * N + n] = d[r] + b;
+  by_weight_rows(y, M, K, N, bias, [&](float* d, int64_t n, int64_t m, int r) {
+    const uint16_t* w = W + n * K;
+    const float* xm = x + m * K;
+    switch (r) {
+      case 4: dot_w16<BF16, 4>(d, w, xm, K); break;
+      case 3: dot_w16<BF16, 3>(d, w, xm, K); break;
+      case 2: dot_w16<BF16, 2>(d, w, xm, K); break;
+      default: dot_w16<BF16, 1>(d, w, xm, K);
     }
+  });
 }
 }  // namespace
 

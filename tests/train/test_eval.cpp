@@ -54,6 +54,18 @@ std::pair<Index, Index> window(const std::pair<Index, Index>& b, int64_t w) {
   return {x, y};
 }
 
+// a and b draw the same tokens for m's tokenizer's "ROMEO: the", twice over, past block_size:
+// greedy and seeded (temperature 0.8, top-k 20).
+void expect_same_draws(const Decoder& a, const Decoder& b, const formats::OpenedModel& m, const std::string& what) {
+  const int64_t n = m.config.block_size + 20;
+  const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
+  SampleOptions greedy, drawn;
+  greedy.greedy = true;
+  drawn.temperature = 0.8, drawn.top_k = 20;
+  for (const SampleOptions& o : {greedy, drawn})
+    BOOST_TEST(generate(a, {prompt, prompt}, n, o, 5) == generate(b, {prompt, prompt}, n, o, 5), what << (o.greedy ? ", greedy" : ", drawn"));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(eval)
@@ -251,13 +263,7 @@ BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
     const formats::OpenedModel m = formats::open_model(model);
     const std::unique_ptr<GPT> loaded = m.load();
     const StreamedModel streamed(m);
-    const int64_t n = m.config.block_size + 20;
-    const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
-    SampleOptions greedy, drawn;
-    greedy.greedy = true;
-    drawn.temperature = 0.8, drawn.top_k = 20;
-    for (const SampleOptions& o : {greedy, drawn})
-      BOOST_TEST(generate(streamed, {prompt, prompt}, n, o, 5) == generate(*loaded, {prompt, prompt}, n, o, 5), model << (o.greedy ? ", greedy" : ", drawn"));
+    expect_same_draws(streamed, *loaded, m, model);
   }
   const std::string base = "sample --checkpoint " + fixture_path("hf/llama_gqa_bf16_spm") + " --prompt ROMEO --tokens 40 --seed 3";
   const Run whole = run_cli(base), streamed = run_cli(base + " --stream");
@@ -312,18 +318,12 @@ BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
     // what sample holds a model too large in float32 in: its matrices' own 16-bit type
     BOOST_TEST((m.matrices_dtype() == (type == WeightType::q8_0 ? WeightType::f16 : type)), model << ": " << m.dtypes);
     BOOST_TEST(packed->weight_bytes() == StreamedModel::resident_bytes(m.config, type), model << " " << to_string(type));
-    const int64_t n = m.config.block_size + 20;
-    const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
-    SampleOptions greedy, drawn;
-    greedy.greedy = true;
-    drawn.temperature = 0.8, drawn.top_k = 20;
-    for (const SampleOptions& o : {greedy, drawn})
-      BOOST_TEST(generate(kept, {prompt, prompt}, n, o, 5) == generate(*packed, {prompt, prompt}, n, o, 5),
-                 model << " " << to_string(type) << (o.greedy ? ", greedy" : ", drawn"));
+    expect_same_draws(kept, *packed, m, model + " " + to_string(type));
     if (type == WeightType::q8_0) continue;
     // 16-bit weights hold the file's values: the logits differ from float32's by sum order only
     NoGrad ng;
     KVCache c1 = f32->make_cache(1, m.config.block_size), c2 = packed->make_cache(1, m.config.block_size);
+    const std::vector<int32_t> prompt = m.tok->encode("ROMEO: the");
     Index ids;
     ids.shape = {1, static_cast<int64_t>(prompt.size())};
     ids.data = prompt;
