@@ -65,7 +65,10 @@ void generate_stream(const Decoder& model, const std::vector<std::vector<int32_t
     if (p.size() != t0) throw Error(ErrorKind::usage, "generate: prompts of different lengths");
   std::vector<std::vector<int32_t>> ctx = prompts;  // the tail of each sequence the model can still see
   Rng rng(seed);
-  KVCache cache = make_kv_cache(model.decoder_config(), B, T, opt.kv_cache);
+  // positions the run can reach before the window is full: a short sample of a long-context model
+  // allocates (and zeroes) what it uses, not block_size positions (4.3 GB for a 7B at 4,096)
+  const int64_t positions = std::min<int64_t>(T, static_cast<int64_t>(t0) + n_new);
+  KVCache cache = make_kv_cache(model.decoder_config(), B, positions, opt.kv_cache);
   auto feed_last = [&](int64_t count) {
     Index ids;
     ids.shape = {B, count};

@@ -613,6 +613,12 @@ BOOST_AUTO_TEST_CASE(sampling) {
   auto g1 = generate(m, {{1, 2}, {3, 4}}, 20, {}, 5), g2 = generate(m, {{1, 2}, {3, 4}}, 20, {}, 5);
   BOOST_TEST(g1 == g2);
   BOOST_TEST(g1[0].size() == 22u);
+  // a run that ends before block_size holds a cache of its own length: the same tokens as the
+  // first of the long run's (whose cache has block_size positions)
+  for (int64_t n : {1, 3, 6}) {
+    auto short_run = generate(m, {{1, 2}, {3, 4}}, n, {}, 5);
+    for (size_t b = 0; b < 2; b++) BOOST_TEST(short_run[b] == std::vector<int32_t>(g1[b].begin(), g1[b].begin() + 2 + n));
+  }
   // greedy generation with the cache equals greedy argmax over full forwards
   auto gg = generate(m, {{1, 2, 3}}, 8, {.greedy = true}, 0);
   std::vector<int32_t> seq{1, 2, 3};
