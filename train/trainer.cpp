@@ -97,6 +97,7 @@ void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainStat
             "; is RUN_DIR the same file on every rank? are --resume and --check-sync given to all?)";
   }
   dist::agree(err);
+  if (opt.init_shared && opt.init_from && !opt.resume) return;  // the caller sent rank 0's weights
   for (const auto& [name, p] : params) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
 }
 }  // namespace

@@ -39,6 +39,9 @@ struct TrainOptions {
   /// model shares their storage and trains them in place (a second copy of a 1.3 B model is 5 GB).
   /// Under mpirun every rank passes its own; rank 0's values are the ones every rank starts from.
   GPT* init_from = nullptr;
+  /// Under mpirun: init_from holds rank 0's values on every rank already (uptrain shares them to
+  /// evaluate the conversion), so a run that does not resume starts without sending them again.
+  bool init_shared = false;
   std::string extra_json = "{}";          // stored in the checkpoint's /train attrs
   std::string label;                      // prefix of progress lines
   bool check_sync = false;                // multi-rank: compare every rank's weights after every step

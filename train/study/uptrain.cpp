@@ -170,6 +170,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   to.label = o.label;
   to.stop = o.stop;
   to.init_from = converted.get();  // its weights are taken over, not copied
+  to.init_shared = true;           // share_from_rank0 sent them to every rank
   if (teaching) {
     source->eval();  // the teacher: no dropout
     to.teacher = source.get();
