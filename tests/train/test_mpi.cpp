@@ -512,6 +512,19 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   expect_job_error(mpmd(uptrain_args(d / "mixed", "--fraction 0.5"), uptrain_args(d / "mixed", "--fraction 0")),
                    "rank 1 of 2: its uptraining differs from rank 0's");
   BOOST_TEST(!fs::exists(d / "mixed/checkpoint.h5"));
+  // a rank reads the source's weights (and compares their digest with rank 0's) only when the
+  // source teaches there: two sources of one config and other weights (trained on other text)
+  // are refused when distilling, and rank 1's is never read when not
+  BOOST_REQUIRE(run_cli("train --config " + src_cfg + " --data " + text + " --out " + (d / "src2") + " --quiet").code == 0);
+  auto from = [&](const std::string& source, const std::string& out, const std::string& more) {
+    return "uptrain --from " + source + " --kv-heads 2 --method mean --data " + text + " --out " + out + " --quiet " + more;
+  };
+  const std::string src2 = d / "src2/checkpoint.h5";
+  expect_job_error(mpmd(from(src, d / "taught", "--fraction 0.5 --distill"), from(src2, d / "taught", "--fraction 0.5 --distill")),
+                   "rank 1 of 2: its uptraining differs from rank 0's");
+  Run rank1_other = mpmd(from(src, d / "other", "--fraction 0.5"), from(src2, d / "other", "--fraction 0.5"));
+  BOOST_REQUIRE_MESSAGE(rank1_other.code == 0, rank1_other.err);
+  BOOST_TEST((train_losses(d / "other") == mpi_losses), tt::per_element());
 
   // ZeRO stage 2 with frozen weights and dropout: the unsharded uptraining, every loss, weight and moment
   const std::string partial = "--fraction 0.4 --train attention --set dropout=0.1 --set grad_clip=0.5";

@@ -99,9 +99,11 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     // --out fails here, not after minutes of calibration and conversion.
     if (lead) dir.prepare();
     // The run's teacher and starting point, by content: --resume with another model under --from (of
-    // the same shape, or a GQA one) went on distilling from it, exit 0
-    from_digest = formats::model_digest(from, "uptrain --from");
-    if (o.resume) {
+    // the same shape, or a GQA one) went on distilling from it, exit 0. Rank 0 reads the whole
+    // source for it; another rank only when the source teaches there (else it never reads the
+    // source's weights: rank 0 converts, and its digest is the run's)
+    if (lead || teaching) from_digest = formats::model_digest(from, "uptrain --from");
+    if (o.resume && !from_digest.empty()) {
       H5File f = H5File::open_read(dir.checkpoint());
       const nlohmann::json extra =
           f.has_attr("/train", "extra") ? parse_json(f.read_attr_string("/train", "extra"), dir.checkpoint() + " /train extra", ErrorKind::checkpoint)
@@ -115,7 +117,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     kv_heads_from = original.model.n_kv_head;
     r.config = uptrain_config(original, o);
     r.steps = r.config.max_iters;
-    mine = r.config.to_json().dump() + "|" + from_digest + "|" + std::to_string(o.kv_heads) + "|" + o.variant.method->name + "|" +
+    mine = r.config.to_json().dump() + "|" + (teaching ? from_digest : "") + "|" + std::to_string(o.kv_heads) + "|" + o.variant.method->name + "|" +
            to_string(o.variant.grouping) + "|" + std::to_string(o.calib_tokens) + "|" + std::to_string(o.resume) + "|" +
            std::to_string(o.known_loss_before) + "|" + corpus.train.fingerprint() + "|" + corpus.val.fingerprint();
   } catch (const std::exception& e) {
