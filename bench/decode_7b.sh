@@ -34,10 +34,7 @@ for dt in bf16 q8_0; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
-git clone -q --depth 1 "$modules/node-llama-cpp/llama/gitRelease.bundle" "$tmp/llama.cpp" 2> /dev/null
-g++ -O2 -std=c++17 -I"$tmp/llama.cpp/include" -I"$tmp/llama.cpp/ggml/include" bench/llama_cpp_decode.cpp -o "$tmp/lcd" \
-  "$libs"/libllama.v*.so "$libs"/libggml.v*.so "$libs/libggml-base.so" -Wl,-rpath,"$libs"
+libs=$(bash bench/build_llama_cpp_decode.sh "$modules" "$tmp")
 system=$($T inspect --system)
 bw=$(sed -n 's/^memory bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<< "$system")
 cpu=$(sed -n 's/^cpu //p' <<< "$system" | head -1)  # not "cpu peak"

@@ -22,10 +22,7 @@ reps=${2:-3}
 T=build/tapelm
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-libs="$modules/@node-llama-cpp/linux-x64/bins/linux-x64"
-git clone -q --depth 1 "$modules/node-llama-cpp/llama/gitRelease.bundle" "$work/llama.cpp" 2> /dev/null
-g++ -O2 -std=c++17 -I"$work/llama.cpp/include" -I"$work/llama.cpp/ggml/include" bench/llama_cpp_decode.cpp -o "$work/lcd" \
-  "$libs"/libllama.v*.so "$libs"/libggml.v*.so "$libs/libggml-base.so" -Wl,-rpath,"$libs"
+libs=$(bash bench/build_llama_cpp_decode.sh "$modules" "$work")
 head -c 200000 corpora/tinyshakespeare.txt > "$work/t.txt"
 $T prepare --text "$work/t.txt" --out "$work/c" --tokenizer-model tests/fixtures/spm_bpe512.model --quiet > /dev/null
 keys='"n_layer": 6, "n_head": 8, "n_kv_head": 8, "n_embd": 512, "mlp_hidden": 1408, "block_size": 4096, "norm": "rmsnorm",
