@@ -38,7 +38,7 @@ libs=$(bash bench/build_llama_cpp_decode.sh "$modules" "$tmp")
 system=$($T inspect --system)
 bw=$(sed -n 's/^memory bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<< "$system")
 cpu=$(sed -n 's/^cpu //p' <<< "$system" | head -1)  # not "cpu peak"
-commit=$(git rev-parse --short HEAD)
+commit=$(git describe --always --dirty)
 
 # tapelm sample: WEIGHTS [--stream] -> one JSON line from the timing line it prints
 tapelm_run() {
@@ -46,7 +46,7 @@ tapelm_run() {
   [ -n "$extra" ] && n=3  # streamed: seconds a token
   local t0 t1
   t0=$(date +%s.%N)
-  $T sample --checkpoint "$dir" --weights "$weights" $extra --greedy --prompt "ROMEO:" --tokens $n > /dev/null 2> "$tmp/err"
+  $T --threads 2 sample --checkpoint "$dir" --weights "$weights" $extra --greedy --prompt "ROMEO:" --tokens $n > /dev/null 2> "$tmp/err"
   t1=$(date +%s.%N)
   python3 - "$tmp/err" "$weights" "${extra:+streamed}" "$t0" "$t1" "$bw" "$cpu" "$commit" <<'EOF'
 import json, re, sys

@@ -67,7 +67,7 @@ void generate_stream(const Decoder& model, const std::vector<std::vector<int32_t
   Rng rng(seed);
   // positions the run can reach before the window is full: a short sample of a long-context model
   // allocates (and zeroes) what it uses, not block_size positions (4.3 GB for a 7B at 4,096)
-  const int64_t positions = std::min<int64_t>(T, static_cast<int64_t>(t0) + n_new);
+  const int64_t positions = std::min<int64_t>(T, static_cast<int64_t>(t0) + std::max<int64_t>(0, n_new));
   KVCache cache = make_kv_cache(model.decoder_config(), B, positions, opt.kv_cache);
   auto feed_last = [&](int64_t count) {
     Index ids;

@@ -249,10 +249,24 @@ int run_sample(const SampleArgs& a) {
   const Tokenizer* tok = &*m.tok;
   const KvType kv_type = enum_from_name<KvType>(a.kv_cache, "--kv-cache");
   check_kv_type(kv_type, m.config.head_dim());
-  // each token then reads every block from the file
+  std::vector<int32_t> prompt;
+  const int32_t bos = tok->bos_id();
+  try {
+    // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
+    // prompt is then BOS alone
+    if (bos >= 0) prompt.push_back(bos);
+    if (bos < 0 || a.prompt != "\n") {
+      const std::vector<int32_t> p = tok->encode(a.prompt.empty() ? "\n" : a.prompt);
+      prompt.insert(prompt.end(), p.begin(), p.end());
+    }
+  } catch (const std::exception& e) {
+    throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
+  }
+  // the cache holds the positions the run reaches (generate_stream), the prefill runs the prompt
+  const int64_t positions = std::min<int64_t>(m.config.block_size, static_cast<int64_t>(prompt.size()) + a.tokens);
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
-               cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(m.config.block_size) +
-                       prefill_bytes(m.config, 1, m.config.block_size, get_num_threads());
+               cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(positions) +
+                       prefill_bytes(m.config, 1, std::min<int64_t>(m.config.block_size, static_cast<int64_t>(prompt.size())), get_num_threads());
   const bool stream = read_streamed(m, cache, a.stream);
   // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
   // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
@@ -260,13 +274,16 @@ int run_sample(const SampleArgs& a) {
   WeightType weights = a.weights == "auto" ? (m.dtypes.find("Q8_0") != std::string::npos ? WeightType::q8_0 : WeightType::f32)
                                            : enum_from_name<WeightType>(a.weights, "--weights");
   // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
-  // type (widening back gives the file's values exactly), read once instead of at every token
-  if (stream && !a.stream && a.weights == "auto" && weights == WeightType::f32) weights = m.matrices_dtype();
-  const bool keep = stream && !a.stream && weights != WeightType::f32 &&
-                    StreamedModel::resident_bytes(m.config, weights) + cache <= 0.9 * available_memory_bytes();
+  // type (widening back gives the file's values exactly), read once instead of at every token;
+  // while it is read, one block is also in float32 (and the tensors outside the blocks, counted
+  // once more: a bound, not the figure)
+  const WeightType kept = stream && !a.stream && a.weights == "auto" && weights == WeightType::f32 ? m.matrices_dtype() : weights;
+  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) + StreamedModel::resident_bytes(m.config) + cache;
+  const bool keep = stream && !a.stream && kept != WeightType::f32 && keep_bytes <= 0.9 * available_memory_bytes();
+  if (keep) weights = kept;  // else streamed as asked: auto stays float32
   std::unique_ptr<Decoder> model;
   if (keep) {
-    check_memory(StreamedModel::resident_bytes(m.config, weights) + cache, available_memory_bytes(), "sampling from " + m.what);
+    check_memory(keep_bytes, available_memory_bytes(), "sampling from " + m.what);
     std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s; %s in float32, more than fits)\n", a.checkpoint.c_str(),
                  to_string(weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, weights)).c_str(), byte_size_str(whole).c_str());
     auto sm = std::make_unique<StreamedModel>(m);
@@ -284,19 +301,6 @@ int run_sample(const SampleArgs& a) {
     std::unique_ptr<GPT> loaded = m.load();
     if (weights != WeightType::f32) loaded->pack_weights(weights);
     model = std::move(loaded);
-  }
-  std::vector<int32_t> prompt;
-  const int32_t bos = tok->bos_id();
-  try {
-    // a sentencepiece model's documents begin with BOS (as prepare writes them); the default
-    // prompt is then BOS alone
-    if (bos >= 0) prompt.push_back(bos);
-    if (bos < 0 || a.prompt != "\n") {
-      const std::vector<int32_t> p = tok->encode(a.prompt.empty() ? "\n" : a.prompt);
-      prompt.insert(prompt.end(), p.begin(), p.end());
-    }
-  } catch (const std::exception& e) {
-    throw Error(ErrorKind::usage, std::string("--prompt: ") + e.what());
   }
   if (a.tokens > sample_warn_tokens)
     std::fprintf(stderr, "tapelm: warning: --tokens %ld: far more than a sample needs; the text streams as it is generated, stop it with Ctrl-C\n",
