@@ -7,6 +7,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/error.h"
+#include "autograd/kernels/blas.h"
 #include "autograd/kernels/elementwise.h"
 #include "autograd/kernels/embedding.h"
 #include "autograd/kernels/layout.h"
@@ -323,7 +324,12 @@ PackedMatrix PackedMatrix::pack(const Tensor& w, WeightType type, const std::str
     return q;
   }
   q.data.resize(static_cast<size_t>(q.rows * q.cols) * sizeof(uint16_t));
-  const int64_t bad = kern::pack_w16(reinterpret_cast<uint16_t*>(q.data.data()), w.data(), q.rows * q.cols, type == WeightType::bf16);
+  uint16_t* h = reinterpret_cast<uint16_t*>(q.data.data());
+  if (type == WeightType::bf16) {
+    kern::to_bf16(h, w.data(), q.rows * q.cols);
+    return q;
+  }
+  const int64_t bad = kern::to_f16(h, w.data(), q.rows * q.cols);
   if (bad >= 0)
     fail(ErrorKind::data, what + ": value " + std::to_string(w.data()[bad]) + " at row " + std::to_string(bad / q.cols) +
                               " is beyond what f16 holds (65504)");

@@ -206,12 +206,12 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
       for (int64_t n = 0; n < N; n++) y[m * N + n] += bias[n];
 }
 
-int64_t pack_w16(uint16_t* dst, const float* src, int64_t n, bool bf16) {
+int64_t to_f16(uint16_t* dst, const float* src, int64_t n) {
   int64_t bad = n;
 #pragma omp parallel for schedule(static) reduction(min : bad) if (n > kParallelMin)
   for (int64_t i = 0; i < n; i++) {
-    dst[i] = bf16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
-    if (!bf16 && (dst[i] & 0x7c00u) == 0x7c00u && std::isfinite(src[i])) bad = std::min(bad, i);
+    dst[i] = f32_to_f16(src[i]);
+    if ((dst[i] & 0x7c00u) == 0x7c00u && std::isfinite(src[i])) bad = std::min(bad, i);
   }
   return bad == n ? -1 : bad;
 }

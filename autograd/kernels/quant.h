@@ -22,9 +22,9 @@ float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n);
 constexpr int64_t kQ8RowsDirect = 16;
 void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* W, int64_t N, const float* bias);
 
-/// dst [n] = src rounded to nearest even in bf16 (bf16 true) or IEEE half, on the threads; returns
-/// -1, or the first index of a finite value f16 cannot hold (it would become infinite).
-int64_t pack_w16(uint16_t* dst, const float* src, int64_t n, bool bf16);
+/// dst [n] = src rounded to nearest even in IEEE half, on the threads (bf16: kern::to_bf16);
+/// returns -1, or the first index of a finite value f16 cannot hold (it would become infinite).
+int64_t to_f16(uint16_t* dst, const float* src, int64_t n);
 
 /// y [M, N] = x [M, K] · Wᵀ (+ bias [N]) for W [N, K] in bf16 (bf16 true) or IEEE half: the
 /// products of W's widened values. Up to kW16RowsDirect rows, each W row is read once for all M
