@@ -327,12 +327,42 @@ PackedMatrix PackedMatrix::pack(const Tensor& w, WeightType type, const std::str
   uint16_t* h = reinterpret_cast<uint16_t*>(q.data.data());
   if (type == WeightType::bf16) {
     kern::to_bf16(h, w.data(), q.rows * q.cols);
+    // finite floats past bf16's largest (about 3.39e38) round to infinity
+    if (const int64_t bad = kern::first_non_finite_w16(h, q.rows * q.cols, true); bad >= 0)
+      fail(ErrorKind::data, what + ": value " + std::to_string(w.data()[bad]) + " at row " + std::to_string(bad / q.cols) +
+                                " is beyond what bf16 holds (3.39e38)");
     return q;
   }
   const int64_t bad = kern::to_f16(h, w.data(), q.rows * q.cols);
   if (bad >= 0)
     fail(ErrorKind::data, what + ": value " + std::to_string(w.data()[bad]) + " at row " + std::to_string(bad / q.cols) +
                               " is beyond what f16 holds (65504)");
+  return q;
+}
+
+int64_t PackedMatrix::bytes() const {
+  return type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * static_cast<int64_t>(sizeof(uint16_t));
+}
+
+PackedMatrix PackedMatrix::over(WeightType type, int64_t rows, int64_t cols, const uint8_t* bytes, std::shared_ptr<const void> owner,
+                                const std::string& what) {
+  if (type == WeightType::f32) fail(ErrorKind::internal, what + ": float32 is not a packed type");
+  if (rows < 0 || cols < 0 || (type == WeightType::q8_0 && cols % kQ8Block != 0))
+    fail(ErrorKind::internal, what + ": no " + to_string(type) + " matrix of " + std::to_string(rows) + " x " + std::to_string(cols));
+  if (type != WeightType::q8_0 && reinterpret_cast<uintptr_t>(bytes) % alignof(uint16_t) != 0)
+    fail(ErrorKind::internal, what + ": 16-bit values at an odd address");
+  PackedMatrix q;
+  q.type = type;
+  q.rows = rows;
+  q.cols = cols;
+  q.view = bytes;
+  q.owner = std::move(owner);
+  const int64_t bad = type == WeightType::q8_0
+                          ? kern::first_non_finite_q8_0(bytes, rows * cols / kQ8Block) * kQ8Block
+                          : kern::first_non_finite_w16(reinterpret_cast<const uint16_t*>(bytes), rows * cols, type == WeightType::bf16);
+  if (bad >= 0)
+    fail(ErrorKind::data, what + ": row " + std::to_string(bad / cols) + " holds a " +
+                              (type == WeightType::q8_0 ? "q8_0 block whose scale is" : "value that is") + " not finite");
   return q;
 }
 
@@ -348,11 +378,27 @@ Var linear_packed(const Var& x, const PackedMatrix& w, const Var& b) {
   Tensor out = Tensor::empty(out_shape);
   const float* bias = b.defined() ? b.val().data() : nullptr;
   const int64_t M = x.numel() / w.cols;
+  // rows in interleaved RoPE order: the products in that order, then each head's outputs moved
+  // to the half-split order (x[2i] -> i, x[2i + 1] -> hd/2 + i) and the bias added there
+  Tensor file_order = w.rope_heads > 0 ? Tensor::empty(out_shape) : out;
+  const float* kbias = w.rope_heads > 0 ? nullptr : bias;
   if (w.type == WeightType::q8_0)
-    kern::matmul_q8_0(out.data(), x.val().data(), M, w.cols, w.data.data(), w.rows, bias);
+    kern::matmul_q8_0(file_order.data(), x.val().data(), M, w.cols, w.bytes_ptr(), w.rows, kbias);
   else
-    kern::matmul_w16(out.data(), x.val().data(), M, w.cols, reinterpret_cast<const uint16_t*>(w.data.data()), w.rows, bias,
+    kern::matmul_w16(file_order.data(), x.val().data(), M, w.cols, reinterpret_cast<const uint16_t*>(w.bytes_ptr()), w.rows, kbias,
                      w.type == WeightType::bf16);
+  if (w.rope_heads > 0) {
+    const int64_t hd = w.rows / w.rope_heads, half = hd / 2;
+    const float* f = file_order.data();
+    float* o = out.data();
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t h = 0; h < w.rope_heads; h++)
+        for (int64_t i = 0; i < half; i++)
+          for (int64_t j = 0; j < 2; j++) {
+            const int64_t split = m * w.rows + h * hd + j * half + i;
+            o[split] = f[m * w.rows + h * hd + 2 * i + j] + (bias ? bias[split - m * w.rows] : 0.f);
+          }
+  }
   return Var(out);
 }
 

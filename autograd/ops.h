@@ -2,6 +2,7 @@
 // Differentiable ops: each computes its value and records its backward right below it.
 // Shape errors throw a shape Error naming the op and the shapes.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,15 +50,30 @@ std::vector<Var> linears(const Var& x, const std::vector<Var>& ws, const std::ve
 
 /// A weight matrix [rows, cols] held for inference in fewer bytes than float32: q8_0 rows (34
 /// bytes per 32 values, autograd/kernels/quant.h) or bfloat16 / IEEE half values (2 bytes each).
+/// Its bytes are its own (pack), or another's that `owner` keeps alive: a file's tensor, mapped
+/// (over). Either way they are read only.
 struct PackedMatrix {
   WeightType type = WeightType::q8_0;
   int64_t rows = 0, cols = 0;
-  std::vector<uint8_t> data;  // rows × q8_0_bytes(cols), or rows × cols 16-bit values
+  std::vector<uint8_t> data;  // rows × q8_0_bytes(cols), or rows × cols 16-bit values; empty when viewed
+  const uint8_t* view = nullptr;       // the bytes when they are not in data
+  std::shared_ptr<const void> owner;   // what keeps view's bytes alive (a mapped file)
+  /// > 0: the rows are in the interleaved RoPE order of that many heads (llama.cpp's q and k:
+  /// x[2i], x[2i + 1] of each head); linear_packed gives its outputs in tapelm's half-split order.
+  int64_t rope_heads = 0;
   /// w [rows, cols] in `type` (q8_0, bf16 or f16): q8_0 needs cols a multiple of 32; bf16 and f16
   /// round to nearest even (exact for values a 16-bit file held). A data error naming `what` if a
   /// value does not fit (a q8_0 block's f16 scale, or f16's ±65504).
   static PackedMatrix pack(const Tensor& w, WeightType type, const std::string& what);
-  int64_t bytes() const { return static_cast<int64_t>(data.size()); }
+  /// The matrix whose bytes are at `bytes` as `type` stores them (a 16-bit type: 2-byte aligned),
+  /// kept alive by owner; no copy. Every value is checked: a data error naming `what` and the row
+  /// for a value (or a q8_0 scale) that is not finite.
+  static PackedMatrix over(WeightType type, int64_t rows, int64_t cols, const uint8_t* bytes, std::shared_ptr<const void> owner,
+                           const std::string& what);
+  const uint8_t* bytes_ptr() const { return view ? view : data.data(); }
+  /// The bytes of its values: type's bytes for rows × cols.
+  int64_t bytes() const;
+  bool mapped() const { return view != nullptr; }
 };
 /// x·Wᵀ + b for x [..., in] with W [out, in] packed. q8_0: x rounded to q8_0 row by row and int8
 /// dot products, as ggml multiplies q8_0 weights (kern::matmul_q8_0); bf16 and f16: W widened to

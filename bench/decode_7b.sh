@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sampling from a Llama-2-7B-shaped model (bench/make_synthetic_hf's defaults: 32 layers, d 4096,
 # 32 heads, SwiGLU 11008, vocabulary 32000, BF16 safetensors; random weights, byte-level vocabulary
-# from bench/byte_vocab.py) on a machine where its 27 GB of float32 do not fit: tapelm's `sample`
-# with the matrices kept in bf16 and in q8_0 (read once: StreamedModel::keep_blocks), and as it ran
-# before (`--stream`: every block read from the file and widened to float32 for every token),
-# beside llama.cpp on the same model exported to GGUF by tapelm (bf16, and q8_0 with the same
-# blocks tapelm multiplies). tapelm's figure is the `ms a token` its sample prints (the tokens
-# after the first, greedy, prompt "ROMEO:"); llama.cpp's is bench/llama_cpp_decode.cpp's mean step
-# after a prefill of CONTEXT - STEPS tokens, batch 1, its default f16 cache. Both on 2 threads,
-# alternating run by run, REPS rounds. Prints JSON lines; bench/decode_7b_report.py makes the table.
+# from bench/byte_vocab.py) on a machine where its 27 GB of float32 do not fit, exported to GGUF by
+# tapelm in bf16 and in q8_0: tapelm's `sample` and llama.cpp run the same two files, both mapping
+# the matrices from them (tapelm: StreamedModel::keep_blocks, the file's bytes mapped, not copied);
+# tapelm also from the HF directory (its BF16 safetensors, mapped alike). tapelm's figure is the
+# `ms a token` its sample prints (the tokens after the first, greedy, prompt "ROMEO:"), with the
+# seconds before the first token ("model ready"); llama.cpp's is bench/llama_cpp_decode.cpp's mean
+# step after a prefill of CONTEXT - STEPS tokens, batch 1, its default f16 cache. Both on 2
+# threads, alternating run by run, REPS rounds; each run's peak RSS (file pages mapped included)
+# from /usr/bin/time. Prints JSON lines; bench/decode_7b_report.py makes the table.
 #
 #   mkdir /tmp/nlc && (cd /tmp/nlc && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install \
 #       node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1)
@@ -40,32 +41,39 @@ bw=$(sed -n 's/^memory bandwidth \([0-9.]*\) GB\/s.*/\1/p' <<< "$system")
 cpu=$(sed -n 's/^cpu //p' <<< "$system" | head -1)  # not "cpu peak"
 commit=$(git describe --always --dirty)
 
-# tapelm sample: WEIGHTS [--stream] -> one JSON line from the timing line it prints
+# tapelm sample: MODEL SOURCE -> one JSON line from the lines it prints (--weights auto: the
+# file's own bf16 or q8_0)
 tapelm_run() {
-  local weights=$1 extra=${2:-} n=$tokens
-  [ -n "$extra" ] && n=3  # streamed: seconds a token
-  local t0 t1
+  local model=$1 source=$2 t0 t1
   t0=$(date +%s.%N)
-  $T --threads 2 sample --checkpoint "$dir" --weights "$weights" $extra --greedy --prompt "ROMEO:" --tokens $n > /dev/null 2> "$tmp/err"
+  /usr/bin/time -f %M -o "$tmp/rss" $T --threads 2 sample --checkpoint "$model" --greedy --prompt "ROMEO:" --tokens $tokens > /dev/null 2> "$tmp/err"
   t1=$(date +%s.%N)
-  python3 - "$tmp/err" "$weights" "${extra:+streamed}" "$t0" "$t1" "$bw" "$cpu" "$commit" <<'EOF'
+  python3 - "$tmp/err" "$source" "$t0" "$t1" "$bw" "$cpu" "$commit" "$(cat "$tmp/rss")" <<'EOF'
 import json, re, sys
-err, weights, streamed, t0, t1, bw, cpu, commit = sys.argv[1:]
+err, source, t0, t1, bw, cpu, commit, rss_kb = sys.argv[1:]
 text = open(err).read()
 m = re.search(r"(\d+) tokens: model ready in ([0-9.]+) s, prompt of (\d+) tokens and the first token ([0-9.]+) s, then ([0-9.]+) ms a token", text)
-if not m:
-    sys.exit("tapelm sample printed no timing line:\n" + text)
-print(json.dumps({"impl": "tapelm", "weights": weights, "mode": "streamed" if streamed else "kept",
+held = re.search(r"with its matrices in (\w+) \(([0-9.]+ \w+), ([0-9.]+ \w+) of it mapped", text)
+if not m or not held:
+    sys.exit("tapelm sample printed no timing or memory line:\n" + text)
+print(json.dumps({"impl": "tapelm", "weights": held[1], "mode": "mapped", "source": source, "held": held[2], "mapped": held[3],
                   "tokens": int(m[1]), "ready_s": float(m[2]), "first_token_s": float(m[4]), "ms_per_token": float(m[5]),
-                  "wall_s": round(float(t1) - float(t0), 2), "bandwidth_gb_s": float(bw), "cpu": cpu, "commit": commit}))
+                  "wall_s": round(float(t1) - float(t0), 2), "peak_rss_gb": round(int(rss_kb) * 1024 / 1e9, 2),
+                  "bandwidth_gb_s": float(bw), "cpu": cpu, "commit": commit}))
 EOF
 }
 
 for ((r = 1; r <= reps; r++)); do
   for dt in bf16 q8_0; do
-    tapelm_run $dt
-    "$tmp/lcd" "$libs" "$work/7b-$dt.gguf" $context $steps 1 2 1 f16 |
-      python3 -c "import json,sys; d=json.load(sys.stdin); d.update(impl='llama.cpp', weights='$dt', mode='mmap', ms_per_token=d['step_ms']); print(json.dumps(d))"
+    tapelm_run "$work/7b-$dt.gguf" gguf
+    /usr/bin/time -f %M -o "$tmp/rss" "$tmp/lcd" "$libs" "$work/7b-$dt.gguf" $context $steps 1 2 1 f16 > "$tmp/out"
+    python3 - "$tmp/out" "$tmp/rss" $dt <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d.update(impl="llama.cpp", weights=sys.argv[3], mode="mmap", source="gguf", ms_per_token=d["step_ms"],
+         peak_rss_gb=round(int(open(sys.argv[2]).read()) * 1024 / 1e9, 2))
+print(json.dumps(d))
+EOF
   done
-  tapelm_run f32 --stream
+  tapelm_run "$dir" hf
 done

@@ -144,7 +144,8 @@ int64_t mtime_ns(const struct stat& st) { return static_cast<int64_t>(st.st_mtim
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, const std::string& what, uint64_t offset, uint64_t length) : path_(path), what_(what) {
+MappedFile::MappedFile(const std::string& path, const std::string& what, uint64_t offset, uint64_t length, bool populate)
+    : path_(path), what_(what) {
   require_regular_file(path, what);
   const std::string at = what + " " + path + ": ";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -167,7 +168,7 @@ MappedFile::MappedFile(const std::string& path, const std::string& what, uint64_
   if (size_ > 0) {
     const uint64_t aligned = offset / page_bytes * page_bytes;
     base_len_ = size_ + (offset - aligned);
-    void* a = ::mmap(nullptr, base_len_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(aligned));
+    void* a = ::mmap(nullptr, base_len_, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, static_cast<off_t>(aligned));
     const int err = errno;
     if (a == MAP_FAILED) {
       ::close(fd);

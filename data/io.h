@@ -27,7 +27,9 @@ class MappedFile {
   /// The whole file, or the window of `length` bytes from `offset` (within the file: a data Error
   /// otherwise): a streamed reader maps one tensor at a time, so that its address space is that
   /// tensor's and not the model's (under `prlimit --as`, a mapped 618 MB model left 7.59 MB).
-  MappedFile(const std::string& path, const std::string& what, uint64_t offset = 0, uint64_t length = UINT64_MAX);
+  /// populate: every page read and mapped now (MAP_POPULATE), for a window that is read whole and
+  /// kept (a model's matrices, decoded from the file): one call instead of a fault per page.
+  MappedFile(const std::string& path, const std::string& what, uint64_t offset = 0, uint64_t length = UINT64_MAX, bool populate = false);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;

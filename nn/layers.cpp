@@ -2,8 +2,15 @@
 
 namespace tapelm {
 
+namespace {
+thread_local bool t_unzeroed = false;
+}
+
+UnzeroedWeights::UnzeroedWeights() : before_(t_unzeroed) { t_unzeroed = true; }
+UnzeroedWeights::~UnzeroedWeights() { t_unzeroed = before_; }
+
 Linear::Linear(int64_t in, int64_t out, bool has_bias) {
-  weight = register_parameter("weight", Tensor::zeros({out, in}));
+  weight = register_parameter("weight", t_unzeroed ? Tensor::empty({out, in}) : Tensor::zeros({out, in}));
   if (has_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 

@@ -1,5 +1,7 @@
 #include "train/streamed.h"
 
+#include <set>
+
 #include "autograd/ops.h"
 #include "autograd/quant.h"
 #include "nn/accounting.h"
@@ -10,7 +12,7 @@ bool read_streamed(const formats::OpenedModel& m, double beside, bool asked) {
   return asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available_memory_bytes();
 }
 
-StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m) {
+StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m), windows_(static_cast<size_t>(m.config.n_layer)) {
   const GPTConfig& c = m.config;
   for (const auto& [name, shape] : parameter_shapes(c))
     if (name.rfind("blocks.", 0) != 0) outer_.emplace(name, Tensor::empty(shape));
@@ -40,32 +42,58 @@ Tensor StreamedModel::embed(const Index& idx, int64_t pos0) const {
 
 void StreamedModel::read_block(Block& b, int64_t l) const {
   const std::string prefix = "blocks." + std::to_string(l) + ".";
-  for (const auto& [n, lin] : b.linears())  // the previous layer's packed matrix: float room again
-    if (lin->packed) {
+  std::vector<std::shared_ptr<const MappedFile>>& windows = windows_[static_cast<size_t>(l)];
+  windows.clear();
+  std::set<std::string> mapped;
+  for (const auto& [n, lin] : b.linears()) {
+    if (lin->packed) {  // the previous layer's packed matrix: float room again
       lin->weight.val() = Tensor::empty({lin->packed->rows, lin->packed->cols});
       lin->packed.reset();
     }
+    // the file's own bytes when it stores the matrix in the packed type: mapped, not copied
+    if (std::optional<formats::OpenedModel::MappedMatrix> mm = m_.map_matrix(prefix + n + ".weight", packed_)) {
+      lin->packed = std::make_shared<const PackedMatrix>(std::move(mm->matrix));
+      lin->weight.val() = Tensor();
+      windows.push_back(std::move(mm->window));
+      mapped.insert(n + ".weight");
+    }
+  }
   formats::TensorMap mine;
-  for (const auto& [n, p] : b.named_parameters()) mine.emplace(prefix + n, p.val());
+  for (const auto& [n, p] : b.named_parameters())
+    if (!mapped.count(n)) mine.emplace(prefix + n, p.val());
   m_.read(mine);
   for (const auto& [n, lin] : b.linears())
-    if (packs(packed_, lin->weight.shape())) lin->pack(packed_, prefix + n);
+    if (!lin->packed && packs(packed_, lin->weight.shape())) lin->pack(packed_, prefix + n);
 }
 
 void StreamedModel::for_each_block(const std::function<void(const Block&, int64_t)>& f) const {
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
     if (!kept_.empty()) {
       f(*kept_[static_cast<size_t>(l)], l);
+      check_windows(l);  // a mapped file written under the run: refused, not decoded from
       continue;
     }
     if (!block_ || block_kv_ != m_.config.kv_heads(l)) {
+      UnzeroedWeights read_next;  // every weight is read or mapped before it is used
       block_ = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
       block_->eval();
       block_kv_ = m_.config.kv_heads(l);
     }
     read_block(*block_, l);
     f(*block_, l);
+    check_windows(l);
   }
+}
+
+double StreamedModel::mapped_bytes() const {
+  double n = head_window_ ? static_cast<double>(head_window_->size()) : 0.0;
+  for (const auto& layer : windows_)
+    for (const auto& w : layer) n += static_cast<double>(w->size());
+  return n;
+}
+
+void StreamedModel::check_windows(int64_t l) const {
+  for (const auto& w : windows_[static_cast<size_t>(l)]) w->check_unchanged();
 }
 
 void StreamedModel::keep_blocks() {
@@ -73,6 +101,7 @@ void StreamedModel::keep_blocks() {
   block_.reset();
   kept_.clear();
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
+    UnzeroedWeights read_next;  // every weight is read or mapped before it is used
     auto b = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
     b->eval();
     read_block(*b, l);
@@ -93,7 +122,11 @@ Tensor StreamedModel::decode_step(const Index& idx, KVCache& cache) const {
 
 Var StreamedModel::logits(const Tensor& x) const {
   if (outer_.empty()) throw Error(ErrorKind::internal, "StreamedModel::logits after drop_outer");
-  if (head_packed_) return linear_packed(ln_f_->forward(Var(x)), *head_packed_);
+  if (head_packed_) {
+    Var y = linear_packed(ln_f_->forward(Var(x)), *head_packed_);
+    if (head_window_) head_window_->check_unchanged();
+    return y;
+  }
   const Tensor& head = m_.config.tie_embeddings ? outer_.at("wte.weight") : outer_.at("lm_head.weight");
   return linear(ln_f_->forward(Var(x)), Var(head));
 }
@@ -102,7 +135,12 @@ void StreamedModel::pack_weights(WeightType type) {
   packed_ = type;
   block_.reset();  // packed from the next read on
   if (!m_.config.tie_embeddings && outer_.count("lm_head.weight") && packs(type, outer_.at("lm_head.weight").shape())) {
-    head_packed_ = std::make_shared<const PackedMatrix>(PackedMatrix::pack(outer_.at("lm_head.weight"), type, "lm_head"));
+    if (std::optional<formats::OpenedModel::MappedMatrix> mm = m_.map_matrix("lm_head.weight", type)) {
+      head_packed_ = std::make_shared<const PackedMatrix>(std::move(mm->matrix));
+      head_window_ = std::move(mm->window);
+    } else {
+      head_packed_ = std::make_shared<const PackedMatrix>(PackedMatrix::pack(outer_.at("lm_head.weight"), type, "lm_head"));
+    }
     outer_.erase("lm_head.weight");
   }
 }

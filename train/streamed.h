@@ -47,15 +47,21 @@ class StreamedModel : public Decoder {
   void pack_weights(WeightType type);
   /// Reads every block once, packed (pack_weights first), and keeps them: decoding then reads no
   /// file, and a model whose float32 form does not fit in memory runs from its 16-bit or q8_0 form
-  /// at the speed of those bytes. What it holds: resident_bytes(c, packed type).
+  /// at the speed of those bytes. What it holds: resident_bytes(c, packed type), of which
+  /// mapped_bytes() are the file's own pages (the page cache's), not a copy.
   void keep_blocks();
   bool keeps_blocks() const { return !kept_.empty(); }
+  /// The bytes of the matrices it holds mapped from the file (read_block), not copied.
+  double mapped_bytes() const;
   /// The bytes keep_blocks holds: every weight as pack_weights(type) holds it.
   static double resident_bytes(const GPTConfig& c, WeightType type) { return packed_weight_bytes(c, type); }
 
  private:
-  /// Reads layer l's tensors into b (a Block of that layer's shape), packed when asked.
+  /// Reads layer l's tensors into b (a Block of that layer's shape), packed when asked: a matrix
+  /// the file stores in the packed type is mapped from it, its bytes not copied.
   void read_block(Block& b, int64_t l) const;
+  /// Layer l's mapped files are as they were opened (a data Error otherwise).
+  void check_windows(int64_t l) const;
 
   const formats::OpenedModel& m_;
   formats::TensorMap outer_;
@@ -65,6 +71,8 @@ class StreamedModel : public Decoder {
   WeightType packed_ = WeightType::f32;
   std::shared_ptr<const PackedMatrix> head_packed_;
   std::vector<std::unique_ptr<Block>> kept_;  // keep_blocks: every block, packed
+  mutable std::vector<std::vector<std::shared_ptr<const MappedFile>>> windows_;  // by layer: what its mapped matrices map
+  std::shared_ptr<const MappedFile> head_window_;
 };
 
 }  // namespace tapelm

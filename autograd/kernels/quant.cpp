@@ -216,6 +216,37 @@ int64_t to_f16(uint16_t* dst, const float* src, int64_t n) {
   return bad == n ? -1 : bad;
 }
 
+int64_t first_non_finite_w16(const uint16_t* h, int64_t n, bool bf16) {
+  const uint16_t e = bf16 ? 0x7f80u : 0x7c00u;  // the exponent's bits, all set: infinite or NaN
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  int64_t bad = n;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (n > kParallelMin)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    unsigned any = 0;  // a branch-free pass first: the common case, every value finite
+    for (int64_t i = begin; i < end; i++) any |= static_cast<unsigned>((h[i] & e) == e);
+    if (any)
+      for (int64_t i = begin; i < end; i++)
+        if ((h[i] & e) == e) {
+          bad = std::min(bad, i);
+          break;
+        }
+  }
+  return bad == n ? -1 : bad;
+}
+
+int64_t first_non_finite_q8_0(const uint8_t* q, int64_t blocks) {
+  int64_t bad = blocks;
+#pragma omp parallel for schedule(static) reduction(min : bad) if (blocks * kQ8Block > kParallelMin)
+  for (int64_t b = 0; b < blocks; b++) {
+    uint16_t d;
+    std::memcpy(&d, q + b * kQ8BlockBytes, 2);
+    if ((d & 0x7c00u) == 0x7c00u) bad = std::min(bad, b);
+  }
+  return bad == blocks ? -1 : bad;
+}
+
 namespace {
 template <bool BF16>
 inline float widen1(uint16_t h) {

@@ -26,6 +26,12 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
 /// returns -1, or the first index of a finite value f16 cannot hold (it would become infinite).
 int64_t to_f16(uint16_t* dst, const float* src, int64_t n);
 
+/// The first of n bf16 (bf16 true) or IEEE half values that is infinite or NaN, or -1; on the
+/// threads (a mapped file's weights, checked once before they are used).
+int64_t first_non_finite_w16(const uint16_t* h, int64_t n, bool bf16);
+/// The first of `blocks` q8_0 blocks whose f16 scale is infinite or NaN, or -1.
+int64_t first_non_finite_q8_0(const uint8_t* q, int64_t blocks);
+
 /// y [M, N] = x [M, K] · Wᵀ (+ bias [N]) for W [N, K] in bf16 (bf16 true) or IEEE half: the
 /// products of W's widened values. Up to kW16RowsDirect rows, each W row is read once for all M
 /// rows and widened in registers (decoding, bound by reading the weights: half of float32's

@@ -3,8 +3,11 @@
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
 
 #include "autograd/attention.h"
 #include "autograd/float16.h"
@@ -314,6 +317,50 @@ BOOST_AUTO_TEST_CASE(w16_products_match_their_definition) {
   BOOST_CHECK_NO_THROW(PackedMatrix::pack(big, WeightType::bf16, "w"));
   Var xg(randn({1, 32}, 4), true);
   BOOST_CHECK_THROW(linear_packed(xg, PackedMatrix::pack(randn({3, 32}, 5), WeightType::bf16, "w")), Error);
+  // a finite float past bf16's largest (0x7f7f, about 3.39e38) would round to infinity
+  big.data()[37] = std::numeric_limits<float>::max();
+  test::expect_throw([&] { PackedMatrix::pack(big, WeightType::bf16, "blocks.0.attn.wq.weight"); }, ErrorKind::data,
+                     {"blocks.0.attn.wq.weight", "row 1", "bf16"});
+}
+
+// A matrix over bytes held elsewhere (a mapped file's, PackedMatrix::over) multiplies as the same
+// bytes packed; rows in interleaved RoPE order (llama.cpp's q and k: head h's row 2i holds
+// tapelm's row i, row 2i + 1 its row hd/2 + i) give tapelm's half-split outputs, bias added in
+// that order; a value or a q8_0 scale that is not finite is refused naming the row.
+BOOST_AUTO_TEST_CASE(matrices_over_outside_bytes_multiply_as_packed_ones) {
+  const int64_t heads = 2, hd = 4, rows = heads * hd, cols = 64;
+  const Tensor w = randn({rows, cols}, 11), bias = randn({rows}, 12);
+  Tensor inter = Tensor::empty({rows, cols});  // w's rows in the interleaved order
+  for (int64_t h = 0; h < heads; h++)
+    for (int64_t i = 0; i < hd / 2; i++)
+      for (int64_t j = 0; j < 2; j++)
+        std::copy_n(w.data() + (h * hd + j * hd / 2 + i) * cols, cols, inter.data() + (h * hd + 2 * i + j) * cols);
+  NoGrad ng;
+  for (int64_t M : {1, 3, 20}) {  // the direct kernels and the panel path
+    const Var x(randn({M, cols}, 13));
+    for (WeightType type : {WeightType::bf16, WeightType::f16, WeightType::q8_0}) {
+      const PackedMatrix packed = PackedMatrix::pack(w, type, "w");
+      auto bytes = std::make_shared<const std::vector<uint8_t>>(PackedMatrix::pack(inter, type, "w").data);
+      PackedMatrix over = PackedMatrix::over(type, rows, cols, bytes->data(), bytes, "w");
+      over.rope_heads = heads;
+      BOOST_TEST(over.mapped());
+      BOOST_TEST(over.bytes() == packed.bytes());
+      const Tensor want = linear_packed(x, packed, Var(bias)).val(), got = linear_packed(x, over, Var(bias)).val();
+      BOOST_TEST(std::equal(want.data(), want.data() + want.numel(), got.data()), to_string(type) << ", " << M << " rows");
+    }
+  }
+  std::vector<uint16_t> h16(static_cast<size_t>(rows * cols), 0x3f80);  // bf16 1.0
+  h16[3 * cols + 5] = 0x7fc0;                                           // a NaN in row 3
+  test::expect_throw([&] { PackedMatrix::over(WeightType::bf16, rows, cols, reinterpret_cast<const uint8_t*>(h16.data()), nullptr, "tensor t"); },
+                     ErrorKind::data, {"tensor t", "row 3", "not finite"});
+  h16[3 * cols + 5] = 0x7c00;  // bf16 1.0 ... f16 +inf
+  test::expect_throw([&] { PackedMatrix::over(WeightType::f16, rows, cols, reinterpret_cast<const uint8_t*>(h16.data()), nullptr, "tensor t"); },
+                     ErrorKind::data, {"row 3", "not finite"});
+  std::vector<uint8_t> q = PackedMatrix::pack(w, WeightType::q8_0, "w").data;
+  q[static_cast<size_t>(5 * q8_0_bytes(cols) + kQ8BlockBytes + 1)] = 0x7c;  // row 5's second block: scale +inf
+  q[static_cast<size_t>(5 * q8_0_bytes(cols) + kQ8BlockBytes)] = 0x00;
+  test::expect_throw([&] { PackedMatrix::over(WeightType::q8_0, rows, cols, q.data(), nullptr, "tensor t"); }, ErrorKind::data,
+                     {"row 5", "q8_0 block", "not finite"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <filesystem>
+#include <thread>
+#include <tuple>
 #include <cmath>
 #include <fstream>
 
@@ -16,6 +19,7 @@
 #include "train/streamed.h"
 #include "train/formats/h5file.h"
 #include "train/formats/registry.h"
+#include "train/formats/safetensors.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
 
@@ -300,14 +304,24 @@ BOOST_AUTO_TEST_CASE(streamed_sampling_draws_the_loaded_models_tokens) {
 // and kept packed (StreamedModel::keep_blocks): the same ops as the loaded model packed alike, so
 // the same draws, greedy and seeded, through the prefill and past block_size; for a BF16 Llama
 // from an HF directory (its values kept exactly in bf16), and a GPT-2 GGUF file (learned
-// positions, biases) in f16 and q8_0. The 16-bit logits are the float32 model's but for the
-// order of the sums; `sample --weights` gives the packed run's text.
+// positions, biases) in f16 and q8_0, and a Llama GGUF file (q and k rows in llama.cpp's
+// interleaved RoPE order) in f16 and q8_0. A matrix the file stores in the packed type is mapped
+// from it, not copied: all of them for the HF Llama and the Llama GGUF files (their q and k
+// products reordered), GPT-2's but its fused q|k|v in f16, none when q8_0 is asked of an f16 file.
+// The 16-bit logits are the float32 model's but for the order of the sums; `sample --weights`
+// gives the packed run's text.
 BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
   TempDir d;
-  Run exp = run_cli("export --format gguf --dtype f16 --checkpoint " + fixture_path("gguf/gpt2_gpt2mini.h5") + " --out " + (d / "gpt2.gguf"));
-  BOOST_TEST_REQUIRE(exp.code == 0, exp.err);
-  for (const auto& [model, type] : std::vector<std::pair<std::string, WeightType>>{
-           {fixture_path("hf/llama_gqa_bf16_spm"), WeightType::bf16}, {d / "gpt2.gguf", WeightType::f16}, {d / "gpt2.gguf", WeightType::q8_0}}) {
+  for (const auto& [from, to, dtype] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"gguf/gpt2_gpt2mini.h5", "gpt2.gguf", "f16"}, {"gguf/llama_spm.h5", "llama.gguf", "f16"}, {"gguf/llama_spm.h5", "q8.gguf", "q8_0"}}) {
+    Run exp = run_cli("export --format gguf --dtype " + dtype + " --checkpoint " + fixture_path(from) + " --out " + (d / to));
+    BOOST_TEST_REQUIRE(exp.code == 0, exp.err);
+  }
+  for (const auto& [model, type] : std::vector<std::pair<std::string, WeightType>>{{fixture_path("hf/llama_gqa_bf16_spm"), WeightType::bf16},
+                                                                                   {d / "gpt2.gguf", WeightType::f16},
+                                                                                   {d / "gpt2.gguf", WeightType::q8_0},
+                                                                                   {d / "llama.gguf", WeightType::f16},
+                                                                                   {d / "q8.gguf", WeightType::q8_0}}) {
     const formats::OpenedModel m = formats::open_model(model);
     const std::unique_ptr<GPT> f32 = m.load(), packed = m.load();
     packed->pack_weights(type);
@@ -315,8 +329,20 @@ BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
     kept.pack_weights(type);
     kept.keep_blocks();
     BOOST_TEST(kept.keeps_blocks());
+    // the bytes mapped, by the config's shapes: every block matrix (and an untied head) but GPT-2's q|k|v
+    double want = 0;
+    for (const auto& [name, shape] : parameter_shapes(m.config)) {
+      const bool matrix = shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight");
+      const bool gpt2_qkv = model == d / "gpt2.gguf" && name.find(".attn.w") != std::string::npos && name.find(".attn.wo") == std::string::npos;
+      if (matrix && !gpt2_qkv && !(model == d / "gpt2.gguf" && type == WeightType::q8_0))
+        want += type == WeightType::q8_0 ? double(shape[0] * q8_0_bytes(shape[1])) : 2.0 * double(shape_numel(shape));
+    }
+    BOOST_TEST((want > 0.0 || type == WeightType::q8_0));
+    BOOST_TEST(kept.mapped_bytes() == want, model << " " << to_string(type));
+    BOOST_TEST(m.mappable_bytes(type) == want, model << " " << to_string(type));
     // what sample holds a model too large in float32 in: its matrices' own 16-bit type
-    BOOST_TEST((m.matrices_dtype() == (type == WeightType::q8_0 ? WeightType::f16 : type)), model << ": " << m.dtypes);
+    if (model != d / "q8.gguf")
+      BOOST_TEST((m.matrices_dtype() == (type == WeightType::q8_0 ? WeightType::f16 : type)), model << ": " << m.dtypes);
     BOOST_TEST(packed->weight_bytes() == StreamedModel::resident_bytes(m.config, type), model << " " << to_string(type));
     expect_same_draws(kept, *packed, m, model + " " + to_string(type));
     if (type == WeightType::q8_0) continue;
@@ -341,9 +367,55 @@ BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
   BOOST_TEST_REQUIRE(b16_streamed.code == 0, b16_streamed.err);
   BOOST_TEST(b16.out == b16_streamed.out);
   expect_error(run_cli(cmd + "f8"), "--weights");
-  Run q8 = run_cli("export --format gguf --dtype q8_0 --checkpoint " + fixture_path("gguf/llama_spm.h5") + " --out " + (d / "q8.gguf"));
-  BOOST_TEST_REQUIRE(q8.code == 0, q8.err);
   BOOST_TEST((formats::open_model(d / "q8.gguf").matrices_dtype() == WeightType::f32));
+}
+
+// Mapped matrices are the file's: a value that is not finite is refused when they are mapped,
+// naming the tensor and its row, and a file written while they are kept is refused at the next
+// step (they would be the new file's values) rather than decoded from.
+BOOST_AUTO_TEST_CASE(mapped_matrices_are_checked_and_watched) {
+  TempDir d;
+  fs::copy(fixture_path("hf/llama_gqa_bf16_spm"), d / "hf", fs::copy_options::recursive);
+  const std::string file = d / "hf/model.safetensors";
+  const std::string name = "model.layers.1.mlp.up_proj.weight";
+  uint64_t at = 0;  // where row 2 of that tensor starts in the file
+  {
+    const safetensors::File f = safetensors::File::open(file);
+    const safetensors::TensorInfo* t = f.find(name);
+    BOOST_TEST_REQUIRE(t);
+    BOOST_TEST_REQUIRE(t->dtype == "BF16");
+    std::ifstream in(file, std::ios::binary);
+    uint64_t header = 0;
+    in.read(reinterpret_cast<char*>(&header), 8);
+    at = 8 + header + t->begin + 2 * static_cast<uint64_t>(2 * t->shape[1]);
+  }
+  const auto write_at = [&](uint64_t off, const std::string& bytes) {
+    std::fstream io(file, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(off));
+    io.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  std::string old(2, '\0');
+  {
+    std::ifstream in(file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(old.data(), 2);
+  }
+  {
+    const formats::OpenedModel m = formats::open_model(d / "hf");
+    StreamedModel kept(m);
+    kept.pack_weights(WeightType::bf16);
+    kept.keep_blocks();
+    BOOST_TEST(kept.mapped_bytes() > 0.0);
+    kept.for_each_block([](const Block&, int64_t) {});  // unchanged: no error
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a modification time of its own
+    write_at(at, old);  // the same bytes, written again
+    test::expect_throw([&] { kept.for_each_block([](const Block&, int64_t) {}); }, ErrorKind::data, {file, "changed while it was read"});
+  }
+  write_at(at, std::string("\xc0\x7f", 2));  // bf16 NaN (0x7fc0), little-endian
+  const formats::OpenedModel m = formats::open_model(d / "hf");
+  StreamedModel kept(m);
+  kept.pack_weights(WeightType::bf16);
+  test::expect_throw([&] { kept.keep_blocks(); }, ErrorKind::data, {name, "row 2", "not finite"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -275,17 +275,20 @@ int run_sample(const SampleArgs& a) {
                                            : enum_from_name<WeightType>(a.weights, "--weights");
   // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
   // type (widening back gives the file's values exactly), read once instead of at every token;
+  // the matrices the file stores in that type are mapped from it (the page cache's, not copied);
   // while it is read, one block is also in float32 (and the tensors outside the blocks, counted
   // once more: a bound, not the figure)
   const WeightType kept = stream && !a.stream && a.weights == "auto" && weights == WeightType::f32 ? m.matrices_dtype() : weights;
-  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) + StreamedModel::resident_bytes(m.config) + cache;
+  const double mapped = kept == WeightType::f32 ? 0.0 : m.mappable_bytes(kept);
+  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) - mapped + StreamedModel::resident_bytes(m.config) + cache;
   const bool keep = stream && !a.stream && kept != WeightType::f32 && keep_bytes <= 0.9 * available_memory_bytes();
   if (keep) weights = kept;  // else streamed as asked: auto stays float32
   std::unique_ptr<Decoder> model;
   if (keep) {
     check_memory(keep_bytes, available_memory_bytes(), "sampling from " + m.what);
-    std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s; %s in float32, more than fits)\n", a.checkpoint.c_str(),
-                 to_string(weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, weights)).c_str(), byte_size_str(whole).c_str());
+    std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s, %s of it mapped from the file; %s in float32, more than fits)\n",
+                 a.checkpoint.c_str(), to_string(weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, weights)).c_str(),
+                 byte_size_str(mapped).c_str(), byte_size_str(whole).c_str());
     auto sm = std::make_unique<StreamedModel>(m);
     sm->pack_weights(weights);
     sm->keep_blocks();

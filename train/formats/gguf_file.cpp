@@ -297,8 +297,7 @@ void File::read_f32(const Info& info, float* v) const {
   if (t.type == T_F32) {
     std::memcpy(v, b, t.count * 4);
   } else if (t.type == T_Q8_0) {
-    const std::vector<float> d = dequantize_q8_0(b, static_cast<int64_t>(t.count));
-    std::copy(d.begin(), d.end(), v);
+    tapelm::dequantize_q8_0(v, b, static_cast<int64_t>(t.count));
   } else {
     const int64_t n = static_cast<int64_t>(t.count), chunk = int64_t(1) << 20;
     parallel_for((n + chunk - 1) / chunk, [&](int64_t c) {
@@ -314,6 +313,15 @@ void File::read_f32(const Info& info, float* v) const {
   map_.check_unchanged();
   if (const int64_t i = formats::first_non_finite(v, static_cast<int64_t>(t.count)); i >= 0)
     fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
+}
+
+std::shared_ptr<const MappedFile> File::map(const Info& info) const {
+  const TensorInfo& t = table_.at(info.name);
+  map_.check_unchanged();
+  const uint64_t at = static_cast<uint64_t>(data_ - map_.data()) + t.offset;
+  auto w = std::make_shared<const MappedFile>(path_, "GGUF file", at, t.bytes, true);
+  if (!w->same_file_as(map_)) fail("is another file than the one opened (replaced while it was read): read it again once it is written whole");
+  return w;
 }
 
 // ---- writing --------------------------------------------------------------------------------------

@@ -81,6 +81,8 @@ class File : public formats::TensorSource {
   const std::vector<Info>& tensors() const override { return infos_; }
   const Info* find(const std::string& name) const override;
   void read_f32(const Info& t, float* out) const override;
+  /// The tensor's bytes in a window of their own (the whole file stays mapped beside it).
+  std::shared_ptr<const MappedFile> map(const Info& t) const override;
 
  private:
   void parse();

@@ -81,6 +81,49 @@ WeightType OpenedModel::matrices_dtype() const {
   return *types.begin() == "BF16" ? WeightType::bf16 : *types.begin() == "F16" ? WeightType::f16 : WeightType::f32;
 }
 
+namespace {
+const char* stored_name(WeightType type) { return type == WeightType::bf16 ? "BF16" : type == WeightType::f16 ? "F16" : "Q8_0"; }
+}  // namespace
+
+const FileTensor* OpenedModel::mappable(const std::string& param, WeightType type) const {
+  if (type == WeightType::f32) return nullptr;
+  for (const FileTensor& t : layout) {
+    if (t.extra || t.parts.size() != 1 || t.parts[0].first != param) continue;
+    const Shape& s = t.parts[0].second;
+    const bool as_is = !t.transpose && t.head_parts == 0 && t.lead_rows == 0 && !t.plus_one && s.size() == 2 && t.shape == s;
+    const bool rope_ok = t.rope_heads == 0 || (s[0] % t.rope_heads == 0 && (s[0] / t.rope_heads) % 2 == 0);
+    const TensorSource::Info* i = src->find(t.name);
+    if (!as_is || !rope_ok || !i || i->dtype != stored_name(type) || !packs(type, s)) return nullptr;
+    return &t;
+  }
+  return nullptr;
+}
+
+std::optional<OpenedModel::MappedMatrix> OpenedModel::map_matrix(const std::string& param, WeightType type) const {
+  const FileTensor* t = mappable(param, type);
+  if (!t) return std::nullopt;
+  std::shared_ptr<const MappedFile> w = src->map(*src->find(t->name));
+  const int64_t rows = t->shape[0], cols = t->shape[1];
+  // 16-bit values at an odd offset of the file (no writer puts them there) are read as before
+  if (!w || (type != WeightType::q8_0 && reinterpret_cast<uintptr_t>(w->data()) % 2 != 0)) return std::nullopt;
+  const int64_t want = type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * 2;
+  if (static_cast<int64_t>(w->size()) != want)
+    throw Error(ErrorKind::data, what + ": tensor " + t->name + " holds " + std::to_string(w->size()) + " bytes, not the " + std::to_string(want) +
+                                     " of " + to_string(type) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  PackedMatrix m = PackedMatrix::over(type, rows, cols, w->data(), w, what + ": tensor " + t->name);
+  m.rope_heads = t->rope_heads;
+  w->check_unchanged();  // the values checked are the file's as it was opened
+  return MappedMatrix{std::move(m), std::move(w)};
+}
+
+double OpenedModel::mappable_bytes(WeightType type) const {
+  double n = 0;
+  for (const auto& [name, shape] : parameter_shapes(config))
+    if (shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight") && mappable(name, type))
+      n += type == WeightType::q8_0 ? static_cast<double>(shape[0] * q8_0_bytes(shape[1])) : 2.0 * static_cast<double>(shape_numel(shape));
+  return n;
+}
+
 void OpenedModel::write_imported(const std::string& out) const {
   write_streamed(out, config, tok ? &*tok : nullptr, {"imported_from", from.dump()}, kept_dtype(), [&](ModelSink& s) { push_each(s); });
 }

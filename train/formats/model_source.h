@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/ops.h"
 #include "data/tokenizer/tokenizer.h"
 #include "nn/config.h"
 #include "train/formats/layout.h"
@@ -51,6 +52,19 @@ struct OpenedModel {
   /// The type the blocks' matrices and an untied head are all stored in when it is bf16 or f16
   /// (what GPT::pack_weights can hold them in exactly), else f32.
   WeightType matrices_dtype() const;
+  /// The file tensor holding parameter `param` (a matrix) alone and as it is, stored in `type`
+  /// (BF16, F16 or Q8_0; rows in RoPE's interleaved order allowed), or null: what map_matrix maps.
+  const FileTensor* mappable(const std::string& param, WeightType type) const;
+  /// Parameter `param` as a PackedMatrix over the file's own bytes, mapped read-only (no copy;
+  /// every value checked finite), and the window that maps them; nullopt when it is not mappable
+  /// in `type`, or the source does not map (a tapelm checkpoint).
+  struct MappedMatrix {
+    PackedMatrix matrix;
+    std::shared_ptr<const MappedFile> window;
+  };
+  std::optional<MappedMatrix> map_matrix(const std::string& param, WeightType type) const;
+  /// The bytes of the block matrices and an untied head that map_matrix maps in `type`.
+  double mappable_bytes(WeightType type) const;
   /// What `import` does with it: a weights-only checkpoint with the tokenizer and `from` as
   /// imported_from, written one tensor at a time in kept_dtype() (a BF16 model stays BF16).
   void write_imported(const std::string& out) const;

@@ -161,9 +161,9 @@ const TensorInfo* File::find(const std::string& name) const {
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
-MappedFile File::window(const TensorInfo& t) const {
+MappedFile File::window(const TensorInfo& t, bool populate) const {
   head_->check_unchanged();  // names how it changed since it was opened
-  MappedFile w(path_, "safetensors file", data_start_ + t.begin, t.end - t.begin);
+  MappedFile w(path_, "safetensors file", data_start_ + t.begin, t.end - t.begin, populate);
   if (!w.same_file_as(*head_)) fail(path_, "is another file than the one opened (replaced while it was read): read it again once it is written whole");
   return w;
 }
@@ -174,6 +174,8 @@ std::string File::bytes(const TensorInfo& t) const {
   w.check_unchanged();
   return out;
 }
+
+std::shared_ptr<const MappedFile> File::map(const TensorInfo& t) const { return std::make_shared<const MappedFile>(window(t, true)); }
 
 void File::read_f32(const TensorInfo& t, float* out) const {
   const MappedFile w = window(t);  // checked again once read: a file written under the read is never mixed in
@@ -384,6 +386,11 @@ void ModelFiles::read_f32(const Info& t, float* out) const {
 std::string ModelFiles::bytes(const Info& t) const {
   const auto& [k, entry] = where_.at(t.name);
   return files_[k].bytes(*entry);
+}
+
+std::shared_ptr<const MappedFile> ModelFiles::map(const Info& t) const {
+  const auto& [k, entry] = where_.at(t.name);
+  return files_[k].map(*entry);
 }
 
 }  // namespace tapelm::safetensors

@@ -55,6 +55,8 @@ class File {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   /// The tensor's bytes as stored (a copy: the file is mapped a tensor at a time).
   std::string bytes(const TensorInfo& t) const;
+  /// The tensor's bytes, mapped for as long as the window lives (checked as bytes() is).
+  std::shared_ptr<const MappedFile> map(const TensorInfo& t) const;
   /// Its values widened to float32 into out[numel]; F32, F16, BF16 and F64 (narrowed, values
   /// beyond float range refused) are read, any other dtype is a data Error naming the tensor.
   void read_f32(const TensorInfo& t, float* out) const;
@@ -62,7 +64,7 @@ class File {
  private:
   File() = default;
   std::string path_;
-  MappedFile window(const TensorInfo& t) const;
+  MappedFile window(const TensorInfo& t, bool populate = false) const;
   std::optional<MappedFile> head_;  // the header, mapped while the file is open: its identity
   uint64_t size_ = 0, data_start_ = 0;
   std::vector<TensorInfo> tensors_;
@@ -85,6 +87,7 @@ class ModelFiles : public formats::TensorSource {
   const Info* find(const std::string& name) const override;
   void read_f32(const Info& t, float* out) const override;
   std::string bytes(const Info& t) const override;
+  std::shared_ptr<const MappedFile> map(const Info& t) const override;
   /// The safetensors files, in order.
   const std::vector<std::string>& files() const { return paths_; }
 

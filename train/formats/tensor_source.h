@@ -5,11 +5,13 @@
 // no tensor missing, none left over, every shape as the config makes it, checked before any
 // memory is committed to the model.
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "autograd/error.h"
+#include "data/io.h"
 #include "train/formats/layout.h"
 
 namespace tapelm::formats {
@@ -32,6 +34,9 @@ class TensorSource {
   virtual void read_f32(const Info& t, float* out) const = 0;
   /// Its bytes as stored (to compare two tensors), or empty when the source cannot tell.
   virtual std::string bytes(const Info&) const { return {}; }
+  /// Its bytes as stored, mapped read-only while the window lives (decoding straight from a
+  /// file's 16-bit or q8_0 matrices, without a copy), or null when the source does not map them.
+  virtual std::shared_ptr<const MappedFile> map(const Info&) const { return nullptr; }
 };
 
 /// The index of the first element of v[n] that is not finite, or -1: a branch-free scan of the
