@@ -12,6 +12,36 @@ bool read_streamed(const formats::OpenedModel& m, double beside, bool asked) {
   return asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available_memory_bytes();
 }
 
+DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available) {
+  DecodePlan p;
+  const bool stream = stream_asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available;
+  const bool autow = weights == "auto";
+  // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
+  // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
+  p.weights = autow ? (m.dtypes.find("Q8_0") != std::string::npos ? WeightType::q8_0 : WeightType::f32)
+                    : enum_from_name<WeightType>(weights, "--weights");
+  p.hold = stream ? DecodeHold::streamed : DecodeHold::whole;
+  p.bytes = stream ? StreamedModel::resident_bytes(m.config) + beside : 4.0 * static_cast<double>(model_cost(m.config).params) + beside;
+  if (!stream || stream_asked) return p;
+  // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
+  // type (widening back gives the file's values exactly); the matrices the file stores in that
+  // type are mapped from it (the page cache's, not copied), the others read once and packed;
+  // while a block is read, its float32 form is held too
+  const WeightType kept = autow && p.weights == WeightType::f32 ? m.matrices_dtype() : p.weights;
+  if (kept == WeightType::f32) return p;  // else streamed as asked: auto stays float32
+  double outside = 0;
+  for (const auto& [name, shape] : parameter_shapes(m.config))
+    if (name.rfind("blocks.", 0) != 0) outside += 4.0 * static_cast<double>(shape_numel(shape));
+  const double mapped = m.mappable_bytes(kept), one_block = StreamedModel::resident_bytes(m.config) - outside;
+  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) - mapped + one_block + beside;
+  if (keep_bytes > 0.9 * available) return p;
+  p.hold = DecodeHold::kept;
+  p.weights = kept;
+  p.bytes = keep_bytes;
+  p.mapped = mapped;
+  return p;
+}
+
 StreamedModel::StreamedModel(const formats::OpenedModel& m) : m_(m), windows_(static_cast<size_t>(m.config.n_layer)) {
   const GPTConfig& c = m.config;
   for (const auto& [name, shape] : parameter_shapes(c))

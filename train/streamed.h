@@ -17,6 +17,29 @@ namespace tapelm {
 /// 23.7 GB model on a machine reporting 24 GB was killed by the OOM killer.
 bool read_streamed(const formats::OpenedModel& m, double beside, bool asked);
 
+/// How `sample` holds a model to decode from it.
+enum class DecodeHold {
+  whole,     // loaded whole in float32 (then packed as --weights asks)
+  kept,      // StreamedModel::keep_blocks: the matrices packed (mapped where the file holds them so)
+  streamed,  // StreamedModel: every token reads each block from the file
+};
+template <> struct EnumNames<DecodeHold> {
+  static constexpr std::array<std::pair<DecodeHold, const char*>, 3> values{
+      {{DecodeHold::whole, "whole"}, {DecodeHold::kept, "kept"}, {DecodeHold::streamed, "streamed"}}};
+};
+struct DecodePlan {
+  DecodeHold hold = DecodeHold::whole;
+  WeightType weights = WeightType::f32;  // what the matrices are multiplied in
+  double bytes = 0;                      // the estimate checked against the memory available (beside included)
+  double mapped = 0;                     // kept: the bytes of matrices mapped from the file, not counted in bytes
+};
+/// The plan for decoding m with `beside` bytes held besides the weights (the KV cache, the
+/// prefill) when `available` bytes are: whole in float32 when that takes at most 90 % of it (and
+/// not asked to stream); else kept when the packed form does (in `weights`, or with "auto" the
+/// matrices' own 16-bit type, or q8_0 for a q8_0 GGUF file), the mapped bytes not counted;
+/// else streamed. `weights`: auto, f32, bf16, f16 or q8_0.
+DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available);
+
 class StreamedModel : public Decoder {
  public:
   /// Reads the tensors outside the blocks (embeddings, final norm, head).

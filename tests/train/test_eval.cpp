@@ -22,6 +22,7 @@
 #include "train/formats/safetensors.h"
 #include "test_util.h"
 #include "data/tokenizer/char.h"
+#include "nn/accounting.h"
 
 using namespace tapelm;
 using namespace tapelm::test;
@@ -368,6 +369,43 @@ BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
   BOOST_TEST(b16.out == b16_streamed.out);
   expect_error(run_cli(cmd + "f8"), "--weights");
   BOOST_TEST((formats::open_model(d / "q8.gguf").matrices_dtype() == WeightType::f32));
+}
+
+// sample's plan for a model by the memory available (plan_decode), on the BF16 HF Llama: whole
+// in float32 when 4 bytes a parameter and the cache take at most 90 % of it; just short of that,
+// its matrices kept in bf16, all of them mapped from the file and not counted; just short of
+// what keeping counts, streamed in float32; q8_0 asked of a BF16 file is kept but not mapped;
+// asked to stream, streamed.
+BOOST_AUTO_TEST_CASE(sample_plans_what_fits) {
+  const formats::OpenedModel m = formats::open_model(fixture_path("hf/llama_gqa_bf16_spm"));
+  const double params = static_cast<double>(model_cost(m.config).params), beside = 12345;
+  const double whole = 4 * params + beside;
+  double matrices_bf16 = 0;  // every block matrix, 2 bytes a value (the head is tied or not: counted when present)
+  for (const auto& [name, shape] : parameter_shapes(m.config))
+    if (shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight")) matrices_bf16 += 2.0 * double(shape_numel(shape));
+  const DecodePlan roomy = plan_decode(m, beside, false, "auto", 10 * whole);
+  BOOST_TEST(to_string(roomy.hold) == "whole");
+  BOOST_TEST((roomy.weights == WeightType::f32));
+  BOOST_TEST(roomy.bytes == whole);
+  const DecodePlan kept = plan_decode(m, beside, false, "auto", whole / 0.9 * (1 - 1e-9));
+  BOOST_TEST(to_string(kept.hold) == "kept");
+  BOOST_TEST((kept.weights == WeightType::bf16));
+  BOOST_TEST(kept.mapped == matrices_bf16);
+  double outside = 0;  // what keeping holds: the packed model, one block in float32 while it is read
+  for (const auto& [name, shape] : parameter_shapes(m.config))
+    if (name.rfind("blocks.", 0) != 0) outside += 4.0 * double(shape_numel(shape));
+  BOOST_TEST(kept.bytes + kept.mapped ==
+             StreamedModel::resident_bytes(m.config, WeightType::bf16) + StreamedModel::resident_bytes(m.config) - outside + beside);
+  const DecodePlan streamed = plan_decode(m, beside, false, "auto", kept.bytes / 0.9 * (1 - 1e-9));
+  BOOST_TEST(to_string(streamed.hold) == "streamed");
+  BOOST_TEST((streamed.weights == WeightType::f32));
+  BOOST_TEST(streamed.bytes == StreamedModel::resident_bytes(m.config) + beside);
+  const DecodePlan q8 = plan_decode(m, beside, false, "q8_0", whole / 0.9 * (1 - 1e-9));
+  BOOST_TEST(to_string(q8.hold) == "kept");
+  BOOST_TEST((q8.weights == WeightType::q8_0));
+  BOOST_TEST(q8.mapped == 0.0);
+  BOOST_TEST(to_string(plan_decode(m, beside, true, "auto", 10 * whole).hold) == "streamed");
+  test::expect_throw([&] { plan_decode(m, beside, false, "f8", whole); }, ErrorKind::usage, {"--weights", "f8"});
 }
 
 // Mapped matrices are the file's: a value that is not finite is refused when they are mapped,

@@ -267,42 +267,27 @@ int run_sample(const SampleArgs& a) {
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
                cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(positions) +
                        prefill_bytes(m.config, 1, std::min<int64_t>(m.config.block_size, static_cast<int64_t>(prompt.size())), get_num_threads());
-  const bool stream = read_streamed(m, cache, a.stream);
-  // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
-  // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
-  // streamed too: each block quantized as it is read, so the text is the in-memory run's
-  WeightType weights = a.weights == "auto" ? (m.dtypes.find("Q8_0") != std::string::npos ? WeightType::q8_0 : WeightType::f32)
-                                           : enum_from_name<WeightType>(a.weights, "--weights");
-  // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
-  // type (widening back gives the file's values exactly), read once instead of at every token;
-  // the matrices the file stores in that type are mapped from it (the page cache's, not copied);
-  // while it is read, one block is also in float32 (and the tensors outside the blocks, counted
-  // once more: a bound, not the figure)
-  const WeightType kept = stream && !a.stream && a.weights == "auto" && weights == WeightType::f32 ? m.matrices_dtype() : weights;
-  const double mapped = kept == WeightType::f32 ? 0.0 : m.mappable_bytes(kept);
-  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) - mapped + StreamedModel::resident_bytes(m.config) + cache;
-  const bool keep = stream && !a.stream && kept != WeightType::f32 && keep_bytes <= 0.9 * available_memory_bytes();
-  if (keep) weights = kept;  // else streamed as asked: auto stays float32
+  const DecodePlan plan = plan_decode(m, cache, a.stream, a.weights, available_memory_bytes());
   std::unique_ptr<Decoder> model;
-  if (keep) {
-    check_memory(keep_bytes, available_memory_bytes(), "sampling from " + m.what);
+  if (plan.hold == DecodeHold::kept) {
+    check_memory(plan.bytes, available_memory_bytes(), "sampling from " + m.what);
     std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s, %s of it mapped from the file; %s in float32, more than fits)\n",
-                 a.checkpoint.c_str(), to_string(weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, weights)).c_str(),
-                 byte_size_str(mapped).c_str(), byte_size_str(whole).c_str());
+                 a.checkpoint.c_str(), to_string(plan.weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, plan.weights)).c_str(),
+                 byte_size_str(plan.mapped).c_str(), byte_size_str(whole).c_str());
     auto sm = std::make_unique<StreamedModel>(m);
-    sm->pack_weights(weights);
+    sm->pack_weights(plan.weights);
     sm->keep_blocks();
     model = std::move(sm);
-  } else if (stream) {
-    check_memory(StreamedModel::resident_bytes(m.config) + cache, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
+  } else if (plan.hold == DecodeHold::streamed) {
+    check_memory(plan.bytes, available_memory_bytes(), "sampling from " + m.what + " one block at a time");
     std::fprintf(stderr, "tapelm: sampling from %s one block at a time (%s in float32): every token reads the whole model\n", a.checkpoint.c_str(),
                  byte_size_str(whole).c_str());
     auto sm = std::make_unique<StreamedModel>(m);
-    if (weights != WeightType::f32) sm->pack_weights(weights);
+    if (plan.weights != WeightType::f32) sm->pack_weights(plan.weights);
     model = std::move(sm);
   } else {
     std::unique_ptr<GPT> loaded = m.load();
-    if (weights != WeightType::f32) loaded->pack_weights(weights);
+    if (plan.weights != WeightType::f32) loaded->pack_weights(plan.weights);
     model = std::move(loaded);
   }
   if (a.tokens > sample_warn_tokens)
