@@ -78,7 +78,7 @@ namespace {
 // The mappings alive, for the SIGBUS handler: a file truncated under a mapping faults on the
 // first page past its new end. The handler names the file, removes this process's temporary
 // files and ends the process (exit 1), with async-signal-safe calls alone.
-constexpr int kMapSlots = 64;
+constexpr int kMapSlots = 4096;  // a kept model maps each matrix: a 7B's 225, a 70B's 561
 constexpr size_t kMapPath = 512;
 struct MapSlot {
   volatile sig_atomic_t used;

@@ -76,6 +76,11 @@ std::string cgroup_dir() {
 }
 }  // namespace
 
+bool address_space_limited() {
+  rlimit lim{};
+  return ::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+}
+
 double available_memory_bytes() {
   const double kb = proc_field_kb("/proc/meminfo", "MemAvailable:");
   double avail = kb >= 0 ? kb * 1024

@@ -29,6 +29,9 @@ int64_t kv_cache_bytes_per_token(const GPTConfig& c, KvType t);
 /// memory), lowered to what a cgroup v2 limit (memory.max − memory.current) or an address-space
 /// limit (RLIMIT_AS − VmSize) leaves.
 double available_memory_bytes();
+/// An address-space limit (ulimit -v, prlimit --as) applies: what a file's mapping takes counts
+/// against it as an allocation does.
+bool address_space_limited();
 /// Bytes a no-grad forward of `batch` × T tokens holds at its peak beside the weights and the KV
 /// cache (a prefill): one block's activations at a time (residual, norm, q, k, v, attention
 /// output, projection: 7 rows of d; the MLP's 3 hidden rows), each thread's attention scratch of

@@ -1,5 +1,7 @@
 #include "train/streamed.h"
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 #include "autograd/ops.h"
@@ -12,7 +14,8 @@ bool read_streamed(const formats::OpenedModel& m, double beside, bool asked) {
   return asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available_memory_bytes();
 }
 
-DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available) {
+DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available,
+                       bool address_space_limited) {
   DecodePlan p;
   const bool stream = stream_asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available;
   const bool autow = weights == "auto";
@@ -25,15 +28,26 @@ DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream
   if (!stream || stream_asked) return p;
   // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
   // type (widening back gives the file's values exactly); the matrices the file stores in that
-  // type are mapped from it (the page cache's, not copied), the others read once and packed;
-  // while a block is read, its float32 form is held too
+  // type are mapped from it (the page cache's, not copied: under an address-space limit they
+  // count), the others read once and packed. Besides the packed model, the largest of: a block
+  // in float32 while it is read, and an untied head in float32, read before it is packed or mapped.
+  // (A q8_0 file's own blocks are multiplied as they are; the whole model requantizes its widened
+  // values, which gives them back for blocks whose largest |q| is 127, as ggml and tapelm write them.)
   const WeightType kept = autow && p.weights == WeightType::f32 ? m.matrices_dtype() : p.weights;
   if (kept == WeightType::f32) return p;  // else streamed as asked: auto stays float32
-  double outside = 0;
-  for (const auto& [name, shape] : parameter_shapes(m.config))
-    if (name.rfind("blocks.", 0) != 0) outside += 4.0 * static_cast<double>(shape_numel(shape));
-  const double mapped = m.mappable_bytes(kept), one_block = StreamedModel::resident_bytes(m.config) - outside;
-  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) - mapped + one_block + beside;
+  std::map<std::string, double> block_bytes;
+  double head = 0;
+  for (const auto& [name, shape] : parameter_shapes(m.config)) {
+    const double bytes = 4.0 * static_cast<double>(shape_numel(shape));
+    if (name.rfind("blocks.", 0) == 0)
+      block_bytes[name.substr(0, name.find('.', 7))] += bytes;  // "blocks.L"
+    else if (name == "lm_head.weight")
+      head = bytes;
+  }
+  double largest = head;
+  for (const auto& [b, n] : block_bytes) largest = std::max(largest, n);
+  const double mapped = m.mappable_bytes(kept);
+  const double keep_bytes = StreamedModel::resident_bytes(m.config, kept) - (address_space_limited ? 0.0 : mapped) + largest + beside;
   if (keep_bytes > 0.9 * available) return p;
   p.hold = DecodeHold::kept;
   p.weights = kept;
@@ -112,6 +126,7 @@ void StreamedModel::for_each_block(const std::function<void(const Block&, int64_
     read_block(*block_, l);
     f(*block_, l);
     check_windows(l);
+    windows_[static_cast<size_t>(l)].clear();  // one block's mapping at a time (the Block holds it until the next read)
   }
 }
 
@@ -130,13 +145,15 @@ void StreamedModel::keep_blocks() {
   if (packed_ == WeightType::f32) throw Error(ErrorKind::internal, "StreamedModel::keep_blocks before pack_weights");
   block_.reset();
   kept_.clear();
+  std::vector<std::unique_ptr<Block>> kept;  // kept_ only once whole: a failed read keeps nothing
   for (int64_t l = 0; l < m_.config.n_layer; l++) {
     UnzeroedWeights read_next;  // every weight is read or mapped before it is used
     auto b = std::make_unique<Block>(m_.config.layer(l), std::make_shared<Rng>(0));
     b->eval();
     read_block(*b, l);
-    kept_.push_back(std::move(b));
+    kept.push_back(std::move(b));
   }
+  kept_ = std::move(kept);
 }
 
 Tensor StreamedModel::decode_step(const Index& idx, KVCache& cache) const {

@@ -31,14 +31,15 @@ struct DecodePlan {
   DecodeHold hold = DecodeHold::whole;
   WeightType weights = WeightType::f32;  // what the matrices are multiplied in
   double bytes = 0;                      // the estimate checked against the memory available (beside included)
-  double mapped = 0;                     // kept: the bytes of matrices mapped from the file, not counted in bytes
+  double mapped = 0;                     // kept: the bytes of matrices to be mapped from the file (not in bytes, but under an address-space limit)
 };
 /// The plan for decoding m with `beside` bytes held besides the weights (the KV cache, the
 /// prefill) when `available` bytes are: whole in float32 when that takes at most 90 % of it (and
 /// not asked to stream); else kept when the packed form does (in `weights`, or with "auto" the
-/// matrices' own 16-bit type, or q8_0 for a q8_0 GGUF file), the mapped bytes not counted;
-/// else streamed. `weights`: auto, f32, bf16, f16 or q8_0.
-DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available);
+/// matrices' own 16-bit type, or q8_0 for a q8_0 GGUF file), the mapped bytes not counted
+/// unless an address-space limit applies; else streamed. `weights`: auto, f32, bf16, f16 or q8_0.
+DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available,
+                       bool address_space_limited);
 
 class StreamedModel : public Decoder {
  public:

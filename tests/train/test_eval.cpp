@@ -4,6 +4,9 @@
 
 #include <boost/test/unit_test.hpp>
 #include <chrono>
+#include <cstring>
+#include <iterator>
+#include <map>
 #include <filesystem>
 #include <thread>
 #include <tuple>
@@ -373,39 +376,85 @@ BOOST_AUTO_TEST_CASE(kept_blocks_decode_as_the_loaded_model_packed_alike) {
 
 // sample's plan for a model by the memory available (plan_decode), on the BF16 HF Llama: whole
 // in float32 when 4 bytes a parameter and the cache take at most 90 % of it; just short of that,
-// its matrices kept in bf16, all of them mapped from the file and not counted; just short of
-// what keeping counts, streamed in float32; q8_0 asked of a BF16 file is kept but not mapped;
-// asked to stream, streamed.
+// its matrices kept in bf16, all of them mapped from the file and not counted (but under an
+// address-space limit); just short of what keeping counts, streamed in float32; q8_0 asked of a
+// BF16 file is kept but not mapped; asked to stream, streamed. The same model imported as a BF16
+// tapelm checkpoint, and as safetensors whose 16-bit values sit at odd offsets, maps nothing.
 BOOST_AUTO_TEST_CASE(sample_plans_what_fits) {
-  const formats::OpenedModel m = formats::open_model(fixture_path("hf/llama_gqa_bf16_spm"));
+  TempDir d;
+  const std::string hf = fixture_path("hf/llama_gqa_bf16_spm");
+  const formats::OpenedModel m = formats::open_model(hf);
   const double params = static_cast<double>(model_cost(m.config).params), beside = 12345;
   const double whole = 4 * params + beside;
-  double matrices_bf16 = 0;  // every block matrix, 2 bytes a value (the head is tied or not: counted when present)
-  for (const auto& [name, shape] : parameter_shapes(m.config))
-    if (shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight")) matrices_bf16 += 2.0 * double(shape_numel(shape));
-  const DecodePlan roomy = plan_decode(m, beside, false, "auto", 10 * whole);
+  // every block matrix and an untied head, 2 bytes a value; the largest float32 block, or head
+  double matrices_bf16 = 0, largest = 0;
+  std::map<int64_t, double> blocks;
+  for (const auto& [name, shape] : parameter_shapes(m.config)) {
+    const bool block = name.rfind("blocks.", 0) == 0;
+    if (shape.size() == 2 && (block || name == "lm_head.weight")) matrices_bf16 += 2.0 * double(shape_numel(shape));
+    if (block) blocks[std::stoll(name.substr(7))] += 4.0 * double(shape_numel(shape));
+    if (name == "lm_head.weight") largest = 4.0 * double(shape_numel(shape));
+  }
+  for (const auto& [l, n] : blocks) largest = std::max(largest, n);
+  const DecodePlan roomy = plan_decode(m, beside, false, "auto", 10 * whole, false);
   BOOST_TEST(to_string(roomy.hold) == "whole");
   BOOST_TEST((roomy.weights == WeightType::f32));
   BOOST_TEST(roomy.bytes == whole);
-  const DecodePlan kept = plan_decode(m, beside, false, "auto", whole / 0.9 * (1 - 1e-9));
+  const double short_of_whole = whole / 0.9 * (1 - 1e-9);
+  const DecodePlan kept = plan_decode(m, beside, false, "auto", short_of_whole, false);
   BOOST_TEST(to_string(kept.hold) == "kept");
   BOOST_TEST((kept.weights == WeightType::bf16));
   BOOST_TEST(kept.mapped == matrices_bf16);
-  double outside = 0;  // what keeping holds: the packed model, one block in float32 while it is read
-  for (const auto& [name, shape] : parameter_shapes(m.config))
-    if (name.rfind("blocks.", 0) != 0) outside += 4.0 * double(shape_numel(shape));
-  BOOST_TEST(kept.bytes + kept.mapped ==
-             StreamedModel::resident_bytes(m.config, WeightType::bf16) + StreamedModel::resident_bytes(m.config) - outside + beside);
-  const DecodePlan streamed = plan_decode(m, beside, false, "auto", kept.bytes / 0.9 * (1 - 1e-9));
+  BOOST_TEST(kept.bytes + kept.mapped == StreamedModel::resident_bytes(m.config, WeightType::bf16) + largest + beside);
+  // under an address-space limit the mapped bytes count: for this 2-layer model, the packed
+  // model and a float32 block are more than the float32 model, so where it kept, it streams
+  BOOST_TEST_REQUIRE(kept.bytes + kept.mapped > whole);
+  BOOST_TEST(to_string(plan_decode(m, beside, false, "auto", short_of_whole, true).hold) == "streamed");
+  const DecodePlan streamed = plan_decode(m, beside, false, "auto", kept.bytes / 0.9 * (1 - 1e-9), false);
   BOOST_TEST(to_string(streamed.hold) == "streamed");
   BOOST_TEST((streamed.weights == WeightType::f32));
   BOOST_TEST(streamed.bytes == StreamedModel::resident_bytes(m.config) + beside);
-  const DecodePlan q8 = plan_decode(m, beside, false, "q8_0", whole / 0.9 * (1 - 1e-9));
+  const DecodePlan q8 = plan_decode(m, beside, false, "q8_0", short_of_whole, false);
   BOOST_TEST(to_string(q8.hold) == "kept");
   BOOST_TEST((q8.weights == WeightType::q8_0));
   BOOST_TEST(q8.mapped == 0.0);
-  BOOST_TEST(to_string(plan_decode(m, beside, true, "auto", 10 * whole).hold) == "streamed");
-  test::expect_throw([&] { plan_decode(m, beside, false, "f8", whole); }, ErrorKind::usage, {"--weights", "f8"});
+  BOOST_TEST(to_string(plan_decode(m, beside, true, "auto", 10 * whole, false).hold) == "streamed");
+  test::expect_throw([&] { plan_decode(m, beside, false, "f8", whole, false); }, ErrorKind::usage, {"--weights", "f8"});
+
+  // a BF16 checkpoint: its datasets are BF16, but an HDF5 file is read, not mapped
+  Run imp = run_cli("import --format hf --model " + hf + " --out " + (d / "ck.h5"));
+  BOOST_TEST_REQUIRE(imp.code == 0, imp.err);
+  // the safetensors header one byte longer (a space): every tensor at an odd offset
+  fs::copy(hf, d / "odd", fs::copy_options::recursive);
+  {
+    std::ifstream in(d / "odd/model.safetensors", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    BOOST_TEST_REQUIRE(n % 2 == 0);
+    bytes.insert(8 + n, " ");
+    n++;
+    std::memcpy(bytes.data(), &n, 8);
+    std::ofstream(d / "odd/model.safetensors", std::ios::binary | std::ios::trunc) << bytes;
+  }
+  for (const std::string& other : {std::string(d / "ck.h5"), std::string(d / "odd")}) {
+    const formats::OpenedModel o = formats::open_model(other);
+    BOOST_TEST((o.matrices_dtype() == WeightType::bf16), other);
+    BOOST_TEST(o.mappable_bytes(WeightType::bf16) == 0.0, other);
+    const DecodePlan p = plan_decode(o, beside, false, "auto", 10 * whole, false);
+    BOOST_TEST(p.mapped == 0.0, other);
+    const DecodePlan pk = plan_decode(o, beside, false, "auto", short_of_whole, false);
+    BOOST_TEST(pk.mapped == 0.0, other);
+    // read and packed, not mapped: the same tokens as the HF directory's mapped matrices
+    StreamedModel read(o), mapped(m);
+    for (StreamedModel* s : {&read, &mapped}) {
+      s->pack_weights(WeightType::bf16);
+      s->keep_blocks();
+    }
+    BOOST_TEST(read.mapped_bytes() == 0.0, other);
+    BOOST_TEST(mapped.mapped_bytes() == matrices_bf16);
+    expect_same_draws(read, mapped, o, other);
+  }
 }
 
 // Mapped matrices are the file's: a value that is not finite is refused when they are mapped,
@@ -448,6 +497,20 @@ BOOST_AUTO_TEST_CASE(mapped_matrices_are_checked_and_watched) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a modification time of its own
     write_at(at, old);  // the same bytes, written again
     test::expect_throw([&] { kept.for_each_block([](const Block&, int64_t) {}); }, ErrorKind::data, {file, "changed while it was read"});
+  }
+  {
+    // streamed (not kept): one block's matrices mapped at a time
+    const formats::OpenedModel m = formats::open_model(d / "hf");
+    StreamedModel streamed(m);
+    streamed.pack_weights(WeightType::bf16);
+    std::vector<double> during;
+    streamed.for_each_block([&](const Block&, int64_t) { during.push_back(streamed.mapped_bytes()); });
+    double layer0 = 0;
+    for (const auto& [name, shape] : parameter_shapes(m.config))
+      if (shape.size() == 2 && name.rfind("blocks.0.", 0) == 0) layer0 += 2.0 * double(shape_numel(shape));
+    BOOST_TEST_REQUIRE(during.size() == static_cast<size_t>(m.config.n_layer));
+    for (double b : during) BOOST_TEST(b == layer0);  // the layers are alike
+    BOOST_TEST(streamed.mapped_bytes() == 0.0);
   }
   write_at(at, std::string("\xc0\x7f", 2));  // bf16 NaN (0x7fc0), little-endian
   const formats::OpenedModel m = formats::open_model(d / "hf");

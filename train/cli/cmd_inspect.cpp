@@ -267,10 +267,11 @@ int run_sample(const SampleArgs& a) {
   const double whole = 4.0 * static_cast<double>(model_cost(m.config).params),
                cache = static_cast<double>(kv_cache_bytes_per_token(m.config, kv_type)) * static_cast<double>(positions) +
                        prefill_bytes(m.config, 1, std::min<int64_t>(m.config.block_size, static_cast<int64_t>(prompt.size())), get_num_threads());
-  const DecodePlan plan = plan_decode(m, cache, a.stream, a.weights, available_memory_bytes());
+  const DecodePlan plan = plan_decode(m, cache, a.stream, a.weights, available_memory_bytes(), address_space_limited());
   std::unique_ptr<Decoder> model;
   if (plan.hold == DecodeHold::kept) {
     check_memory(plan.bytes, available_memory_bytes(), "sampling from " + m.what);
+    // before the read, which takes a while (OpenedModel::mappable is what map_matrix maps)
     std::fprintf(stderr, "tapelm: sampling from %s with its matrices in %s (%s, %s of it mapped from the file; %s in float32, more than fits)\n",
                  a.checkpoint.c_str(), to_string(plan.weights).c_str(), byte_size_str(StreamedModel::resident_bytes(m.config, plan.weights)).c_str(),
                  byte_size_str(plan.mapped).c_str(), byte_size_str(whole).c_str());

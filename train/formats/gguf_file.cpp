@@ -315,6 +315,10 @@ void File::read_f32(const Info& info, float* v) const {
     fail("tensor " + t.name + " holds a non-finite value at element " + std::to_string(i));
 }
 
+int64_t File::map_offset(const Info& info) const {
+  return static_cast<int64_t>(data_ - map_.data()) + static_cast<int64_t>(table_.at(info.name).offset);
+}
+
 std::shared_ptr<const MappedFile> File::map(const Info& info) const {
   const TensorInfo& t = table_.at(info.name);
   map_.check_unchanged();

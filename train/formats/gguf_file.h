@@ -83,6 +83,7 @@ class File : public formats::TensorSource {
   void read_f32(const Info& t, float* out) const override;
   /// The tensor's bytes in a window of their own (the whole file stays mapped beside it).
   std::shared_ptr<const MappedFile> map(const Info& t) const override;
+  int64_t map_offset(const Info& t) const override;
 
  private:
   void parse();

@@ -30,12 +30,22 @@ void read_file_tensor(const TensorSource& src, const FileTensor& t, TensorMap& i
 
 void OpenedModel::read(TensorMap& into) const {
   std::vector<float> buf;
+  size_t covered = 0;
   for (const FileTensor& t : layout) {
     if (t.extra) continue;
     bool wanted = false;
-    for (const auto& part : t.parts) wanted = wanted || into.count(part.first);
+    for (const auto& part : t.parts)
+      if (into.count(part.first)) wanted = true, covered++;
     if (wanted) read_file_tensor(*src, t, into, buf);
   }
+  // every tensor asked for was read (a block built with UnzeroedWeights holds no value otherwise)
+  if (covered < into.size())
+    for (const auto& [name, tensor] : into) {
+      bool found = false;
+      for (const FileTensor& t : layout)
+        for (const auto& part : t.parts) found = found || part.first == name;
+      if (!found) throw Error(ErrorKind::internal, what + ": no tensor of the file holds " + name);
+    }
 }
 
 void OpenedModel::push_each(ModelSink& sink) const {
@@ -94,6 +104,9 @@ const FileTensor* OpenedModel::mappable(const std::string& param, WeightType typ
     const bool rope_ok = t.rope_heads == 0 || (s[0] % t.rope_heads == 0 && (s[0] / t.rope_heads) % 2 == 0);
     const TensorSource::Info* i = src->find(t.name);
     if (!as_is || !rope_ok || !i || i->dtype != stored_name(type) || !packs(type, s)) return nullptr;
+    // a source that maps, and 16-bit values at an even offset (a mapping keeps the offset's parity)
+    const int64_t at = src->map_offset(*i);
+    if (at < 0 || (type != WeightType::q8_0 && at % 2 != 0)) return nullptr;
     return &t;
   }
   return nullptr;
@@ -104,8 +117,8 @@ std::optional<OpenedModel::MappedMatrix> OpenedModel::map_matrix(const std::stri
   if (!t) return std::nullopt;
   std::shared_ptr<const MappedFile> w = src->map(*src->find(t->name));
   const int64_t rows = t->shape[0], cols = t->shape[1];
-  // 16-bit values at an odd offset of the file (no writer puts them there) are read as before
-  if (!w || (type != WeightType::q8_0 && reinterpret_cast<uintptr_t>(w->data()) % 2 != 0)) return std::nullopt;
+  if (!w || (type != WeightType::q8_0 && reinterpret_cast<uintptr_t>(w->data()) % 2 != 0))
+    throw Error(ErrorKind::internal, what + ": tensor " + t->name + " was found mappable but is not mapped at an even address");
   const int64_t want = type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * 2;
   if (static_cast<int64_t>(w->size()) != want)
     throw Error(ErrorKind::data, what + ": tensor " + t->name + " holds " + std::to_string(w->size()) + " bytes, not the " + std::to_string(want) +

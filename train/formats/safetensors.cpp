@@ -388,6 +388,11 @@ std::string ModelFiles::bytes(const Info& t) const {
   return files_[k].bytes(*entry);
 }
 
+int64_t ModelFiles::map_offset(const Info& t) const {
+  const auto& [k, entry] = where_.at(t.name);
+  return static_cast<int64_t>(files_[k].offset(*entry));
+}
+
 std::shared_ptr<const MappedFile> ModelFiles::map(const Info& t) const {
   const auto& [k, entry] = where_.at(t.name);
   return files_[k].map(*entry);

@@ -57,6 +57,8 @@ class File {
   std::string bytes(const TensorInfo& t) const;
   /// The tensor's bytes, mapped for as long as the window lives (checked as bytes() is).
   std::shared_ptr<const MappedFile> map(const TensorInfo& t) const;
+  /// Where the tensor's bytes start in the file.
+  uint64_t offset(const TensorInfo& t) const { return data_start_ + t.begin; }
   /// Its values widened to float32 into out[numel]; F32, F16, BF16 and F64 (narrowed, values
   /// beyond float range refused) are read, any other dtype is a data Error naming the tensor.
   void read_f32(const TensorInfo& t, float* out) const;
@@ -88,6 +90,7 @@ class ModelFiles : public formats::TensorSource {
   void read_f32(const Info& t, float* out) const override;
   std::string bytes(const Info& t) const override;
   std::shared_ptr<const MappedFile> map(const Info& t) const override;
+  int64_t map_offset(const Info& t) const override;
   /// The safetensors files, in order.
   const std::vector<std::string>& files() const { return paths_; }
 

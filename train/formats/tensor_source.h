@@ -34,6 +34,10 @@ class TensorSource {
   virtual void read_f32(const Info& t, float* out) const = 0;
   /// Its bytes as stored (to compare two tensors), or empty when the source cannot tell.
   virtual std::string bytes(const Info&) const { return {}; }
+  /// Where its bytes start in their file when map() maps them, or -1 when the source does not
+  /// map (a tapelm checkpoint): what a plan counts as mapped before mapping (a 16-bit value at an
+  /// odd offset is not).
+  virtual int64_t map_offset(const Info&) const { return -1; }
   /// Its bytes as stored, mapped read-only while the window lives (decoding straight from a
   /// file's 16-bit or q8_0 matrices, without a copy), or null when the source does not map them.
   virtual std::shared_ptr<const MappedFile> map(const Info&) const { return nullptr; }
