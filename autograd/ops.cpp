@@ -341,7 +341,7 @@ PackedMatrix PackedMatrix::pack(const Tensor& w, WeightType type, const std::str
 }
 
 int64_t PackedMatrix::bytes() const {
-  return type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * static_cast<int64_t>(sizeof(uint16_t));
+  return packed_bytes(type, rows, cols);
 }
 
 PackedMatrix PackedMatrix::over(WeightType type, int64_t rows, int64_t cols, const uint8_t* bytes, std::shared_ptr<const void> owner,

@@ -34,6 +34,11 @@ template <> struct EnumNames<WeightType> {
       {{WeightType::f32, "f32"}, {WeightType::bf16, "bf16"}, {WeightType::f16, "f16"}, {WeightType::q8_0, "q8_0"}}};
 };
 
+/// The bytes of a matrix [rows, cols] stored as `type` (q8_0: cols a multiple of 32).
+inline int64_t packed_bytes(WeightType type, int64_t rows, int64_t cols) {
+  return type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * (type == WeightType::f32 ? 4 : 2);
+}
+
 /// How a KV cache stores its values. f16 and bf16 round to nearest even; q8 is q8_0 blocks along
 /// each head's row of hd values (hd a multiple of 32), one scale per block.
 enum class KvType { f32, f16, bf16, q8 };

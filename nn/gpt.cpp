@@ -169,7 +169,7 @@ double packed_weight_bytes(const GPTConfig& c, WeightType type) {
     if (!linear || !packs(type, shape))
       n += 4 * count;
     else
-      n += type == WeightType::q8_0 ? static_cast<double>(shape[0] * q8_0_bytes(shape[1])) : 2 * count;
+      n += static_cast<double>(packed_bytes(type, shape[0], shape[1]));
   }
   return n;
 }

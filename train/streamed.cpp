@@ -10,21 +10,26 @@
 
 namespace tapelm {
 
+namespace {
+// The float32 model and what is held beside it, which must take at most 90 % of what is available.
+double whole_bytes(const formats::OpenedModel& m, double beside) { return 4.0 * static_cast<double>(model_cost(m.config).params) + beside; }
+}  // namespace
+
 bool read_streamed(const formats::OpenedModel& m, double beside, bool asked) {
-  return asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available_memory_bytes();
+  return asked || whole_bytes(m, beside) > 0.9 * available_memory_bytes();
 }
 
 DecodePlan plan_decode(const formats::OpenedModel& m, double beside, bool stream_asked, const std::string& weights, double available,
                        bool address_space_limited) {
   DecodePlan p;
-  const bool stream = stream_asked || 4.0 * static_cast<double>(model_cost(m.config).params) + beside > 0.9 * available;
+  const bool stream = stream_asked || whole_bytes(m, beside) > 0.9 * available;
   const bool autow = weights == "auto";
   // a GGUF file's q8_0 matrices decode as q8_0: quantizing their widened values gives back the
   // file's blocks (the largest |value| of a block is 127 d, so d and every q come back as stored)
   p.weights = autow ? (m.dtypes.find("Q8_0") != std::string::npos ? WeightType::q8_0 : WeightType::f32)
                     : enum_from_name<WeightType>(weights, "--weights");
   p.hold = stream ? DecodeHold::streamed : DecodeHold::whole;
-  p.bytes = stream ? StreamedModel::resident_bytes(m.config) + beside : 4.0 * static_cast<double>(model_cost(m.config).params) + beside;
+  p.bytes = stream ? StreamedModel::resident_bytes(m.config) + beside : whole_bytes(m, beside);
   if (!stream || stream_asked) return p;
   // too large in float32 and not asked to stream: a file of 16-bit matrices is held in its own
   // type (widening back gives the file's values exactly); the matrices the file stores in that

@@ -119,7 +119,7 @@ std::optional<OpenedModel::MappedMatrix> OpenedModel::map_matrix(const std::stri
   const int64_t rows = t->shape[0], cols = t->shape[1];
   if (!w || (type != WeightType::q8_0 && reinterpret_cast<uintptr_t>(w->data()) % 2 != 0))
     throw Error(ErrorKind::internal, what + ": tensor " + t->name + " was found mappable but is not mapped at an even address");
-  const int64_t want = type == WeightType::q8_0 ? rows * q8_0_bytes(cols) : rows * cols * 2;
+  const int64_t want = packed_bytes(type, rows, cols);
   if (static_cast<int64_t>(w->size()) != want)
     throw Error(ErrorKind::data, what + ": tensor " + t->name + " holds " + std::to_string(w->size()) + " bytes, not the " + std::to_string(want) +
                                      " of " + to_string(type) + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
@@ -133,7 +133,7 @@ double OpenedModel::mappable_bytes(WeightType type) const {
   double n = 0;
   for (const auto& [name, shape] : parameter_shapes(config))
     if (shape.size() == 2 && (name.rfind("blocks.", 0) == 0 || name == "lm_head.weight") && mappable(name, type))
-      n += type == WeightType::q8_0 ? static_cast<double>(shape[0] * q8_0_bytes(shape[1])) : 2.0 * static_cast<double>(shape_numel(shape));
+      n += static_cast<double>(packed_bytes(type, shape[0], shape[1]));
   return n;
 }
 
