@@ -38,6 +38,13 @@ Tensor& grad_of(Node& n) {
 }  // namespace
 
 Tensor& Var::grad() const { return grad_of(*n()); }
+
+void Var::release_value() const {
+  Node& node = *n();
+  if (!node.val.defined()) return;
+  node.shape = node.val.shape();
+  node.val = Tensor();
+}
 Tensor& GradSlot::grad() const { return grad_of(*n_); }
 
 void Var::zero_grad() const {
@@ -140,6 +147,9 @@ GradReadyHook::~GradReadyHook() {
 void backward(const Var& out) { Tape::get().backward(out); }
 void backward(const Var& out, const Tensor& seed) { Tape::get().backward(out, seed); }
 void clear_tape() { Tape::get().clear(); }
+void on_backward(std::function<void()> fn) {
+  if (grad_enabled()) Tape::get().push(std::move(fn));
+}
 size_t tape_size() { return Tape::get().size(); }
 
 Var checkpoint(const Var& x, const std::vector<Var>& params, const std::function<Var(const Var&)>& fn) {

@@ -51,6 +51,10 @@ class Var {
   void zero_grad() const;
   /// Drop the gradient buffer.
   void drop_grad() const { n()->grad = Tensor(); }
+  /// Frees the value and keeps the node, its gradient and its shape (a parameter another rank
+  /// holds between uses: ZeRO stage 3). Recorded ops that read the value read whatever val() holds
+  /// when their backward runs, so it must be put back (same shape) before then.
+  void release_value() const;
   bool same(const Var& o) const { return n() == o.n(); }
   /// Identity of the underlying node (for de-duplicating shared parameters).
   const void* id() const { return n(); }
@@ -126,6 +130,12 @@ class GradReadyHook {
 /// compute the same values both times (a dropout stream restored by fn itself) and may read only x
 /// and `params` as recorded inputs; gradients are those of fn recorded directly, bit for bit.
 Var checkpoint(const Var& x, const std::vector<Var>& params, const std::function<Var(const Var&)>& fn);
+
+/// Records `fn` to run when backward reaches this point of the tape: after every op recorded later
+/// has run its backward and before any op recorded earlier does, whether or not a gradient flows
+/// here (PyTorch's FSDP uses module hooks for this: its parameters gathered before a block's
+/// backward and freed after it). Nothing is recorded when recording is off.
+void on_backward(std::function<void()> fn);
 
 /// Drops the thread's recorded ops and with them the activations they saved (after a forward
 /// whose backward will not run).

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <malloc.h>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -46,6 +47,15 @@ class BlockCache {
 #endif
     std::free(p);
   }
+  /// Frees every cached block: what was freed for good (a model's weights another rank now
+  /// keeps) should not stay in this process's memory waiting for a block of its size.
+  void trim() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [bytes, v] : free_)
+      for (void* p : v) std::free(p);
+    free_.clear();
+    cached_ = 0;
+  }
   ~BlockCache() {
     for (auto& [bytes, v] : free_)
       for (void* p : v) std::free(p);
@@ -63,6 +73,14 @@ BlockCache& cache() {
   return *c;
 }
 
+}  // namespace
+
+void release_cached_storage() {
+  cache().trim();
+  malloc_trim(0);
+}
+
+namespace {
 std::shared_ptr<float> alloc_storage(int64_t n) {
   // Round up to whole cache lines: aligned_alloc needs a multiple of the alignment,
   // and SIMD tails may then read (never use) a few floats past the end.

@@ -24,6 +24,8 @@ struct AllocStats {
   int64_t total_allocs;
 };
 AllocStats alloc_stats();
+/// Returns the freed blocks kept for reuse (and the heap's free top) to the system.
+void release_cached_storage();
 
 class Tensor {
  public:

@@ -64,33 +64,44 @@ Var GPT::forward(const Index& idx, const Index* key_keep, std::vector<Var>* attn
   if (key_keep && key_keep->shape != idx.shape)
     throw Error(ErrorKind::shape, "gpt: attention mask " + shape_str(key_keep->shape) + " for ids " + shape_str(idx.shape));
   if (attn_outs) attn_outs->assign(blocks.size(), Var());
-  for (size_t l = 0; l < blocks.size(); l++) {
-    if (!recompute_blocks || attn_outs || !grad_enabled()) {
-      x = blocks[l]->forward(x, key_keep, nullptr, attn_outs ? &(*attn_outs)[l] : nullptr);
-      continue;
-    }
-    // the block computed again in backward from its input, its dropout masks drawn again from the
-    // stream where they were drawn, the stream then left where the forward had it
-    std::vector<Var> params;
-    for (const auto& [name, p] : blocks[l]->named_parameters()) params.push_back(p);
-    const std::optional<Index> keep = key_keep ? std::optional<Index>(*key_keep) : std::nullopt;
-    auto first = std::make_shared<bool>(true);
-    x = checkpoint(x, params, [block = blocks[l], rng = rng_, at = rng_->state(), keep, first](const Var& in) {
-      const uint64_t now = rng->state();
-      rng->set_state(at);
-      Var out = block->forward(in, keep ? &*keep : nullptr);
-      if (!*first) rng->set_state(now);
-      *first = false;
-      return out;
-    });
-  }
+  for (size_t l = 0; l < blocks.size(); l++) x = forward_block(l, x, key_keep, nullptr, attn_outs ? &(*attn_outs)[l] : nullptr);
   return head(ln_f->forward(x));
+}
+
+Var GPT::forward_block(size_t l, const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const {
+  const std::shared_ptr<BlockResidency> r = residency;
+  if (!r) return run_block(l, x, key_keep, attn_in, attn_out);
+  // backward runs these in reverse: gather before the block's ops, release after them
+  on_backward([r, l] { r->release(l); });
+  r->gather(l);
+  const Var y = run_block(l, x, key_keep, attn_in, attn_out);
+  r->release(l);
+  on_backward([r, l] { r->gather(l); });
+  return y;
+}
+
+Var GPT::run_block(size_t l, const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const {
+  if (!recompute_blocks || attn_in || attn_out || !grad_enabled()) return blocks[l]->forward(x, key_keep, attn_in, attn_out);
+  // the block computed again in backward from its input, its dropout masks drawn again from the
+  // stream where they were drawn, the stream then left where the forward had it
+  std::vector<Var> params;
+  for (const auto& [name, p] : blocks[l]->named_parameters()) params.push_back(p);
+  const std::optional<Index> keep = key_keep ? std::optional<Index>(*key_keep) : std::nullopt;
+  auto first = std::make_shared<bool>(true);
+  return checkpoint(x, params, [block = blocks[l], rng = rng_, at = rng_->state(), keep, first](const Var& in) {
+    const uint64_t now = rng->state();
+    rng->set_state(at);
+    Var out = block->forward(in, keep ? &*keep : nullptr);
+    if (!*first) rng->set_state(now);
+    *first = false;
+    return out;
+  });
 }
 
 std::vector<Tensor> GPT::attention_inputs(const Index& idx) const {
   std::vector<Tensor> out(blocks.size());
   Var x = drop_->forward(embed(idx, 0));
-  for (size_t l = 0; l < blocks.size(); l++) x = blocks[l]->forward(x, nullptr, &out[l]);
+  for (size_t l = 0; l < blocks.size(); l++) x = forward_block(l, x, nullptr, &out[l], nullptr);
   return out;
 }
 

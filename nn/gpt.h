@@ -29,6 +29,16 @@ class Decoder {
   virtual Tensor decode_step(const Index& idx, KVCache& cache) const = 0;
 };
 
+/// Where the blocks' parameters live between uses (ZeRO stage 3, train/trainer.cpp): gather(l)
+/// makes block l's parameters whole on this process, release(l) frees what another process keeps.
+/// Both are collectives where they send; GPT calls them in the same order on every process.
+class BlockResidency {
+ public:
+  virtual ~BlockResidency() = default;
+  virtual void gather(size_t layer) = 0;
+  virtual void release(size_t layer) = 0;
+};
+
 class GPT : public Module, public Decoder {
  public:
   /// Builds the model and draws its init (docs/formats.md §1) from seed.
@@ -68,6 +78,12 @@ class GPT : public Module, public Decoder {
   /// backward (autograd checkpoint): activation memory of one block, gradients bit for bit the same.
   bool recompute_blocks = false;
 
+  /// When set, forward gathers each block's parameters just before the block runs and releases
+  /// them after it; a recording forward also has backward gather them before the block's backward
+  /// and release them after it (on_backward), so one block at a time is whole. Decoding does not
+  /// use it (a model being trained is not decoded).
+  std::shared_ptr<BlockResidency> residency;
+
   /// The dropout stream: its state is part of the training state.
   Rng& dropout_rng() { return *rng_; }
 
@@ -79,6 +95,10 @@ class GPT : public Module, public Decoder {
 
  private:
   Var embed(const Index& idx, int64_t pos0) const;
+  /// Block l's forward, its parameters gathered around it when `residency` is set.
+  Var forward_block(size_t l, const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const;
+  /// Block l's forward, recomputed in backward when recompute_blocks asks for it.
+  Var run_block(size_t l, const Var& x, const Index* key_keep, Tensor* attn_in, Var* attn_out) const;
   Var head(const Var& x) const { return lm_head_packed ? linear_packed(x, *lm_head_packed) : linear(x, lm_head); }
   GPTConfig cfg_;
   std::shared_ptr<Rng> rng_;

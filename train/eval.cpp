@@ -72,10 +72,18 @@ EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ra
   // is the same however the batches fall (and over however many ranks).
   double sums[2] = {0, 0};
   Index x, y;
-  for (size_t i = first; i < batches.size(); i += stride) {
-    batches.fill(i, x, y);
+  // A model whose blocks are gathered from other ranks as they run (ZeRO stage 3) needs every rank
+  // to run as many forwards: a rank past its last batch runs its first batch again, not counted.
+  const bool lockstep = split_across_ranks && model.residency && batches.size() > 0;
+  const size_t rounds = lockstep ? (batches.size() + stride - 1) / stride : 0;
+  for (size_t k = 0, i = first; i < batches.size() || k < rounds; k++, i += stride) {
+    const bool counted = i < batches.size();
+    batches.fill(counted ? i : 0, x, y);
     const int64_t n = count_targets(y);
-    if (n == 0) continue;  // a mean over no targets is NaN, and NaN × 0 would spoil the sum
+    if (n == 0 || !counted) {  // a mean over no targets is NaN, and NaN × 0 would spoil the sum
+      if (lockstep) model.forward(x);
+      continue;
+    }
     sums[0] += static_cast<double>(model.loss(x, y).item()) * static_cast<double>(n);
     sums[1] += static_cast<double>(n);
   }

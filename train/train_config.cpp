@@ -118,6 +118,21 @@ double TrainConfig::train_flops_per_token() const {
   return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
 }
 
+BlockParams block_params(const GPTConfig& c) {
+  BlockParams b;
+  std::vector<double> per_layer(static_cast<size_t>(c.n_layer), 0.0);
+  for (const auto& [name, shape] : parameter_shapes(c)) {
+    if (name.rfind("blocks.", 0) != 0) continue;
+    const size_t l = static_cast<size_t>(std::stoll(name.substr(7)));
+    per_layer.at(l) += static_cast<double>(shape_numel(shape));
+  }
+  for (double n : per_layer) {
+    b.all += n;
+    b.largest = std::max(b.largest, n);
+  }
+  return b;
+}
+
 TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_params) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
@@ -129,9 +144,15 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
                                           static_cast<double>(m.mlp_hidden) * static_cast<double>(m.n_embd),
                                           static_cast<double>((m.n_head + 2 * m.n_kv_head) * m.head_dim() * m.n_embd)});
   const double shards = c.shard != Shard::none ? std::max(world, 1) : 1;
-  const bool sharded_grads = c.shard == Shard::gradients && world > 1;
+  const bool sharded_grads = shards_gradients(c.shard) && world > 1;
   TrainingMemory b;
   b.weights = 4 * params + rounded * largest_matrix;
+  if (c.shard == Shard::parameters && world > 1) {
+    // the blocks' parameters a rank's share, and one block gathered whole (forward and backward
+    // gather one at a time); the embedding, the final norm and the head stay whole on every rank
+    const BlockParams bp = block_params(m);
+    b.weights = 4 * (params - bp.all + bp.all / shards + bp.largest) + rounded * largest_matrix;
+  }
   // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
   // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the
   // input's; with only attention trained, one layer's q|k|v projection at a time.
@@ -186,6 +207,8 @@ void check_training_memory(const TrainConfig& c, double available, int world) {
   const TrainingMemory b = training_memory(c, world);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
+  if (c.shard == Shard::parameters && world > 1)  // every rank builds (or reads) the whole model before it keeps its share
+    check_memory(4 * params, available, "shard \"parameters\": the whole model in float32, which every rank holds until training starts,");
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +

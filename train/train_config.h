@@ -46,12 +46,17 @@ bool is_trained(Trainable t, const std::string& param_name);
 NamedParams trained_parameters(GPT& model, Trainable t);
 
 /// What a multi-rank run splits over its ranks (ZeRO's stages): nothing, the optimizer's state
-/// (stage 1), or the optimizer's state and the gradients (stage 2).
-enum class Shard { none, optimizer, gradients };
+/// (stage 1), the optimizer's state and the gradients (stage 2), or also the blocks' parameters,
+/// each block's gathered just before its forward and its backward and freed after (stage 3).
+enum class Shard { none, optimizer, gradients, parameters };
 template <> struct EnumNames<Shard> {
-  static constexpr std::array<std::pair<Shard, const char*>, 3> values{
-      {{Shard::none, "none"}, {Shard::optimizer, "optimizer"}, {Shard::gradients, "gradients"}}};
+  static constexpr std::array<std::pair<Shard, const char*>, 4> values{{{Shard::none, "none"},
+                                                                        {Shard::optimizer, "optimizer"},
+                                                                        {Shard::gradients, "gradients"},
+                                                                        {Shard::parameters, "parameters"}}};
 };
+/// Stages 2 and 3 reduce each gradient to the rank that keeps it.
+inline bool shards_gradients(Shard s) { return s == Shard::gradients || s == Shard::parameters; }
 
 // type, key, default, check, max: the training keys, declared once (see TAPELM_GPT_FIELDS).
 // lr_decay_iters defaults to max_iters when not given.
@@ -83,7 +88,7 @@ template <> struct EnumNames<Shard> {
   X(Precision, precision, Precision::f32, any, none) /* f32, bf16, bf16-emulated (autograd/autocast.h) */ \
   X(Recompute, recompute, Recompute::none, any, none) /* none, blocks: activation checkpointing per block */ \
   X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
-  X(Shard, shard, Shard::none, any, none) /* none, optimizer, gradients: what is split over the ranks (ZeRO stage 1, 2) */ \
+  X(Shard, shard, Shard::none, any, none) /* none, optimizer, gradients, parameters: what is split over the ranks (ZeRO stage 1, 2, 3) */ \
   X(Moments, moments, Moments::f32, any, none) /* f32, bf16: AdamW's moments (bf16 rounded stochastically) */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
@@ -136,6 +141,11 @@ struct TrainingMemory {
   /// "4.25 GB: weights 1.42 GB, gradients 1.42 GB, optimizer state 1.42 GB, activations 0.12 GB"
   std::string str() const;
 };
+/// The parameters of c's blocks: all of them, and the largest block's (what ZeRO stage 3 gathers).
+struct BlockParams {
+  double all = 0, largest = 0;
+};
+BlockParams block_params(const GPTConfig& c);
 /// teacher_params: the parameters of a distillation teacher held beside the model (0: none).
 TrainingMemory training_memory(const TrainConfig& c, int world = 1, double teacher_params = 0);
 /// Weights, gradients and optimizer state together (TrainingMemory's first three).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -65,6 +66,54 @@ class GradReducer {
   const bool with_grads_;
   size_t n_ = 0;
   std::vector<float> buf_;
+};
+
+// shard parameters (ZeRO stage 3): each block parameter is kept between uses by one rank (for a
+// trained one, the rank that updates it); the other ranks hold it only while its block runs,
+// gathered from the keeper (MPI_Ibcast, all of the block's at once) and freed after. GPT calls
+// gather and release in the same order on every rank: around each block's forward, and through
+// on_backward around each block's backward.
+class ShardedBlocks : public BlockResidency {
+ public:
+  struct Held {
+    Var p;
+    Shape shape;
+    int keeper;
+  };
+  ShardedBlocks(std::vector<std::vector<Held>> layers, int rank, double& comm_seconds)
+      : layers_(std::move(layers)), whole_(layers_.size(), 1), rank_(rank), comm_seconds_(comm_seconds) {}
+  void gather(size_t l) override {
+    if (whole_.at(l)) return;
+    const auto t0 = Clock::now();
+    std::vector<dist::Pending> sends;
+    for (Held& h : layers_[l]) {
+      if (h.keeper != rank_) h.p.val() = Tensor::empty(h.shape);
+      sends.push_back(dist::broadcast_start(h.p.val().data(), static_cast<size_t>(shape_numel(h.shape)), h.keeper));
+    }
+    for (dist::Pending& p : sends) p.wait();
+    whole_[l] = 1;
+    comm_seconds_ += seconds_since(t0);
+  }
+  void release(size_t l) override {
+    if (!whole_.at(l)) return;
+    for (Held& h : layers_[l])
+      if (h.keeper != rank_) h.p.release_value();
+    whole_[l] = 0;
+  }
+  void gather_all() {
+    for (size_t l = 0; l < layers_.size(); l++) gather(l);
+  }
+  /// Every block to its keepers, the freed blocks returned to the system.
+  void release_all() {
+    for (size_t l = 0; l < layers_.size(); l++) release(l);
+    release_cached_storage();
+  }
+
+ private:
+  std::vector<std::vector<Held>> layers_;
+  std::vector<char> whole_;  // the same on every rank
+  const int rank_;
+  double& comm_seconds_;
 };
 
 namespace {
@@ -188,8 +237,11 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     if (multi_ && cfg_.shard != Shard::none) {
       TrainConfig whole = cfg_;
       whole.shard = Shard::none;
-      shard = " (shard " + to_string(cfg_.shard) + ": the " + (cfg_.shard == Shard::gradients ? "state and gradients" : "state") +
-              " of this rank's share of the parameters; " + byte_size_str(training_memory(whole, world_).total()) + " unsharded)";
+      const char* what = cfg_.shard == Shard::parameters  ? "blocks' weights, the state and gradients"
+                         : cfg_.shard == Shard::gradients ? "state and gradients"
+                                                          : "state";
+      shard = " (shard " + to_string(cfg_.shard) + ": the " + what + " of this rank's share of the parameters; " +
+              byte_size_str(training_memory(whole, world_).total()) + " unsharded)";
     }
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
                 training_memory(cfg_, world_, teacher_params(opt_)).str().c_str(),
@@ -201,7 +253,11 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     }
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
-  if (multi_) reducer_ = std::make_unique<GradReducer>(params_, cfg_.shard != Shard::gradients);
+  if (multi_) reducer_ = std::make_unique<GradReducer>(params_, !shards_gradients(cfg_.shard));
+  if (resident_) {  // every rank held the whole model until here (the start's agreement, a resume's read)
+    resident_->release_all();
+    model_.residency = resident_;
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -224,6 +280,43 @@ void Trainer::assign_owners() {
   }
 }
 
+void Trainer::keep_blocks_sharded() {
+  // a trained parameter's keeper is the rank that updates it; the frozen ones are dealt out after
+  // them, each to the least loaded rank
+  std::map<const void*, int> keeper;
+  std::vector<int64_t> load(static_cast<size_t>(world_), 0);
+  for (size_t i = 0; i < params_.size(); i++) {
+    keeper[params_[i].second.id()] = owner_[i];
+    load[static_cast<size_t>(owner_[i])] += params_[i].second.numel();
+  }
+  std::vector<std::vector<ShardedBlocks::Held>> layers(model_.blocks.size());
+  for (size_t l = 0; l < model_.blocks.size(); l++)
+    for (const auto& [name, p] : model_.blocks[l]->named_parameters()) {
+      auto it = keeper.find(p.id());
+      if (it == keeper.end()) {
+        const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[static_cast<size_t>(r)] += p.numel();
+        it = keeper.emplace(p.id(), r).first;
+      }
+      layers[l].push_back({p, p.shape(), it->second});
+    }
+  for (const auto& layer : layers)
+    for (const ShardedBlocks::Held& h : layer) held_by_[h.p.id()] = h.keeper;
+  resident_ = std::make_shared<ShardedBlocks>(std::move(layers), rank_, res_.comm_seconds);
+}
+
+int Trainer::held_by(const Var& p) const {
+  const auto it = held_by_.find(p.id());
+  return it == held_by_.end() ? -1 : it->second;
+}
+
+Tensor Trainer::exchange_weight(const Var& p, const Shape& shape) {
+  const int keeper = held_by(p);
+  Tensor t = rank_ == keeper ? p.val() : Tensor::empty(shape);
+  dist::broadcast(t.data(), static_cast<size_t>(t.numel()), keeper);
+  return t;
+}
+
 StateBuf Trainer::exchange_state(const std::string& key, size_t i) {
   const int owner = owner_[i];
   const auto& states = optim_->state(key);
@@ -233,7 +326,7 @@ StateBuf Trainer::exchange_state(const std::string& key, size_t i) {
   float has = rank_ == owner && it != states.end() ? (it->second.is_bf16() ? 2.f : 1.f) : 0.f;
   dist::broadcast(&has, 1, owner);
   if (has == 0) return {};
-  const Shape& shape = params_[i].second.shape();
+  const Shape& shape = param_shapes_[i];  // not the Var's: shard parameters frees a block's weights where they are not kept
   StateBuf s = rank_ == owner ? it->second : has == 2 ? StateBuf::bf16_empty(shape) : StateBuf(Tensor::empty(shape));
   if (s.is_bf16())
     dist::broadcast(s.bf16_data(), static_cast<size_t>(s.numel()), owner);
@@ -245,6 +338,8 @@ StateBuf Trainer::exchange_state(const std::string& key, size_t i) {
 void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
   if (multi_ && cfg_.shard != Shard::none) assign_owners();
+  for (const auto& [name, p] : params_) param_shapes_.push_back(p.shape());
+  if (multi_ && cfg_.shard == Shard::parameters) keep_blocks_sharded();
   NamedParams updated;  // what this rank's optimizer updates and keeps state for: sharded, its share
   for (size_t i = 0; i < params_.size(); i++)
     if (owner_.empty() || owner_[i] == rank_) updated.push_back(params_[i]);
@@ -343,12 +438,13 @@ Trainer::Step Trainer::step() {
   // Each reduction is finished before backward goes on (MPI_Reduce): with the reductions left in
   // flight (MPI_Ireduce) a rank's peak rose by 0.5 GB on 2 ranks on GPT-2-medium's shape (bench/SHARD_MEMORY.md),
   // more than the flat buffer stage 2 removes is worth giving back for a speed-up not resolved.
-  const bool shard_grads = multi_ && cfg_.shard == Shard::gradients;
+  const bool shard_grads = multi_ && shards_gradients(cfg_.shard);
   std::vector<char> reduced;
   const auto reduce_to_keeper = [&](size_t i) {
     const auto t_comm = Clock::now();
     const Var& p = params_[i].second;
-    dist::reduce_sum(p.grad().data(), static_cast<size_t>(p.numel()), owner_[i]);
+    Tensor& g = p.grad();  // shard parameters: the value may be with its keeper, the gradient's shape is not
+    dist::reduce_sum(g.data(), static_cast<size_t>(g.numel()), owner_[i]);
     if (owner_[i] != rank_) p.drop_grad();
     reduced[i] = 1;
     res_.comm_seconds += seconds_since(t_comm);
@@ -418,7 +514,8 @@ Trainer::Step Trainer::step() {
     const auto t_comm = Clock::now();
     std::vector<dist::Pending> sends;  // all at once: no rank waits for each in turn
     for (size_t i = 0; i < params_.size(); i++)
-      sends.push_back(dist::broadcast_start(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]));
+      if (held_by(params_[i].second) < 0)  // shard parameters: a block's weights are gathered where they are used
+        sends.push_back(dist::broadcast_start(params_[i].second.val().data(), static_cast<size_t>(params_[i].second.numel()), owner_[i]));
     for (dist::Pending& p : sends) p.wait();
     res_.comm_seconds += seconds_since(t_comm);
   }
@@ -426,7 +523,12 @@ Trainer::Step Trainer::step() {
   st_.step++;
   st_.tokens_seen += static_cast<int64_t>(tokens_per_step_);
   res_.last_train_loss = s.loss;
-  if (multi_ && opt_.check_sync) check_ranks_in_sync(model_.named_parameters(), st_.step);
+  if (multi_ && opt_.check_sync) {  // what every rank holds: shard parameters leaves the blocks' with their keepers
+    NamedParams everywhere;
+    for (const auto& [name, p] : model_.named_parameters())
+      if (held_by(p) < 0) everywhere.emplace_back(name, p);
+    check_ranks_in_sync(everywhere, st_.step);
+  }
   if (!multi_) s.stop = opt_.stop.requested();
   return s;
 }
@@ -543,7 +645,15 @@ void Trainer::save() {
   if (!owner_.empty()) {
     for (const auto& [name, p] : params_) sharded.names.push_back(name);
     sharded.fetch = [this](const std::string& key, size_t i) { return exchange_state(key, i); };
+    if (resident_)  // shard parameters: a block's weights from their keeper, one tensor at a time
+      sharded.weight = [this](const Var& p, const Shape& shape) { return held_by(p) > 0 ? exchange_weight(p, shape) : p.val(); };
     if (!lead_) {  // the same exchanges, in the order rank 0's writer makes them
+      if (resident_) {
+        const auto params = model_.named_parameters();
+        const auto shapes = parameter_shapes(model_.config());
+        for (size_t i = 0; i < params.size(); i++)
+          if (held_by(params[i].second) > 0) exchange_weight(params[i].second, shapes[i].second);
+      }
       for (const std::string& key : optim_->state_keys())
         for (size_t i = 0; i < params_.size(); i++) exchange_state(key, i);
       return;
@@ -648,6 +758,10 @@ TrainResult Trainer::run() {
                     static_cast<long>(st_.step), dir_.checkpoint().c_str());
       break;
     }
+  }
+  if (resident_) {  // the model whole again on every rank, for what the caller does with it
+    model_.residency.reset();
+    resident_->gather_all();
   }
   bool have_checkpoint = fs::exists(dir_.checkpoint());
   if (multi_) {  // only rank 0 need see the file

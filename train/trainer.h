@@ -60,6 +60,8 @@ class GradReducer;
 /// --resume, and in a multi-rank job the agreement of every rank on all of it); step, evaluate
 /// and save are the pieces run() loops over. In a multi-rank job every rank makes the same calls
 /// in the same order: each of them is a collective.
+class ShardedBlocks;
+
 class Trainer {
  public:
   /// Sets up a run per cfg on the corpus (which must outlive the Trainer) in out_dir.
@@ -100,6 +102,12 @@ class Trainer {
   /// Zeroes every trained parameter's gradient in place (the buffers stay for the next step's
   /// backward; sharded, the optimizer holds only this rank's share).
   void zero_grads();
+  /// shard parameters: the keeper of every block parameter (resident_, held_by_).
+  void keep_blocks_sharded();
+  /// The rank that keeps p between uses (shard parameters), or -1 when every rank holds it.
+  int held_by(const Var& p) const;
+  /// A collective of a sharded save: a block parameter from its keeper to every rank (rank 0 writes it).
+  Tensor exchange_weight(const Var& p, const Shape& shape);
   /// A collective of a sharded save: params_[i]'s state of `key` from the rank that keeps it to
   /// every rank (rank 0 writes it); undefined where there is none (SGD without momentum).
   StateBuf exchange_state(const std::string& key, size_t i);
@@ -125,10 +133,15 @@ class Trainer {
   const bool lead_, multi_, quiet_;
   GPT model_;
   NamedParams params_;  // those trained (cfg_.trainable); the others are frozen
+  std::vector<Shape> param_shapes_;  // params_'s
   std::unique_ptr<Optimizer> optim_;  // over params_, or (sharded) this rank's share of them
   /// sharded (optimizer or gradients) in a multi-rank run: the rank that keeps params_[i]'s
   /// optimizer state (and gradient) and updates it (the others receive its new values); empty otherwise.
   std::vector<int> owner_;
+  /// shard parameters in a multi-rank run: each block's parameters gathered around its use
+  /// (model_.residency), and the rank that keeps each of them between uses (by Var::id).
+  std::shared_ptr<ShardedBlocks> resident_;
+  std::map<const void*, int> held_by_;
   std::optional<BatchSampler> sampler_;
   TrainState st_;
   std::vector<int64_t> val_windows_, train_windows_;

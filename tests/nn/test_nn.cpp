@@ -3,6 +3,7 @@
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
 #include <boost/test/unit_test.hpp>
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -134,6 +135,82 @@ BOOST_AUTO_TEST_CASE(recomputed_blocks_give_the_stored_gradients_bit_for_bit) {
     BOOST_TEST_REQUIRE(grads[true].size() == grads[false].size());
     for (size_t i = 0; i < grads[true].size(); i++) BOOST_TEST(same_bits(grads[true][i], grads[false][i]), what << ": parameter " << i);
     BOOST_TEST(ops[true] + 3 * 10 < ops[false], what << ": " << ops[true] << " ops on the tape against " << ops[false]);
+  }
+}
+
+// A block's parameters held only while it runs (ZeRO stage 3's residency, here a copy put back
+// instead of another rank's): with and without recomputed blocks, forward and backward have one
+// block whole at a time, each block gathered twice a step (its forward, its backward) and released
+// as often, every block released when backward is done, and the loss and every gradient are the
+// whole model's bit for bit. A release that came too early (before the block's backward read its
+// weights) would read a freed value, and one that never came would leave a block whole.
+namespace {
+class CopyResidency : public BlockResidency {
+ public:
+  explicit CopyResidency(const GPT& m) {
+    for (const auto& b : m.blocks) {
+      std::vector<std::pair<Var, Tensor>> layer;
+      for (const auto& [name, p] : b->named_parameters()) layer.emplace_back(p, p.val().clone());
+      layers.push_back(layer);
+    }
+    whole.assign(layers.size(), 1);
+  }
+  void gather(size_t l) override {
+    if (whole.at(l)) return;
+    for (auto& [p, kept] : layers[l]) p.val() = kept.clone();
+    whole[l] = 1;
+    gathers++;
+    most_whole = std::max(most_whole, static_cast<int>(std::count(whole.begin(), whole.end(), 1)));
+  }
+  void release(size_t l) override {
+    if (!whole.at(l)) return;
+    for (auto& [p, kept] : layers[l]) p.release_value();
+    whole[l] = 0;
+    releases++;
+  }
+  std::vector<std::vector<std::pair<Var, Tensor>>> layers;
+  std::vector<char> whole;
+  int gathers = 0, releases = 0, most_whole = 0;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(blocks_held_only_while_they_run_give_the_whole_models_gradients) {
+  GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .mlp_hidden = 24,
+              .dropout = 0.2};
+  c.norm = NormKind::RMSNorm, c.pos = PosKind::Rope, c.mlp = MlpKind::SwiGLU, c.tie_embeddings = false;
+  const Index ids = random_ids(3, 8, 11, 5), tg = random_ids(3, 8, 11, 6);
+  for (bool recompute : {false, true}) {
+    std::vector<std::vector<Tensor>> grads(2);
+    std::vector<float> losses(2);
+    for (int held : {0, 1}) {
+      GPT model(c, 9);
+      model.train();
+      model.recompute_blocks = recompute;
+      std::shared_ptr<CopyResidency> r;
+      if (held) {
+        r = std::make_shared<CopyResidency>(model);
+        for (size_t l = 0; l < model.blocks.size(); l++) r->release(l);
+        model.residency = r;
+      }
+      const Var loss = model.loss(ids, tg);
+      losses[held] = loss.item();
+      backward(loss);
+      if (r) {
+        const std::string what = recompute ? "recomputed" : "stored";
+        BOOST_TEST(r->most_whole == 1, what);
+        BOOST_TEST(r->gathers == 2 * 3, what);
+        BOOST_TEST(r->releases == 3 + 2 * 3, what);  // the start's, then after each forward and backward
+        BOOST_TEST(std::count(r->whole.begin(), r->whole.end(), 1) == 0, what);
+        for (const auto& layer : r->layers)
+          for (const auto& [p, kept] : layer) BOOST_TEST(!p.val().defined(), what);
+        model.residency.reset();
+        for (size_t l = 0; l < model.blocks.size(); l++) r->gather(l);
+      }
+      for (auto& [n, q] : model.named_parameters()) grads[held].push_back(q.grad().clone());
+    }
+    BOOST_TEST(losses[0] == losses[1]);
+    BOOST_TEST_REQUIRE(grads[0].size() == grads[1].size());
+    for (size_t i = 0; i < grads[0].size(); i++) BOOST_TEST(same_bits(grads[0][i], grads[1][i]), "parameter " << i << " recompute " << recompute);
   }
 }
 
@@ -538,6 +615,18 @@ BOOST_AUTO_TEST_CASE(memory_is_checked_before_allocating) {
   BOOST_TEST(training_memory(big, 4).reduce == 6 * P);
   big.shard = Shard::gradients;
   BOOST_TEST(training_memory(big, 2).reduce == 0);
+  // ZeRO stage 3 keeps a rank's share of the blocks' weights and one block gathered whole. This
+  // config's block of d 1024 holds 12·d² + 2·d = 12,584,960 values (q|k|v 3·d², the projection d²,
+  // the MLP's two 8·d², no biases; two layer norms' weights); besides the 24 blocks, the tied
+  // embedding (65 × d), the positions (64 × d) and the final norm (d)
+  const double block = 12.0 * 1024 * 1024 + 2.0 * 1024;
+  BOOST_TEST(P == 24 * block + 65.0 * 1024 + 64.0 * 1024 + 1024.0);
+  big.shard = Shard::parameters;
+  BOOST_TEST(training_memory(big, 4).weights == 4 * (P - 24 * block + 6 * block + block));
+  BOOST_TEST(training_memory(big, 4).gradients == training_memory([&] { TrainConfig g = big; g.shard = Shard::gradients; return g; }(), 4).gradients);
+  BOOST_TEST(training_memory(big, 1).weights == 4 * P);  // one process: nothing to share
+  // every rank holds the whole model before it starts: refused where even that does not fit
+  test::expect_throw([&] { check_training_memory(big, 3 * P, 4); }, ErrorKind::config, {"the whole model in float32"});
   big.shard = Shard::none;
   // AdamW's two moments: 4 bytes each a trained parameter, 2 in bf16; a rank's share when sharded
   BOOST_TEST(training_memory(big).optimizer == 8 * P);

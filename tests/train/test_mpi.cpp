@@ -448,6 +448,34 @@ BOOST_AUTO_TEST_CASE(sharded_gradients_train_the_unsharded_run_bit_for_bit) {
   BOOST_TEST(r.out.find("all-reduce buffers") == std::string::npos, r.out);
 }
 
+// shard: parameters (ZeRO stage 3): besides stage 2's, each block's weights are kept between uses
+// by one rank each (MPI_Ibcast to the others just before the block's forward and again before its
+// backward, freed after each). The values gathered are the keeper's bits, so the run is stage 2's,
+// which on two ranks is the unsharded one bit for bit: every loss, weight (sent to rank 0 for the
+// checkpoint, one tensor at a time) and moment, straight, interrupted and resumed, and on three
+// ranks and one process. With blocks recomputed in backward (the block's weights gathered before
+// its recomputation) it is the same run again. The evaluation windows, dealt out unevenly over 3
+// ranks (eval_iters 3 × batch 4 windows), keep every rank gathering in step.
+BOOST_AUTO_TEST_CASE(sharded_parameters_train_the_unsharded_run_bit_for_bit) {
+  TempDir d;
+  expect_sharded_run_is_the_unsharded_one(d, "parameters");
+  nlohmann::json jr = small_config(8, 0.1);
+  jr["shard"] = "parameters";
+  jr["recompute"] = "blocks";
+  const std::string recomputed = write_config(d, "recomputed.json", jr);
+  Run r = run_shell(mpirun(2) + binary() + " train --config " + recomputed + " --data " + tiny_text() + " --out " + (d / "recomputed") +
+                    " --check-sync");  // not --quiet: the memory line is read below
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "plain") == train_losses(d / "recomputed")), tt::per_element());
+  expect_same_state(d / "plain/checkpoint.h5", d / "recomputed/checkpoint.h5");
+  BOOST_TEST(r.out.find("(shard parameters: the blocks' weights, the state and gradients of this rank's share of the parameters; ") !=
+                 std::string::npos,
+             r.out);
+  r = run_shell(mpirun(3) + binary() + " " + train_args(recomputed, d / "three") + " --check-sync");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(train_losses(d / "three").size() == 8u);
+}
+
 // `uptrain` under mpirun: rank 0 converts an MHA checkpoint (mean pooling, 4 -> 2 KV heads) and
 // every rank uptrains from its weights. The run is one process's with twice the batch from the
 // converted weights, which a one-process `uptrain --fraction 0` writes (the uptraining config, with
@@ -535,6 +563,11 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   BOOST_TEST(train_losses(d / "plain").size() == 8u);
   BOOST_TEST((train_losses(d / "plain") == train_losses(d / "sharded")), tt::per_element());
   expect_same_state(d / "plain/checkpoint.h5", d / "sharded/checkpoint.h5");
+  // ZeRO stage 3: the frozen block weights are dealt out over the ranks with the trained ones
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "stage3", partial + " --quiet --set shard=parameters"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "plain") == train_losses(d / "stage3")), tt::per_element());
+  expect_same_state(d / "plain/checkpoint.h5", d / "stage3/checkpoint.h5");
 }
 
 // An uptraining under mpirun stopped by SIGUSR1 part-way and resumed on two ranks is the straight

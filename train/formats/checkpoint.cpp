@@ -151,10 +151,17 @@ void write_root(H5File& f, const GPTConfig& c) {
 }
 }  // namespace
 
-void write_model(H5File& f, const GPT& model, const std::string& group) {
+void write_model(H5File& f, const GPT& model, const std::string& group,
+                 const std::function<Tensor(const Var& p, const Shape& shape)>& weight) {
   write_root(f, model.config());
   f.create_group(group);
-  for (const auto& [name, p] : model.named_parameters()) f.write_tensor(group + "/" + name, p.val());
+  const auto params = model.named_parameters();
+  const auto shapes = weight ? parameter_shapes(model.config()) : std::vector<std::pair<std::string, Shape>>{};
+  for (size_t i = 0; i < params.size(); i++) {
+    // a weight another rank keeps was checked finite there before the save began (Trainer::save)
+    const Tensor t = weight ? weight(params[i].second, shapes.at(i).second) : params[i].second.val();
+    f.write_tensor(group + "/" + params[i].first, t);
+  }
 }
 
 CheckpointSource::CheckpointSource(const H5File& f, const std::string& group) : f_(f), group_(group) {
@@ -223,7 +230,7 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
                                const TrainState& st, const Tokenizer& tok, const OptimStateSource* elsewhere) {
   check_savable(path, model, &opt, "step " + std::to_string(st.step));
   write_h5_atomic(path, [&](H5File& f) {
-    write_model(f, model);
+    write_model(f, model, kModel, elsewhere ? elsewhere->weight : nullptr);
     f.create_group(kOptim);
     f.write_attr(kOptim, "type", opt.type());
     f.write_attr(kOptim, "step", opt.steps());

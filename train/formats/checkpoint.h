@@ -43,7 +43,8 @@ GPTConfig read_model_config(const H5File& f);
 /// are never written; every saver here calls it first.
 void check_savable(const std::string& path, const GPT& model, const Optimizer* opt, const std::string& when);
 /// Writes the root attributes and every parameter under `group` (default /model).
-void write_model(H5File& f, const GPT& model, const std::string& group = "/model");
+void write_model(H5File& f, const GPT& model, const std::string& group = "/model",
+                 const std::function<Tensor(const Var& p, const Shape& shape)>& weight = nullptr);
 /// A checkpoint's tensors under `group` (tapelm's parameter names), read one at a time; a NaN or
 /// Inf value is a checkpoint Error naming the dataset.
 class CheckpointSource : public formats::TensorSource {
@@ -100,6 +101,9 @@ struct TrainState {
 struct OptimStateSource {
   std::vector<std::string> names;
   std::function<StateBuf(const std::string& key, size_t i)> fetch;
+  /// When set, each model parameter's value to write, called in named_parameters() order with the
+  /// parameter and its shape (ZeRO stage 3: a block's weights come from the rank that keeps them).
+  std::function<Tensor(const Var& p, const Shape& shape)> weight;
 };
 
 /// Writes everything atomically to path (temp file, sync, rename); train_config is the training
