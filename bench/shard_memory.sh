@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sharded training state (the training key `shard`: ZeRO stage 1 `optimizer`, stage 2
-# `gradients`) against the printed memory estimate: GPT-2-medium's shape (24 layers, d 1024,
+# `gradients`, stage 3 `parameters`) against the printed memory estimate: GPT-2-medium's shape (24 layers, d 1024,
 # 16 heads, vocab 50257: 355 M parameters; T 256, batch 1, dropout 0) trained 2 steps on the first
 # 40 kB of tinyshakespeare, one process, then N ranks with each `shard` (each rank one thread).
 # Each rank runs under /usr/bin/time; prints per run the estimate `train` printed, every rank's
@@ -9,6 +9,7 @@
 #   bench/shard_memory.sh [WORKDIR (bench_work/shard_memory)]   # BUILD=build by default
 #   RUNS="2 gradients;4 gradients" bench/shard_memory.sh         # "ranks shard" pairs, ; between
 #   RUNS="1 none bf16;2 gradients bf16" bench/shard_memory.sh     # a third word: the key `moments`
+#   RUNS="2 parameters f32 blocks" bench/shard_memory.sh          # a fourth: the key `recompute`
 #   COMMAND=uptrain bench/shard_memory.sh                         # `uptrain` instead of `train`:
 #       an MHA model of the same shape (its random init, written by `train` with max_iters 0),
 #       converted to 4 KV heads by mean pooling on rank 0, then uptrained 2 steps (fraction 1 of
@@ -52,7 +53,7 @@ for run in "${runs[@]}"; do
   launch=()
   [ "$1" -gt 1 ] && launch=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$1")
   out=$(RSS_DIR="$work" "${launch[@]}" "$work/rank.sh" "$build/tapelm" "${args[@]}" --data "$work/text.txt" \
-          --out "$work/run" --set shard="$2" --set moments="${3:-f32}" 2>&1)
+          --out "$work/run" --set shard="$2" --set moments="${3:-f32}" --set recompute="${4:-none}" 2>&1)
   est=$(echo "$out" | grep -o 'memory estimate[a-z ]* [0-9.]* [KMG]B' | head -1 | grep -o '[0-9.]* [KMG]B')
   rss=""; ratio=""
   for f in "$work"/rss.*; do
@@ -60,7 +61,7 @@ for run in "${runs[@]}"; do
     rss+="${rss:+, }$(awk -v k="$kib" 'BEGIN { printf "%.2f GB", k * 1024 / 1e9 }')"
     ratio+="${ratio:+, }$(awk -v k="$kib" -v e="$est" 'BEGIN { split(e, a, " "); m = a[2] == "GB" ? 2^30 : a[2] == "MB" ? 2^20 : 2^10; printf "%.3f", a[1] * m / (k * 1024) }')"
   done
-  echo "| $1 rank$([ "$1" -gt 1 ] && echo s), shard $2$([ -n "${3:-}" ] && echo ", moments $3") | $est | $rss | $ratio |"
+  echo "| $1 rank$([ "$1" -gt 1 ] && echo s), shard $2$([ -n "${3:-}" ] && echo ", moments $3")$([ -n "${4:-}" ] && echo ", recompute $4") | $est | $rss | $ratio |"
   echo "$out" | grep -E '^(step 2/2|uptrained)' | head -2 >&2
 done
 rm -rf "$work/run" "$work/source"

@@ -12,8 +12,10 @@ int64_t KVCache::bytes() const {
   return n;
 }
 
-GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared<Rng>(seed ^ 0xD50D0u)) {
+GPT::GPT(const GPTConfig& cfg, uint64_t seed, const Keep& init_only) : cfg_(cfg), rng_(std::make_shared<Rng>(seed ^ 0xD50D0u)) {
   cfg_.validate();
+  std::optional<UnzeroedWeights> untouched;  // the weights init_only leaves are never written
+  if (init_only) untouched.emplace();
   wte = register_module("wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd));
   if (cfg.pos == PosKind::Learned) wpe = register_module("wpe", std::make_shared<Embedding>(cfg.block_size, cfg.n_embd));
   drop_ = register_module("drop", std::make_shared<Dropout>(cfg.dropout, rng_));
@@ -24,14 +26,19 @@ GPT::GPT(const GPTConfig& cfg, uint64_t seed) : cfg_(cfg), rng_(std::make_shared
     lm_head = wte->weight;
   else
     lm_head = register_parameter("lm_head.weight", Tensor::zeros({cfg.vocab_size, cfg.n_embd}));
-  init_weights(seed);
+  init_weights(seed, init_only);
 }
 
-void GPT::init_weights(uint64_t seed) {
+void GPT::init_weights(uint64_t seed, const Keep& only) {
   Rng rng(seed);
   const double std_res = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
   for (auto& [name, p] : named_parameters()) {
     Tensor& t = p.val();
+    const bool drawn = !name.ends_with(".bias") && t.ndim() != 1;
+    if (only && !only(name)) {
+      if (drawn) rng.skip_normals(static_cast<uint64_t>(t.numel()));  // the stream where drawing them leaves it
+      continue;
+    }
     if (name.ends_with(".bias")) {
       t.zero();
     } else if (t.ndim() == 1) {  // norm weights: a scale of one (Gemma's (1 + w): w = 0; its q/k norms are plain)

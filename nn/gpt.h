@@ -1,6 +1,8 @@
 #pragma once
 // The GPT of docs/formats.md §1 with configurable key/value heads, and KV-cache decoding.
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nn/layers.h"
@@ -41,12 +43,18 @@ class BlockResidency {
 
 class GPT : public Module, public Decoder {
  public:
-  /// Builds the model and draws its init (docs/formats.md §1) from seed.
-  explicit GPT(const GPTConfig& cfg, uint64_t seed = 1337);
+  /// Which parameters (by name) to give values.
+  using Keep = std::function<bool(const std::string& name)>;
+  /// Builds the model and draws its init (docs/formats.md §1) from seed. With `init_only`, only
+  /// the parameters it names are drawn: the linear weights of the others are allocated and never
+  /// written (no memory is touched until a value arrives: ZeRO stage 3's weights another rank
+  /// keeps), and each drawn one is what the whole model's init gives it.
+  explicit GPT(const GPTConfig& cfg, uint64_t seed = 1337, const Keep& init_only = nullptr);
   const GPTConfig& config() const { return cfg_; }
-  /// Re-draws every parameter as docs/formats.md §1: normal(0, 0.02), residual projections
-  /// 0.02/√(2L), norm weights 1, biases 0.
-  void init_weights(uint64_t seed);
+  /// Re-draws every parameter (or those `only` names) as docs/formats.md §1: normal(0, 0.02),
+  /// residual projections 0.02/√(2L), norm weights 1, biases 0. A parameter's values do not depend
+  /// on which others are drawn.
+  void init_weights(uint64_t seed, const Keep& only = nullptr);
 
   /// Logits [B, T, V] for ids [B, T]; key_keep [B, T] (1 keep, 0 pad) masks padded keys.
   /// attn_outs, when given, receives each block's attention output [B, T, d] (Block::forward).

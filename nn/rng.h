@@ -27,6 +27,8 @@ class Rng {
     while (x >= limit);
     return x % n;
   }
+  /// Moves the stream past n normal() draws (two 64-bit draws each) without making them.
+  void skip_normals(uint64_t n) { state_ += 2 * n * kSplitmix64Gamma; }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 

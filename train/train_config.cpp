@@ -207,8 +207,6 @@ void check_training_memory(const TrainConfig& c, double available, int world) {
   const TrainingMemory b = training_memory(c, world);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
-  if (c.shard == Shard::parameters && world > 1)  // every rank builds (or reads) the whole model before it keeps its share
-    check_memory(4 * params, available, "shard \"parameters\": the whole model in float32, which every rank holds until training starts,");
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +
                                        ", n_embd " + std::to_string(m.n_embd) + ") with gradients and optimizer state" +
                                        (c.trainable == Trainable::all ? "" : " of the " + to_string(c.trainable) + " ones trained") +

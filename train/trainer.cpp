@@ -100,9 +100,6 @@ class ShardedBlocks : public BlockResidency {
       if (h.keeper != rank_) h.p.release_value();
     whole_[l] = 0;
   }
-  void gather_all() {
-    for (size_t l = 0; l < layers_.size(); l++) gather(l);
-  }
   /// Every block to its keepers, the freed blocks returned to the system.
   void release_all() {
     for (size_t l = 0; l < layers_.size(); l++) release(l);
@@ -117,6 +114,42 @@ class ShardedBlocks : public BlockResidency {
 };
 
 namespace {
+bool is_block_parameter(const std::string& name) { return name.rfind("blocks.", 0) == 0; }
+
+// Which rank keeps what in a sharded run: each trained parameter, the largest first, goes to the
+// least loaded rank, which keeps its optimizer state (and gradient) and updates it; under shard
+// parameters each frozen block parameter then goes, in order, to the least loaded rank, which keeps
+// its value. A function of the config and N alone, so every rank deals alike before any model is
+// built (a rank draws only the initial weights it keeps).
+std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
+  const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg.model);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shapes.size(); i++)
+    if (is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return shape_numel(shapes[a].second) > shape_numel(shapes[b].second); });
+  if (cfg.shard == Shard::parameters)
+    for (size_t i = 0; i < shapes.size(); i++)
+      if (is_block_parameter(shapes[i].first) && !is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
+  std::vector<int64_t> load(static_cast<size_t>(std::max(world, 1)), 0);
+  std::map<std::string, int> keeper;
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    keeper[shapes[i].first] = r;
+    load[static_cast<size_t>(r)] += shape_numel(shapes[i].second);
+  }
+  return keeper;
+}
+
+// The parameters a rank gives values to as the model is built: under shard parameters in a
+// multi-rank run, the blocks' it keeps and every other; else all of them (nullptr).
+GPT::Keep start_keep(const TrainConfig& cfg) {
+  if (dist::size() < 2 || cfg.shard != Shard::parameters) return nullptr;
+  return [keepers = deal_out(cfg, dist::size()), rank = dist::rank()](const std::string& name) {
+    return !is_block_parameter(name) || keepers.at(name) == rank;
+  };
+}
+
 // Rank 0's weights to every rank, and a check that every rank runs the same config on the same data.
 // Every rank must also hold the same resumed state and options, or their collectives would differ.
 void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
@@ -147,7 +180,9 @@ void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainStat
   }
   dist::agree(err);
   if (opt.init_shared && opt.init_from && !opt.resume) return;  // the caller sent rank 0's weights
-  for (const auto& [name, p] : params) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
+  for (const auto& [name, p] : params)
+    if (!(cfg.shard == Shard::parameters && is_block_parameter(name) && (!opt.init_from || opt.resume)))  // its keeper drew or read it as rank 0 did
+      dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
 }
 }  // namespace
 
@@ -192,7 +227,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       lead_(rank_ == 0),
       multi_(world_ > 1),
       quiet_(opt.quiet || !lead_),
-      model_(model_config(cfg, opt), cfg.seed),
+      model_(model_config(cfg, opt), cfg.seed, start_keep(cfg)),
       params_(trained_parameters(model_, cfg.trainable)),
       train_flops_(cfg.train_flops_per_token()) {
   st_.extra_json = opt.extra_json;
@@ -268,40 +303,23 @@ void Trainer::zero_grads() {
 }
 
 void Trainer::assign_owners() {
-  std::vector<size_t> order(params_.size());
-  for (size_t i = 0; i < order.size(); i++) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return params_[a].second.numel() > params_[b].second.numel(); });
-  std::vector<int64_t> load(static_cast<size_t>(world_), 0);
-  owner_.assign(params_.size(), 0);
-  for (size_t i : order) {
-    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    owner_[i] = r;
-    load[static_cast<size_t>(r)] += params_[i].second.numel();
-  }
+  const std::map<std::string, int> keepers = deal_out(cfg_, world_);
+  owner_.clear();
+  for (const auto& [name, p] : params_) owner_.push_back(keepers.at(name));
 }
 
 void Trainer::keep_blocks_sharded() {
-  // a trained parameter's keeper is the rank that updates it; the frozen ones are dealt out after
-  // them, each to the least loaded rank
-  std::map<const void*, int> keeper;
-  std::vector<int64_t> load(static_cast<size_t>(world_), 0);
-  for (size_t i = 0; i < params_.size(); i++) {
-    keeper[params_[i].second.id()] = owner_[i];
-    load[static_cast<size_t>(owner_[i])] += params_[i].second.numel();
-  }
+  const std::map<std::string, int> keepers = deal_out(cfg_, world_);
   std::vector<std::vector<ShardedBlocks::Held>> layers(model_.blocks.size());
-  for (size_t l = 0; l < model_.blocks.size(); l++)
-    for (const auto& [name, p] : model_.blocks[l]->named_parameters()) {
-      auto it = keeper.find(p.id());
-      if (it == keeper.end()) {
-        const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-        load[static_cast<size_t>(r)] += p.numel();
-        it = keeper.emplace(p.id(), r).first;
-      }
-      layers[l].push_back({p, p.shape(), it->second});
-    }
-  for (const auto& layer : layers)
-    for (const ShardedBlocks::Held& h : layer) held_by_[h.p.id()] = h.keeper;
+  const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg_.model);
+  size_t i = 0;
+  for (const auto& [name, p] : model_.named_parameters()) {
+    const Shape& shape = shapes.at(i++).second;
+    if (!is_block_parameter(name)) continue;
+    const size_t l = static_cast<size_t>(std::stoll(name.substr(7)));
+    layers.at(l).push_back({p, shape, keepers.at(name)});
+    held_by_[p.id()] = keepers.at(name);
+  }
   resident_ = std::make_shared<ShardedBlocks>(std::move(layers), rank_, res_.comm_seconds);
 }
 
@@ -371,6 +389,7 @@ void Trainer::set_up() {
       if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
         throw Error(ErrorKind::train, "init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
       dst[i].second.val() = src[i].second.val();  // shared: the init's own storage is freed here
+      src[i].second.release_value();  // taken over: what this rank frees later (shard parameters) is freed
     }
   }
   model_.train();
@@ -390,7 +409,8 @@ void Trainer::set_up() {
                                              to_string(cfg_.trainable) + "\": resume with the same, or start a new run from its weights");
     std::set<std::string> updated;  // the state this rank's optimizer keeps (sharded: its share) is all it reads
     for (const auto& [name, p] : optim_->params()) updated.insert(name);
-    load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; });
+    load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; },
+                             start_keep(cfg_));  // shard parameters: the weights this rank keeps
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
                   opt_.label.c_str(), st_.optim_hparams_changed.c_str());
@@ -758,10 +778,6 @@ TrainResult Trainer::run() {
                     static_cast<long>(st_.step), dir_.checkpoint().c_str());
       break;
     }
-  }
-  if (resident_) {  // the model whole again on every rank, for what the caller does with it
-    model_.residency.reset();
-    resident_->gather_all();
   }
   bool have_checkpoint = fs::exists(dir_.checkpoint());
   if (multi_) {  // only rank 0 need see the file

@@ -36,7 +36,8 @@ struct TrainOptions {
   bool resume = false;                    // continue from out_dir/checkpoint.h5
   bool quiet = false;                     // no progress lines
   /// Start from these weights instead of the init. They are taken over, not copied: the run's
-  /// model shares their storage and trains them in place (a second copy of a 1.3 B model is 5 GB).
+  /// model takes their storage and trains it in place (a second copy of a 1.3 B model is 5 GB),
+  /// and init_from is left without values (so that a weight the run frees is freed).
   /// Under mpirun every rank passes its own; rank 0's values are the ones every rank starts from.
   GPT* init_from = nullptr;
   /// Under mpirun: init_from holds rank 0's values on every rank already (uptrain shares them to
@@ -92,7 +93,8 @@ class Trainer {
 
   /// Optimizer steps completed (including those of a resumed run).
   int64_t steps_done() const { return st_.step; }
-  /// The model being trained.
+  /// The model being trained. Under `shard: parameters` in a multi-rank run a block's weights
+  /// are on the rank that keeps them only (model().residency gathers them as the model runs).
   GPT& model() { return model_; }
 
  private:

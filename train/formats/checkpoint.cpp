@@ -188,12 +188,20 @@ void CheckpointSource::read_f32(const Info& t, float* out) const {
                                            std::to_string(at) + " (non-finite weights)");
 }
 
-void read_model_weights(const H5File& f, GPT& model, const std::string& group) {
+void read_model_weights(const H5File& f, GPT& model, const std::string& group,
+                        const std::function<bool(const std::string& name)>& only) {
   const CheckpointSource src(f, group);
   // Read everything first, so a failing read leaves the model untouched.
   formats::TensorMap loaded;
-  formats::load(formats::parameter_layout(model.config()), src, {"the model", ErrorKind::checkpoint, {}}, loaded);
-  for (auto& [name, p] : model.named_parameters()) p.val() = loaded.at(name);
+  std::vector<formats::FileTensor> layout = formats::parameter_layout(model.config());
+  formats::LoadRules rules{"the model", ErrorKind::checkpoint, {}};
+  if (only) {
+    std::erase_if(layout, [&](const formats::FileTensor& t) { return !only(t.name); });
+    rules.ignorable = [&](const formats::TensorSource::Info& t) { return !only(t.name); };
+  }
+  formats::load(layout, src, rules, loaded);
+  for (auto& [name, p] : model.named_parameters())
+    if (!only || only(name)) p.val() = loaded.at(name);
 }
 
 LoadedModel load_model(const std::string& path, double bytes_per_param) {
@@ -271,7 +279,8 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
 }
 
 void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st,
-                              const std::function<bool(const std::string& name)>& keep) {
+                              const std::function<bool(const std::string& name)>& keep,
+                              const std::function<bool(const std::string& name)>& keep_weight) {
   const std::string& p = f.path();
   if (!f.exists(kOptim) || !f.exists(kTrain))
     throw Error(ErrorKind::checkpoint, p + ": not a full training checkpoint (no " + kOptim + " or " + kTrain + ")");
@@ -320,7 +329,7 @@ void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, Train
     }
   }
   const int64_t opt_step = f.read_attr_int(kOptim, "step");
-  read_model_weights(f, model);
+  read_model_weights(f, model, kModel, keep_weight);
   for (auto& [key, m] : states)
     for (auto& [name, t] : m) opt.state(key)[name] = t;
   opt.set_steps(opt_step);

@@ -63,8 +63,10 @@ class CheckpointSource : public formats::TensorSource {
 };
 /// Loads every parameter from `group`, first checking the exact set of names and shapes: a
 /// mismatch names every missing, extra or mis-shaped parameter, and nothing is loaded; so does a
-/// NaN or Inf value (named with its dataset).
-void read_model_weights(const H5File& f, GPT& model, const std::string& group = "/model");
+/// NaN or Inf value (named with its dataset). With `only`, the parameters it does not name are
+/// neither read nor checked, and keep what they hold.
+void read_model_weights(const H5File& f, GPT& model, const std::string& group = "/model",
+                        const std::function<bool(const std::string& name)>& only = {});
 /// A model read from a checkpoint, with the tokenizer the file holds (none for a weights-only file
 /// without one).
 struct LoadedModel {
@@ -115,9 +117,11 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
 /// anywhere in them is an error naming the dataset, and nothing is restored). The optimizer
 /// keeps the hyper-parameters it was built with; see optim_hparams_changed. `keep`, when given,
 /// names the parameters whose optimizer state is read (a rank's share of a sharded run); the
-/// others' is not read at all.
+/// others' is not read at all. `keep_weight`, when given, names the weights read likewise (ZeRO
+/// stage 3: the blocks' weights another rank keeps are neither read nor checked here).
 void load_training_checkpoint(const H5File& f, GPT& model, Optimizer& opt, TrainState& st,
-                              const std::function<bool(const std::string& name)>& keep = {});
+                              const std::function<bool(const std::string& name)>& keep = {},
+                              const std::function<bool(const std::string& name)>& keep_weight = {});
 
 /// True if the file holds a training config (/train), as a full training checkpoint does.
 bool has_train_config(const H5File& f);
