@@ -59,7 +59,7 @@ int run_train(const TrainArgs& a) {
     if (!a.precision.empty()) sets.push_back("precision=" + a.precision);
     cfg = build_train_config(a.config, a.resume, a.out, sets, corpus.tok.vocab_size(), threads);
     check_precision_runs(cfg.precision);
-    check_training_memory(cfg);
+    check_training_memory(cfg, available_memory_bytes(), dist::size());  // a sharded run: a rank's share
     check_window_fits(corpus.train.size(), cfg.model.block_size, a.data + ": the train split");
     check_window_fits(corpus.val.size(), cfg.model.block_size, a.data + ": the val split");
   } catch (const std::exception& e) {
