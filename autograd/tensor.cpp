@@ -3,7 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#ifdef __GLIBC__
 #include <malloc.h>
+#endif
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -77,7 +79,9 @@ BlockCache& cache() {
 
 void release_cached_storage() {
   cache().trim();
-  malloc_trim(0);
+#ifdef __GLIBC__
+  malloc_trim(0);  // glibc keeps freed heap pages otherwise
+#endif
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "train/eval.h"
@@ -118,6 +119,34 @@ double TrainConfig::train_flops_per_token() const {
   return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
 }
 
+bool is_block_parameter(const std::string& name) { return name.rfind("blocks.", 0) == 0; }
+
+// Which rank keeps what in a sharded run: each trained parameter, the largest first, goes to the
+// least loaded rank, which keeps its optimizer state (and gradient) and updates it; under shard
+// parameters each frozen block parameter then goes, in order, to the least loaded rank, which keeps
+// its value. A function of the config and N alone, so every rank deals alike before any model is
+// built (a rank draws only the initial weights it keeps).
+std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
+  const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg.model);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shapes.size(); i++)
+    if (is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return shape_numel(shapes[a].second) > shape_numel(shapes[b].second); });
+  if (cfg.shard == Shard::parameters)
+    for (size_t i = 0; i < shapes.size(); i++)
+      if (is_block_parameter(shapes[i].first) && !is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
+  std::vector<int64_t> load(static_cast<size_t>(std::max(world, 1)), 0);
+  std::map<std::string, int> keeper;
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    keeper[shapes[i].first] = r;
+    load[static_cast<size_t>(r)] += shape_numel(shapes[i].second);
+  }
+  return keeper;
+}
+
+
 BlockParams block_params(const GPTConfig& c) {
   BlockParams b;
   std::vector<double> per_layer(static_cast<size_t>(c.n_layer), 0.0);
@@ -150,8 +179,15 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   if (c.shard == Shard::parameters && world > 1) {
     // the blocks' parameters a rank's share, and one block gathered whole (forward and backward
     // gather one at a time); the embedding, the final norm and the head stay whole on every rank
+    // the block weights of the rank that keeps the most (deal_out balances every trained
+    // parameter, the embedding too, so a rank without it keeps more than an even share)
     const BlockParams bp = block_params(m);
-    b.weights = 4 * (params - bp.all + bp.all / shards + bp.largest) + rounded * largest_matrix;
+    std::vector<double> kept(static_cast<size_t>(world), 0.0);
+    const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(m);
+    const std::map<std::string, int> keepers = deal_out(c, world);
+    for (const auto& [name, shape] : shapes)
+      if (is_block_parameter(name)) kept[static_cast<size_t>(keepers.at(name))] += static_cast<double>(shape_numel(shape));
+    b.weights = 4 * (params - bp.all + *std::max_element(kept.begin(), kept.end()) + bp.largest) + rounded * largest_matrix;
   }
   // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
   // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the

@@ -2,6 +2,7 @@
 // The training configuration (docs/formats.md §4): the model keys of §1 plus the optimisation keys,
 // from one flat JSON object with `--set key=value` overrides; unknown keys are rejected.
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,14 @@ struct TrainingMemory {
   /// "4.25 GB: weights 1.42 GB, gradients 1.42 GB, optimizer state 1.42 GB, activations 0.12 GB"
   std::string str() const;
 };
+/// Whether name is one of a block's parameters ("blocks.L.…").
+bool is_block_parameter(const std::string& name);
+/// Which rank keeps what in a sharded run of cfg on `world` ranks: each trained parameter, the
+/// largest first, goes to the least loaded rank, which keeps its optimizer state (and gradient)
+/// and updates it; under shard parameters each frozen block parameter then goes, in order, to the
+/// least loaded rank, which keeps its value. A function of the config and N alone, so every rank
+/// deals alike before any model is built.
+std::map<std::string, int> deal_out(const TrainConfig& cfg, int world);
 /// The parameters of c's blocks: all of them, and the largest block's (what ZeRO stage 3 gathers).
 struct BlockParams {
   double all = 0, largest = 0;

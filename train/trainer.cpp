@@ -114,42 +114,17 @@ class ShardedBlocks : public BlockResidency {
 };
 
 namespace {
-bool is_block_parameter(const std::string& name) { return name.rfind("blocks.", 0) == 0; }
+}  // namespace
 
-// Which rank keeps what in a sharded run: each trained parameter, the largest first, goes to the
-// least loaded rank, which keeps its optimizer state (and gradient) and updates it; under shard
-// parameters each frozen block parameter then goes, in order, to the least loaded rank, which keeps
-// its value. A function of the config and N alone, so every rank deals alike before any model is
-// built (a rank draws only the initial weights it keeps).
-std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
-  const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg.model);
-  std::vector<size_t> order;
-  for (size_t i = 0; i < shapes.size(); i++)
-    if (is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return shape_numel(shapes[a].second) > shape_numel(shapes[b].second); });
-  if (cfg.shard == Shard::parameters)
-    for (size_t i = 0; i < shapes.size(); i++)
-      if (is_block_parameter(shapes[i].first) && !is_trained(cfg.trainable, shapes[i].first)) order.push_back(i);
-  std::vector<int64_t> load(static_cast<size_t>(std::max(world, 1)), 0);
-  std::map<std::string, int> keeper;
-  for (size_t i : order) {
-    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    keeper[shapes[i].first] = r;
-    load[static_cast<size_t>(r)] += shape_numel(shapes[i].second);
-  }
-  return keeper;
-}
-
-// The parameters a rank gives values to as the model is built: under shard parameters in a
-// multi-rank run, the blocks' it keeps and every other; else all of them (nullptr).
 GPT::Keep start_keep(const TrainConfig& cfg) {
   if (dist::size() < 2 || cfg.shard != Shard::parameters) return nullptr;
   return [keepers = deal_out(cfg, dist::size()), rank = dist::rank()](const std::string& name) {
-    return !is_block_parameter(name) || keepers.at(name) == rank;
+    const auto it = keepers.find(name);  // a name no parameter has: not this rank's to drop
+    return !is_block_parameter(name) || it == keepers.end() || it->second == rank;
   };
 }
 
+namespace {
 // Rank 0's weights to every rank, and a check that every rank runs the same config on the same data.
 // Every rank must also hold the same resumed state and options, or their collectives would differ.
 void agree_on_start(const NamedParams& params, Optimizer& optim, const TrainState& st, const TrainConfig& cfg,
@@ -289,9 +264,17 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
   if (multi_) reducer_ = std::make_unique<GradReducer>(params_, !shards_gradients(cfg_.shard));
-  if (resident_) {  // every rank held the whole model until here (the start's agreement, a resume's read)
+  if (resident_) {  // the start's agreement and a resume's read are done: only what this rank keeps stays
     resident_->release_all();
     model_.residency = resident_;
+    if (!quiet_) {  // what is held, counted from the values themselves
+      double held = 0;
+      for (const auto& [name, p] : model_.named_parameters())
+        if (is_block_parameter(name)) held += 4.0 * static_cast<double>(p.val().numel());
+      const double all = 4.0 * block_params(cfg_.model).all;
+      std::printf("%sshard parameters: rank %d holds %s of the blocks' %s of weights between uses\n", opt_.label.c_str(), rank_,
+                  byte_size_str(held).c_str(), byte_size_str(all).c_str());
+    }
   }
 }
 

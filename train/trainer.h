@@ -162,6 +162,11 @@ class Trainer {
 /// rank 0 alone writes checkpoints, metrics and progress.
 TrainResult train(const TrainConfig& cfg, const Corpus& corpus, const std::string& out_dir, const TrainOptions& opt = {});
 
+/// The parameters this rank gives values to as a model of cfg is built: under `shard: parameters`
+/// in a multi-rank run, the block weights it keeps while training and every other parameter; else
+/// all of them (nullptr). A function of cfg and the number of ranks alone.
+GPT::Keep start_keep(const TrainConfig& cfg);
+
 /// A collective (--check-sync): compares a checksum of every parameter across ranks and throws
 /// dist::AgreedError naming the first parameter that differs.
 void check_ranks_in_sync(const NamedParams& params, int64_t step);

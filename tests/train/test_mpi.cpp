@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -454,8 +455,9 @@ BOOST_AUTO_TEST_CASE(sharded_gradients_train_the_unsharded_run_bit_for_bit) {
 // which on two ranks is the unsharded one bit for bit: every loss, weight (sent to rank 0 for the
 // checkpoint, one tensor at a time) and moment, straight, interrupted and resumed, and on three
 // ranks and one process. With blocks recomputed in backward (the block's weights gathered before
-// its recomputation) it is the same run again. The evaluation windows, dealt out unevenly over 3
-// ranks (eval_iters 3 × batch 4 windows), keep every rank gathering in step.
+// its recomputation) it is the same run again. Rank 0 holds a share of the blocks' weights, by its
+// own count. The final evaluation's batches of the whole val split, dealt out unevenly over 3
+// ranks, keep every rank gathering in step.
 BOOST_AUTO_TEST_CASE(sharded_parameters_train_the_unsharded_run_bit_for_bit) {
   TempDir d;
   expect_sharded_run_is_the_unsharded_one(d, "parameters");
@@ -471,6 +473,14 @@ BOOST_AUTO_TEST_CASE(sharded_parameters_train_the_unsharded_run_bit_for_bit) {
   BOOST_TEST(r.out.find("(shard parameters: the blocks' weights, the state and gradients of this rank's share of the parameters; ") !=
                  std::string::npos,
              r.out);
+  // what rank 0 holds of the blocks' weights once training starts, counted from its values: a
+  // share (here 2 layers' matrices and norms dealt over 2 ranks with the embedding), not all
+  const std::regex held_line("rank 0 holds ([0-9.]+) KB of the blocks' ([0-9.]+) KB of weights");
+  std::smatch m;
+  BOOST_REQUIRE_MESSAGE(std::regex_search(r.out, m, held_line), r.out);
+  const double held = std::stod(m[1]), all = std::stod(m[2]);
+  BOOST_TEST(held > 0.2 * all);
+  BOOST_TEST(held < 0.8 * all);
   r = run_shell(mpirun(3) + binary() + " " + train_args(recomputed, d / "three") + " --check-sync");
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   BOOST_TEST(train_losses(d / "three").size() == 8u);
@@ -563,9 +573,12 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   BOOST_TEST(train_losses(d / "plain").size() == 8u);
   BOOST_TEST((train_losses(d / "plain") == train_losses(d / "sharded")), tt::per_element());
   expect_same_state(d / "plain/checkpoint.h5", d / "sharded/checkpoint.h5");
-  // ZeRO stage 3: the frozen block weights are dealt out over the ranks with the trained ones
-  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "stage3", partial + " --quiet --set shard=parameters"));
+  // ZeRO stage 3: the frozen block weights are dealt out over the ranks with the trained ones;
+  // rank 1 takes only its share of the converted model, and rank 0 alone evaluates it, the one
+  // process's figure
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "stage3", partial + " --set shard=parameters"));
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(before(r.out) == before(zero.out), r.out << zero.out);
   BOOST_TEST((train_losses(d / "plain") == train_losses(d / "stage3")), tt::per_element());
   expect_same_state(d / "plain/checkpoint.h5", d / "stage3/checkpoint.h5");
 }

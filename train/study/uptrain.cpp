@@ -67,13 +67,50 @@ namespace {
 
 /// Rank 0's model on every rank: its config (a per-layer conversion's counts included), then its
 /// weights. The other ranks pass nothing and get a model of that config holding rank 0's values.
-std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine) {
+// Under `shard: parameters` (run's) a rank other than 0 keeps only what it will hold while training:
+// a block weight another rank keeps is received into a buffer of one tensor and dropped, and its
+// own place is never touched, so no rank but 0 holds the whole model.
+std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine, const TrainConfig& run) {
   if (!dist::multi()) return mine;
   std::string config = dist::rank() == 0 ? mine->config().to_json().dump() : "";
   dist::broadcast(config);
-  if (dist::rank() != 0) mine = std::make_unique<GPT>(GPTConfig::from_json_string(config));
-  for (const auto& [name, p] : mine->named_parameters()) dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
+  GPT::Keep keep;
+  if (run.shard == Shard::parameters) {
+    TrainConfig c = run;
+    c.model = GPTConfig::from_json_string(config);
+    keep = start_keep(c);
+  }
+  if (dist::rank() != 0) mine = std::make_unique<GPT>(GPTConfig::from_json_string(config), 1337, keep);
+  for (const auto& [name, p] : mine->named_parameters()) {
+    if (dist::rank() == 0 || !keep || keep(name)) {
+      dist::broadcast(p.val().data(), static_cast<size_t>(p.numel()));
+      continue;
+    }
+    Tensor passing = Tensor::empty(p.shape());
+    dist::broadcast(passing.data(), static_cast<size_t>(passing.numel()));
+  }
   return mine;
+}
+
+// Under `shard: parameters` on several ranks only rank 0 holds a whole model outside training.
+bool holds_whole_model_on_rank0_only(const TrainConfig& run) { return dist::multi() && run.shard == Shard::parameters; }
+
+// The val loss of rank 0's model, evaluated there alone and told to every rank (the others sleep
+// meanwhile, leaving it the cores): the figure evaluate_split deals out over the ranks.
+// `model` is read on rank 0 only.
+double evaluate_on_rank0(GPT* model, const Corpus& corpus, const TrainConfig& run) {
+  double loss = dist::rank() == 0 ? evaluate_split(*model, corpus.val, false, run.final_eval_tokens) : 0.0;
+  dist::barrier_sleeping();
+  dist::allreduce_sum(&loss, 1);
+  return loss;
+}
+
+// The trained model's val loss: rank 0 read it (mine); shared with every rank and dealt out, or,
+// under `shard: parameters`, evaluated on rank 0 alone, so that no other rank holds it whole.
+double evaluate_on_rank0_or_all(std::unique_ptr<GPT> mine, const Corpus& corpus, const TrainConfig& run) {
+  if (holds_whole_model_on_rank0_only(run)) return evaluate_on_rank0(mine.get(), corpus, run);
+  const std::unique_ptr<GPT> done = share_from_rank0(std::move(mine), run);
+  return evaluate_split(*done, corpus.val, dist::multi(), run.final_eval_tokens);
 }
 
 }  // namespace
@@ -161,10 +198,14 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   }
   dist::barrier_sleeping();  // the other ranks, idle while rank 0 converts, leave it the cores
   dist::agree(setup_error);
-  converted = share_from_rank0(std::move(converted));
+  converted = share_from_rank0(std::move(converted), r.config);
   if (converted->config().per_layer_kv()) r.config.model.set_kv_heads(converted->config().layer_kv_heads);
-  r.loss_before = o.known_loss_before >= 0 ? o.known_loss_before
-                                           : evaluate_split(*converted, corpus.val, dist::multi(), r.config.final_eval_tokens);
+  if (o.known_loss_before >= 0)
+    r.loss_before = o.known_loss_before;
+  else if (holds_whole_model_on_rank0_only(r.config))
+    r.loss_before = evaluate_on_rank0(converted.get(), corpus, r.config);
+  else
+    r.loss_before = evaluate_split(*converted, corpus.val, dist::multi(), r.config.final_eval_tokens);
 
   TrainOptions to;
   to.resume = o.resume;
@@ -212,8 +253,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   // storage the run took over goes first
   converted.reset();
   source.reset();
-  std::unique_ptr<GPT> done = share_from_rank0(lead ? load_model(dir.checkpoint()).model : nullptr);
-  r.val_loss = evaluate_split(*done, corpus.val, dist::multi(), r.config.final_eval_tokens);
+  r.val_loss = evaluate_on_rank0_or_all(lead ? load_model(dir.checkpoint()).model : nullptr, corpus, r.config);
   return r;
 }
 
