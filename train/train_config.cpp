@@ -121,11 +121,6 @@ double TrainConfig::train_flops_per_token() const {
 
 bool is_block_parameter(const std::string& name) { return name.rfind("blocks.", 0) == 0; }
 
-// Which rank keeps what in a sharded run: each trained parameter, the largest first, goes to the
-// least loaded rank, which keeps its optimizer state (and gradient) and updates it; under shard
-// parameters each frozen block parameter then goes, in order, to the least loaded rank, which keeps
-// its value. A function of the config and N alone, so every rank deals alike before any model is
-// built (a rank draws only the initial weights it keeps).
 std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
   const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg.model);
   std::vector<size_t> order;
@@ -146,12 +141,11 @@ std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
   return keeper;
 }
 
-
 BlockParams block_params(const GPTConfig& c) {
   BlockParams b;
   std::vector<double> per_layer(static_cast<size_t>(c.n_layer), 0.0);
   for (const auto& [name, shape] : parameter_shapes(c)) {
-    if (name.rfind("blocks.", 0) != 0) continue;
+    if (!is_block_parameter(name)) continue;
     const size_t l = static_cast<size_t>(std::stoll(name.substr(7)));
     per_layer.at(l) += static_cast<double>(shape_numel(shape));
   }
@@ -177,10 +171,10 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
   TrainingMemory b;
   b.weights = 4 * params + rounded * largest_matrix;
   if (c.shard == Shard::parameters && world > 1) {
-    // the blocks' parameters a rank's share, and one block gathered whole (forward and backward
-    // gather one at a time); the embedding, the final norm and the head stay whole on every rank
     // the block weights of the rank that keeps the most (deal_out balances every trained
-    // parameter, the embedding too, so a rank without it keeps more than an even share)
+    // parameter, the embedding too, so a rank without it keeps more than an even share) and one
+    // block gathered whole (forward and backward gather one at a time); the embedding, the final
+    // norm and the head stay whole on every rank
     const BlockParams bp = block_params(m);
     std::vector<double> kept(static_cast<size_t>(world), 0.0);
     const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(m);

@@ -113,9 +113,6 @@ class ShardedBlocks : public BlockResidency {
   double& comm_seconds_;
 };
 
-namespace {
-}  // namespace
-
 GPT::Keep start_keep(const TrainConfig& cfg) {
   if (dist::size() < 2 || cfg.shard != Shard::parameters) return nullptr;
   return [keepers = deal_out(cfg, dist::size()), rank = dist::rank()](const std::string& name) {

@@ -66,10 +66,10 @@ TrainConfig uptrain_config(const TrainConfig& original, const UptrainOptions& o)
 namespace {
 
 /// Rank 0's model on every rank: its config (a per-layer conversion's counts included), then its
-/// weights. The other ranks pass nothing and get a model of that config holding rank 0's values.
-// Under `shard: parameters` (run's) a rank other than 0 keeps only what it will hold while training:
-// a block weight another rank keeps is received into a buffer of one tensor and dropped, and its
-// own place is never touched, so no rank but 0 holds the whole model.
+/// weights. The other ranks pass nothing and get a model of that config holding rank 0's values;
+/// under `shard: parameters` (the run's) only the values they will hold while training: a block
+/// weight another rank keeps is received into a buffer of one tensor and dropped, and its own
+/// place is never touched, so no rank but 0 holds the whole model.
 std::unique_ptr<GPT> share_from_rank0(std::unique_ptr<GPT> mine, const TrainConfig& run) {
   if (!dist::multi()) return mine;
   std::string config = dist::rank() == 0 ? mine->config().to_json().dump() : "";
