@@ -10,6 +10,8 @@
 #
 #   bench/uptrain_1p3b.sh [TRAIN (attention)] [WORK_DIR (/tmp/uptrain_1p3b)]
 #   # BUILD=build by default (needs -DTAPELM_BENCH=ON for make_synthetic_hf); OPENBLAS_CORETYPE is unset
+#   # SET="key=value ..." adds --set overrides (e.g. frozen_weights=f32) and names the run after them;
+#   # FRACTION (0.05) and EVAL_TOKENS (0: the whole val split) shorten a run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 train=${1:-attention}
@@ -33,7 +35,10 @@ cat >"$work/cfg_$train.json" <<EOF
  "dropout": 0.0, "grad_clip": 1.0, "recompute": "$recompute"}
 EOF
 "$build/tapelm" inspect --system | grep -E '^(cpu|simd|threads)'
-rm -rf "$work/run_$train"
+sets=() name=$train
+for kv in ${SET:-}; do sets+=(--set "$kv"); name+="_${kv//[^A-Za-z0-9]/_}"; done
+[ -n "${EVAL_TOKENS:-}" ] && sets+=(--set "final_eval_tokens=$EVAL_TOKENS")
+rm -rf "$work/run_$name"  # this script's own run directory
 /usr/bin/time -v "$build/tapelm" uptrain --from "$work/sheared" --config "$work/cfg_$train.json" --kv-heads 4 --method mean \
-  --fraction 0.05 --train "$train" --data "$work/corpus" --out "$work/run_$train" 2>"$work/time_$train.txt"
-grep -E 'Maximum resident|Elapsed' "$work/time_$train.txt"
+  --fraction "${FRACTION:-0.05}" --train "$train" --data "$work/corpus" --out "$work/run_$name" "${sets[@]}" 2>"$work/time_$name.txt"
+grep -E 'Maximum resident|Elapsed' "$work/time_$name.txt"

@@ -1,5 +1,6 @@
 #include "nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -232,6 +233,87 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
   }
   norm("ln_f");
   return out;
+}
+
+}  // namespace tapelm
+
+namespace tapelm {
+
+NarrowedBlocks::NarrowedBlocks(const GPT& model, const HeldAs& held_as) : layers_(model.blocks.size()), whole_(model.blocks.size(), 1) {
+  for (size_t l = 0; l < model.blocks.size(); l++)
+    for (const auto& [name, p] : model.blocks[l]->named_parameters()) {
+      const std::string full = "blocks." + std::to_string(l) + "." + name;
+      const WeightType type = held_as(full, p.val());
+      if (type == WeightType::f32) continue;
+      if (!p.val().defined()) throw Error(ErrorKind::internal, "narrowing " + full + ": it holds no values");
+      if (type != WeightType::bf16 && type != WeightType::f16)
+        throw Error(ErrorKind::internal, full + " held in " + to_string(type) + ": only bf16 and f16 are");
+      Held h{p, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
+      inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel());
+      values_ += p.numel();
+      layers_[l].push_back(std::move(h));
+    }
+  if (values_ > 0) release_all();
+}
+
+void NarrowedBlocks::gather(size_t l) {
+  if (whole_.at(l)) return;
+  for (Held& h : layers_[l]) {
+    h.p.val() = Tensor::empty(h.shape);
+    widen_values(h.type, h.p.val().data(), h.bits.data(), shape_numel(h.shape));
+  }
+  whole_[l] = 1;
+}
+
+void NarrowedBlocks::release(size_t l) {
+  if (!whole_.at(l)) return;
+  for (Held& h : layers_[l]) h.p.release_value();
+  whole_[l] = 0;
+}
+
+void NarrowedBlocks::release_all() {
+  for (size_t l = 0; l < layers_.size(); l++) release(l);
+  release_cached_storage();
+}
+
+const NarrowedBlocks::Held* NarrowedBlocks::find(const Var& p) const {
+  for (const auto& layer : layers_)
+    for (const Held& h : layer)
+      if (h.p.same(p)) return &h;
+  return nullptr;
+}
+
+bool NarrowedBlocks::holds(const Var& p) const { return find(p) != nullptr; }
+
+Tensor NarrowedBlocks::value(const Var& p) const {
+  const Held* h = find(p);
+  if (!h) return p.val();
+  Tensor t = Tensor::empty(h->shape);
+  widen_values(h->type, t.data(), h->bits.data(), shape_numel(h->shape));
+  return t;
+}
+
+int64_t NarrowedBlocks::largest_block() const {
+  int64_t most = 0;
+  for (const auto& layer : layers_) {
+    int64_t n = 0;
+    for (const Held& h : layer) n += shape_numel(h.shape);
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+std::string NarrowedBlocks::types() const {
+  bool bf16 = false, f16 = false;
+  for (const auto& layer : layers_)
+    for (const Held& h : layer) (h.type == WeightType::bf16 ? bf16 : f16) = true;
+  return bf16 && f16 ? "bf16 and f16" : f16 ? "f16" : "bf16";
+}
+
+WeightType exact_16bit_type(const Tensor& t) {
+  if (holds_exactly(WeightType::bf16, t.data(), t.numel())) return WeightType::bf16;
+  if (holds_exactly(WeightType::f16, t.data(), t.numel())) return WeightType::f16;
+  return WeightType::f32;
 }
 
 }  // namespace tapelm

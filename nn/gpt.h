@@ -39,6 +39,8 @@ class BlockResidency {
   virtual ~BlockResidency() = default;
   virtual void gather(size_t layer) = 0;
   virtual void release(size_t layer) = 0;
+  /// Whether gather and release are collectives (every process must make the same calls).
+  virtual bool collective() const = 0;
 };
 
 class GPT : public Module, public Decoder {
@@ -112,6 +114,49 @@ class GPT : public Module, public Decoder {
   std::shared_ptr<Rng> rng_;
   std::shared_ptr<Dropout> drop_;
 };
+
+/// Block parameters held in 16 bits between uses (the frozen weights of `trainable: attention | kv`,
+/// whose values are the source's bf16 or f16 ones): gather(l) widens block l's into float32 and
+/// release(l) frees the float32 copy, so one block's are float32 at a time. Local to the process.
+class NarrowedBlocks : public BlockResidency {
+ public:
+  /// What a block parameter is held in, by its name ("blocks.L.…") and value: bf16 or f16, or f32
+  /// to leave it as it is.
+  using HeldAs = std::function<WeightType(const std::string& name, const Tensor& value)>;
+  /// Narrows each block parameter of `model` to the type held_as gives (rounded to nearest even)
+  /// and frees its float32 values; set the result as model.residency. The parameters must have
+  /// values (none released).
+  NarrowedBlocks(const GPT& model, const HeldAs& held_as);
+  void gather(size_t layer) override;
+  void release(size_t layer) override;
+  bool collective() const override { return false; }
+  /// Every narrowed block released, the freed float32 storage returned to the system.
+  void release_all();
+  /// p's values in float32: widened from the 16 bits when p is narrowed (a new tensor), else p.val().
+  Tensor value(const Var& p) const;
+  /// Whether p is held narrowed here.
+  bool holds(const Var& p) const;
+  int64_t values() const { return values_; }    // narrowed, in all blocks
+  int64_t largest_block() const;                 // narrowed, in the block that has the most
+  int64_t inexact() const { return inexact_; }  // of them, changed by the rounding (0: exactly the values)
+  /// "bf16" or "f16", or "bf16 and f16" when both hold some.
+  std::string types() const;
+
+ private:
+  struct Held {
+    Var p;
+    Shape shape;
+    WeightType type;
+    std::vector<uint16_t> bits;
+  };
+  const Held* find(const Var& p) const;
+  std::vector<std::vector<Held>> layers_;
+  std::vector<char> whole_;
+  int64_t values_ = 0, inexact_ = 0;
+};
+
+/// The 16-bit type (bf16, else f16) that holds every value of t exactly, or f32 when neither does.
+WeightType exact_16bit_type(const Tensor& t);
 
 /// Every parameter's name and shape for config c, in named_parameters() order, without building
 /// the model (what a file's tensors are checked against before any memory is committed).

@@ -74,7 +74,7 @@ EvalResult evaluate(GPT& model, const EvalBatches& batches, bool split_across_ra
   Index x, y;
   // A model whose blocks are gathered from other ranks as they run (ZeRO stage 3) needs every rank
   // to run as many forwards: a rank past its last batch runs batch 0 again, not counted.
-  const bool lockstep = split_across_ranks && model.residency && batches.size() > 0;
+  const bool lockstep = split_across_ranks && model.residency && model.residency->collective() && batches.size() > 0;
   const size_t rounds = lockstep ? (batches.size() + stride - 1) / stride : 0;
   for (size_t k = 0, i = first; i < batches.size() || k < rounds; k++, i += stride) {
     const bool counted = i < batches.size();

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "train/eval.h"
@@ -156,6 +157,28 @@ BlockParams block_params(const GPTConfig& c) {
   return b;
 }
 
+bool is_frozen_block_parameter(const TrainConfig& c, const std::string& name) {
+  return is_block_parameter(name) && !is_trained(c.trainable, name);
+}
+
+void check_frozen_weights(const TrainConfig& c, int world) {
+  if (c.trainable != Trainable::all && c.shard == Shard::parameters && world > 1 &&
+      (c.frozen_weights == FrozenWeights::bf16 || c.frozen_weights == FrozenWeights::f16))
+    throw Error(ErrorKind::config, "config frozen_weights \"" + to_string(c.frozen_weights) +
+                                       "\" is not combined with shard \"parameters\" (a rank keeps its share of the blocks in float32): use frozen_weights \"f32\" or \"auto\"");
+}
+
+NarrowedBlocks::HeldAs frozen_weights_held_as(const TrainConfig& c, int world) {
+  const bool sharded = c.shard == Shard::parameters && world > 1;
+  const FrozenWeights f = c.trainable == Trainable::all || sharded ? FrozenWeights::f32 : c.frozen_weights;
+  const WeightType asked = f == FrozenWeights::bf16 ? WeightType::bf16 : f == FrozenWeights::f16 ? WeightType::f16 : WeightType::f32;
+  const bool exact = f == FrozenWeights::automatic;
+  return [c, asked, exact](const std::string& name, const Tensor& value) {
+    if (!is_frozen_block_parameter(c, name)) return WeightType::f32;
+    return exact ? exact_16bit_type(value) : asked;
+  };
+}
+
 TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_params) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
@@ -182,6 +205,17 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
     for (const auto& [name, shape] : shapes)
       if (is_block_parameter(name)) kept[static_cast<size_t>(keepers.at(name))] += static_cast<double>(shape_numel(shape));
     b.weights = 4 * (params - bp.all + *std::max_element(kept.begin(), kept.end()) + bp.largest) + rounded * largest_matrix;
+  }
+  if (const bool narrow = c.frozen_weights == FrozenWeights::bf16 || c.frozen_weights == FrozenWeights::f16;
+      narrow && c.trainable != Trainable::all && !(c.shard == Shard::parameters && world > 1)) {
+    // the frozen block weights in 16 bits, and one block's of them widened to float32 while it runs
+    // (`auto` counts float32: what it holds is known once the weights are, and the trainer prints it)
+    std::vector<double> frozen(static_cast<size_t>(m.n_layer), 0.0);
+    for (const auto& [name, shape] : parameter_shapes(m))
+      if (is_frozen_block_parameter(c, name)) frozen[static_cast<size_t>(std::stoll(name.substr(7)))] += static_cast<double>(shape_numel(shape));
+    const double all = std::accumulate(frozen.begin(), frozen.end(), 0.0);
+    b.start = b.weights;  // the model is built (or read, or taken over) in float32, then narrowed
+    b.weights -= 4 * all - 2 * all - 4 * *std::max_element(frozen.begin(), frozen.end());
   }
   // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
   // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the
@@ -222,7 +256,8 @@ std::string TrainingMemory::str() const {
   return byte_size_str(total()) + ": weights " + byte_size_str(weights) + ", gradients " + byte_size_str(gradients) + ", optimizer state " +
          byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffers " + byte_size_str(reduce) : "") + ", activations " +
          byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation) +
-         (teacher > 0 ? ", distillation teacher " + byte_size_str(teacher) : "");
+         (teacher > 0 ? ", distillation teacher " + byte_size_str(teacher) : "") +
+         (start > 0 ? "; as it starts, every weight in float32 " + byte_size_str(start) : "");
 }
 
 double training_state_bytes(const TrainConfig& c, int world) {
@@ -247,6 +282,9 @@ void check_training_memory(const TrainConfig& c, double available, int world) {
                                            (rounded ? " with the " + to_string(c.precision) + " copies of the linear layers' inputs" : ""));
   check_memory(b.windows, available, "config eval_iters " + std::to_string(c.eval_iters) + " at batch_size " +
                                        std::to_string(c.batch_size) + ": the evaluation windows");
+  if (b.start > 0)
+    check_memory(b.start, available, "the model's " + std::string(n) + " parameters in float32 as the run starts (frozen_weights " +
+                                         to_string(c.frozen_weights) + " holds the frozen ones in 16 bits once it has started)");
   check_memory(b.total(), available, "training this config");
 }
 

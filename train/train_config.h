@@ -46,6 +46,16 @@ bool is_trained(Trainable t, const std::string& param_name);
 /// computes no gradient for them).
 NamedParams trained_parameters(GPT& model, Trainable t);
 
+/// What a run holds its frozen block weights in between uses (trainable attention or kv): float32;
+/// bf16 or f16 (rounded to nearest where a value is not one), each block widened to float32 while
+/// it runs (NarrowedBlocks, nn/gpt.h); or `auto`, the 16-bit type that holds every one of them
+/// exactly (the values of a bf16 or f16 source, as uptrain converts it), else float32.
+enum class FrozenWeights { automatic, f32, bf16, f16 };
+template <> struct EnumNames<FrozenWeights> {
+  static constexpr std::array<std::pair<FrozenWeights, const char*>, 4> values{
+      {{FrozenWeights::automatic, "auto"}, {FrozenWeights::f32, "f32"}, {FrozenWeights::bf16, "bf16"}, {FrozenWeights::f16, "f16"}}};
+};
+
 /// What a multi-rank run splits over its ranks (ZeRO's stages): nothing, the optimizer's state
 /// (stage 1), the optimizer's state and the gradients (stage 2), or also the blocks' parameters,
 /// each block's gathered just before its forward and its backward and freed after (stage 3).
@@ -91,6 +101,7 @@ inline bool shards_gradients(Shard s) { return s == Shard::gradients || s == Sha
   X(Trainable, trainable, Trainable::all, any, none) /* all, attention, kv: the parameters trained, the others frozen */ \
   X(Shard, shard, Shard::none, any, none) /* none, optimizer, gradients, parameters: what is split over the ranks (ZeRO stage 1, 2, 3) */ \
   X(Moments, moments, Moments::f32, any, none) /* f32, bf16: AdamW's moments (bf16 rounded stochastically) */ \
+  X(FrozenWeights, frozen_weights, FrozenWeights::automatic, any, none) /* auto, f32, bf16, f16: what the frozen block weights are held in */ \
   X(double, distill_lambda, 0, non_negative, none) /* weight of the teacher's soft targets, at most 1; 0: off */ \
   X(double, distill_temperature, 2.0, positive, none)                                              \
   X(double, distill_attention, 0, non_negative, none) /* weight of the per-layer attention-output term; 0: off */
@@ -136,9 +147,12 @@ struct TrainingMemory {
                            // (none when they are sharded)
   double windows = 0;      // the fixed evaluation windows
   double teacher = 0;      // distillation's teacher: its float32 weights, held beside the model trained
+  double start = 0;        // frozen_weights bf16 | f16: every weight in float32 as the run starts, before the frozen go to 16 bits
   /// The peak: the state, the all-reduce's buffer, and the larger of a step's activations and the
-  /// final evaluation's (the gradients stay allocated through it).
-  double total() const { return weights + gradients + optimizer + reduce + std::max(activations, evaluation) + windows + teacher; }
+  /// final evaluation's (the gradients stay allocated through it); or the start's, when larger.
+  double total() const {
+    return std::max(weights + gradients + optimizer + reduce + std::max(activations, evaluation), start) + windows + teacher;
+  }
   /// "4.25 GB: weights 1.42 GB, gradients 1.42 GB, optimizer state 1.42 GB, activations 0.12 GB"
   std::string str() const;
 };
@@ -155,6 +169,16 @@ struct BlockParams {
   double all = 0, largest = 0;
 };
 BlockParams block_params(const GPTConfig& c);
+/// Whether the parameter of this name is a frozen block weight under c (what frozen_weights holds).
+bool is_frozen_block_parameter(const TrainConfig& c, const std::string& name);
+/// What c's run holds each block weight in on `world` ranks (NarrowedBlocks::HeldAs): float32 for
+/// the trained ones and under frozen_weights f32; the frozen ones in bf16 or f16 as frozen_weights
+/// asks, or under `auto` in the 16-bit type that holds the weight's values exactly (a bf16 or f16
+/// source's), else float32; under shard parameters on more ranks than one: float32.
+NarrowedBlocks::HeldAs frozen_weights_held_as(const TrainConfig& c, int world);
+/// A config Error when c asks for a 16-bit type of frozen_weights under shard parameters on more
+/// ranks than one (a rank keeps its share of the blocks in float32).
+void check_frozen_weights(const TrainConfig& c, int world);
 /// teacher_params: the parameters of a distillation teacher held beside the model (0: none).
 TrainingMemory training_memory(const TrainConfig& c, int world = 1, double teacher_params = 0);
 /// Weights, gradients and optimizer state together (TrainingMemory's first three).

@@ -100,6 +100,7 @@ class ShardedBlocks : public BlockResidency {
       if (h.keeper != rank_) h.p.release_value();
     whole_[l] = 0;
   }
+  bool collective() const override { return true; }
   /// Every block to its keepers, the freed blocks returned to the system.
   void release_all() {
     for (size_t l = 0; l < layers_.size(); l++) release(l);
@@ -191,6 +192,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     : t_start_(Clock::now()),
       cfg_(cfg),
       precision_(cfg.precision),
+      frozen_held_as_(frozen_weights_held_as(cfg, dist::size())),
       corpus_(corpus),
       opt_(opt),
       dir_(out_dir),
@@ -214,6 +216,11 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   }
   dist::agree(setup_error);
   if (multi_) agree_on_start(model_.named_parameters(), *optim_, st_, cfg_, corpus_, opt_, !owner_.empty());
+  // The start's weights are final: the frozen block weights go to 16 bits where frozen_weights says so.
+  if (auto narrowed = std::make_shared<NarrowedBlocks>(model_, frozen_held_as_); narrowed->values() > 0) {
+    narrowed_ = narrowed;
+    model_.residency = narrowed_;
+  }
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t T = cfg_.model.block_size;
@@ -250,13 +257,25 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       shard = " (shard " + to_string(cfg_.shard) + ": the " + what + " of this rank's share of the parameters; " +
               byte_size_str(training_memory(whole, world_).total()) + " unsharded)";
     }
+    TrainingMemory memory = training_memory(cfg_, world_, teacher_params(opt_));
+    if (narrowed_ && cfg_.frozen_weights == FrozenWeights::automatic) {  // what auto holds in 16 bits, and one block of it widened
+      memory.start = memory.weights;
+      memory.weights -= 2.0 * static_cast<double>(narrowed_->values()) - 4.0 * static_cast<double>(narrowed_->largest_block());
+    }
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
-                training_memory(cfg_, world_, teacher_params(opt_)).str().c_str(),
+                memory.str().c_str(),
                 shard.c_str());
     if (cfg_.trainable != Trainable::all) {
       const double trained = static_cast<double>(cfg_.trained_params()), all = static_cast<double>(model_cost(cfg_.model).params);
       std::printf("%strainable %s: training %.2f M of the %.2f M parameters (%.1f%%); the others are frozen\n", opt_.label.c_str(),
                   to_string(cfg_.trainable).c_str(), trained / 1e6, all / 1e6, 100.0 * trained / all);
+    }
+    if (narrowed_) {
+      const double n = static_cast<double>(narrowed_->values());
+      std::printf("%sfrozen weights in %s: %.2f M block parameters, %s instead of %s in float32, each block widened as it runs%s\n",
+                  opt_.label.c_str(), narrowed_->types().c_str(), n / 1e6, byte_size_str(2 * n).c_str(), byte_size_str(4 * n).c_str(),
+                  narrowed_->inexact() == 0 ? " (exactly their values)"
+                                            : (" (" + std::to_string(narrowed_->inexact()) + " values rounded to the nearest)").c_str());
     }
   }
   tokens_per_step_ = static_cast<double>(cfg_.batch_size * T * cfg_.grad_accum * world_);
@@ -273,6 +292,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
                   byte_size_str(held).c_str(), byte_size_str(all).c_str());
     }
   }
+
 }
 
 Trainer::~Trainer() = default;
@@ -335,6 +355,7 @@ StateBuf Trainer::exchange_state(const std::string& key, size_t i) {
 
 void Trainer::set_up() {
   const int64_t B = cfg_.batch_size, T = cfg_.model.block_size;
+  check_frozen_weights(cfg_, world_);
   if (multi_ && cfg_.shard != Shard::none) assign_owners();
   for (const auto& [name, p] : params_) param_shapes_.push_back(p.shape());
   if (multi_ && cfg_.shard == Shard::parameters) keep_blocks_sharded();
@@ -526,7 +547,7 @@ Trainer::Step Trainer::step() {
   if (multi_ && opt_.check_sync) {  // what every rank holds: shard parameters leaves the blocks' with their keepers
     NamedParams everywhere;
     for (const auto& [name, p] : model_.named_parameters())
-      if (held_by(p) < 0) everywhere.emplace_back(name, p);
+      if (held_by(p) < 0 && !(narrowed_ && narrowed_->holds(p))) everywhere.emplace_back(name, p);  // frozen: never changes
     check_ranks_in_sync(everywhere, st_.step);
   }
   if (!multi_) s.stop = opt_.stop.requested();
@@ -647,6 +668,8 @@ void Trainer::save() {
     sharded.fetch = [this](const std::string& key, size_t i) { return exchange_state(key, i); };
     if (resident_)  // shard parameters: a block's weights from their keeper, one tensor at a time
       sharded.weight = [this](const Var& p, const Shape& shape) { return held_by(p) > 0 ? exchange_weight(p, shape) : p.val(); };
+    else if (narrowed_)
+      sharded.weight = [this](const Var& p, const Shape&) { return narrowed_->value(p); };
     if (!lead_) {  // the same exchanges, in the order rank 0's writer makes them
       if (resident_) {
         const auto params = model_.named_parameters();
@@ -670,7 +693,9 @@ void Trainer::save() {
     st_.rank_dropout_rngs.push_back(std::stoull(streams[r].substr(0, nl)));
     st_.rank_sampler_states.push_back(streams[r].substr(nl + 1));
   }
-  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok, owner_.empty() ? nullptr : &sharded);
+  if (owner_.empty() && narrowed_)  // the frozen weights widened one tensor at a time; the state is the optimizer's own
+    sharded.weight = [this](const Var& p, const Shape&) { return narrowed_->value(p); };
+  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok, owner_.empty() && !narrowed_ ? nullptr : &sharded);
 }
 
 void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last) {

@@ -94,7 +94,8 @@ class Trainer {
   /// Optimizer steps completed (including those of a resumed run).
   int64_t steps_done() const { return st_.step; }
   /// The model being trained. Under `shard: parameters` in a multi-rank run a block's weights
-  /// are on the rank that keeps them only (model().residency gathers them as the model runs).
+  /// are on the rank that keeps them only, and frozen weights held in 16 bits (frozen_weights) have
+  /// no float32 values between uses (model().residency gathers or widens them as the model runs).
   GPT& model() { return model_; }
 
  private:
@@ -128,6 +129,7 @@ class Trainer {
   const std::chrono::steady_clock::time_point t_start_;  // first: the wall time includes the set-up
   const TrainConfig cfg_;
   const Precision precision_;  // of the linear layers' products (cfg_.precision)
+  const NarrowedBlocks::HeldAs frozen_held_as_;  // what each frozen block weight is held in (cfg_.frozen_weights)
   const Corpus& corpus_;
   const TrainOptions opt_;
   RunDir dir_;
@@ -144,6 +146,8 @@ class Trainer {
   /// (model_.residency), and the rank that keeps each of them between uses (by Var::id).
   std::shared_ptr<ShardedBlocks> resident_;
   std::map<const void*, int> held_by_;
+  /// The frozen block weights held in 16 bits (frozen_held_as_), widened as each block runs; null when none is.
+  std::shared_ptr<NarrowedBlocks> narrowed_;
   std::optional<BatchSampler> sampler_;
   TrainState st_;
   std::vector<int64_t> val_windows_, train_windows_;

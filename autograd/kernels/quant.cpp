@@ -11,6 +11,7 @@
 
 #include "autograd/kernels/blas.h"
 #include "autograd/kernels/common.h"
+#include "autograd/error.h"
 #include "autograd/float16.h"
 
 namespace tapelm {
@@ -388,6 +389,61 @@ void kv_round_rows(KvType t, float* dst, const float* src, int64_t n, int64_t hd
       kv_decode_rows(t, dst + r * hd, row.data(), 1, hd);
     }
   }
+}
+
+}  // namespace tapelm
+
+namespace tapelm {
+
+namespace {
+// 16-bit storage of float32 values in chunks a thread converts at a time (kv_encode_rows and
+// kv_decode_rows' loops: vector conversions where the CPU has them).
+constexpr int64_t kNarrowChunk = 1 << 14;
+KvType as_kv(WeightType t) {
+  if (t != WeightType::bf16 && t != WeightType::f16) throw Error(ErrorKind::internal, "narrow_values: type " + to_string(t) + " is not 16-bit");
+  return t == WeightType::bf16 ? KvType::bf16 : KvType::f16;
+}
+}  // namespace
+
+int64_t narrow_values(WeightType type, uint16_t* dst, const float* src, int64_t n) {
+  const KvType t = as_kv(type);
+  const int64_t chunks = (n + kNarrowChunk - 1) / kNarrowChunk;
+  int64_t inexact = 0;
+#pragma omp parallel for schedule(static) reduction(+ : inexact) if (n > kern::kParallelMin)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t i0 = c * kNarrowChunk, len = std::min(kNarrowChunk, n - i0);
+    kv_encode_rows(t, reinterpret_cast<uint8_t*>(dst + i0), src + i0, 1, len);
+    float back[kNarrowChunk];
+    kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(dst + i0), 1, len);
+    for (int64_t i = 0; i < len; i++) inexact += std::memcmp(&back[i], src + i0 + i, sizeof(float)) != 0;
+  }
+  return inexact;
+}
+
+void widen_values(WeightType type, float* dst, const uint16_t* src, int64_t n) {
+  const KvType t = as_kv(type);
+  const int64_t chunks = (n + kNarrowChunk - 1) / kNarrowChunk;
+#pragma omp parallel for schedule(static) if (n > kern::kParallelMin)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t i0 = c * kNarrowChunk;
+    kv_decode_rows(t, dst + i0, reinterpret_cast<const uint8_t*>(src + i0), 1, std::min(kNarrowChunk, n - i0));
+  }
+}
+
+bool holds_exactly(WeightType type, const float* x, int64_t n) {
+  const KvType t = as_kv(type);
+  const int64_t chunks = (n + kNarrowChunk - 1) / kNarrowChunk;
+  int64_t inexact = 0;
+#pragma omp parallel for schedule(static) reduction(+ : inexact) if (n > kern::kParallelMin)
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t i0 = c * kNarrowChunk, len = std::min(kNarrowChunk, n - i0);
+    uint16_t bits[kNarrowChunk];
+    float back[kNarrowChunk];
+    kv_encode_rows(t, reinterpret_cast<uint8_t*>(bits), x + i0, 1, len);
+    kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(bits), 1, len);
+    inexact += std::memcmp(back, x + i0, static_cast<size_t>(len) * sizeof(float)) != 0;
+  }
+  return inexact == 0;
 }
 
 }  // namespace tapelm

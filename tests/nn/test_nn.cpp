@@ -8,6 +8,7 @@
 #include <map>
 
 #include "autograd/autocast.h"
+#include "autograd/float16.h"
 #include "nn/accounting.h"
 #include "nn/generate.h"
 #include "nn/gpt.h"
@@ -168,6 +169,7 @@ class CopyResidency : public BlockResidency {
     whole[l] = 0;
     releases++;
   }
+  bool collective() const override { return false; }
   std::vector<std::vector<std::pair<Var, Tensor>>> layers;
   std::vector<char> whole;
   int gathers = 0, releases = 0, most_whole = 0;
@@ -240,6 +242,74 @@ BOOST_AUTO_TEST_CASE(blocks_held_only_while_they_run_give_the_whole_models_gradi
     BOOST_TEST(losses[0] == losses[1]);
     BOOST_TEST_REQUIRE(grads[0].size() == grads[1].size());
     for (size_t i = 0; i < grads[0].size(); i++) BOOST_TEST(same_bits(grads[0][i], grads[1][i]), "parameter " << i << " recompute " << recompute);
+  }
+}
+
+// Frozen block weights held in 16 bits (NarrowedBlocks): for a model whose frozen weights are
+// bf16 (or f16) values, as a 16-bit source's are, the 16-bit copy widens back to them exactly, so
+// with and without recomputed blocks the loss and every trained gradient are the float32 model's
+// bit for bit, and between uses the narrowed parameters hold no float32 values. For values the
+// type does not hold, narrowing to bf16 rounds to nearest: |change| at most half a unit in the last
+// place, which for 8 significant bits is 2^-8 of the power of two below |w|, so at most 2^-8·|w|.
+BOOST_AUTO_TEST_CASE(frozen_weights_held_in_16_bits_give_the_float32_models_gradients) {
+  GPTConfig c{.vocab_size = 11, .block_size = 8, .n_layer = 3, .n_head = 4, .n_kv_head = 2, .n_embd = 16, .mlp_hidden = 24,
+              .dropout = 0.2};
+  c.norm = NormKind::RMSNorm, c.pos = PosKind::Rope, c.mlp = MlpKind::SwiGLU, c.tie_embeddings = false;
+  const Index ids = random_ids(3, 8, 11, 5), tg = random_ids(3, 8, 11, 6);
+  const auto frozen = [](const std::string& name) { return name.rfind("blocks.", 0) == 0 && name.find(".attn.") == std::string::npos; };
+  for (WeightType type : {WeightType::bf16, WeightType::f16})
+    for (bool recompute : {false, true}) {
+      const std::string what = to_string(type) + (recompute ? " recomputed" : " stored");
+      std::vector<std::vector<Tensor>> grads(2);
+      std::vector<float> losses(2);
+      for (int narrowed : {0, 1}) {
+        GPT model(c, 9);
+        for (auto& [name, p] : model.named_parameters())  // every weight a 16-bit value, as a 16-bit source's
+          for (int64_t i = 0; i < p.numel(); i++)
+            p.val().data()[i] = type == WeightType::bf16 ? bf16_to_f32(f32_to_bf16(p.val().data()[i])) : f16_to_f32(f32_to_f16(p.val().data()[i]));
+        for (auto& [name, p] : model.named_parameters())  // the norms' weights are 1, a bf16 value
+          if (frozen(name)) BOOST_TEST((exact_16bit_type(p.val()) == (p.ndim() == 1 ? WeightType::bf16 : type)), what << " " << name);
+        model.train();
+        model.recompute_blocks = recompute;
+        for (auto& [name, p] : model.named_parameters()) p.set_requires_grad(!frozen(name));
+        std::shared_ptr<NarrowedBlocks> r;
+        if (narrowed) {
+          // what frozen_weights `auto` holds them in: each the type that holds its values exactly
+          r = std::make_shared<NarrowedBlocks>(model, [&frozen](const std::string& name, const Tensor& v) {
+            return frozen(name) ? exact_16bit_type(v) : WeightType::f32;
+          });
+          BOOST_TEST(r->inexact() == 0, what);
+          BOOST_TEST(r->types() == (type == WeightType::bf16 ? "bf16" : "bf16 and f16"), what);
+          BOOST_TEST(r->largest_block() == 2 * 16 + 3 * 16 * 24, what);
+          BOOST_TEST(r->values() == 3 * (2 * 16 + 3 * 16 * 24), what);  // per block: 2 norms of d, 3 MLP matrices d × hidden
+          model.residency = r;
+        }
+        const Var loss = model.loss(ids, tg);
+        losses[narrowed] = loss.item();
+        backward(loss);
+        for (auto& [name, p] : model.named_parameters()) {
+          if (r) BOOST_TEST(p.val().defined() == !frozen(name), what << " " << name);
+          if (!frozen(name)) grads[narrowed].push_back(p.grad().clone());
+        }
+      }
+      BOOST_TEST(losses[0] == losses[1], what);
+      BOOST_TEST_REQUIRE(grads[0].size() == grads[1].size());
+      BOOST_TEST(grads[0].size() == 3 + 3 * 4);  // wte, ln_f, lm_head, and each block's 4 projections
+      for (size_t i = 0; i < grads[0].size(); i++) BOOST_TEST(same_bits(grads[0][i], grads[1][i]), what << " trained parameter " << i);
+    }
+  // values a 16-bit type does not hold: rounded to nearest, within half a unit in the last place
+  GPT model(c, 9);
+  std::vector<Tensor> before;
+  for (const auto& [name, p] : model.named_parameters()) before.push_back(p.val().clone());
+  BOOST_TEST((exact_16bit_type(model.blocks[0]->named_parameters().back().second.val()) == WeightType::f32));
+  const NarrowedBlocks r(model, [&frozen](const std::string& name, const Tensor&) { return frozen(name) ? WeightType::bf16 : WeightType::f32; });
+  BOOST_TEST(r.inexact() > r.values() / 2);  // normal(0, 0.02) draws are almost never bf16 values
+  size_t k = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const Tensor w = r.value(p), was = before[k++];
+    BOOST_TEST(r.holds(p) == frozen(name));
+    for (int64_t i = 0; i < w.numel(); i++)
+      BOOST_TEST_REQUIRE(std::fabs(w.data()[i] - was.data()[i]) <= std::ldexp(std::fabs(was.data()[i]), -8), name << " " << i);
   }
 }
 

@@ -581,6 +581,20 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   BOOST_TEST(before(r.out) == before(zero.out), r.out << zero.out);
   BOOST_TEST((train_losses(d / "plain") == train_losses(d / "stage3")), tt::per_element());
   expect_same_state(d / "plain/checkpoint.h5", d / "stage3/checkpoint.h5");
+  // the frozen block weights held in bf16 on every rank (rounded: this source is float32), unsharded
+  // and under stage 2 (whose save widens them): the same run, another than float32's; under stage 3
+  // a 16-bit type is refused in one line
+  const std::string held = partial + " --set frozen_weights=bf16";
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "bf16", held));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("frozen weights in bf16: ") != std::string::npos, r.out);
+  r = run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "bf16_sharded", held + " --quiet --set shard=gradients"));
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST((train_losses(d / "bf16") == train_losses(d / "bf16_sharded")), tt::per_element());
+  BOOST_TEST(train_losses(d / "bf16") != train_losses(d / "plain"));
+  expect_same_state(d / "bf16/checkpoint.h5", d / "bf16_sharded/checkpoint.h5");
+  expect_job_error(run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "bf16_stage3", held + " --quiet --set shard=parameters")),
+                   "frozen_weights \"bf16\" is not combined with shard \"parameters\"");
 }
 
 // An uptraining under mpirun stopped by SIGUSR1 part-way and resumed on two ranks is the straight

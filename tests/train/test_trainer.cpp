@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "autograd/float16.h"
 #include "train/formats/checkpoint.h"
@@ -189,6 +190,89 @@ BOOST_AUTO_TEST_CASE(frozen_parameters_get_no_gradient_and_the_trained_ones_the_
   expect_throw([&] { check_training_memory(big, 1.2e9); }, ErrorKind::config, {"with gradients and optimizer state"});
   big.trainable = Trainable::attention;
   BOOST_CHECK_NO_THROW(check_training_memory(big, 1.2e9));
+}
+
+// frozen_weights: the frozen block weights held in 16 bits (trainable attention | kv). Started from
+// weights that are all bf16 values (as a bf16 source's are), `auto` holds them in bf16, and the run
+// is the float32 one bit for bit: every train loss, weight and moment, straight, and interrupted
+// then resumed with `bf16` asked for. A 16-bit copy that lost or changed a value, or a block not
+// widened back before its backward, would differ. The checkpoint keeps the config's "auto".
+// `auto` takes float32 for values no 16-bit type holds; a 16-bit type under shard parameters on 2
+// ranks is refused; and the memory estimate counts 2 bytes a frozen block weight and one block's
+// of them in float32, and every weight in float32 as the run starts.
+BOOST_AUTO_TEST_CASE(frozen_weights_held_in_16_bits_train_the_float32_run_bit_for_bit) {
+  TempDir d;
+  TrainConfig c = tiny_train(6);
+  c.trainable = Trainable::attention;
+  const auto start = [&c](bool rounded) {
+    auto m = std::make_unique<GPT>(c.model, 5);
+    if (rounded)
+      for (auto& [name, p] : m->named_parameters())
+        for (int64_t i = 0; i < p.numel(); i++) p.val().data()[i] = bf16_to_f32(f32_to_bf16(p.val().data()[i]));
+    return m;
+  };
+  // the types a rule holds the frozen block weights of a model in
+  const auto held = [](const NarrowedBlocks::HeldAs& rule, const GPT& m) {
+    std::set<WeightType> types;
+    for (const auto& [name, p] : m.named_parameters())
+      if (name.rfind("blocks.", 0) == 0 && name.find(".attn.") == std::string::npos) types.insert(rule(name, p.val()));
+    return types;
+  };
+  BOOST_TEST((held(frozen_weights_held_as(c, 1), *start(false)) == std::set<WeightType>{WeightType::f32, WeightType::bf16}));  // norms are 1
+  auto run = [&](FrozenWeights f, int64_t steps, const std::string& dir, bool resume) {
+    TrainConfig rc = c;
+    rc.max_iters = steps;
+    rc.frozen_weights = f;
+    const std::unique_ptr<GPT> from = start(true);
+    if (!resume) BOOST_TEST((held(frozen_weights_held_as(rc, 1), *from) == std::set<WeightType>{f == FrozenWeights::f32 ? WeightType::f32 : WeightType::bf16}));
+    TrainOptions o;
+    o.quiet = true;
+    o.resume = resume;
+    if (!resume) o.init_from = from.get();
+    return tapelm::train(rc, shakespeare(), d / dir, o);
+  };
+  const TrainResult f32 = run(FrozenWeights::f32, 6, "f32", false), narrowed = run(FrozenWeights::automatic, 6, "auto", false);
+  run(FrozenWeights::automatic, 3, "split", false);
+  const TrainResult split = run(FrozenWeights::bf16, 6, "split", true);
+  BOOST_TEST(narrowed.val_loss_full == f32.val_loss_full);
+  BOOST_TEST(split.val_loss_full == f32.val_loss_full);
+  const auto m0 = read_metrics(d / "f32/metrics.jsonl");
+  for (const std::string run_dir : {"auto", "split"}) {
+    const auto m = read_metrics(d / (run_dir + "/metrics.jsonl"));
+    int losses = 0;
+    for (const auto& a : m0)
+      for (const auto& b : m)
+        if (a.contains("train_loss") && b.contains("train_loss") && a["step"] == b["step"]) {
+          BOOST_TEST(a["train_loss"].get<double>() == b["train_loss"].get<double>(), run_dir << " step " << a["step"]);
+          losses++;
+        }
+    BOOST_TEST(losses == 6, run_dir);
+    H5File a = H5File::open_read(d / "f32/checkpoint.h5"), b = H5File::open_read(d / (run_dir + "/checkpoint.h5"));
+    for (const std::string& n : a.list_datasets_recursive("/model"))
+      BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), run_dir << " " << n);
+    const std::vector<std::string> moments = a.list_datasets_recursive("/optim/exp_avg_sq");
+    BOOST_TEST(moments.size() == 2 * 4u);  // each layer's q, k, v and output projections
+    for (const std::string& n : moments)
+      BOOST_TEST(a.read_tensor("/optim/exp_avg_sq/" + n).to_vector() == b.read_tensor("/optim/exp_avg_sq/" + n).to_vector(), run_dir << " " << n);
+  }
+  BOOST_TEST((read_train_config(H5File::open_read(d / "auto/checkpoint.h5")).frozen_weights == FrozenWeights::automatic));
+  // under shard parameters on 2 ranks a rank keeps its share in float32
+  TrainConfig sharded = c;
+  sharded.shard = Shard::parameters;
+  BOOST_TEST((held(frozen_weights_held_as(sharded, 2), *start(true)) == std::set<WeightType>{WeightType::f32}));
+  sharded.frozen_weights = FrozenWeights::f16;
+  BOOST_TEST((held(frozen_weights_held_as(sharded, 2), *start(true)) == std::set<WeightType>{WeightType::f32}));
+  expect_throw([&] { check_frozen_weights(sharded, 2); }, ErrorKind::config, {"frozen_weights \"f16\" is not combined with shard"});
+  // the estimate: tiny_train's blocks each hold 2 norms of d = 32 and the MLP's 2 matrices of
+  // 32 × 128 frozen (8256 weights); with 6 layers, 6 blocks' at 2 bytes instead of 4 and one
+  // block's widened to float32 while it runs
+  TrainConfig deep = c;
+  deep.model.n_layer = 6;
+  TrainConfig in_bf16 = deep;
+  in_bf16.frozen_weights = FrozenWeights::bf16;
+  BOOST_TEST(training_memory(deep).weights - training_memory(in_bf16).weights == 2.0 * 6 * 8256 - 4.0 * 8256);
+  BOOST_TEST(training_memory(in_bf16).start == training_memory(deep).weights);  // built in float32, then narrowed
+  BOOST_TEST(training_memory(deep).start == 0.0);
 }
 
 // bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes

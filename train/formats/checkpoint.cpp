@@ -245,7 +245,7 @@ void write_training_checkpoint(const std::string& path, const GPT& model, const 
     f.write_attr(kOptim, "hparams", opt.hparams_json());
     for (const std::string& key : opt.state_keys()) {
       f.create_group(kOptim + "/" + key);
-      if (elsewhere) {
+      if (elsewhere && elsewhere->fetch) {
         for (size_t i = 0; i < elsewhere->names.size(); i++) {
           const StateBuf t = elsewhere->fetch(key, i);
           if (!t.defined()) continue;

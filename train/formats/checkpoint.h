@@ -102,9 +102,12 @@ struct TrainState {
 /// there is none; each is written before the next is fetched, so one is in memory at a time.
 struct OptimStateSource {
   std::vector<std::string> names;
+  /// When set, the state of names[i] under key (a sharded optimizer's, from the rank that keeps it);
+  /// unset: the optimizer's own.
   std::function<StateBuf(const std::string& key, size_t i)> fetch;
   /// When set, each model parameter's value to write, called in named_parameters() order with the
-  /// parameter and its shape (ZeRO stage 3: a block's weights come from the rank that keeps them).
+  /// parameter and its shape (ZeRO stage 3: a block's weights come from the rank that keeps them;
+  /// frozen weights held in 16 bits are widened).
   std::function<Tensor(const Var& p, const Shape& shape)> weight;
 };
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "autograd/json_read.h"
+#include "autograd/tensor.h"
 #include "data/io.h"
 #include "data/sampler.h"
 #include "train/dist.h"
@@ -253,6 +254,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   // storage the run took over goes first
   converted.reset();
   source.reset();
+  release_cached_storage();  // the run's freed tensors, kept for reuse, go back before the checkpoint is read whole
   r.val_loss = evaluate_on_rank0_or_all(lead ? load_model(dir.checkpoint()).model : nullptr, corpus, r.config);
   return r;
 }
