@@ -240,7 +240,7 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
 namespace tapelm {
 
 NarrowedBlocks::NarrowedBlocks(const GPT& model, const HeldAs& held_as) : layers_(model.blocks.size()), whole_(model.blocks.size(), 1) {
-  for (size_t l = 0; l < model.blocks.size(); l++)
+  for (size_t l = 0; l < model.blocks.size(); l++) {
     for (const auto& [name, p] : model.blocks[l]->named_parameters()) {
       const std::string full = "blocks." + std::to_string(l) + "." + name;
       const WeightType type = held_as(full, p.val());
@@ -249,11 +249,21 @@ NarrowedBlocks::NarrowedBlocks(const GPT& model, const HeldAs& held_as) : layers
       if (type != WeightType::bf16 && type != WeightType::f16)
         throw Error(ErrorKind::internal, full + " held in " + to_string(type) + ": only bf16 and f16 are");
       Held h{p, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
-      inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel());
+      int64_t overflow = -1;
+      inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel(), &overflow);
+      if (overflow >= 0)
+        throw Error(ErrorKind::data, full + ": value " + std::to_string(p.val().data()[overflow]) + " at index " + std::to_string(overflow) +
+                                         " is beyond what " + to_string(type) + " holds (" +
+                                         (type == WeightType::f16 ? "65504" : "3.39e38") + "): keep it in f32");
       values_ += p.numel();
+      p.release_value();  // one tensor in both forms at a time: the start holds 4 bytes a weight, not 6
       layers_[l].push_back(std::move(h));
     }
-  if (values_ > 0) release_all();
+    if (!layers_[l].empty()) {
+      whole_[l] = 0;
+      release_cached_storage();
+    }
+  }
 }
 
 void NarrowedBlocks::gather(size_t l) {

@@ -225,6 +225,7 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
                                : static_cast<double>((m.n_head + 2 * m.n_kv_head) * m.head_dim() * m.n_embd);
   b.gradients = sharded_grads ? 4 * (trained / shards + in_flight) : 4 * trained;
   b.optimizer = (c.moments == Moments::bf16 ? 4 : 8) * trained / shards;
+  if (b.start > 0) b.start += b.optimizer;  // a resumed run has read its state before the weights are narrowed
   // Per token and layer, what the tape keeps for backward: 16·d (the norms' outputs, q, k and v
   // and their rotated and head-major copies, the attention and projection outputs, the residual
   // sums), the MLP's hidden layer before and after its activation (four of them gated: gate, up,
@@ -257,7 +258,7 @@ std::string TrainingMemory::str() const {
          byte_size_str(optimizer) + (reduce > 0 ? ", all-reduce buffers " + byte_size_str(reduce) : "") + ", activations " +
          byte_size_str(activations) + ", final evaluation " + byte_size_str(evaluation) +
          (teacher > 0 ? ", distillation teacher " + byte_size_str(teacher) : "") +
-         (start > 0 ? "; as it starts, every weight in float32 " + byte_size_str(start) : "");
+         (start > 0 ? "; as it starts, every weight in float32 (and a resumed state) " + byte_size_str(start) : "");
 }
 
 double training_state_bytes(const TrainConfig& c, int world) {

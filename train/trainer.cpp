@@ -201,7 +201,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       lead_(rank_ == 0),
       multi_(world_ > 1),
       quiet_(opt.quiet || !lead_),
-      model_(model_config(cfg, opt), cfg.seed, start_keep(cfg)),
+      // init_from's weights replace the init: nothing is drawn, so the model's own weights are never
+      // touched (a second float32 copy of the model in memory while init_from's are taken over)
+      model_(model_config(cfg, opt), cfg.seed, opt.init_from ? GPT::Keep([](const std::string&) { return false; }) : start_keep(cfg)),
       params_(trained_parameters(model_, cfg.trainable)),
       train_flops_(cfg.train_flops_per_token()) {
   st_.extra_json = opt.extra_json;
@@ -259,7 +261,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
     }
     TrainingMemory memory = training_memory(cfg_, world_, teacher_params(opt_));
     if (narrowed_ && cfg_.frozen_weights == FrozenWeights::automatic) {  // what auto holds in 16 bits, and one block of it widened
-      memory.start = memory.weights;
+      memory.start = memory.weights + memory.optimizer;
       memory.weights -= 2.0 * static_cast<double>(narrowed_->values()) - 4.0 * static_cast<double>(narrowed_->largest_block());
     }
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
@@ -292,7 +294,6 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
                   byte_size_str(held).c_str(), byte_size_str(all).c_str());
     }
   }
-
 }
 
 Trainer::~Trainer() = default;

@@ -405,18 +405,22 @@ KvType as_kv(WeightType t) {
 }
 }  // namespace
 
-int64_t narrow_values(WeightType type, uint16_t* dst, const float* src, int64_t n) {
+int64_t narrow_values(WeightType type, uint16_t* dst, const float* src, int64_t n, int64_t* first_overflow) {
   const KvType t = as_kv(type);
   const int64_t chunks = (n + kNarrowChunk - 1) / kNarrowChunk;
-  int64_t inexact = 0;
-#pragma omp parallel for schedule(static) reduction(+ : inexact) if (n > kern::kParallelMin)
+  int64_t inexact = 0, first = n;
+#pragma omp parallel for schedule(static) reduction(+ : inexact) reduction(min : first) if (n > kern::kParallelMin)
   for (int64_t c = 0; c < chunks; c++) {
     const int64_t i0 = c * kNarrowChunk, len = std::min(kNarrowChunk, n - i0);
     kv_encode_rows(t, reinterpret_cast<uint8_t*>(dst + i0), src + i0, 1, len);
     float back[kNarrowChunk];
     kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(dst + i0), 1, len);
-    for (int64_t i = 0; i < len; i++) inexact += std::memcmp(&back[i], src + i0 + i, sizeof(float)) != 0;
+    for (int64_t i = 0; i < len; i++) {
+      inexact += std::memcmp(&back[i], src + i0 + i, sizeof(float)) != 0;
+      if (std::isfinite(src[i0 + i]) && !std::isfinite(back[i])) first = std::min(first, i0 + i);
+    }
   }
+  if (first_overflow) *first_overflow = first < n ? first : -1;
   return inexact;
 }
 

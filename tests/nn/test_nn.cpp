@@ -311,6 +311,13 @@ BOOST_AUTO_TEST_CASE(frozen_weights_held_in_16_bits_give_the_float32_models_grad
     for (int64_t i = 0; i < w.numel(); i++)
       BOOST_TEST_REQUIRE(std::fabs(w.data()[i] - was.data()[i]) <= std::ldexp(std::fabs(was.data()[i]), -8), name << " " << i);
   }
+  // a value past what the type holds (f16's largest is 65504) is refused, naming the weight, not
+  // turned into infinity
+  GPT big(c, 9);
+  for (auto& [name, p] : big.named_parameters())
+    if (name == "blocks.1.mlp.down.weight") p.val().data()[5] = 1e6f;
+  test::expect_throw([&] { NarrowedBlocks(big, [&frozen](const std::string& name, const Tensor&) { return frozen(name) ? WeightType::f16 : WeightType::f32; }); },
+                     ErrorKind::data, {"blocks.1.mlp.down.weight: value 1000000", "at index 5", "beyond what f16 holds"});
 }
 
 // KV ∈ {4 (MHA), 2 (GQA), 1 (MQA)} × {learned positions, RoPE, GPT-NeoX's partial RoPE with the

@@ -105,6 +105,7 @@ int run_bench(const BenchArgs& a) {
   const int64_t batch = a.batch > 0 ? a.batch : cfg.batch_size;
   cfg.batch_size = batch;  // --batch is what runs: count it, not the config's batch_size
   cfg.eval_iters = 0;
+  cfg.frozen_weights = FrozenWeights::f32;  // bench_train holds every weight in float32
   check_training_memory(cfg);
   const BenchResult r = bench_train(cfg, batch, a.iters, a.warmup, a.seed);
   if (a.json) {
