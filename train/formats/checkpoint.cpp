@@ -210,7 +210,9 @@ LoadedModel load_model(const std::string& path, double bytes_per_param) {
   const int64_t params = model_cost(cfg).params;
   check_memory(bytes_per_param * static_cast<double>(params), available_memory_bytes(),
                path + ": the model's " + std::to_string(params) + " parameters");
-  LoadedModel l{.model = std::make_unique<GPT>(cfg)};
+  // nothing drawn: every weight is read, and an init beside the read weights would be a second
+  // float32 copy of the model in memory while they arrive
+  LoadedModel l{.model = std::make_unique<GPT>(cfg, 1337, [](const std::string&) { return false; })};
   read_model_weights(f, *l.model);
   if (has_tokenizer(f)) l.tok = read_tokenizer(f);
   return l;
