@@ -239,29 +239,51 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const GPTConfig& c) 
 
 namespace tapelm {
 
-NarrowedBlocks::NarrowedBlocks(const GPT& model, const HeldAs& held_as) : layers_(model.blocks.size()), whole_(model.blocks.size(), 1) {
-  for (size_t l = 0; l < model.blocks.size(); l++) {
-    for (const auto& [name, p] : model.blocks[l]->named_parameters()) {
-      const std::string full = "blocks." + std::to_string(l) + "." + name;
-      const WeightType type = held_as(full, p.val());
-      if (type == WeightType::f32) continue;
-      if (!p.val().defined()) throw Error(ErrorKind::internal, "narrowing " + full + ": it holds no values");
-      if (type != WeightType::bf16 && type != WeightType::f16)
-        throw Error(ErrorKind::internal, full + " held in " + to_string(type) + ": only bf16 and f16 are");
-      Held h{p, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
-      int64_t overflow = -1;
-      inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel(), &overflow);
-      if (overflow >= 0)
-        throw Error(ErrorKind::data, full + ": value " + std::to_string(p.val().data()[overflow]) + " at index " + std::to_string(overflow) +
-                                         " is beyond what " + to_string(type) + " holds (" +
-                                         (type == WeightType::f16 ? "65504" : "3.39e38") + "): keep it in f32");
-      values_ += p.numel();
-      p.release_value();  // one tensor in both forms at a time: the start holds 4 bytes a weight, not 6
-      layers_[l].push_back(std::move(h));
-    }
-    if (!layers_[l].empty()) {
-      whole_[l] = 0;
-      release_cached_storage();
+NarrowedBlocks::NarrowedBlocks(size_t layers) : layers_(layers), whole_(layers, 1) {}
+
+NarrowedBlocks::NarrowedBlocks(const GPT& model, const HeldAs& held_as) : NarrowedBlocks(model.blocks.size()) {
+  for (size_t l = 0; l < model.blocks.size(); l++) narrow(model, l, held_as);
+}
+
+void NarrowedBlocks::narrow(const GPT& model, size_t l, const HeldAs& held_as) {
+  if (model.blocks.size() != layers_.size()) throw Error(ErrorKind::internal, "narrowing a model of another number of blocks");
+  const auto named = model.blocks.at(l)->named_parameters();
+  const size_t held_before = layers_[l].size();
+  for (size_t i = 0; i < named.size(); i++) {
+    const auto& [name, p] = named[i];
+    if (holds(p)) continue;
+    const std::string full = "blocks." + std::to_string(l) + "." + name;
+    const WeightType type = held_as(full, p.val());
+    if (type == WeightType::f32) continue;
+    if (!p.val().defined()) throw Error(ErrorKind::internal, "narrowing " + full + ": it holds no values");
+    if (type != WeightType::bf16 && type != WeightType::f16)
+      throw Error(ErrorKind::internal, full + " held in " + to_string(type) + ": only bf16 and f16 are");
+    Held h{p, i, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
+    int64_t overflow = -1;
+    inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel(), &overflow);
+    if (overflow >= 0)
+      throw Error(ErrorKind::data, full + ": value " + std::to_string(p.val().data()[overflow]) + " at index " + std::to_string(overflow) +
+                                       " is beyond what " + to_string(type) + " holds (" +
+                                       (type == WeightType::f16 ? "65504" : "3.39e38") + "): keep it in f32");
+    values_ += p.numel();
+    p.release_value();  // one tensor in both forms at a time: the start holds 4 bytes a weight, not 6
+    layers_[l].push_back(std::move(h));
+  }
+  if (layers_[l].size() > held_before) {
+    whole_[l] = 0;
+    release_cached_storage();
+  }
+}
+
+void NarrowedBlocks::rebind(const GPT& other) {
+  if (other.blocks.size() != layers_.size()) throw Error(ErrorKind::internal, "narrowed weights rebound to a model of another number of blocks");
+  for (size_t l = 0; l < layers_.size(); l++) {
+    const auto named = other.blocks[l]->named_parameters();
+    for (Held& h : layers_[l]) {
+      const Var& to = named.at(h.index).second;  // of h.shape: the caller's config is this model's
+      if (whole_[l]) to.val() = h.p.val();
+      h.p.release_value();
+      h.p = to;
     }
   }
 }

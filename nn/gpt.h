@@ -127,6 +127,14 @@ class NarrowedBlocks : public BlockResidency {
   /// and frees its float32 values; set the result as model.residency. The parameters must have
   /// values (none released).
   NarrowedBlocks(const GPT& model, const HeldAs& held_as);
+  /// Nothing narrowed yet, for a model of `layers` blocks: narrow() narrows them one at a time
+  /// (as a conversion fills them).
+  explicit NarrowedBlocks(size_t layers);
+  /// Narrows block l of `model` as the constructor does; a parameter held already is left as it is.
+  void narrow(const GPT& model, size_t l, const HeldAs& held_as);
+  /// What is held becomes the same parameters of `other` (a model of the same shapes, whose
+  /// narrowed parameters then hold no float32 values): a model taking over another's weights.
+  void rebind(const GPT& other);
   void gather(size_t layer) override;
   void release(size_t layer) override;
   bool collective() const override { return false; }
@@ -145,6 +153,7 @@ class NarrowedBlocks : public BlockResidency {
  private:
   struct Held {
     Var p;
+    size_t index;  // p's place in its block's named_parameters()
     Shape shape;
     WeightType type;
     std::vector<uint16_t> bits;

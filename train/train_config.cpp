@@ -179,7 +179,14 @@ NarrowedBlocks::HeldAs frozen_weights_held_as(const TrainConfig& c, int world) {
   };
 }
 
-TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_params) {
+BlockParams frozen_block_params(const TrainConfig& c) {
+  std::vector<double> frozen(static_cast<size_t>(c.model.n_layer), 0.0);
+  for (const auto& [name, shape] : parameter_shapes(c.model))
+    if (is_frozen_block_parameter(c, name)) frozen[static_cast<size_t>(std::stoll(name.substr(7)))] += static_cast<double>(shape_numel(shape));
+  return {std::accumulate(frozen.begin(), frozen.end(), 0.0), *std::max_element(frozen.begin(), frozen.end())};
+}
+
+TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_params, const HeldNarrowed* held) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params), trained = static_cast<double>(c.trained_params());
   // float weights; gradients and AdamW's two moments of the trained ones (the moments a rank's
@@ -206,16 +213,19 @@ TrainingMemory training_memory(const TrainConfig& c, int world, double teacher_p
       if (is_block_parameter(name)) kept[static_cast<size_t>(keepers.at(name))] += static_cast<double>(shape_numel(shape));
     b.weights = 4 * (params - bp.all + *std::max_element(kept.begin(), kept.end()) + bp.largest) + rounded * largest_matrix;
   }
-  if (const bool narrow = c.frozen_weights == FrozenWeights::bf16 || c.frozen_weights == FrozenWeights::f16;
-      narrow && c.trainable != Trainable::all && !(c.shard == Shard::parameters && world > 1)) {
+  HeldNarrowed narrowed;
+  if (held) {
+    narrowed = *held;
+  } else if (const bool narrow = c.frozen_weights == FrozenWeights::bf16 || c.frozen_weights == FrozenWeights::f16;
+             narrow && c.trainable != Trainable::all && !(c.shard == Shard::parameters && world > 1)) {
+    // `auto` counts float32: what it holds is known once the weights are (held, and the trainer prints it)
+    const BlockParams frozen = frozen_block_params(c);
+    narrowed = {frozen.all, frozen.largest, false};
+  }
+  if (narrowed.values > 0) {
     // the frozen block weights in 16 bits, and one block's of them widened to float32 while it runs
-    // (`auto` counts float32: what it holds is known once the weights are, and the trainer prints it)
-    std::vector<double> frozen(static_cast<size_t>(m.n_layer), 0.0);
-    for (const auto& [name, shape] : parameter_shapes(m))
-      if (is_frozen_block_parameter(c, name)) frozen[static_cast<size_t>(std::stoll(name.substr(7)))] += static_cast<double>(shape_numel(shape));
-    const double all = std::accumulate(frozen.begin(), frozen.end(), 0.0);
-    b.start = b.weights;  // the model is built (or read, or taken over) in float32, then narrowed
-    b.weights -= 4 * all - 2 * all - 4 * *std::max_element(frozen.begin(), frozen.end());
+    if (!narrowed.since_start) b.start = b.weights;  // the model is built (or read, or taken over) in float32, then narrowed
+    b.weights -= 2 * narrowed.values - 4 * narrowed.largest_block;
   }
   // Sharded gradients: a rank keeps its share; every rank fills each gradient until it is reduced
   // to its keeper, which for the (tied) embedding is all of backward, from the head's use to the
@@ -266,11 +276,11 @@ double training_state_bytes(const TrainConfig& c, int world) {
   return b.weights + b.gradients + b.optimizer;
 }
 
-void check_training_memory(const TrainConfig& c, double available, int world) {
+void check_training_memory(const TrainConfig& c, double available, int world, const HeldNarrowed* held) {
   const GPTConfig& m = c.model;
   const double params = static_cast<double>(model_cost(m).params);
   const bool rounded = c.precision != Precision::f32;  // a bf16 copy of the weights and of the linear layers' inputs
-  const TrainingMemory b = training_memory(c, world);
+  const TrainingMemory b = training_memory(c, world, 0, held);
   char n[32];
   std::snprintf(n, sizeof n, "%.3g", params);
   check_memory(b.weights + b.gradients + b.optimizer, available, "the model's " + std::string(n) + " parameters (n_layer " + std::to_string(m.n_layer) +

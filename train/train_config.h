@@ -171,6 +171,8 @@ struct BlockParams {
 BlockParams block_params(const GPTConfig& c);
 /// Whether the parameter of this name is a frozen block weight under c (what frozen_weights holds).
 bool is_frozen_block_parameter(const TrainConfig& c, const std::string& name);
+/// c's frozen block weights: all of them, and the largest block's.
+BlockParams frozen_block_params(const TrainConfig& c);
 /// What c's run holds each block weight in on `world` ranks (NarrowedBlocks::HeldAs): float32 for
 /// the trained ones and under frozen_weights f32; the frozen ones in bf16 or f16 as frozen_weights
 /// asks, or under `auto` in the 16-bit type that holds the weight's values exactly (a bf16 or f16
@@ -179,15 +181,24 @@ NarrowedBlocks::HeldAs frozen_weights_held_as(const TrainConfig& c, int world);
 /// A config Error when c asks for a 16-bit type of frozen_weights under shard parameters on more
 /// ranks than one (a rank keeps its share of the blocks in float32).
 void check_frozen_weights(const TrainConfig& c, int world);
+/// The frozen block weights a run holds in 16 bits, once they are known (NarrowedBlocks' counts):
+/// `values` of them, `largest_block` in the block that has the most; `since_start` when they came
+/// narrowed (uptrain's conversion narrows block by block), so the run never holds them in float32.
+struct HeldNarrowed {
+  double values = 0, largest_block = 0;
+  bool since_start = false;
+};
 /// teacher_params: the parameters of a distillation teacher held beside the model (0: none).
-TrainingMemory training_memory(const TrainConfig& c, int world = 1, double teacher_params = 0);
+/// held: what is known to be held in 16 bits (else frozen_weights' bf16 or f16 are counted, and
+/// `auto` as float32).
+TrainingMemory training_memory(const TrainConfig& c, int world = 1, double teacher_params = 0, const HeldNarrowed* held = nullptr);
 /// Weights, gradients and optimizer state together (TrainingMemory's first three).
 double training_state_bytes(const TrainConfig& c, int world);
 /// Throws a config Error naming the keys at fault when training c cannot fit in `available`
 /// bytes: weights, gradients and optimizer state (a rank's share in a run of `world` ranks), one
 /// micro-batch's activations (a lower bound) and the evaluation windows. Called before anything is
 /// allocated.
-void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1);
+void check_training_memory(const TrainConfig& c, double available = available_memory_bytes(), int world = 1, const HeldNarrowed* held = nullptr);
 
 // ---- a training checkpoint's config (train/formats/checkpoint.h stores it as JSON) ----------
 

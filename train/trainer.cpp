@@ -177,12 +177,27 @@ double teacher_params(const TrainOptions& opt) {
   return opt.teacher ? static_cast<double>(model_cost(opt.teacher->config()).params) : 0.0;
 }
 
+// init_from's frozen block weights when they are held in 16 bits already (uptrain's conversion
+// narrows each block as it makes it): the run takes them over as they are. Not on a resume, which
+// reads every weight from the checkpoint.
+std::shared_ptr<NarrowedBlocks> narrowed_init(const TrainOptions& opt) {
+  return opt.init_from && !opt.resume ? std::dynamic_pointer_cast<NarrowedBlocks>(opt.init_from->residency) : nullptr;
+}
+
+HeldNarrowed held_narrowed(const NarrowedBlocks& n, bool since_start) {
+  return {static_cast<double>(n.values()), static_cast<double>(n.largest_block()), since_start};
+}
+
 // The model's config, once the checks and settings that precede building the model are done.
 const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   // Before the model is allocated. A distillation teacher is in memory already, and so are
   // init_from's weights, which the run takes over: the memory they hold is the run's.
-  const double reused = opt.init_from ? 4.0 * static_cast<double>(model_cost(opt.init_from->config()).params) : 0.0;
-  check_training_memory(cfg, available_memory_bytes() + reused, dist::size());
+  double reused = opt.init_from ? 4.0 * static_cast<double>(model_cost(opt.init_from->config()).params) : 0.0;
+  const std::shared_ptr<NarrowedBlocks> narrowed = narrowed_init(opt);
+  if (const auto* n = opt.init_from ? dynamic_cast<const NarrowedBlocks*>(opt.init_from->residency.get()) : nullptr)
+    reused -= 2.0 * static_cast<double>(n->values());
+  const HeldNarrowed held = narrowed ? held_narrowed(*narrowed, true) : HeldNarrowed{};
+  check_training_memory(cfg, available_memory_bytes() + reused, dist::size(), narrowed ? &held : nullptr);
   set_num_threads(static_cast<int>(cfg.threads));
   return cfg.model;
 }
@@ -218,11 +233,15 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   }
   dist::agree(setup_error);
   if (multi_) agree_on_start(model_.named_parameters(), *optim_, st_, cfg_, corpus_, opt_, !owner_.empty());
-  // The start's weights are final: the frozen block weights go to 16 bits where frozen_weights says so.
-  if (auto narrowed = std::make_shared<NarrowedBlocks>(model_, frozen_held_as_); narrowed->values() > 0) {
-    narrowed_ = narrowed;
+  // The start's weights are final: the frozen block weights go to 16 bits where frozen_weights says
+  // so (those init_from held in 16 bits are so already).
+  const bool narrowed_since_start = narrowed_ != nullptr;
+  if (!narrowed_) narrowed_ = std::make_shared<NarrowedBlocks>(model_.blocks.size());
+  for (size_t l = 0; l < model_.blocks.size(); l++) narrowed_->narrow(model_, l, frozen_held_as_);
+  if (narrowed_->values() > 0)
     model_.residency = narrowed_;
-  }
+  else
+    narrowed_.reset();
 
   // Fixed evaluation batches: the same windows at every evaluation.
   const int64_t T = cfg_.model.block_size;
@@ -259,11 +278,9 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
       shard = " (shard " + to_string(cfg_.shard) + ": the " + what + " of this rank's share of the parameters; " +
               byte_size_str(training_memory(whole, world_).total()) + " unsharded)";
     }
-    TrainingMemory memory = training_memory(cfg_, world_, teacher_params(opt_));
-    if (narrowed_ && cfg_.frozen_weights == FrozenWeights::automatic) {  // what auto holds in 16 bits, and one block of it widened
-      memory.start = memory.weights + memory.optimizer;
-      memory.weights -= 2.0 * static_cast<double>(narrowed_->values()) - 4.0 * static_cast<double>(narrowed_->largest_block());
-    }
+    // what is held in 16 bits, counted (under `auto` known only now)
+    const HeldNarrowed held = narrowed_ ? held_narrowed(*narrowed_, narrowed_since_start) : HeldNarrowed{};
+    const TrainingMemory memory = training_memory(cfg_, world_, teacher_params(opt_), narrowed_ ? &held : nullptr);
     std::printf("%smemory estimate%s %s%s\n", opt_.label.c_str(), multi_ ? " a rank" : "",
                 memory.str().c_str(),
                 shard.c_str());
@@ -386,12 +403,18 @@ void Trainer::set_up() {
   if (opt_.init_from) {
     auto src = opt_.init_from->named_parameters();
     auto dst = model_.named_parameters();
-    if (src.size() != dst.size()) throw Error(ErrorKind::train, "init_from: parameter sets differ");
+    // by the configs' shapes: a weight init_from holds in 16 bits has no float32 value to measure
+    const auto have = parameter_shapes(opt_.init_from->config()), want = parameter_shapes(model_.config());
+    if (src.size() != dst.size() || have.size() != src.size()) throw Error(ErrorKind::train, "init_from: parameter sets differ");
     for (size_t i = 0; i < src.size(); i++) {
-      if (src[i].first != dst[i].first || src[i].second.shape() != dst[i].second.shape())
+      if (src[i].first != dst[i].first || have[i].second != want[i].second)
         throw Error(ErrorKind::train, "init_from: parameter " + src[i].first + " does not fit " + dst[i].first);
       dst[i].second.val() = src[i].second.val();  // shared: the init's own storage is freed here
       src[i].second.release_value();  // taken over: what this rank frees later (shard parameters) is freed
+    }
+    if ((narrowed_ = narrowed_init(opt_))) {  // its 16-bit weights too, held now for model_
+      narrowed_->rebind(model_);
+      opt_.init_from->residency.reset();
     }
   }
   model_.train();
@@ -664,13 +687,13 @@ void Trainer::save() {
       dist::gather(std::to_string(model_.dropout_rng().state()) + "\n" + sampler_->state());
   // sharded: rank 0 writes each parameter's state as its rank sends it, one tensor at a time
   OptimStateSource sharded;
+  if (narrowed_)  // the frozen weights widened one tensor at a time
+    sharded.weight = [this](const Var& p, const Shape&) { return narrowed_->value(p); };
   if (!owner_.empty()) {
     for (const auto& [name, p] : params_) sharded.names.push_back(name);
     sharded.fetch = [this](const std::string& key, size_t i) { return exchange_state(key, i); };
-    if (resident_)  // shard parameters: a block's weights from their keeper, one tensor at a time
+    if (resident_)  // shard parameters (never with narrowed_): a block's weights from their keeper, one tensor at a time
       sharded.weight = [this](const Var& p, const Shape& shape) { return held_by(p) > 0 ? exchange_weight(p, shape) : p.val(); };
-    else if (narrowed_)
-      sharded.weight = [this](const Var& p, const Shape&) { return narrowed_->value(p); };
     if (!lead_) {  // the same exchanges, in the order rank 0's writer makes them
       if (resident_) {
         const auto params = model_.named_parameters();
@@ -694,9 +717,8 @@ void Trainer::save() {
     st_.rank_dropout_rngs.push_back(std::stoull(streams[r].substr(0, nl)));
     st_.rank_sampler_states.push_back(streams[r].substr(nl + 1));
   }
-  if (owner_.empty() && narrowed_)  // the frozen weights widened one tensor at a time; the state is the optimizer's own
-    sharded.weight = [this](const Var& p, const Shape&) { return narrowed_->value(p); };
-  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok, owner_.empty() && !narrowed_ ? nullptr : &sharded);
+  // unsharded, the state is the optimizer's own (no fetch)
+  save_training_checkpoint(dir_.checkpoint(), model_, *optim_, cfg_, st_, corpus_.tok, sharded.fetch || sharded.weight ? &sharded : nullptr);
 }
 
 void Trainer::print_progress(const Step& s, double tokens_per_s, int64_t first_step, bool last) {

@@ -37,7 +37,9 @@ struct TrainOptions {
   bool quiet = false;                     // no progress lines
   /// Start from these weights instead of the init. They are taken over, not copied: the run's
   /// model takes their storage and trains it in place (a second copy of a 1.3 B model is 5 GB),
-  /// and init_from is left without values (so that a weight the run frees is freed).
+  /// and init_from is left without values (so that a weight the run frees is freed). Block weights
+  /// init_from holds in 16 bits (its residency a NarrowedBlocks, as uptrain's conversion leaves
+  /// them) are taken over as they are, unless the run resumes.
   /// Under mpirun every rank passes its own; rank 0's values are the ones every rank starts from.
   GPT* init_from = nullptr;
   /// Under mpirun: init_from holds rank 0's values on every rank already (uptrain shares them to

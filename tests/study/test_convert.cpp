@@ -13,6 +13,7 @@
 #include "data/tokens.h"
 #include "train/formats/checkpoint.h"
 #include "autograd/float16.h"
+#include "autograd/quant.h"
 #include "train/formats/gguf.h"
 #include "train/formats/hf.h"
 #include "train/formats/model_source.h"
@@ -731,6 +732,31 @@ BOOST_AUTO_TEST_CASE(streamed_conversion_equals_the_in_memory_one_bit_for_bit) {
             const auto k = kept.model->named_parameters();
             BOOST_TEST_REQUIRE(k.size() == b.size());
             for (size_t i = 0; i < k.size(); i++) BOOST_TEST(same_bits(k[i].second.val(), b[i].second.val()), k[i].first);
+            // each block narrowed as it is filled (uptrain's frozen weights, here every block
+            // matrix in bf16): the same values rounded to bf16, and the narrowed ones hold no float32
+            if (std::string(m) == "mean" || std::string(m) == "aligned-fit") {
+              const Converted narrow = convert_streamed_in_memory(from, G, v, 3, cs, [](const std::string&, const Tensor& t) {
+                return t.ndim() == 2 ? WeightType::bf16 : WeightType::f32;
+              });
+              const auto held = std::dynamic_pointer_cast<NarrowedBlocks>(narrow.model->residency);
+              BOOST_TEST_REQUIRE(held != nullptr);
+              const auto n = narrow.model->named_parameters();
+              int64_t narrowed = 0;
+              for (size_t i = 0; i < n.size(); i++) {
+                const bool matrix = n[i].first.rfind("blocks.", 0) == 0 && b[i].second.shape().size() == 2;
+                BOOST_TEST(held->holds(n[i].second) == matrix, n[i].first);
+                BOOST_TEST(n[i].second.val().defined() == !matrix, n[i].first);
+                Tensor want = b[i].second.val().clone();
+                if (matrix) {  // round to nearest even through bf16, as a narrowing does
+                  std::vector<uint16_t> bits(static_cast<size_t>(want.numel()));
+                  narrow_values(WeightType::bf16, bits.data(), want.data(), want.numel());
+                  widen_values(WeightType::bf16, want.data(), bits.data(), want.numel());
+                  narrowed += want.numel();
+                }
+                BOOST_TEST(same_bits(held->value(n[i].second), want), n[i].first);
+              }
+              BOOST_TEST(held->values() == narrowed);
+            }
             // with windows drawn from the ids by the seed (as uptrain calibrates on its train split)
             const CalibrationSource drawn{.ids = data.ids, .tokens = 64, .seed = 5, .what = r.calib};
             const Converted drawn_mem = calibrate_and_convert(*whole, G, v, 3, drawn), drawn_kept = convert_streamed_in_memory(from, G, v, 3, drawn);
@@ -1154,6 +1180,74 @@ BOOST_AUTO_TEST_CASE(partial_uptraining_moves_only_its_parameters_and_resumes) {
   o.trainable = Trainable::all;
   test::expect_throw([&] { uptrain(d / "mha/checkpoint.h5", shakespeare(), d / "kv", o); }, ErrorKind::checkpoint,
                      {"trained with trainable \"kv\", this run has \"all\""});
+}
+
+// One process, frozen_weights auto, a source whose weights are bf16 values (what a bf16 HF model
+// reads as): uptrain's conversion narrows each block's frozen weights as it fills the block, the
+// trainer takes them over as they are, and the final evaluation reads the checkpoint one block at
+// a time narrowed again; the float32 model is never whole. Widening a bf16 value is exact and
+// every block runs on its widened weights, so each --train kv | attention run is the frozen_weights
+// f32 run bit for bit: the loss before and after, every weight and moment saved. So are α = 0 (its
+// checkpoint written from the narrowed weights) and a run interrupted and resumed (which starts in
+// float32: a resume reads every weight from its checkpoint).
+BOOST_AUTO_TEST_CASE(uptraining_from_16_bit_weights_holds_the_frozen_ones_narrowed_from_the_conversion_on) {
+  TempDir d;
+  TrainConfig pre = pretrain_mha(d);
+  {  // the source's weights rounded to bf16 values, in place of the pretrained ones
+    LoadedModel m = load_model(d / "mha/checkpoint.h5");
+    for (auto& [name, p] : m.model->named_parameters()) {
+      std::vector<uint16_t> bits(static_cast<size_t>(p.numel()));
+      narrow_values(WeightType::bf16, bits.data(), p.val().data(), p.numel());
+      widen_values(WeightType::bf16, p.val().data(), bits.data(), p.numel());
+    }
+    save_training_checkpoint(d / "mha/checkpoint.h5", *m.model, *pre.make_optimizer(m.model->named_parameters()), pre, TrainState{}, *m.tok);
+  }
+  // the loaded-back checkpoint, read narrowed: the float32 read's values, the frozen ones held in bf16
+  {
+    TrainConfig kv = pre;
+    kv.trainable = Trainable::kv;
+    const LoadedModel whole = load_model(d / "mha/checkpoint.h5"), held = load_model(d / "mha/checkpoint.h5", 4, frozen_weights_held_as(kv, 1));
+    const auto narrowed = std::dynamic_pointer_cast<NarrowedBlocks>(held.model->residency);
+    BOOST_TEST_REQUIRE(narrowed != nullptr);
+    BOOST_TEST(narrowed->values() == frozen_block_params(kv).all);  // every frozen block weight: all are bf16 values
+    BOOST_TEST(narrowed->inexact() == 0);
+    const auto a = whole.model->named_parameters(), b = held.model->named_parameters();
+    for (size_t i = 0; i < a.size(); i++) {
+      BOOST_TEST(b[i].second.val().defined() == !is_frozen_block_parameter(kv, a[i].first), a[i].first);
+      BOOST_TEST(same_bits(narrowed->value(b[i].second), a[i].second.val()), a[i].first);
+    }
+  }
+  UptrainOptions o = to_mqa();
+  TrainConfig in_f32 = pre;
+  in_f32.frozen_weights = FrozenWeights::f32;
+  const auto same_files = [&](const std::string& a, const std::string& b) {
+    const H5File fa = H5File::open_read(d / (a + "/checkpoint.h5")), fb = H5File::open_read(d / (b + "/checkpoint.h5"));
+    for (const char* group : {"/model", "/optim/exp_avg", "/optim/exp_avg_sq"})
+      for (const std::string& n : fa.list_datasets_recursive(group))
+        BOOST_TEST(fa.read_tensor(std::string(group) + "/" + n).to_vector() == fb.read_tensor(std::string(group) + "/" + n).to_vector(),
+                   a << " against " << b << ": " << group << "/" << n);
+  };
+  for (const double fraction : {0.0, 0.25})
+    for (const Trainable t : {Trainable::kv, Trainable::attention}) {
+      o.fraction = fraction;
+      o.trainable = t;
+      const std::string run = to_string(t) + (fraction == 0 ? "_zero" : "");
+      o.original.reset();  // the source's config: frozen_weights auto
+      const UptrainResult held = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / run, o);
+      BOOST_TEST((held.config.frozen_weights == FrozenWeights::automatic));
+      BOOST_TEST(held.narrowed_values == frozen_block_params(held.config).all, run);  // every frozen block weight, from the conversion on
+      o.original = in_f32;
+      const UptrainResult whole = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / (run + "_f32"), o);
+      BOOST_TEST(whole.narrowed_values == 0, run);
+      BOOST_TEST(held.loss_before == whole.loss_before, run);
+      BOOST_TEST(held.val_loss == whole.val_loss, run);
+      BOOST_TEST((held.val_loss != held.loss_before || fraction == 0), run);
+      same_files(run, run + "_f32");
+      if (t == Trainable::kv && fraction > 0) {
+        o.original.reset();
+        expect_resume_equals_one_go(d, o, run, held);
+      }
+    }
 }
 
 // uptrain --distill: the source model as teacher. Interrupted and resumed it gives the weights of

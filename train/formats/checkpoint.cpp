@@ -204,7 +204,7 @@ void read_model_weights(const H5File& f, GPT& model, const std::string& group,
     if (!only || only(name)) p.val() = loaded.at(name);
 }
 
-LoadedModel load_model(const std::string& path, double bytes_per_param) {
+LoadedModel load_model(const std::string& path, double bytes_per_param, const NarrowedBlocks::HeldAs& held_as) {
   H5File f = H5File::open_read(path);
   const GPTConfig cfg = read_model_config(f);
   const int64_t params = model_cost(cfg).params;
@@ -213,7 +213,19 @@ LoadedModel load_model(const std::string& path, double bytes_per_param) {
   // nothing drawn: every weight is read, and an init beside the read weights would be a second
   // float32 copy of the model in memory while they arrive
   LoadedModel l{.model = std::make_unique<GPT>(cfg, 1337, [](const std::string&) { return false; })};
-  read_model_weights(f, *l.model);
+  if (!held_as) {
+    read_model_weights(f, *l.model);
+  } else {  // what is outside the blocks, then each block, narrowed before the next is read
+    const auto in_block = [](const std::string& name) { return name.rfind("blocks.", 0) == 0; };
+    read_model_weights(f, *l.model, kModel, [&](const std::string& name) { return !in_block(name); });
+    auto narrowed = std::make_shared<NarrowedBlocks>(l.model->blocks.size());
+    for (size_t b = 0; b < l.model->blocks.size(); b++) {
+      const std::string prefix = "blocks." + std::to_string(b) + ".";
+      read_model_weights(f, *l.model, kModel, [&prefix](const std::string& name) { return name.rfind(prefix, 0) == 0; });
+      narrowed->narrow(*l.model, b, held_as);
+    }
+    if (narrowed->values() > 0) l.model->residency = narrowed;
+  }
   if (has_tokenizer(f)) l.tok = read_tokenizer(f);
   return l;
 }

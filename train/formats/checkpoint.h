@@ -76,7 +76,10 @@ struct LoadedModel {
 /// Builds the model a checkpoint file describes and loads its weights and tokenizer. A model whose
 /// parameters at `bytes_per_param` bytes each (4: the weights once) exceed the memory available is
 /// refused before anything is allocated, naming the file and the parameter count.
-LoadedModel load_model(const std::string& path, double bytes_per_param = 4);
+/// With held_as, the block weights are read one block at a time, each block narrowed to what
+/// held_as gives as soon as it is read (NarrowedBlocks, set as the model's residency): the float32
+/// model is never whole. bytes_per_param then counts what is expected to be held.
+LoadedModel load_model(const std::string& path, double bytes_per_param = 4, const NarrowedBlocks::HeldAs& held_as = nullptr);
 /// Writes a weights-only checkpoint atomically.
 void save_model(const std::string& path, const GPT& model);
 

@@ -14,6 +14,7 @@
 #include "train/formats/registry.h"
 #include "train/streamed.h"
 #include "train/study/convert/budget.h"
+#include "train/train_config.h"
 
 namespace tapelm {
 
@@ -199,8 +200,13 @@ std::vector<int64_t> kv_budget_in_memory(const ConvertRequest& r, const formats:
 /// write them: what convert_blocks pushes, kept instead of written.
 class ParameterFill : public formats::ModelSink {
  public:
-  explicit ParameterFill(GPT& m) {
-    for (const auto& [name, p] : m.named_parameters()) params_.emplace(name, p);
+  /// With held_as, each block is narrowed (into `narrowed`) once its last parameter is filled.
+  ParameterFill(GPT& m, const NarrowedBlocks::HeldAs& held_as = nullptr, NarrowedBlocks* narrowed = nullptr)
+      : model_(m), held_as_(held_as), narrowed_(narrowed), unfilled_(m.blocks.size(), 0) {
+    for (const auto& [name, p] : m.named_parameters()) {
+      params_.emplace(name, p);
+      if (is_block_parameter(name)) unfilled_.at(block_of(name))++;
+    }
   }
   void tensor(const std::string& name, const Tensor& t) override {
     const auto it = params_.find(name);
@@ -209,6 +215,8 @@ class ParameterFill : public formats::ModelSink {
       throw Error(ErrorKind::internal, "conversion: " + name + " is " + shape_str(t.shape()) + ", the model's " + shape_str(it->second.shape()));
     std::copy_n(t.data(), t.numel(), it->second.val().data());
     params_.erase(it);
+    if (held_as_ && is_block_parameter(name))
+      if (const size_t l = block_of(name); --unfilled_.at(l) == 0) narrowed_->narrow(model_, l, held_as_);
   }
   /// Every parameter was filled (an internal Error naming the first one that was not).
   void check_filled() const {
@@ -216,13 +224,18 @@ class ParameterFill : public formats::ModelSink {
   }
 
  private:
+  static size_t block_of(const std::string& name) { return static_cast<size_t>(std::stoll(name.substr(7))); }
+  GPT& model_;
+  const NarrowedBlocks::HeldAs held_as_;
+  NarrowedBlocks* narrowed_;
+  std::vector<int64_t> unfilled_;  // of each block's parameters
   std::map<std::string, Var> params_;
 };
 
 }  // namespace
 
 Converted convert_streamed_in_memory(const std::string& from, int64_t G, const Variant& v, uint64_t seed,
-                                     const CalibrationSource& source) {
+                                     const CalibrationSource& source, const NarrowedBlocks::HeldAs& held_as, double narrowed_values) {
   const auto t0 = Clock::now();
   const formats::OpenedModel src = formats::open_model(from);
   const GPTConfig& c = src.config;
@@ -230,17 +243,22 @@ Converted convert_streamed_in_memory(const std::string& from, int64_t G, const V
     throw Error(ErrorKind::internal, "convert_streamed_in_memory: a budget converts the model loaded whole");
   const GPTConfig nc = converted_config(c, {G});
   const std::vector<Index> batches = conversion_calibrates(c, nc, v) ? calibration_windows(source, c.block_size) : std::vector<Index>{};
-  check_memory(4.0 * static_cast<double>(model_cost(nc).params) + streaming_bytes(src, batches), available_memory_bytes(),
-               "converting " + src.what + " one block at a time into a model in memory");
+  const double weights = 4.0 * static_cast<double>(model_cost(nc).params) - (held_as ? 2.0 * narrowed_values : 0.0);
+  check_memory(weights + streaming_bytes(src, batches), available_memory_bytes(),
+               "converting " + src.what + " one block at a time into a model in memory" +
+                   (held_as && narrowed_values > 0 ? " (its frozen block weights in 16 bits)" : ""));
   Converted out;
-  out.model = std::make_unique<GPT>(nc, seed);  // seeded as convert_kv_heads seeds it: its dropout stream too
+  // seeded as convert_kv_heads seeds it (its dropout stream too); nothing drawn: every weight is filled
+  out.model = std::make_unique<GPT>(nc, seed, [](const std::string&) { return false; });
   for (const Index& b : batches) out.calib_tokens += b.numel();
   ConvertRequest r;
   r.seed = seed;
   const ConvertBlocks plan{r, src, nc, v, batches, out.calib_tokens, t0};
-  ParameterFill fill(*out.model);
+  const auto narrowed = held_as ? std::make_shared<NarrowedBlocks>(out.model->blocks.size()) : nullptr;
+  ParameterFill fill(*out.model, held_as, narrowed.get());
   convert_blocks(plan, fill);
   fill.check_filled();
+  if (narrowed && narrowed->values() > 0) out.model->residency = narrowed;
   out.seconds = since(t0);
   return out;
 }

@@ -41,8 +41,12 @@ Converted calibrate_and_convert(GPT& src, int64_t G, const Variant& v, uint64_t 
 /// calibrate_and_convert holds the whole source beside its result. The result is
 /// calibrate_and_convert's on the loaded source, bit for bit. A budget (grouping per-layer), which
 /// measures every layer's conversion on the whole model, is an internal Error: load it instead.
+/// With held_as, each block is narrowed as soon as it is filled (NarrowedBlocks, set as the
+/// result's residency), so the float32 model is never whole: narrowed_values, what held_as is
+/// expected to hold in 16 bits, is counted at 2 bytes in the memory check.
 Converted convert_streamed_in_memory(const std::string& from, int64_t G, const Variant& v, uint64_t seed,
-                                     const CalibrationSource& source);
+                                     const CalibrationSource& source, const NarrowedBlocks::HeldAs& held_as = nullptr,
+                                     double narrowed_values = 0);
 
 /// What `tapelm convert` does.
 struct ConvertRequest {

@@ -3,6 +3,7 @@
 #include "train/study/convert_model.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 
@@ -114,6 +115,24 @@ double evaluate_on_rank0_or_all(std::unique_ptr<GPT> mine, const Corpus& corpus,
   return evaluate_split(*done, corpus.val, dist::multi(), run.final_eval_tokens);
 }
 
+// Whether the converted model's frozen block weights are held in 16 bits from the conversion on:
+// in one process (under mpirun rank 0 shares the converted model whole), not resuming (a resume
+// reads every weight from the checkpoint), with frozen weights and frozen_weights not f32.
+bool narrowed_from_conversion(const TrainConfig& run, const UptrainOptions& o) {
+  return !dist::multi() && !o.resume && run.trainable != Trainable::all && run.frozen_weights != FrozenWeights::f32;
+}
+
+// How many of run's weights are expected in 16 bits from a source stored in source_type: every
+// frozen block weight under bf16 or f16; under auto when the source's type is 16-bit (what the
+// conversion leaves unchanged keeps its values; what it changes, `auto` keeps in float32).
+double expected_16bit_values(const TrainConfig& run, WeightType source_type) {
+  const bool source16 = source_type == WeightType::bf16 || source_type == WeightType::f16;
+  if (run.trainable == Trainable::all || run.frozen_weights == FrozenWeights::f32 ||
+      (run.frozen_weights == FrozenWeights::automatic && !source16))
+    return 0;
+  return frozen_block_params(run).all;
+}
+
 }  // namespace
 
 UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::string& out_dir, const UptrainOptions& o) {
@@ -128,6 +147,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   std::unique_ptr<GPT> source, converted;
   std::string from_digest, setup_error, mine;  // mine: what every rank must share with rank 0
   int64_t kv_heads_from = 0;
+  WeightType source_type = WeightType::f32;  // what the source's weights are stored in
   TrainConfig original;  // the source's run's config (or --config's), with --set
   const bool teaching = o.distill_lambda > 0 || o.distill_attention > 0;
   try {
@@ -180,15 +200,30 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
       same.dropout = opened.config.dropout;  // a training choice, not the model's
       if (!(same == opened.config))
         throw Error(ErrorKind::config, "uptrain: the training config's model differs from " + from + "'s");
+      source_type = opened.kept_dtype();
     }
     const bool budget = kv_budget_of({.heads = {o.kv_heads}}, o.variant, original.model) > 0;
     if (teaching || (lead && budget)) source = formats::open_model(from).load();
     if (lead) {
       const CalibrationSource calib{.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"};
+      // one process: the frozen block weights go to 16 bits (frozen_weights) as each block is made,
+      // so the float32 model is never whole (a 7B's 27 GB); the trainer takes them over as they are
+      const NarrowedBlocks::HeldAs held_as = narrowed_from_conversion(r.config, o) ? frozen_weights_held_as(r.config, 1) : nullptr;
       Converted c = source ? calibrate_and_convert(*source, o.kv_heads, o.variant, o.seed, calib)
-                           : convert_streamed_in_memory(from, o.kv_heads, o.variant, o.seed, calib);
+                           : convert_streamed_in_memory(from, o.kv_heads, o.variant, o.seed, calib, held_as,
+                                                        expected_16bit_values(r.config, source_type));
       converted = std::move(c.model);
+      if (held_as && !converted->residency)  // converted whole (a teacher, a budget): narrowed now
+        if (auto n = std::make_shared<NarrowedBlocks>(*converted, held_as); n->values() > 0) converted->residency = n;
       r.convert_seconds = c.seconds;
+      if (const auto n = std::dynamic_pointer_cast<NarrowedBlocks>(converted->residency)) {
+        r.narrowed_values = n->values();
+        if (!o.quiet)
+          std::printf("%sconverted in %.1f s, the frozen block weights held in %s from here on: %.2f M parameters in %s%s\n", o.label.c_str(),
+                      c.seconds, n->types().c_str(), static_cast<double>(n->values()) / 1e6,
+                      byte_size_str(2.0 * static_cast<double>(n->values())).c_str(),
+                      n->inexact() == 0 ? " (exactly their values)" : (" (" + std::to_string(n->inexact()) + " values rounded)").c_str());
+      }
     }
     // The source is the teacher of distillation and nothing else once converted: without one it is
     // freed here, not held beside the model being trained (a 1.3 B model's 5.4 GB).
@@ -241,7 +276,10 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
       TrainState st;
       st.extra_json = to.extra_json;
       st.dropout_rng = converted->dropout_rng().state();
-      save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok);
+      OptimStateSource widened;  // weights held in 16 bits written in float32, one tensor at a time
+      if (const auto narrowed = std::dynamic_pointer_cast<NarrowedBlocks>(converted->residency))
+        widened.weight = [narrowed](const Var& p, const Shape&) { return narrowed->value(p); };
+      save_training_checkpoint(dir.checkpoint(), *converted, *opt, r.config, st, corpus.tok, widened.weight ? &widened : nullptr);
     }
     r.val_loss = r.loss_before;
     return r;
@@ -255,7 +293,16 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   converted.reset();
   source.reset();
   release_cached_storage();  // the run's freed tensors, kept for reuse, go back before the checkpoint is read whole
-  r.val_loss = evaluate_on_rank0_or_all(lead ? load_model(dir.checkpoint()).model : nullptr, corpus, r.config);
+  // one process: read with the frozen block weights narrowed as in training, one block at a time
+  // (the checkpoint's values widen back exactly, so the loss is the float32 model's)
+  std::unique_ptr<GPT> trained_model;
+  if (lead) {
+    const bool narrow = narrowed_from_conversion(r.config, o);
+    const double params = static_cast<double>(model_cost(r.config.model).params);
+    const double bytes = narrow ? (4 * params - 2 * expected_16bit_values(r.config, source_type)) / params : 4;
+    trained_model = load_model(dir.checkpoint(), bytes, narrow ? frozen_weights_held_as(r.config, 1) : nullptr).model;
+  }
+  r.val_loss = evaluate_on_rank0_or_all(std::move(trained_model), corpus, r.config);
   return r;
 }
 

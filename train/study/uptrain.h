@@ -62,6 +62,7 @@ struct UptrainResult {
   double loss_before = 0;     // the converted model before any uptraining, same windows
   double seconds = 0;         // training wall time
   double convert_seconds = 0; // conversion wall time, calibration included
+  int64_t narrowed_values = 0; // frozen block weights held in 16 bits from the conversion on (frozen_weights; one process)
   TrainConfig config;         // what the uptraining ran with
   bool interrupted = false;   // stopped by a signal (on any rank): no final evaluation, --resume goes on
 };
