@@ -42,11 +42,12 @@ inline int64_t packed_bytes(WeightType type, int64_t rows, int64_t cols) {
 /// Float32 values stored in 16 bits (type bf16 or f16, rounded to nearest even), on the threads:
 /// returns how many of the n values the type did not hold exactly (0: the narrowing lost nothing),
 /// and in first_overflow (when given) the first finite value that rounded to infinity, or -1.
+/// With dst null nothing is stored: only the count (and first_overflow).
 int64_t narrow_values(WeightType type, uint16_t* dst, const float* src, int64_t n, int64_t* first_overflow = nullptr);
 /// dst [n] = the float32 values of n stored in 16 bits (bf16 or f16): exact. On the threads.
 void widen_values(WeightType type, float* dst, const uint16_t* src, int64_t n);
 /// Whether every one of the n values is one `type` (bf16 or f16) holds exactly.
-bool holds_exactly(WeightType type, const float* x, int64_t n);
+inline bool holds_exactly(WeightType type, const float* x, int64_t n) { return narrow_values(type, nullptr, x, n) == 0; }
 
 /// How a KV cache stores its values. f16 and bf16 round to nearest even; q8 is q8_0 blocks along
 /// each head's row of hd values (hd a multiple of 32), one scale per block.

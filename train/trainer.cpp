@@ -311,6 +311,7 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
                   byte_size_str(held).c_str(), byte_size_str(all).c_str());
     }
   }
+  std::fflush(stdout);  // what the run holds, before a first step that may take minutes (a pipe gets it at once)
 }
 
 Trainer::~Trainer() = default;

@@ -412,9 +412,11 @@ int64_t narrow_values(WeightType type, uint16_t* dst, const float* src, int64_t 
 #pragma omp parallel for schedule(static) reduction(+ : inexact) reduction(min : first) if (n > kern::kParallelMin)
   for (int64_t c = 0; c < chunks; c++) {
     const int64_t i0 = c * kNarrowChunk, len = std::min(kNarrowChunk, n - i0);
-    kv_encode_rows(t, reinterpret_cast<uint8_t*>(dst + i0), src + i0, 1, len);
+    uint16_t counted[kNarrowChunk];  // where the bits go when only counting
+    uint16_t* bits = dst ? dst + i0 : counted;
+    kv_encode_rows(t, reinterpret_cast<uint8_t*>(bits), src + i0, 1, len);
     float back[kNarrowChunk];
-    kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(dst + i0), 1, len);
+    kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(bits), 1, len);
     for (int64_t i = 0; i < len; i++) {
       inexact += std::memcmp(&back[i], src + i0 + i, sizeof(float)) != 0;
       if (std::isfinite(src[i0 + i]) && !std::isfinite(back[i])) first = std::min(first, i0 + i);
@@ -432,22 +434,6 @@ void widen_values(WeightType type, float* dst, const uint16_t* src, int64_t n) {
     const int64_t i0 = c * kNarrowChunk;
     kv_decode_rows(t, dst + i0, reinterpret_cast<const uint8_t*>(src + i0), 1, std::min(kNarrowChunk, n - i0));
   }
-}
-
-bool holds_exactly(WeightType type, const float* x, int64_t n) {
-  const KvType t = as_kv(type);
-  const int64_t chunks = (n + kNarrowChunk - 1) / kNarrowChunk;
-  int64_t inexact = 0;
-#pragma omp parallel for schedule(static) reduction(+ : inexact) if (n > kern::kParallelMin)
-  for (int64_t c = 0; c < chunks; c++) {
-    const int64_t i0 = c * kNarrowChunk, len = std::min(kNarrowChunk, n - i0);
-    uint16_t bits[kNarrowChunk];
-    float back[kNarrowChunk];
-    kv_encode_rows(t, reinterpret_cast<uint8_t*>(bits), x + i0, 1, len);
-    kv_decode_rows(t, back, reinterpret_cast<const uint8_t*>(bits), 1, len);
-    inexact += std::memcmp(back, x + i0, static_cast<size_t>(len) * sizeof(float)) != 0;
-  }
-  return inexact == 0;
 }
 
 }  // namespace tapelm

@@ -115,11 +115,11 @@ double evaluate_on_rank0_or_all(std::unique_ptr<GPT> mine, const Corpus& corpus,
   return evaluate_split(*done, corpus.val, dist::multi(), run.final_eval_tokens);
 }
 
-// Whether the converted model's frozen block weights are held in 16 bits from the conversion on:
-// in one process (under mpirun rank 0 shares the converted model whole), not resuming (a resume
-// reads every weight from the checkpoint), with frozen weights and frozen_weights not f32.
-bool narrowed_from_conversion(const TrainConfig& run, const UptrainOptions& o) {
-  return !dist::multi() && !o.resume && run.trainable != Trainable::all && run.frozen_weights != FrozenWeights::f32;
+// Whether the run's frozen block weights are held in 16 bits outside training too, as the conversion
+// makes them and as the trained checkpoint is read back: in one process (under mpirun rank 0 shares
+// the model whole), with frozen weights and frozen_weights not f32.
+bool narrows_outside_training(const TrainConfig& run) {
+  return !dist::multi() && run.trainable != Trainable::all && run.frozen_weights != FrozenWeights::f32;
 }
 
 // How many of run's weights are expected in 16 bits from a source stored in source_type: every
@@ -207,8 +207,9 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
     if (lead) {
       const CalibrationSource calib{.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"};
       // one process: the frozen block weights go to 16 bits (frozen_weights) as each block is made,
-      // so the float32 model is never whole (a 7B's 27 GB); the trainer takes them over as they are
-      const NarrowedBlocks::HeldAs held_as = narrowed_from_conversion(r.config, o) ? frozen_weights_held_as(r.config, 1) : nullptr;
+      // so the float32 model is never whole (a 7B's 23 GB); the trainer takes them over as they are
+      // (not on a resume, which reads every weight from the checkpoint)
+      const NarrowedBlocks::HeldAs held_as = narrows_outside_training(r.config) && !o.resume ? frozen_weights_held_as(r.config, 1) : nullptr;
       Converted c = source ? calibrate_and_convert(*source, o.kv_heads, o.variant, o.seed, calib)
                            : convert_streamed_in_memory(from, o.kv_heads, o.variant, o.seed, calib, held_as,
                                                         expected_16bit_values(r.config, source_type));
@@ -223,6 +224,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
                       c.seconds, n->types().c_str(), static_cast<double>(n->values()) / 1e6,
                       byte_size_str(2.0 * static_cast<double>(n->values())).c_str(),
                       n->inexact() == 0 ? " (exactly their values)" : (" (" + std::to_string(n->inexact()) + " values rounded)").c_str());
+        std::fflush(stdout);
       }
     }
     // The source is the teacher of distillation and nothing else once converted: without one it is
@@ -297,7 +299,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   // (the checkpoint's values widen back exactly, so the loss is the float32 model's)
   std::unique_ptr<GPT> trained_model;
   if (lead) {
-    const bool narrow = narrowed_from_conversion(r.config, o);
+    const bool narrow = narrows_outside_training(r.config);
     const double params = static_cast<double>(model_cost(r.config.model).params);
     const double bytes = narrow ? (4 * params - 2 * expected_16bit_values(r.config, source_type)) / params : 4;
     trained_model = load_model(dir.checkpoint(), bytes, narrow ? frozen_weights_held_as(r.config, 1) : nullptr).model;
