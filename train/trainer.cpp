@@ -237,7 +237,14 @@ Trainer::Trainer(const TrainConfig& cfg, const Corpus& corpus, const std::string
   // so (those init_from held in 16 bits are so already).
   const bool narrowed_since_start = narrowed_ != nullptr;
   if (!narrowed_) narrowed_ = std::make_shared<NarrowedBlocks>(model_.blocks.size());
-  for (size_t l = 0; l < model_.blocks.size(); l++) narrowed_->narrow(model_, l, frozen_held_as_);
+  std::string narrow_error;  // every rank holds the same weights: a value the type cannot hold is refused once, by rank 0
+  try {
+    for (size_t l = 0; l < model_.blocks.size(); l++) narrowed_->narrow(model_, l, frozen_held_as_);
+  } catch (const std::exception& e) {
+    if (!multi_) throw;
+    narrow_error = *e.what() ? e.what() : "unknown error";
+  }
+  dist::agree(narrow_error);
   if (narrowed_->values() > 0)
     model_.residency = narrowed_;
   else

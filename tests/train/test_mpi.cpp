@@ -595,6 +595,18 @@ BOOST_AUTO_TEST_CASE(uptrain_on_two_ranks_matches_one_process_with_twice_the_bat
   expect_same_state(d / "bf16/checkpoint.h5", d / "bf16_sharded/checkpoint.h5");
   expect_job_error(run_shell(mpirun(2) + binary() + " " + uptrain_args(d / "bf16_stage3", held + " --quiet --set shard=parameters")),
                    "frozen_weights \"bf16\" is not combined with shard \"parameters\"");
+  // a frozen weight beyond f16's 65504, asked for in f16: every rank holds it, one line says so
+  {
+    LoadedModel big = load_model(src);
+    for (auto& [name, p] : big.model->named_parameters())
+      if (name == "blocks.1.mlp.fc.weight") p.val()[7] = 1e6f;
+    const TrainConfig c = read_train_config(H5File::open_read(src));
+    save_training_checkpoint(d / "big.h5", *big.model, *c.make_optimizer(big.model->named_parameters()), c, TrainState{}, *big.tok);
+    const std::string big_args = "uptrain --from " + (d / "big.h5") + " --kv-heads 2 --method mean --data " + text + " --out " + (d / "f16") + " " +
+                                 partial + " --quiet --set frozen_weights=f16";
+    expect_job_error(run_shell(mpirun(2) + binary() + " " + big_args), "blocks.1.mlp.fc.weight: value 1000000.000000 at index 7 is beyond what f16 holds");
+    BOOST_TEST(!fs::exists(d / "f16/checkpoint.h5"));
+  }
 }
 
 // An uptraining under mpirun stopped by SIGUSR1 part-way and resumed on two ranks is the straight
