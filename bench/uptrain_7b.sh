@@ -4,7 +4,7 @@
 # process, its activations recomputed block by block: the frozen block weights are held in bf16
 # from the conversion on (frozen_weights auto), so the float32 model is never whole. Under
 # /usr/bin/time: peak RSS, tokens/s and the loss curve, as bench/uptrain_1p3b.sh, whose run this is.
-# The source takes 13.5 GB of disk and the checkpoint (float32) 23 GB.
+# The source takes 13.5 GB of disk and the checkpoint (float32 weights, AdamW's state of K and V) 24.3 GB.
 #
 #   bench/uptrain_7b.sh [WORK_DIR (/tmp/uptrain_7b)]
 #   # FRACTION (0.0075: 3 steps), EVAL_TOKENS (512) and SET as bench/uptrain_1p3b.sh

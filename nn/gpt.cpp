@@ -249,6 +249,7 @@ void NarrowedBlocks::narrow(const GPT& model, size_t l, const HeldAs& held_as) {
   if (model.blocks.size() != layers_.size()) throw Error(ErrorKind::internal, "narrowing a model of another number of blocks");
   const auto named = model.blocks.at(l)->named_parameters();
   const size_t held_before = layers_[l].size();
+  release(l);  // a gathered block's widened copies go first: what is held here has no float32 values
   for (size_t i = 0; i < named.size(); i++) {
     const auto& [name, p] = named[i];
     if (holds(p)) continue;
@@ -258,21 +259,30 @@ void NarrowedBlocks::narrow(const GPT& model, size_t l, const HeldAs& held_as) {
     if (!p.val().defined()) throw Error(ErrorKind::internal, "narrowing " + full + ": it holds no values");
     if (type != WeightType::bf16 && type != WeightType::f16)
       throw Error(ErrorKind::internal, full + " held in " + to_string(type) + ": only bf16 and f16 are");
-    Held h{p, i, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
-    int64_t overflow = -1;
-    inexact_ += narrow_values(type, h.bits.data(), p.val().data(), p.numel(), &overflow);
-    if (overflow >= 0)
-      throw Error(ErrorKind::data, full + ": value " + std::to_string(p.val().data()[overflow]) + " at index " + std::to_string(overflow) +
-                                       " is beyond what " + to_string(type) + " holds (" +
-                                       (type == WeightType::f16 ? "65504" : "3.39e38") + "): keep it in f32");
-    values_ += p.numel();
-    p.release_value();  // one tensor in both forms at a time: the start holds 4 bytes a weight, not 6
+    Held h{p, i, full, p.shape(), type, std::vector<uint16_t>(static_cast<size_t>(p.numel()))};
+    store(h);
+    values_ += shape_numel(h.shape);
     layers_[l].push_back(std::move(h));
+    whole_[l] = 0;  // at once: a refusal of a later tensor leaves the block consistent
   }
-  if (layers_[l].size() > held_before) {
-    whole_[l] = 0;
-    release_cached_storage();
-  }
+  if (layers_[l].size() > held_before) release_cached_storage();
+}
+
+void NarrowedBlocks::store(Held& h) {
+  int64_t overflow = -1;
+  inexact_ += narrow_values(h.type, h.bits.data(), h.p.val().data(), shape_numel(h.shape), &overflow);
+  if (overflow >= 0)
+    throw Error(ErrorKind::data, h.name + ": value " + std::to_string(h.p.val().data()[overflow]) + " at index " + std::to_string(overflow) +
+                                     " is beyond what " + to_string(h.type) + " holds (" +
+                                     (h.type == WeightType::f16 ? "65504" : "3.39e38") + "): keep it in f32");
+  h.p.release_value();  // one tensor in both forms at a time: the start holds 4 bytes a weight, not 6
+}
+
+void NarrowedBlocks::renarrow(size_t l) {
+  for (Held& h : layers_.at(l))
+    if (h.p.val().defined()) store(h);
+  whole_[l] = 0;
+  release_cached_storage();
 }
 
 void NarrowedBlocks::rebind(const GPT& other) {

@@ -132,6 +132,11 @@ class NarrowedBlocks : public BlockResidency {
   explicit NarrowedBlocks(size_t layers);
   /// Narrows block l of `model` as the constructor does; a parameter held already is left as it is.
   void narrow(const GPT& model, size_t l, const HeldAs& held_as);
+  /// Block l's held parameters that hold float32 values again (read anew, as a resumed run reads
+  /// its checkpoint's) are narrowed again into their types, replacing what was held, and freed.
+  void renarrow(size_t l);
+  /// Whether block l holds any parameter narrowed here.
+  bool holds_any(size_t l) const { return !layers_.at(l).empty(); }
   /// What is held becomes the same parameters of `other` (a model of the same shapes, whose
   /// narrowed parameters then hold no float32 values): a model taking over another's weights.
   void rebind(const GPT& other);
@@ -154,11 +159,14 @@ class NarrowedBlocks : public BlockResidency {
   struct Held {
     Var p;
     size_t index;  // p's place in its block's named_parameters()
+    std::string name;  // "blocks.L.…"
     Shape shape;
     WeightType type;
     std::vector<uint16_t> bits;
   };
   const Held* find(const Var& p) const;
+  /// h.p's float32 values into h.bits (an overflow refused, naming it), then freed.
+  void store(Held& h);
   std::vector<std::vector<Held>> layers_;
   std::vector<char> whole_;
   int64_t values_ = 0, inexact_ = 0;

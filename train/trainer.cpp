@@ -178,10 +178,10 @@ double teacher_params(const TrainOptions& opt) {
 }
 
 // init_from's frozen block weights when they are held in 16 bits already (uptrain's conversion
-// narrows each block as it makes it): the run takes them over as they are. Not on a resume, which
-// reads every weight from the checkpoint.
+// narrows each block as it makes it): the run takes them over as they are (a resume reads the
+// checkpoint's into them, a block at a time).
 std::shared_ptr<NarrowedBlocks> narrowed_init(const TrainOptions& opt) {
-  return opt.init_from && !opt.resume ? std::dynamic_pointer_cast<NarrowedBlocks>(opt.init_from->residency) : nullptr;
+  return opt.init_from ? std::dynamic_pointer_cast<NarrowedBlocks>(opt.init_from->residency) : nullptr;
 }
 
 HeldNarrowed held_narrowed(const NarrowedBlocks& n, bool since_start) {
@@ -194,8 +194,7 @@ const GPTConfig& model_config(const TrainConfig& cfg, const TrainOptions& opt) {
   // init_from's weights, which the run takes over: the memory they hold is the run's.
   double reused = opt.init_from ? 4.0 * static_cast<double>(model_cost(opt.init_from->config()).params) : 0.0;
   const std::shared_ptr<NarrowedBlocks> narrowed = narrowed_init(opt);
-  if (const auto* n = opt.init_from ? dynamic_cast<const NarrowedBlocks*>(opt.init_from->residency.get()) : nullptr)
-    reused -= 2.0 * static_cast<double>(n->values());
+  if (narrowed) reused -= 2.0 * static_cast<double>(narrowed->values());
   const HeldNarrowed held = narrowed ? held_narrowed(*narrowed, true) : HeldNarrowed{};
   check_training_memory(cfg, available_memory_bytes() + reused, dist::size(), narrowed ? &held : nullptr);
   set_num_threads(static_cast<int>(cfg.threads));
@@ -442,8 +441,20 @@ void Trainer::set_up() {
                                              to_string(cfg_.trainable) + "\": resume with the same, or start a new run from its weights");
     std::set<std::string> updated;  // the state this rank's optimizer keeps (sharded: its share) is all it reads
     for (const auto& [name, p] : optim_->params()) updated.insert(name);
-    load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; },
-                             start_keep(cfg_));  // shard parameters: the weights this rank keeps
+    GPT::Keep read_whole = start_keep(cfg_);  // shard parameters: the weights this rank keeps
+    std::set<std::string> held;                // the weights held in 16 bits: read a block at a time below
+    if (narrowed_) {
+      for (const auto& [name, p] : model_.named_parameters())
+        if (narrowed_->holds(p)) held.insert(name);
+      read_whole = [&held](const std::string& n) { return held.count(n) == 0; };  // (never with shard parameters)
+    }
+    load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; }, read_whole);
+    for (size_t l = 0; narrowed_ && l < model_.blocks.size(); l++) {
+      if (!narrowed_->holds_any(l)) continue;
+      const std::string prefix = "blocks." + std::to_string(l) + ".";
+      read_model_weights(f, model_, "/model", [&](const std::string& n) { return n.rfind(prefix, 0) == 0 && held.count(n) > 0; });
+      narrowed_->renarrow(l);
+    }
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())
       std::printf("%sresuming with this run's optimizer hyper-parameters, not the checkpoint's: %s\n",
                   opt_.label.c_str(), st_.optim_hparams_changed.c_str());

@@ -1091,8 +1091,8 @@ UptrainOptions to_mqa() {
 }
 
 // Uptraining as o into d/<run>2, interrupted after its first step (a signal) and resumed, ends
-// with the loss and the weights of d/<run> (`one_go`), uptrained in one go.
-void expect_resume_equals_one_go(const TempDir& d, UptrainOptions o, const std::string& run, const UptrainResult& one_go) {
+// with the loss and the weights of d/<run> (`one_go`), uptrained in one go. Returns the resumed run's result.
+UptrainResult expect_resume_equals_one_go(const TempDir& d, UptrainOptions o, const std::string& run, const UptrainResult& one_go) {
   const std::string again = run + "2";
   o.known_loss_before = 0;  // the conversion's loss is the one-go run's: not evaluated again
   o.stop = signal_stop_token();
@@ -1101,10 +1101,12 @@ void expect_resume_equals_one_go(const TempDir& d, UptrainOptions o, const std::
   BOOST_TEST(H5File::open_read(d / (again + "/checkpoint.h5")).read_attr_int("/train", "step") == 1);
   o.stop.clear();
   o.resume = true;
-  BOOST_TEST(uptrain(d / "mha/checkpoint.h5", shakespeare(), d / again, o).val_loss == one_go.val_loss);
+  const UptrainResult resumed = uptrain(d / "mha/checkpoint.h5", shakespeare(), d / again, o);
+  BOOST_TEST(resumed.val_loss == one_go.val_loss);
   H5File a = H5File::open_read(d / (run + "/checkpoint.h5")), b = H5File::open_read(d / (again + "/checkpoint.h5"));
   for (const std::string& n : a.list_datasets_recursive("/model"))
     BOOST_TEST(a.read_tensor("/model/" + n).to_vector() == b.read_tensor("/model/" + n).to_vector(), n);
+  return resumed;
 }
 }  // namespace
 
@@ -1188,8 +1190,8 @@ BOOST_AUTO_TEST_CASE(partial_uptraining_moves_only_its_parameters_and_resumes) {
 // a time narrowed again; the float32 model is never whole. Widening a bf16 value is exact and
 // every block runs on its widened weights, so each --train kv | attention run is the frozen_weights
 // f32 run bit for bit: the loss before and after, every weight and moment saved. So are α = 0 (its
-// checkpoint written from the narrowed weights) and a run interrupted and resumed (which starts in
-// float32: a resume reads every weight from its checkpoint).
+// checkpoint written from the narrowed weights) and a run interrupted and resumed (the
+// checkpoint's frozen weights read into the 16-bit ones a block at a time).
 BOOST_AUTO_TEST_CASE(uptraining_from_16_bit_weights_holds_the_frozen_ones_narrowed_from_the_conversion_on) {
   TempDir d;
   TrainConfig pre = pretrain_mha(d);
@@ -1243,9 +1245,9 @@ BOOST_AUTO_TEST_CASE(uptraining_from_16_bit_weights_holds_the_frozen_ones_narrow
       BOOST_TEST(held.val_loss == whole.val_loss, run);
       BOOST_TEST((held.val_loss != held.loss_before || fraction == 0), run);
       same_files(run, run + "_f32");
-      if (t == Trainable::kv && fraction > 0) {
+      if (t == Trainable::kv && fraction > 0) {  // resumed with the frozen weights narrowed, the checkpoint's read into them
         o.original.reset();
-        expect_resume_equals_one_go(d, o, run, held);
+        BOOST_TEST(expect_resume_equals_one_go(d, o, run, held).narrowed_values == held.narrowed_values);
       }
     }
 }

@@ -274,6 +274,15 @@ BOOST_AUTO_TEST_CASE(frozen_weights_held_in_16_bits_train_the_float32_run_bit_fo
   // built (or read, with the optimizer's state, when resuming) in float32, then narrowed
   BOOST_TEST(training_memory(in_bf16).start == training_memory(deep).weights + training_memory(deep).optimizer);
   BOOST_TEST(training_memory(deep).start == 0.0);
+  // what is known to be held (the counts of NarrowedBlocks): under `auto` too, whose own estimate
+  // counts float32; handed over narrowed (uptrain's conversion), no float32 start at all
+  const HeldNarrowed counted{.values = 6 * 8256.0, .largest_block = 8256.0, .since_start = false};
+  BOOST_TEST(training_memory(deep).weights - training_memory(deep, 1, 0, &counted).weights == 2.0 * 6 * 8256 - 4.0 * 8256);
+  BOOST_TEST(training_memory(deep, 1, 0, &counted).start == training_memory(deep).weights + training_memory(deep).optimizer);
+  const HeldNarrowed handed{.values = 6 * 8256.0, .largest_block = 8256.0, .since_start = true};
+  BOOST_TEST(training_memory(deep, 1, 0, &handed).weights == training_memory(deep, 1, 0, &counted).weights);
+  BOOST_TEST(training_memory(deep, 1, 0, &handed).start == 0.0);
+  BOOST_TEST(training_memory(deep, 1, 0, &handed).total() < training_memory(deep).total());
 }
 
 // bf16-emulated training (autograd/autocast.h): resumes bit-exact like f32 training, computes

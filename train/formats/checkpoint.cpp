@@ -216,7 +216,14 @@ LoadedModel load_model(const std::string& path, double bytes_per_param, const Na
   if (!held_as) {
     read_model_weights(f, *l.model);
   } else {  // what is outside the blocks, then each block, narrowed before the next is read
-    const auto in_block = [](const std::string& name) { return name.rfind("blocks.", 0) == 0; };
+    // a block of the model's (a "blocks.N." of another N is outside every block: named as extra)
+    const size_t layers = l.model->blocks.size();
+    const auto in_block = [layers](const std::string& name) {
+      if (name.rfind("blocks.", 0) != 0) return false;
+      const size_t dot = name.find('.', 7);
+      const std::string n = name.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
+      return !n.empty() && n.size() < 10 && n.find_first_not_of("0123456789") == std::string::npos && std::stoul(n) < layers;
+    };
     read_model_weights(f, *l.model, kModel, [&](const std::string& name) { return !in_block(name); });
     auto narrowed = std::make_shared<NarrowedBlocks>(l.model->blocks.size());
     for (size_t b = 0; b < l.model->blocks.size(); b++) {

@@ -122,15 +122,22 @@ bool narrows_outside_training(const TrainConfig& run) {
   return !dist::multi() && run.trainable != Trainable::all && run.frozen_weights != FrozenWeights::f32;
 }
 
-// How many of run's weights are expected in 16 bits from a source stored in source_type: every
-// frozen block weight under bf16 or f16; under auto when the source's type is 16-bit (what the
-// conversion leaves unchanged keeps its values; what it changes, `auto` keeps in float32).
-double expected_16bit_values(const TrainConfig& run, WeightType source_type) {
+// How many of run's weights the memory checks count in 16 bits, from a source stored in
+// source_type converted by method m: every frozen block weight under bf16 or f16; under auto when
+// the source's type is 16-bit, but for `wq` and `wo` under kv when m rotates them (`auto` keeps a
+// weight the conversion changed in float32). Less one block's, float32 while it is filled or read.
+double expected_16bit_values(const TrainConfig& run, WeightType source_type, const MethodRow& m) {
   const bool source16 = source_type == WeightType::bf16 || source_type == WeightType::f16;
   if (run.trainable == Trainable::all || run.frozen_weights == FrozenWeights::f32 ||
       (run.frozen_weights == FrozenWeights::automatic && !source16))
     return 0;
-  return frozen_block_params(run).all;
+  const BlockParams frozen = frozen_block_params(run);
+  double n = frozen.all - frozen.largest;
+  if (run.frozen_weights == FrozenWeights::automatic && run.trainable == Trainable::kv && m.aligns)
+    for (const auto& [name, shape] : parameter_shapes(run.model))
+      if (name.find(".attn.wq.") != std::string::npos || name.find(".attn.wo.") != std::string::npos)
+        n -= static_cast<double>(shape_numel(shape));
+  return std::max(n, 0.0);
 }
 
 }  // namespace
@@ -208,13 +215,13 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
       const CalibrationSource calib{.ids = corpus.train, .tokens = o.calib_tokens, .seed = o.calib_seed, .what = "calibration data (the train split)"};
       // one process: the frozen block weights go to 16 bits (frozen_weights) as each block is made,
       // so the float32 model is never whole (a 7B's 23 GB); the trainer takes them over as they are
-      // (not on a resume, which reads every weight from the checkpoint)
-      const NarrowedBlocks::HeldAs held_as = narrows_outside_training(r.config) && !o.resume ? frozen_weights_held_as(r.config, 1) : nullptr;
+      // (on a resume too: the trainer reads the checkpoint's into them a block at a time)
+      const NarrowedBlocks::HeldAs held_as = narrows_outside_training(r.config) ? frozen_weights_held_as(r.config, 1) : nullptr;
       Converted c = source ? calibrate_and_convert(*source, o.kv_heads, o.variant, o.seed, calib)
                            : convert_streamed_in_memory(from, o.kv_heads, o.variant, o.seed, calib, held_as,
-                                                        expected_16bit_values(r.config, source_type));
+                                                        expected_16bit_values(r.config, source_type, *o.variant.method));
       converted = std::move(c.model);
-      if (held_as && !converted->residency)  // converted whole (a teacher, a budget): narrowed now
+      if (held_as && source)  // converted whole (a teacher, a budget): narrowed now
         if (auto n = std::make_shared<NarrowedBlocks>(*converted, held_as); n->values() > 0) converted->residency = n;
       r.convert_seconds = c.seconds;
       if (const auto n = std::dynamic_pointer_cast<NarrowedBlocks>(converted->residency)) {
@@ -301,7 +308,7 @@ UptrainResult uptrain(const std::string& from, const Corpus& corpus, const std::
   if (lead) {
     const bool narrow = narrows_outside_training(r.config);
     const double params = static_cast<double>(model_cost(r.config.model).params);
-    const double bytes = narrow ? (4 * params - 2 * expected_16bit_values(r.config, source_type)) / params : 4;
+    const double bytes = narrow ? (4 * params - 2 * expected_16bit_values(r.config, source_type, *o.variant.method)) / params : 4;
     trained_model = load_model(dir.checkpoint(), bytes, narrow ? frozen_weights_held_as(r.config, 1) : nullptr).model;
   }
   r.val_loss = evaluate_on_rank0_or_all(std::move(trained_model), corpus, r.config);
