@@ -352,6 +352,14 @@ std::string NarrowedBlocks::types() const {
   return bf16 && f16 ? "bf16 and f16" : f16 ? "f16" : "bf16";
 }
 
+int64_t block_index(const std::string& name) {
+  if (name.rfind("blocks.", 0) != 0) return -1;
+  const size_t dot = name.find('.', 7);
+  const std::string n = name.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(n);
+}
+
 WeightType exact_16bit_type(const Tensor& t) {
   if (holds_exactly(WeightType::bf16, t.data(), t.numel())) return WeightType::bf16;
   if (holds_exactly(WeightType::f16, t.data(), t.numel())) return WeightType::f16;

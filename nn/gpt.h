@@ -172,6 +172,9 @@ class NarrowedBlocks : public BlockResidency {
   int64_t values_ = 0, inexact_ = 0;
 };
 
+/// The block of a parameter named "blocks.L.…": L; -1 for any other name.
+int64_t block_index(const std::string& name);
+
 /// The 16-bit type (bf16, else f16) that holds every value of t exactly, or f32 when neither does.
 WeightType exact_16bit_type(const Tensor& t);
 

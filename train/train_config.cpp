@@ -147,7 +147,7 @@ BlockParams block_params(const GPTConfig& c) {
   std::vector<double> per_layer(static_cast<size_t>(c.n_layer), 0.0);
   for (const auto& [name, shape] : parameter_shapes(c)) {
     if (!is_block_parameter(name)) continue;
-    const size_t l = static_cast<size_t>(std::stoll(name.substr(7)));
+    const size_t l = static_cast<size_t>(block_index(name));
     per_layer.at(l) += static_cast<double>(shape_numel(shape));
   }
   for (double n : per_layer) {
@@ -182,7 +182,7 @@ NarrowedBlocks::HeldAs frozen_weights_held_as(const TrainConfig& c, int world) {
 BlockParams frozen_block_params(const TrainConfig& c) {
   std::vector<double> frozen(static_cast<size_t>(c.model.n_layer), 0.0);
   for (const auto& [name, shape] : parameter_shapes(c.model))
-    if (is_frozen_block_parameter(c, name)) frozen[static_cast<size_t>(std::stoll(name.substr(7)))] += static_cast<double>(shape_numel(shape));
+    if (is_frozen_block_parameter(c, name)) frozen[static_cast<size_t>(block_index(name))] += static_cast<double>(shape_numel(shape));
   return {std::accumulate(frozen.begin(), frozen.end(), 0.0), *std::max_element(frozen.begin(), frozen.end())};
 }
 

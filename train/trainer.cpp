@@ -341,7 +341,7 @@ void Trainer::keep_blocks_sharded() {
   for (const auto& [name, p] : model_.named_parameters()) {
     const Shape& shape = shapes.at(i++).second;
     if (!is_block_parameter(name)) continue;
-    const size_t l = static_cast<size_t>(std::stoll(name.substr(7)));
+    const size_t l = static_cast<size_t>(block_index(name));
     layers.at(l).push_back({p, shape, keepers.at(name)});
     held_by_[p.id()] = keepers.at(name);
   }
@@ -451,8 +451,7 @@ void Trainer::set_up() {
     load_training_checkpoint(f, model_, *optim_, st_, [&updated](const std::string& n) { return updated.count(n) > 0; }, read_whole);
     for (size_t l = 0; narrowed_ && l < model_.blocks.size(); l++) {
       if (!narrowed_->holds_any(l)) continue;
-      const std::string prefix = "blocks." + std::to_string(l) + ".";
-      read_model_weights(f, model_, "/model", [&](const std::string& n) { return n.rfind(prefix, 0) == 0 && held.count(n) > 0; });
+      read_model_weights(f, model_, "/model", [&](const std::string& n) { return block_index(n) == static_cast<int64_t>(l) && held.count(n) > 0; });
       narrowed_->renarrow(l);
     }
     if (lead_ && !quiet_ && !st_.optim_hparams_changed.empty())

@@ -217,19 +217,15 @@ LoadedModel load_model(const std::string& path, double bytes_per_param, const Na
     read_model_weights(f, *l.model);
   } else {  // what is outside the blocks, then each block, narrowed before the next is read
     // a block of the model's (a "blocks.N." of another N is outside every block: named as extra)
-    const size_t layers = l.model->blocks.size();
-    const auto in_block = [layers](const std::string& name) {
-      if (name.rfind("blocks.", 0) != 0) return false;
-      const size_t dot = name.find('.', 7);
-      const std::string n = name.substr(7, dot == std::string::npos ? std::string::npos : dot - 7);
-      return !n.empty() && n.size() < 10 && n.find_first_not_of("0123456789") == std::string::npos && std::stoul(n) < layers;
-    };
-    read_model_weights(f, *l.model, kModel, [&](const std::string& name) { return !in_block(name); });
+    const int64_t layers = static_cast<int64_t>(l.model->blocks.size());
+    read_model_weights(f, *l.model, kModel, [layers](const std::string& name) {
+      const int64_t b = block_index(name);
+      return b < 0 || b >= layers;
+    });
     auto narrowed = std::make_shared<NarrowedBlocks>(l.model->blocks.size());
-    for (size_t b = 0; b < l.model->blocks.size(); b++) {
-      const std::string prefix = "blocks." + std::to_string(b) + ".";
-      read_model_weights(f, *l.model, kModel, [&prefix](const std::string& name) { return name.rfind(prefix, 0) == 0; });
-      narrowed->narrow(*l.model, b, held_as);
+    for (int64_t b = 0; b < layers; b++) {
+      read_model_weights(f, *l.model, kModel, [b](const std::string& name) { return block_index(name) == b; });
+      narrowed->narrow(*l.model, static_cast<size_t>(b), held_as);
     }
     if (narrowed->values() > 0) l.model->residency = narrowed;
   }

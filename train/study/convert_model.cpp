@@ -14,7 +14,6 @@
 #include "train/formats/registry.h"
 #include "train/streamed.h"
 #include "train/study/convert/budget.h"
-#include "train/train_config.h"
 
 namespace tapelm {
 
@@ -205,7 +204,7 @@ class ParameterFill : public formats::ModelSink {
       : model_(m), held_as_(held_as), narrowed_(narrowed), unfilled_(m.blocks.size(), 0) {
     for (const auto& [name, p] : m.named_parameters()) {
       params_.emplace(name, p);
-      if (is_block_parameter(name)) unfilled_.at(block_of(name))++;
+      if (const int64_t l = block_index(name); l >= 0) unfilled_.at(static_cast<size_t>(l))++;
     }
   }
   void tensor(const std::string& name, const Tensor& t) override {
@@ -215,8 +214,8 @@ class ParameterFill : public formats::ModelSink {
       throw Error(ErrorKind::internal, "conversion: " + name + " is " + shape_str(t.shape()) + ", the model's " + shape_str(it->second.shape()));
     std::copy_n(t.data(), t.numel(), it->second.val().data());
     params_.erase(it);
-    if (held_as_ && is_block_parameter(name))
-      if (const size_t l = block_of(name); --unfilled_.at(l) == 0) narrowed_->narrow(model_, l, held_as_);
+    if (const int64_t l = block_index(name); held_as_ && l >= 0 && --unfilled_.at(static_cast<size_t>(l)) == 0)
+      narrowed_->narrow(model_, static_cast<size_t>(l), held_as_);
   }
   /// Every parameter was filled (an internal Error naming the first one that was not).
   void check_filled() const {
@@ -224,7 +223,6 @@ class ParameterFill : public formats::ModelSink {
   }
 
  private:
-  static size_t block_of(const std::string& name) { return static_cast<size_t>(std::stoll(name.substr(7))); }
   GPT& model_;
   const NarrowedBlocks::HeldAs held_as_;
   NarrowedBlocks* narrowed_;
