@@ -17,6 +17,15 @@
 namespace tapelm {
 
 namespace {
+// How far ahead of a batch-1 decoding product's reads the weight rows are prefetched. 8 blocks of
+// a q8_0 row (272 bytes), as before, left one Zen 3 core reading 7.3 GB/s of q8_0 rows from DRAM
+// and the 6-layer model of bench/decode_ab.sh (20 MB, about L3's size) at 3.5 ms a pass; 8 KB
+// ahead, 8.6 GB/s and 2.4 ms (a micro-benchmark of the products alone, 4 repetitions' medians;
+// 2 threads: 12.4 -> 14.2 GB/s, 1.67 -> 0.88 ms with four W rows at a time). bf16 rows of a 7B
+// model from DRAM, 2 threads: 14.3-14.7 GB/s 512 bytes ahead, 15.2-16.0 at 8 KB. A prefetch
+// never faults, so the distance may run past a matrix's end.
+constexpr int64_t kPrefetchBytes = 8192;
+
 inline float scale_of(const uint8_t* block) {
   uint16_t h;
   std::memcpy(&h, block, 2);
@@ -95,13 +104,12 @@ float dot_q8_0(const uint8_t* a, const uint8_t* b, int64_t n) {
   const int64_t nb = n / kQ8Block;
 #if defined(__AVX2__) && defined(__FMA__)
   // |a| · (b · sign a) as unsigned × signed bytes, summed to int32 (dot_u8s8_ps); one f32
-  // multiply-add per block. a (a weight row,
-  // streamed from memory in decoding) is prefetched 8 blocks ahead: without it one Zen 3 core
-  // read 3.8 GB/s of q8_0 rows, with it 7.4-8.5 (OpenBLAS's f32 sgemv: 12.9).
+  // multiply-add per block. a (a weight row, streamed from memory in decoding, the next rows after
+  // it) is prefetched kPrefetchBytes ahead.
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t *pa = a + i * kQ8BlockBytes, *pb = b + i * kQ8BlockBytes;
-    _mm_prefetch(reinterpret_cast<const char*>(pa + 8 * kQ8BlockBytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(pa + kPrefetchBytes), _MM_HINT_T0);
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pa + 2));
     const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2));
     const __m256 p = dot_u8s8_ps(_mm256_sign_epi8(qa, qa), _mm256_sign_epi8(qb, qa));
@@ -148,6 +156,35 @@ void dot4x_q8_0(float* out, const uint8_t* w, const uint8_t* x, int64_t rb, cons
 #endif
 }
 
+// out[j] = dot_q8_0(w + j·rb, x, K) for four adjacent W rows (rb bytes apart) and one activation
+// row x whose block scales are xs [K/32]: x's block is loaded once for the four, and the four rows'
+// sums are independent chains. The four rows are one stretch of memory read in four places at once,
+// which the hardware prefetcher does not follow: the stretch is prefetched kPrefetchBytes ahead of
+// the point the block loop has reached in it. Each row's sum is in the order of dot_q8_0.
+void dotw4_q8_0(float* out, const uint8_t* w, int64_t rb, const uint8_t* x, const float* xs, int64_t K) {
+  const int64_t nb = K / kQ8Block;
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  constexpr int64_t step = 4 * kQ8BlockBytes;  // the stretch's bytes a block step (4 rb / nb)
+  for (int64_t i = 0; i < nb; i++) {
+    const uintptr_t ahead = reinterpret_cast<uintptr_t>(w) + kPrefetchBytes + i * step;
+    for (uintptr_t line = ahead & ~uintptr_t(63); line < ahead + step; line += 64)  // every line once
+      _mm_prefetch(reinterpret_cast<const char*>(line), _MM_HINT_T0);
+    const __m256i qx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i * kQ8BlockBytes + 2));
+    for (int j = 0; j < 4; j++) {
+      const uint8_t* pw = w + j * rb + i * kQ8BlockBytes;
+      const __m256i qw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pw + 2));
+      const __m256 p = dot_u8s8_ps(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(scale_of(pw) * xs[i]), p, acc[j]);
+    }
+  }
+  for (int j = 0; j < 4; j++) out[j] = hsum8(acc[j]);
+#else
+  (void)xs;
+  for (int j = 0; j < 4; j++) out[j] = dot_q8_0(w + j * rb, x, K);
+#endif
+}
+
 // y [M, N] = dot + bias for a decoding step's few rows: dot(d, n, m, r) puts the products of W's
 // row n with the r <= 4 activation rows m..m+r-1 in d[0..r). 16 W rows a work item on the
 // threads; each W row is read once for all M rows, in groups of four.
@@ -181,13 +218,31 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
     }
     const uint8_t* xqp = xq.data();
     const float* xsp = xs.data();
-    by_weight_rows(y, M, K, N, bias, [&](float* d, int64_t n, int64_t m, int r) {
-      const uint8_t* w = W + n * rb;
-      if (r == 4)
-        dot4x_q8_0(d, w, xqp + m * rb, rb, xsp + m * nb, K);
-      else
-        for (int i = 0; i < r; i++) d[i] = dot_q8_0(w, xqp + (m + i) * rb, K);
-    });
+    // Activation rows in fours against one W row at a time (dot4x_q8_0); the rows left over (all of
+    // them at batch 1) one at a time against four W rows (dotw4_q8_0). 16 W rows a work item.
+    constexpr int64_t kRows = 16;
+    const int64_t M4 = M / 4 * 4;
+#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
+    for (int64_t n0 = 0; n0 < N; n0 += kRows) {
+      const int64_t n1 = std::min(N, n0 + kRows);
+      float d[4];
+      for (int64_t n = n0; n < n1; n++)
+        for (int64_t m = 0; m < M4; m += 4) {
+          dot4x_q8_0(d, W + n * rb, xqp + m * rb, rb, xsp + m * nb, K);
+          for (int i = 0; i < 4; i++) y[(m + i) * N + n] = d[i];
+        }
+      for (int64_t m = M4; m < M; m++) {
+        int64_t n = n0;
+        for (; n + 4 <= n1; n += 4) {
+          dotw4_q8_0(d, W + n * rb, rb, xqp + m * rb, xsp + m * nb, K);
+          for (int j = 0; j < 4; j++) y[m * N + n + j] = d[j];
+        }
+        for (; n < n1; n++) y[m * N + n] = dot_q8_0(W + n * rb, xqp + m * rb, K);
+      }
+      if (bias)
+        for (int64_t m = 0; m < M; m++)
+          for (int64_t n = n0; n < n1; n++) y[m * N + n] += bias[n];
+    }
     return;
   }
   // A prefill: x rounded to q8_0 as above (the same products, summed in another order), W widened
@@ -273,7 +328,7 @@ void dot_w16(float* out, const uint16_t* w, const float* x, int64_t K) {
   __m256 acc[R][2];
   for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (; k + 16 <= K; k += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + k + 256), _MM_HINT_T0);  // 512 bytes ahead
+    _mm_prefetch(reinterpret_cast<const char*>(w + k) + kPrefetchBytes, _MM_HINT_T0);
     const __m256 w0 = widen8<BF16>(w + k), w1 = widen8<BF16>(w + k + 8);
     for (int r = 0; r < R; r++) {
       acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * K + k), acc[r][0]);

@@ -219,7 +219,10 @@ BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
 // products times both f16 scales, summed in double; x rounded to q8_0 as ggml's
 // quantize_row_q8_0_ref does (d = max|x|/127 in f16, q = round(x/d)). The decoding path (M ≤ 16
 // rows, int8 dot products) and the prefill path (sgemm on the widened values) both, with a bias,
-// on 1 and 2 threads (bit-identical).
+// on 1 and 2 threads (bit-identical). On the decoding path every kernel (activation rows in fours,
+// W rows in fours, one by one) sums a row's blocks in one order, so a row's product has the same
+// bits whatever rows are beside it: M = 6 is a group of four and two rows left, N = 37 two tiles
+// of 16 and a tile of 5 (a four and one row left).
 BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
   const int64_t K = 96, N = 37;
   const Tensor w = randn({N, K}, 7), bias = randn({N}, 8);
@@ -232,7 +235,7 @@ BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
     return reinterpret_cast<const int8_t*>(p + i * kQ8BlockBytes + 2);
   };
   const int before = get_num_threads();
-  for (int64_t M : {1, 3, 16, 40}) {
+  for (int64_t M : {1, 3, 6, 16, 40}) {
     const Tensor x = randn({M, K}, 10 + M);
     std::vector<std::vector<float>> outs;
     for (int threads : {1, 2}) {
@@ -240,6 +243,13 @@ BOOST_AUTO_TEST_CASE(q8_0_products_match_their_definition) {
       outs.push_back(linear_packed(Var(x), wq, Var(bias)).val().to_vector());
     }
     BOOST_TEST(outs[0] == outs[1], tt::per_element());
+    if (M <= kern::kQ8RowsDirect)
+      for (int64_t m = 0; m < M; m++) {
+        const Tensor row = Tensor::from({1, K}, std::vector<float>(x.data() + m * K, x.data() + (m + 1) * K));
+        const std::vector<float> alone = linear_packed(Var(row), wq, Var(bias)).val().to_vector();
+        const std::vector<float> beside(outs[0].begin() + m * N, outs[0].begin() + (m + 1) * N);
+        BOOST_TEST(alone == beside, tt::per_element());
+      }
     double worst = 0;
     for (int64_t m = 0; m < M; m++) {
       // ggml's rounding of x, written out here from its definition
