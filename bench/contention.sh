@@ -23,6 +23,16 @@ ITERS=${2:-20}
 PY=${PYTHON:-/usr/bin/python3}
 REF=${REFERENCE_DIR:-../shared/reference}
 TAPELM=${TAPELM:-build/tapelm}
+# PyTorch, Debian's, installed as bench/compare.sh installs it when missing (without it every
+# PyTorch run would fail on a line that is not its JSON)
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "contention.sh: PyTorch is missing for $PY: installing python3-torch with apt-get" >&2
+  sudo_if() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
+  sudo_if env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >&2 ||
+    { sudo_if apt-get update >&2 && sudo_if env DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >&2; } ||
+    { echo "contention.sh: could not install python3-torch" >&2; exit 1; }
+  "$PY" -c 'import torch' || { echo "contention.sh: $PY still cannot import torch" >&2; exit 1; }
+fi
 BABY=(--set vocab_size=65 --set n_layer=4 --set n_head=4 --set n_kv_head=4 --set n_embd=128 --set block_size=64
   --set batch_size=12)
 
