@@ -185,23 +185,20 @@ void dotw4_q8_0(float* out, const uint8_t* w, int64_t rb, const uint8_t* x, cons
 #endif
 }
 
-// y [M, N] = dot + bias for a decoding step's few rows: dot(d, n, m, r) puts the products of W's
-// row n with the r <= 4 activation rows m..m+r-1 in d[0..r). 16 W rows a work item on the
-// threads; each W row is read once for all M rows, in groups of four.
-template <class Dot>
-void by_weight_rows(float* y, int64_t M, int64_t K, int64_t N, const float* bias, const Dot& dot) {
+// y [M, N] = x W^T + bias for a decoding step's few rows, 16 W rows a work item on the threads:
+// tile(n0, n1) puts the products of W's rows n0..n1-1 with all M activation rows in y's columns
+// n0..n1-1 (each W row read once for all M rows), and the bias is added to the tile after it.
+template <class Tile>
+void by_weight_tiles(float* y, int64_t M, int64_t K, int64_t N, const float* bias, const Tile& tile) {
   constexpr int64_t kRows = 16;
 #pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
-  for (int64_t n0 = 0; n0 < N; n0 += kRows)
-    for (int64_t n = n0; n < std::min(N, n0 + kRows); n++) {
-      const float b = bias ? bias[n] : 0.f;
-      for (int64_t m = 0; m < M; m += 4) {
-        const int r = static_cast<int>(std::min<int64_t>(4, M - m));
-        float d[4];
-        dot(d, n, m, r);
-        for (int i = 0; i < r; i++) y[(m + i) * N + n] = d[i] + b;
-      }
-    }
+  for (int64_t n0 = 0; n0 < N; n0 += kRows) {
+    const int64_t n1 = std::min(N, n0 + kRows);
+    tile(n0, n1);
+    if (bias)
+      for (int64_t m = 0; m < M; m++)
+        for (int64_t n = n0; n < n1; n++) y[m * N + n] += bias[n];
+  }
 }
 }  // namespace
 
@@ -219,12 +216,9 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
     const uint8_t* xqp = xq.data();
     const float* xsp = xs.data();
     // Activation rows in fours against one W row at a time (dot4x_q8_0); the rows left over (all of
-    // them at batch 1) one at a time against four W rows (dotw4_q8_0). 16 W rows a work item.
-    constexpr int64_t kRows = 16;
+    // them at batch 1) one at a time against four W rows (dotw4_q8_0).
     const int64_t M4 = M / 4 * 4;
-#pragma omp parallel for schedule(static) if (N * K * M > kParallelMin)
-    for (int64_t n0 = 0; n0 < N; n0 += kRows) {
-      const int64_t n1 = std::min(N, n0 + kRows);
+    by_weight_tiles(y, M, K, N, bias, [&](int64_t n0, int64_t n1) {
       float d[4];
       for (int64_t n = n0; n < n1; n++)
         for (int64_t m = 0; m < M4; m += 4) {
@@ -239,10 +233,7 @@ void matmul_q8_0(float* y, const float* x, int64_t M, int64_t K, const uint8_t* 
         }
         for (; n < n1; n++) y[m * N + n] = dot_q8_0(W + n * rb, xqp + m * rb, K);
       }
-      if (bias)
-        for (int64_t m = 0; m < M; m++)
-          for (int64_t n = n0; n < n1; n++) y[m * N + n] += bias[n];
-    }
+    });
     return;
   }
   // A prefill: x rounded to q8_0 as above (the same products, summed in another order), W widened
@@ -346,14 +337,21 @@ void dot_w16(float* out, const uint16_t* w, const float* x, int64_t K) {
 
 template <bool BF16>
 void matmul_w16_direct(float* y, const float* x, int64_t M, int64_t K, const uint16_t* W, int64_t N, const float* bias) {
-  by_weight_rows(y, M, K, N, bias, [&](float* d, int64_t n, int64_t m, int r) {
-    const uint16_t* w = W + n * K;
-    const float* xm = x + m * K;
-    switch (r) {
-      case 4: dot_w16<BF16, 4>(d, w, xm, K); break;
-      case 3: dot_w16<BF16, 3>(d, w, xm, K); break;
-      case 2: dot_w16<BF16, 2>(d, w, xm, K); break;
-      default: dot_w16<BF16, 1>(d, w, xm, K);
+  by_weight_tiles(y, M, K, N, bias, [&](int64_t n0, int64_t n1) {
+    float d[4];
+    for (int64_t n = n0; n < n1; n++) {
+      const uint16_t* w = W + n * K;
+      for (int64_t m = 0; m < M; m += 4) {
+        const float* xm = x + m * K;
+        const int r = static_cast<int>(std::min<int64_t>(4, M - m));
+        switch (r) {
+          case 4: dot_w16<BF16, 4>(d, w, xm, K); break;
+          case 3: dot_w16<BF16, 3>(d, w, xm, K); break;
+          case 2: dot_w16<BF16, 2>(d, w, xm, K); break;
+          default: dot_w16<BF16, 1>(d, w, xm, K);
+        }
+        for (int i = 0; i < r; i++) y[(m + i) * N + n] = d[i];
+      }
     }
   });
 }
