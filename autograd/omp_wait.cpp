@@ -46,9 +46,38 @@ double measure_ns_per_spin() {
   return best;
 }
 
+int others_running_at_start() {
+  constexpr int kSamples = 5;
+  int seen[kSamples];
+  for (int i = 0; i < kSamples; i++) {
+    if (i) {
+      const timespec half_ms{0, 500000};
+      nanosleep(&half_ms, nullptr);
+    }
+    FILE* f = std::fopen("/proc/stat", "r");
+    if (!f) return -1;
+    char line[256];
+    long running = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "procs_running ", 14) == 0) {
+        running = std::strtol(line + 14, nullptr, 10);
+        break;
+      }
+    std::fclose(f);
+    if (running < 1) return -1;
+    seen[i] = static_cast<int>(std::min(running - 1, 100000L));
+  }
+  std::sort(seen, seen + kSamples);
+  return seen[kSamples / 2];
+}
+
+long spin_count_for_load(double micros, double ns_per_spin, int others_running) {
+  return others_running >= 1 ? 0 : spin_count_for(micros, ns_per_spin);
+}
+
 std::string omp_spin_to_set() {
   if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
-  return std::to_string(spin_count_for(kSpinMicros, measure_ns_per_spin()));
+  return std::to_string(spin_count_for_load(kSpinMicros, measure_ns_per_spin(), others_running_at_start()));
 }
 
 std::string omp_wait_description() {
@@ -57,6 +86,8 @@ std::string omp_wait_description() {
   const char* marker = std::getenv(kSpinSetVar);
   char b[256];
   if (!given(policy) && given(spin) && given(marker) && std::strcmp(spin, marker) == 0) {
+    if (std::strcmp(spin, "0") == 0)
+      return "sleep at once (other programs were running at start-up): GOMP_SPINCOUNT=0 set by tapelm";
     const double ns = measure_ns_per_spin();
     std::snprintf(b, sizeof b, "spin %s pauses (about %.0f us), then sleep: GOMP_SPINCOUNT set by tapelm", spin,
                   std::strtod(spin, nullptr) * ns / 1e3);

@@ -13,6 +13,15 @@
 // start-up guard (guard_blas_core, autograd/cpu.h) sets the variable and re-executes the program
 // once, as it does for OpenBLAS's core. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left
 // alone. The setting changes only when threads sleep, never what they compute.
+//
+// Beside another busy program a waiting thread should not spin at all: the sibling it waits for
+// shares a core with that program, and the sooner the waiting thread's core is idle, the sooner
+// the scheduler moves the sibling there. So when other tasks are running as tapelm starts
+// (others_running_at_start), the count is 0: sleep at once, what OMP_WAIT_POLICY=passive does.
+// On a quiet machine sleeping at once costs 4-15 % of a short-kernel training step (the time to
+// wake a thread), which is why it is not the choice there (bench/CONTENTION.md). The load is read
+// once: libgomp cannot change its count later, and a run's wait, unlike its thread count, changes
+// none of its bits.
 #include <string>
 
 namespace tapelm {
@@ -31,12 +40,24 @@ long spin_count_for(double micros, double ns_per_spin);
 /// the best of several short runs, in nanoseconds.
 double measure_ns_per_spin();
 
-/// The GOMP_SPINCOUNT tapelm sets at start-up (measured on this CPU), or "" when OMP_WAIT_POLICY or
-/// GOMP_SPINCOUNT is already set (the user's choice, or tapelm's after its re-execution).
+/// Tasks running on the machine other than the caller: /proc/stat's procs_running less one, the
+/// median of five readings 0.5 ms apart (a task that runs for an instant is not a load); -1 when
+/// /proc/stat cannot be read.
+int others_running_at_start();
+
+/// The spin count for a target time and a spin's cost (spin_count_for) when no other task runs,
+/// 0 (sleep at once) when at least one does; an unknown load (-1) counts as none.
+long spin_count_for_load(double micros, double ns_per_spin, int others_running);
+
+/// The GOMP_SPINCOUNT tapelm sets at start-up (from this CPU's spin cost and the machine's load),
+/// or "" when OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set (the user's choice, or tapelm's
+/// after its re-execution).
 std::string omp_spin_to_set();
 
 /// One line for `inspect --system`, `bench` and `train`, read from the environment in force, e.g.
-/// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm".
+/// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm", or, when other
+/// tasks were running at start-up, "sleep at once (other programs were running at start-up):
+/// GOMP_SPINCOUNT=0 set by tapelm".
 std::string omp_wait_description();
 
 }  // namespace tapelm

@@ -11,11 +11,13 @@
 #   python3 bench/contention_report.py bench/CONTENTION.jsonl
 #
 # Every round runs each setting quiet, then under each load, tapelm's then PyTorch's, each program
-# at: `default` (2 threads, no OpenMP variable set: tapelm then sets its own spin count, see
-# autograd/omp_wait.h), `spin300k` (tapelm only: GOMP_SPINCOUNT=300000, libgomp's own default,
-# which tapelm ran with before), `passive` (2 threads, OMP_WAIT_POLICY=passive) and `t1` (1
-# thread). OpenBLAS's core is left as the environment has it for both programs. One JSON line per
-# run on stdout.
+# at: `default` (2 threads, no OpenMP variable set: tapelm then chooses how its threads wait from
+# the CPU and the load it sees at start-up, see autograd/omp_wait.h), `spin20us` (tapelm only: the
+# spin count tapelm chooses on a quiet machine, about 20 us, whatever the load: its default before
+# it read the load), `spin300k` (tapelm only: GOMP_SPINCOUNT=300000, libgomp's own default, which
+# tapelm ran with before that), `passive` (2 threads, OMP_WAIT_POLICY=passive) and `t1` (1 thread).
+# TAPELM_SETTINGS and PYTORCH_SETTINGS name a subset (space-separated). OpenBLAS's core is left as
+# the environment has it for both programs. One JSON line per run on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -36,6 +38,11 @@ fi
 BABY=(--set vocab_size=65 --set n_layer=4 --set n_head=4 --set n_kv_head=4 --set n_embd=128 --set block_size=64
   --set batch_size=12)
 
+# the count tapelm spins on this quiet CPU (asked before any load starts)
+SPIN20=$(env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u TAPELM_GOMP_SPINCOUNT "$TAPELM" inspect --system |
+  sed -n 's/^openmp wait spin \([0-9]*\) pauses.*/\1/p')
+[[ -n $SPIN20 ]] || { echo "contention.sh: tapelm inspect --system named no spin count (is the machine busy?)" >&2; exit 1; }
+
 hog_pid=""
 start_hog() { bash -c 'while :; do :; done' & hog_pid=$!; sleep 0.2; }
 stop_hog() { if [[ -n $hog_pid ]]; then kill "$hog_pid" 2>/dev/null || true; wait "$hog_pid" 2>/dev/null || true; hog_pid=""; fi; }
@@ -48,6 +55,7 @@ measure() {
   case $setting in
     passive) envv+=(OMP_WAIT_POLICY=passive) ;;
     spin300k) envv+=(GOMP_SPINCOUNT=300000) ;;
+    spin20us) envv+=(GOMP_SPINCOUNT="$SPIN20") ;;
     t1) threads=1 ;;
   esac
   if [[ $who == tapelm ]]; then
@@ -81,8 +89,8 @@ run() {
 
 for round in $(seq 1 "$ROUNDS"); do
   for who in tapelm pytorch; do
-    settings=(default passive t1)
-    [[ $who == tapelm ]] && settings=(default spin300k passive t1)
+    read -r -a settings <<< "${PYTORCH_SETTINGS:-default passive t1}"
+    [[ $who == tapelm ]] && read -r -a settings <<< "${TAPELM_SETTINGS:-default spin20us spin300k passive t1}"
     for s in "${settings[@]}"; do
       for load in quiet hog pair; do run "$who" "$s" "$load"; done
     done
