@@ -78,6 +78,9 @@ struct F32Rows {
 #pragma omp simd
     for (int64_t d = 0; d < hd; d++) o[d] += e * v[d];
   }
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 load8(int64_t j, int64_t d) const { return _mm256_loadu_ps(p + j * rs + d); }
+#endif
 };
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 template <KvType T>
@@ -101,7 +104,104 @@ struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
     const __m256 ve = _mm256_set1_ps(e);
     for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(ve, load8(v + d), _mm256_loadu_ps(o + d)));
   }
+  __m256 load8(int64_t j, int64_t d) const { return load8(row(j) + d); }
 };
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The two products of a decoding chunk in register blocks (hd a multiple of 8). A key or value row
+// is read (and, stored in 16 bits, converted) once for RB query heads of the group, where one head
+// at a time converted it rep times and summed each score across lanes alone: the MQA step at 4096
+// keys spent most of its time there.
+//
+// Scores of RB heads (r0 ..) against JB = 8 / RB keys (j0 ..; keys from jn on read as zero): eight
+// independent sums over the head dimension, summed across lanes together by one shuffle tree:
+// sc[r·kDecodeChunk + j] = scale · q_r · k_j.
+template <int RB, class Rows>
+[[gnu::always_inline]] inline void score_block(float* sc, const float* q, const Rows& k, int64_t hd, int64_t r0, int64_t j0, int jn, float scale) {
+  constexpr int JB = 8 / RB;
+  __m256 a[8];  // a[r·JB + i]: head r0 + r, key j0 + i
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; d += 8) {
+    __m256 kv[JB];
+#pragma GCC unroll 8
+    for (int i = 0; i < JB; i++) kv[i] = i < jn ? k.load8(j0 + i, d) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; r++) {
+      const __m256 qv = _mm256_loadu_ps(q + (r0 + r) * hd + d);
+#pragma GCC unroll 8
+      for (int i = 0; i < JB; i++) a[r * JB + i] = _mm256_fmadd_ps(qv, kv[i], a[r * JB + i]);
+    }
+  }
+  // each 128-bit half holds a0..a3 (a4..a7) summed over its four lanes; the halves are then added
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]), h45 = _mm256_hadd_ps(a[4], a[5]),
+               h67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+  const __m256 lo = _mm256_permute2f128_ps(h0123, h4567, 0x20), hi = _mm256_permute2f128_ps(h0123, h4567, 0x31);
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, _mm256_mul_ps(_mm256_add_ps(lo, hi), _mm256_set1_ps(scale)));
+  if (jn == JB) {
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; r++) std::memcpy(sc + (r0 + r) * kDecodeChunk + j0, sums + r * JB, sizeof(float) * JB);
+  } else {
+    for (int r = 0; r < RB; r++)
+      for (int i = 0; i < jn; i++) sc[(r0 + r) * kDecodeChunk + j0 + i] = sums[r * JB + i];
+  }
+}
+
+// o[r] += Σ_j e[r][j] v_j over keys j0 .. j1-1 for RB heads (r0 ..) and DB vectors of the head
+// dimension (d0 ..): RB·DB accumulators held in registers across the keys, each a sum in key order.
+template <int RB, int DB, class Rows>
+[[gnu::always_inline]] inline void value_block(float* o, const float* sc, const Rows& v, int64_t hd, int64_t r0, int64_t d0,
+                                               int64_t j0, int64_t j1) {
+  static_assert(RB * DB <= 8);
+  __m256 acc[RB][DB];
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < DB; c++) acc[r][c] = _mm256_loadu_ps(o + (r0 + r) * hd + d0 + 8 * c);
+  for (int64_t j = j0; j < j1; j++) {
+    __m256 vv[DB];
+#pragma GCC unroll 8
+    for (int c = 0; c < DB; c++) vv[c] = v.load8(j, d0 + 8 * c);
+#pragma GCC unroll 8
+    for (int r = 0; r < RB; r++) {
+      const __m256 e = _mm256_broadcast_ss(sc + (r0 + r) * kDecodeChunk + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < DB; c++) acc[r][c] = _mm256_fmadd_ps(e, vv[c], acc[r][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RB; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < DB; c++) _mm256_storeu_ps(o + (r0 + r) * hd + d0 + 8 * c, acc[r][c]);
+}
+
+// Both products of one chunk with RB heads a block (rep a multiple of RB): scores 8 / RB keys at a
+// time, values 8 / RB vectors of the head dimension at a time where it allows, else one.
+template <int RB, class Rows>
+[[gnu::noinline]] void chunk_products(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, const Rows& v, float scale, float* sc,
+                    float* o, bool values) {
+  constexpr int B = 8 / RB;
+  if (!values) {
+    for (int64_t r0 = 0; r0 < rep; r0 += RB)
+      for (int64_t j0 = 0; j0 < n; j0 += B) score_block<RB>(sc, q, k, hd, r0, j0, static_cast<int>(std::min<int64_t>(B, n - j0)), scale);
+    return;
+  }
+  // Keys kValueTile at a time, so that the tile's value rows, read once for each block of heads and
+  // of the head dimension, stay in the first-level cache.
+  constexpr int64_t kValueTile = 32;
+  std::fill(o, o + rep * hd, 0.f);
+  for (int64_t j0 = 0; j0 < n; j0 += kValueTile) {
+    const int64_t j1 = std::min(n, j0 + kValueTile);
+    for (int64_t r0 = 0; r0 < rep; r0 += RB) {
+      int64_t d0 = 0;
+      for (; d0 + 8 * B <= hd; d0 += 8 * B) value_block<RB, B>(o, sc, v, hd, r0, d0, j0, j1);
+      for (; d0 < hd; d0 += 8) value_block<RB, 1>(o, sc, v, hd, r0, d0, j0, j1);
+    }
+  }
+}
 #endif
 
 // One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
@@ -112,19 +212,36 @@ struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
 template <class Rows>
 void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, const Rows& v, float scale, float* sc,
                   float* m, float* l, float* o) {
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = k.dot_row(q + r * hd, j, hd) * scale;
+#if defined(__AVX2__) && defined(__FMA__)
+  const int rb = hd % 8 != 0 ? 0 : rep % 4 == 0 ? 4 : rep % 2 == 0 ? 2 : 1;  // 0: the plain loops
+  auto blocked = [&](bool values) {
+    if (rb == 4) chunk_products<4>(rep, hd, n, q, k, v, scale, sc, o, values);
+    else if (rb == 2) chunk_products<2>(rep, hd, n, q, k, v, scale, sc, o, values);
+    else chunk_products<1>(rep, hd, n, q, k, v, scale, sc, o, values);
+  };
+  if (rb) blocked(false);
+  else
+#endif
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = k.dot_row(q + r * hd, j, hd) * scale;
   for (int64_t r = 0; r < rep; r++) {
     float* row = sc + r * kDecodeChunk;
     float mx = -INFINITY, sum = 0;
+#pragma omp simd reduction(max : mx)
     for (int64_t j = 0; j < n; j++) mx = std::max(mx, row[j]);
-    for (int64_t j = 0; j < n; j++) {
-      row[j] = exp_approx(row[j] - mx);
-      sum += row[j];
-    }
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) row[j] = exp_approx(row[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++) sum += row[j];
     m[r] = mx;
     l[r] = sum;
   }
+#if defined(__AVX2__) && defined(__FMA__)
+  if (rb) {
+    blocked(true);
+    return;
+  }
+#endif
   std::fill(o, o + rep * hd, 0.f);
   for (int64_t j = 0; j < n; j++)
     for (int64_t r = 0; r < rep; r++) v.axpy_row(o + r * hd, sc[r * kDecodeChunk + j], j, hd);
