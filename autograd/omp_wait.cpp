@@ -47,12 +47,14 @@ double measure_ns_per_spin() {
 }
 
 int others_running_at_start() {
-  constexpr int kSamples = 5;
-  int seen[kSamples];
-  for (int i = 0; i < kSamples; i++) {
+  // At most five readings 50 ms apart: a program that runs through all of them is a load; one
+  // starting beside tapelm (the other end of a shell pipeline, say) is not. The first reading
+  // that sees no other task ends the count, so a quiet machine pays for one read.
+  int least = 100000;
+  for (int i = 0; i < 5 && least > 0; i++) {
     if (i) {
-      const timespec half_ms{0, 500000};
-      nanosleep(&half_ms, nullptr);
+      const timespec wait{0, 50000000};
+      nanosleep(&wait, nullptr);
     }
     FILE* f = std::fopen("/proc/stat", "r");
     if (!f) return -1;
@@ -65,10 +67,9 @@ int others_running_at_start() {
       }
     std::fclose(f);
     if (running < 1) return -1;
-    seen[i] = static_cast<int>(std::min(running - 1, 100000L));
+    least = std::min(least, static_cast<int>(std::min(running - 1, 100000L)));
   }
-  std::sort(seen, seen + kSamples);
-  return seen[kSamples / 2];
+  return least;
 }
 
 long spin_count_for_load(double micros, double ns_per_spin, int others_running) {

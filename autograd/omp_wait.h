@@ -40,9 +40,9 @@ long spin_count_for(double micros, double ns_per_spin);
 /// the best of several short runs, in nanoseconds.
 double measure_ns_per_spin();
 
-/// Tasks running on the machine other than the caller: /proc/stat's procs_running less one, the
-/// median of five readings 0.5 ms apart (a task that runs for an instant is not a load); -1 when
-/// /proc/stat cannot be read.
+/// Tasks running on the machine other than the caller through the first 200 ms: the least of
+/// /proc/stat's procs_running less one over five readings 50 ms apart (a task that runs for an
+/// instant is not a load), stopping at the first reading of 0; -1 when /proc/stat cannot be read.
 int others_running_at_start();
 
 /// The spin count for a target time and a spin's cost (spin_count_for) when no other task runs,

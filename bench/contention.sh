@@ -17,7 +17,8 @@
 # it read the load), `spin300k` (tapelm only: GOMP_SPINCOUNT=300000, libgomp's own default, which
 # tapelm ran with before that), `passive` (2 threads, OMP_WAIT_POLICY=passive) and `t1` (1 thread).
 # TAPELM_SETTINGS and PYTORCH_SETTINGS name a subset (space-separated). OpenBLAS's core is left as
-# the environment has it for both programs. One JSON line per run on stdout.
+# the environment has it for both programs. One JSON line per run on stdout (tapelm's with the
+# `omp_wait` its run reported).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -60,7 +61,8 @@ measure() {
   esac
   if [[ $who == tapelm ]]; then
     out=$("${envv[@]}" "$TAPELM" --threads "$threads" bench "${BABY[@]}" --mode train --iters "$ITERS" --warmup 2 --json 2>/dev/null)
-    python3 -c "import json,sys; print(json.load(sys.stdin)['tokens_per_s'])" <<< "$out"
+    # the figure, then how tapelm's threads waited in this run (it reads the load at start-up)
+    python3 -c "import json,sys; d=json.load(sys.stdin); print(d['tokens_per_s'], end=', \"omp_wait\": '); print(json.dumps(d['omp_wait']))" <<< "$out"
   else
     out=$("${envv[@]}" "$PY" "$REF/bench.py" --threads "$threads" --vocab 65 --layers 4 --heads 4 --kv-heads 4 --dim 128 --block 64 \
       --batch 12 --mode train --iters "$ITERS" --warmup 2 2>/dev/null | tail -1)

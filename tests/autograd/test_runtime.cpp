@@ -395,9 +395,9 @@ BOOST_AUTO_TEST_CASE(beside_other_running_tasks_threads_sleep_at_once) {
   BOOST_TEST(spin_count_for_load(20.0, 45.0, 7) == 0);
 }
 
-// The load tapelm reads at start-up: a thread of this process spinning through all five readings
-// is a running task other than the reader, so at least one is counted; and so the program started
-// beside it chooses to sleep at once, and says so.
+// The load tapelm reads at start-up: a thread of this process spinning through all the readings
+// (200 ms) is a running task other than the reader, so at least one is counted; and so the program
+// started beside it chooses to sleep at once, and says so.
 BOOST_AUTO_TEST_CASE(a_busy_thread_counts_as_a_running_task_at_start_up) {
   std::atomic<bool> stop{false};
   std::thread busy([&] {
