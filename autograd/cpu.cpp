@@ -322,7 +322,7 @@ void guard_blas_core(char** argv) {
   if (d.action == BlasCoreDecision::error) throw Error(ErrorKind::usage, d.message);
   // OpenBLAS and libgomp both read their variables only while they load: one re-execution sets
   // whatever either needs.
-  const std::string spin = omp_spin_to_set();
+  const std::string spin = omp_spin_to_set(argv);
   if (d.action == BlasCoreDecision::reexec || !spin.empty()) {
     if (d.action == BlasCoreDecision::reexec) {
       ::setenv("OPENBLAS_CORETYPE", d.core.c_str(), 1);

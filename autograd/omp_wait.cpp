@@ -1,6 +1,7 @@
 #include "autograd/omp_wait.h"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -72,13 +73,33 @@ int others_running_at_start() {
   return least;
 }
 
-long spin_count_for_load(double micros, double ns_per_spin, int others_running) {
-  return others_running >= 1 ? 0 : spin_count_for(micros, ns_per_spin);
+long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus) {
+  const bool shared = others_running >= 1 && static_cast<long>(others_running) + threads > cpus;
+  return shared ? 0 : spin_count_for(micros, ns_per_spin);
 }
 
-std::string omp_spin_to_set() {
+int planned_threads(char** argv, int cpus) {
+  long n = 0;
+  for (int i = 1; argv && argv[i]; i++) {
+    if (std::strcmp(argv[i], "--threads") == 0 && argv[i + 1]) {
+      n = std::strtol(argv[i + 1], nullptr, 10);
+      break;
+    }
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      n = std::strtol(argv[i] + 10, nullptr, 10);
+      break;
+    }
+  }
+  return n >= 1 && n <= cpus ? static_cast<int>(n) : cpus;
+}
+
+std::string omp_spin_to_set(char** argv) {
   if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
-  return std::to_string(spin_count_for_load(kSpinMicros, measure_ns_per_spin(), others_running_at_start()));
+  const int cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int threads = planned_threads(argv, cpus);
+  // one thread never waits for another: no load to read
+  const int others = threads > 1 ? others_running_at_start() : 0;
+  return std::to_string(spin_count_for_load(kSpinMicros, measure_ns_per_spin(), others, threads, cpus));
 }
 
 std::string omp_wait_description() {

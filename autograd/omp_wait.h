@@ -17,11 +17,12 @@
 // Beside another busy program a waiting thread should not spin at all: the sibling it waits for
 // shares a core with that program, and the sooner the waiting thread's core is idle, the sooner
 // the scheduler moves the sibling there. So when other tasks are running as tapelm starts
-// (others_running_at_start), the count is 0: sleep at once, what OMP_WAIT_POLICY=passive does.
-// On a quiet machine sleeping at once costs 4-15 % of a short-kernel training step (the time to
-// wake a thread), which is why it is not the choice there (bench/CONTENTION.md). The load is read
-// once: libgomp cannot change its count later, and a run's wait, unlike its thread count, changes
-// none of its bits.
+// (others_running_at_start) and they and tapelm's threads do not fit the cores, the count is 0:
+// sleep at once, what OMP_WAIT_POLICY=passive does. On a quiet machine sleeping at once costs
+// 4-15 % of a training step of short kernels and a third of a small model's decoding step (the
+// time to wake a thread), which is why it is not the choice there (bench/CONTENTION.md). The load
+// is read once: libgomp cannot change its count later, and a run's wait, unlike its thread count,
+// changes none of its bits.
 #include <string>
 
 namespace tapelm {
@@ -45,14 +46,19 @@ double measure_ns_per_spin();
 /// instant is not a load), stopping at the first reading of 0; -1 when /proc/stat cannot be read.
 int others_running_at_start();
 
-/// The spin count for a target time and a spin's cost (spin_count_for) when no other task runs,
-/// 0 (sleep at once) when at least one does; an unknown load (-1) counts as none.
-long spin_count_for_load(double micros, double ns_per_spin, int others_running);
+/// The spin count for a target time and a spin's cost (spin_count_for) while the other running
+/// tasks and this program's threads fit the machine's cpus; 0 (sleep at once) when they do not and
+/// at least one other task runs. An unknown load (-1) counts as none.
+long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus);
 
-/// The GOMP_SPINCOUNT tapelm sets at start-up (from this CPU's spin cost and the machine's load),
-/// or "" when OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set (the user's choice, or tapelm's
-/// after its re-execution).
-std::string omp_spin_to_set();
+/// The thread count a command line asks for (`--threads N` or `--threads=N`), or cpus when it
+/// asks for none, for 0 (all cores) or for more than there are.
+int planned_threads(char** argv, int cpus);
+
+/// The GOMP_SPINCOUNT tapelm sets at start-up (from this CPU's spin cost, the machine's load and
+/// the threads argv asks for), or "" when OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set (the
+/// user's choice, or tapelm's after its re-execution).
+std::string omp_spin_to_set(char** argv);
 
 /// One line for `inspect --system`, `bench` and `train`, read from the environment in force, e.g.
 /// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm", or, when other

@@ -386,13 +386,33 @@ BOOST_AUTO_TEST_CASE(the_spin_count_is_the_spin_time_over_one_pauses_cost) {
   BOOST_TEST(spin_count_for(20.0, NAN) == 1000);
 }
 
-// With any other task running at start-up a waiting thread sleeps at once (count 0); with none,
-// or when /proc/stat could not be read (-1), it spins the measured count.
+// When the tasks running at start-up and tapelm's threads do not fit the cores, a waiting thread
+// sleeps at once (count 0); with no other task, room for all, or /proc/stat unreadable (-1), it
+// spins the measured count (1064 at 18.8 ns a spin, as above).
 BOOST_AUTO_TEST_CASE(beside_other_running_tasks_threads_sleep_at_once) {
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0) == 1064);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1) == 1064);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1) == 0);
-  BOOST_TEST(spin_count_for_load(20.0, 45.0, 7) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, 2) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 2, 2) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 2, 2) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 45.0, 7, 2, 2) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 1, 2) == 1064);    // one thread beside one task: 2 of 2
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 56, 8, 64) == 1064);  // 64 of 64
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 57, 8, 64) == 0);     // 65 of 64
+}
+
+// The threads a command line asks for, as main's `--threads` reads them; all cores otherwise.
+BOOST_AUTO_TEST_CASE(the_planned_thread_count_is_read_from_the_command_line) {
+  auto planned = [](std::vector<std::string> args, int cpus) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    return planned_threads(argv.data(), cpus);
+  };
+  BOOST_TEST(planned({"tapelm", "--threads", "1", "train"}, 8) == 1);
+  BOOST_TEST(planned({"tapelm", "--threads=3", "train"}, 8) == 3);
+  BOOST_TEST(planned({"tapelm", "--threads", "0", "train"}, 8) == 8);
+  BOOST_TEST(planned({"tapelm", "--threads", "99", "train"}, 8) == 8);
+  BOOST_TEST(planned({"tapelm", "train", "--config", "c.json"}, 8) == 8);
+  BOOST_TEST(planned({"tapelm", "--threads"}, 8) == 8);
 }
 
 // The load tapelm reads at start-up: a thread of this process spinning through all the readings
