@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -84,7 +85,7 @@ struct F32Rows {
 };
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 template <KvType T>
-struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
+struct HalfRows {  // T: f16 or bf16; hd a multiple of 8; read only by the register blocks
   const uint8_t* p;
   int64_t rb;
   static __m256 load8(const uint16_t* h) {
@@ -93,17 +94,6 @@ struct HalfRows {  // T: f16 or bf16; hd a multiple of 8
     else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
   }
   const uint16_t* row(int64_t j) const { return reinterpret_cast<const uint16_t*>(p + j * rb); }
-  float dot_row(const float* q, int64_t j, int64_t hd) const {
-    const uint16_t* k = row(j);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), load8(k + d), acc);
-    return hsum8(acc);
-  }
-  void axpy_row(float* o, float e, int64_t j, int64_t hd) const {
-    const uint16_t* v = row(j);
-    const __m256 ve = _mm256_set1_ps(e);
-    for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(o + d, _mm256_fmadd_ps(ve, load8(v + d), _mm256_loadu_ps(o + d)));
-  }
   __m256 load8(int64_t j, int64_t d) const { return load8(row(j) + d); }
 };
 #endif
@@ -178,57 +168,87 @@ template <int RB, int DB, class Rows>
     for (int c = 0; c < DB; c++) _mm256_storeu_ps(o + (r0 + r) * hd + d0 + 8 * c, acc[r][c]);
 }
 
-// Both products of one chunk with RB heads a block (rep a multiple of RB): scores 8 / RB keys at a
-// time, values 8 / RB vectors of the head dimension at a time where it allows, else one.
+// A chunk's scores with RB heads a block (rep a multiple of RB), 8 / RB keys at a time.
 template <int RB, class Rows>
-[[gnu::noinline]] void chunk_products(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, const Rows& v, float scale, float* sc,
-                    float* o, bool values) {
-  constexpr int B = 8 / RB;
-  if (!values) {
-    for (int64_t r0 = 0; r0 < rep; r0 += RB)
-      for (int64_t j0 = 0; j0 < n; j0 += B) score_block<RB>(sc, q, k, hd, r0, j0, static_cast<int>(std::min<int64_t>(B, n - j0)), scale);
-    return;
-  }
-  // Keys kValueTile at a time, so that the tile's value rows, read once for each block of heads and
-  // of the head dimension, stay in the first-level cache.
+[[gnu::noinline]] void scores_blocked(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, float scale, float* sc) {
+  constexpr int JB = 8 / RB;
+  for (int64_t r0 = 0; r0 < rep; r0 += RB)
+    for (int64_t j0 = 0; j0 < n; j0 += JB)
+      score_block<RB>(sc, q, k, hd, r0, j0, static_cast<int>(std::min<int64_t>(JB, n - j0)), scale);
+}
+
+// A chunk's outputs o = Σ_j e_j v_j with RB heads a block, 8 / RB vectors of the head dimension at a
+// time where it allows, else one; keys kValueTile at a time, so that the tile's value rows, read
+// once for each block of heads and of the head dimension, stay in the first-level cache.
+template <int RB, class Rows>
+[[gnu::noinline]] void values_blocked(int64_t rep, int64_t hd, int64_t n, const float* sc, const Rows& v, float* o) {
+  constexpr int DB = 8 / RB;
   constexpr int64_t kValueTile = 32;
   std::fill(o, o + rep * hd, 0.f);
   for (int64_t j0 = 0; j0 < n; j0 += kValueTile) {
     const int64_t j1 = std::min(n, j0 + kValueTile);
     for (int64_t r0 = 0; r0 < rep; r0 += RB) {
       int64_t d0 = 0;
-      for (; d0 + 8 * B <= hd; d0 += 8 * B) value_block<RB, B>(o, sc, v, hd, r0, d0, j0, j1);
+      for (; d0 + 8 * DB <= hd; d0 += 8 * DB) value_block<RB, DB>(o, sc, v, hd, r0, d0, j0, j1);
       for (; d0 < hd; d0 += 8) value_block<RB, 1>(o, sc, v, hd, r0, d0, j0, j1);
     }
   }
 }
 #endif
 
+// Query heads a register block for a group of rep heads: 4, 2 or 1 as rep allows; 0 (the plain
+// loops, f32 rows only) without AVX2 or where the head dimension is not a multiple of 8.
+inline int heads_a_block(int64_t rep, int64_t hd) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (hd % 8 == 0) return rep % 4 == 0 ? 4 : rep % 2 == 0 ? 2 : 1;
+#endif
+  (void)rep, (void)hd;
+  return 0;
+}
+
+// sc [rep, kDecodeChunk] = scale · q kᵀ over the chunk's n keys.
+template <class Rows>
+void decode_scores(int rb, int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, float scale, float* sc) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (rb == 4) return scores_blocked<4>(rep, hd, n, q, k, scale, sc);
+  if (rb == 2) return scores_blocked<2>(rep, hd, n, q, k, scale, sc);
+  if (rb == 1) return scores_blocked<1>(rep, hd, n, q, k, scale, sc);
+#endif
+  if constexpr (std::is_same_v<Rows, F32Rows>)  // 16-bit rows exist only where rb > 0
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = k.dot_row(q + r * hd, j, hd) * scale;
+}
+
+// o [rep, hd] = Σ_j e_j v_j over the chunk's n keys, e the exponentiated scores in sc.
+template <class Rows>
+void decode_values(int rb, int64_t rep, int64_t hd, int64_t n, const float* sc, const Rows& v, float* o) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if (rb == 4) return values_blocked<4>(rep, hd, n, sc, v, o);
+  if (rb == 2) return values_blocked<2>(rep, hd, n, sc, v, o);
+  if (rb == 1) return values_blocked<1>(rep, hd, n, sc, v, o);
+#endif
+  if constexpr (std::is_same_v<Rows, F32Rows>) {
+    std::fill(o, o + rep * hd, 0.f);
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t r = 0; r < rep; r++) v.axpy_row(o + r * hd, sc[r * kDecodeChunk + j], j, hd);
+  }
+}
+
 // One work item of a decoding step: the group's rep query heads (q: [rep, hd]) against n ≤
 // kDecodeChunk keys and values. Each K row and each V row is read once, for all rep heads: scores
 // into sc [rep, kDecodeChunk], their max m [rep] and exp-sum l [rep], and the unnormalised output
-// o = Σ_j e_j v_j [rep, hd]. Plain loops rather than two BLAS calls: the products are 1-16 rows
+// o = Σ_j e_j v_j [rep, hd]. Our own loops rather than two BLAS calls: the products are 1-16 rows
 // by 256 keys, where a library call costs more than the arithmetic.
 template <class Rows>
 void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows& k, const Rows& v, float scale, float* sc,
                   float* m, float* l, float* o) {
-#if defined(__AVX2__) && defined(__FMA__)
-  const int rb = hd % 8 != 0 ? 0 : rep % 4 == 0 ? 4 : rep % 2 == 0 ? 2 : 1;  // 0: the plain loops
-  auto blocked = [&](bool values) {
-    if (rb == 4) chunk_products<4>(rep, hd, n, q, k, v, scale, sc, o, values);
-    else if (rb == 2) chunk_products<2>(rep, hd, n, q, k, v, scale, sc, o, values);
-    else chunk_products<1>(rep, hd, n, q, k, v, scale, sc, o, values);
-  };
-  if (rb) blocked(false);
-  else
-#endif
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t r = 0; r < rep; r++) sc[r * kDecodeChunk + j] = k.dot_row(q + r * hd, j, hd) * scale;
+  const int rb = heads_a_block(rep, hd);
+  decode_scores(rb, rep, hd, n, q, k, scale, sc);
   for (int64_t r = 0; r < rep; r++) {
     float* row = sc + r * kDecodeChunk;
     float mx = -INFINITY, sum = 0;
 #pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < n; j++) mx = std::max(mx, row[j]);
+    for (int64_t j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
 #pragma omp simd
     for (int64_t j = 0; j < n; j++) row[j] = exp_approx(row[j] - mx);
 #pragma omp simd reduction(+ : sum)
@@ -236,15 +256,7 @@ void decode_chunk(int64_t rep, int64_t hd, int64_t n, const float* q, const Rows
     m[r] = mx;
     l[r] = sum;
   }
-#if defined(__AVX2__) && defined(__FMA__)
-  if (rb) {
-    blocked(true);
-    return;
-  }
-#endif
-  std::fill(o, o + rep * hd, 0.f);
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t r = 0; r < rep; r++) v.axpy_row(o + r * hd, sc[r * kDecodeChunk + j], j, hd);
+  decode_values(rb, rep, hd, n, sc, v, o);
 }
 
 // One query row per sequence (a decoding step): split-K attention ("flash decoding"). The keys
