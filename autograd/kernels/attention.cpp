@@ -314,29 +314,29 @@ void attention_decode(float* y, const float* q, const void* k, const void* v, Kv
         decode_chunk(rep, hd, n, qg, F32Rows{kw.data(), hd}, F32Rows{vw.data(), hd}, scale, sc.data(), mt, lt, ot);
       }
     }
+    // One query head a work item: under MQA at batch 1 a (sequence, KV head) a work item left the
+    // combine to one thread while the other went to sleep in the barrier.
 #pragma omp for schedule(static)
-    for (int64_t bg = 0; bg < s.B * s.KV; bg++) {
-      const int64_t b = bg / s.KV, g = bg % s.KV;
-      for (int64_t r = 0; r < rep; r++) {
-        float* yr = y + b * C + (g * rep + r) * hd;
-        float M = -INFINITY;
-        for (int64_t c = 0; c < nc; c++) M = std::max(M, m[(bg * nc + c) * rep + r]);
-        if (M == -INFINITY) {  // no visible key
-          std::fill(yr, yr + hd, 0.f);
-          continue;
-        }
-        float den = 0;
+    for (int64_t bh = 0; bh < s.B * s.H; bh++) {
+      const int64_t b = bh / s.H, h = bh % s.H, bg = b * s.KV + h / rep, r = h % rep;
+      float* yr = y + b * C + h * hd;
+      float M = -INFINITY;
+      for (int64_t c = 0; c < nc; c++) M = std::max(M, m[(bg * nc + c) * rep + r]);
+      if (M == -INFINITY) {  // no visible key
         std::fill(yr, yr + hd, 0.f);
-        for (int64_t c = 0; c < nc; c++) {
-          const int64_t t = bg * nc + c;
-          const float w = std::exp(m[t * rep + r] - M);
-          den += w * l[t * rep + r];
-          const float* ot = o + (t * rep + r) * hd;
-          for (int64_t d = 0; d < hd; d++) yr[d] += w * ot[d];
-        }
-        const float inv = 1.0f / den;
-        for (int64_t d = 0; d < hd; d++) yr[d] *= inv;
+        continue;
       }
+      float den = 0;
+      std::fill(yr, yr + hd, 0.f);
+      for (int64_t c = 0; c < nc; c++) {
+        const int64_t t = bg * nc + c;
+        const float w = std::exp(m[t * rep + r] - M);
+        den += w * l[t * rep + r];
+        const float* ot = o + (t * rep + r) * hd;
+        for (int64_t d = 0; d < hd; d++) yr[d] += w * ot[d];
+      }
+      const float inv = 1.0f / den;
+      for (int64_t d = 0; d < hd; d++) yr[d] *= inv;
     }
   }
 }
