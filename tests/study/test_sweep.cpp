@@ -777,6 +777,29 @@ BOOST_AUTO_TEST_CASE(damaged_sweep_state_gives_one_line_naming_the_file) {
   std::ofstream(cell) << good;
   Run again = run_cli(args);
   BOOST_TEST(again.code == 0, again.err);
+
+  // --retime-decoding times every shape again and writes the report with the new times: a time
+  // no machine gives (12345.68 ms a sample, in the 2-KV shape's file, which a plain re-run takes
+  // as it is) is gone from the file and from the report. Nothing is trained: the cells stay.
+  const fs::path kv2 = d / "sw/decode/kv2.json";
+  nlohmann::json times = nlohmann::json::parse(slurp(kv2));
+  BOOST_TEST_REQUIRE(times.contains("decode_ms_per_sample_b4"));
+  times["decode_ms_per_sample_b4"] = 12345.678;
+  write_bytes(kv2, times.dump());
+  BOOST_TEST_REQUIRE(run_cli(args).code == 0);
+  BOOST_TEST(slurp(d / "sw/report.md").find("12345.68") != std::string::npos);  // the plain re-run's report took it
+  Run retimed = run_cli(args + " --retime-decoding");
+  BOOST_TEST_REQUIRE(retimed.code == 0, retimed.err);
+  BOOST_TEST(slurp(kv2).find("12345.678") == std::string::npos);
+  BOOST_TEST(slurp(d / "sw/report.md").find("12345.68") == std::string::npos);
+  BOOST_TEST(retimed.out.find("| kv2 |") != std::string::npos, retimed.out);
+  BOOST_TEST(slurp(cell) == good);
+  // in a folder no cell has run in: the times alone, and no report
+  Run fresh = run_cli(args.substr(0, args.find(" --out ")) + " --out " + (d / "times") + " --retime-decoding");
+  BOOST_TEST_REQUIRE(fresh.code == 0, fresh.err);
+  for (const char* f : {"kv4.json", "kv2.json", "kv1.json", "smaller.json"}) BOOST_TEST(fs::exists(d / "times/decode/" + f), f);
+  BOOST_TEST(!fs::exists(d / "times/report.md"));
+  BOOST_TEST(fresh.out.find("cells not run yet") != std::string::npos, fresh.out);
 }
 
 namespace {

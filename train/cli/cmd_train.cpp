@@ -225,7 +225,7 @@ int run_uptrain(const UptrainArgs& a) {
 struct SweepArgs {
   std::string preset = "tiny", data, out, methods, groupings, from, config, precision, distill_methods, train, train_method;
   DistillArgs distill;
-  bool quiet = false, scratch = false;
+  bool quiet = false, scratch = false, retime_decoding = false;
 };
 
 void sweep_flags(CLI::App& c, SweepArgs& a) {
@@ -249,6 +249,9 @@ void sweep_flags(CLI::App& c, SweepArgs& a) {
   c.add_option("--train", a.train, "also uptrain each GQA/MQA model at the headline alpha training only these parameters, comma-separated: "
                                  "attention, kv (every seed; the others frozen as converted)");
   c.add_option("--train-method", a.train_method, "with --train: the conversion of those cells (default: aligned-fit; among --methods)");
+  c.add_flag("--retime-decoding", a.retime_decoding,
+             "train nothing: time every model shape's decoding again with this build and, when every cell has run, write the "
+             "report again with the new times");
   c.add_flag("--quiet", a.quiet, "no progress lines");
 }
 
@@ -277,6 +280,10 @@ int run_sweep(const SweepArgs& a) {
   if (!a.train_method.empty()) {
     if (a.train.empty()) throw Error(ErrorKind::usage, "sweep: --train-method needs --train");
     p.partial_method = a.train_method;
+  }
+  if (a.retime_decoding) {
+    tapelm::retime_sweep_decoding(p, a.data, a.out, a.quiet);
+    return 0;
   }
   if (!tapelm::run_sweep(p, a.data, a.out, a.quiet, signal_stop_token())) {
     std::printf("sweep stopped by signal; run the same command again to resume\n");

@@ -192,6 +192,21 @@ class DecodeTimer {
     return cache_.at(key);
   }
 
+  /// Every shape timed again with this build, whatever OUT/decode holds; the times by shape key.
+  /// With progress, a line after each batch and context.
+  const std::map<std::string, ShapeDecodeTimes>& retime(bool progress) {
+    progress_ = progress;
+    measure_all();
+    return cache_;
+  }
+
+  /// The shape keys in the order the study lists them (KV counts falling, then the smaller model).
+  std::vector<std::string> keys() const {
+    std::vector<std::string> k;
+    for (const Shape& s : shapes_) k.push_back(shape_key(s.cell));
+    return k;
+  }
+
  private:
   struct Shape {
     int64_t kv;  // 0: not on the KV ladder (the smaller model)
@@ -243,6 +258,12 @@ class DecodeTimer {
       }
       if (separated || seconds_since(t0) > 60) break;
     }
+    if (progress_) {
+      std::printf("decoding timed: batch %ld, context %ld%s, %zu rounds of %zu shapes in %.1fs\n", static_cast<long>(b),
+                  static_cast<long>(context), low_cache ? ", the low-precision cache" : "", sample_ms.begin()->second.size(), shapes_.size(),
+                  seconds_since(t0));
+      std::fflush(stdout);
+    }
     std::map<std::string, DecodeTime> out;
     for (auto& [k, s] : sample_ms) {
       std::vector<double>& st = step_ms[k];
@@ -285,6 +306,7 @@ class DecodeTimer {
   fs::path dir_;
   std::vector<Shape> shapes_;
   std::map<std::string, ShapeDecodeTimes> cache_;
+  bool progress_ = false;
 };
 
 /// The converted model before uptraining is the same for every α and seed (but for random init,
@@ -439,6 +461,35 @@ class SweepRun {
 
   // results.csv, report.md and the plots of every cell.
   void write_report();
+
+  // Every model shape's decoding timed again with this build, printed; the report written again
+  // with the new times when every cell has run. Trains nothing.
+  void retime_decoding() {
+    if (!quiet_)
+      std::printf("sweep %s: timing the decoding of every model shape again in %s (%s)\n", p_.name.c_str(), out_dir_.c_str(),
+                  omp_wait_description().c_str());
+    const std::map<std::string, ShapeDecodeTimes>& t = decode_.retime(!quiet_);
+    const std::vector<int64_t>& batches = plan_.preset.decode_batches;
+    std::printf("\n| shape |");
+    for (int64_t b : batches) std::printf(" ms/sample, batch %ld |", static_cast<long>(b));
+    std::printf(" ms/step, batch %ld |\n|---|", static_cast<long>(batches.back()));
+    for (size_t i = 0; i <= batches.size(); i++) std::printf("---:|");
+    std::printf("\n");
+    for (const std::string& k : decode_.keys()) {
+      const ShapeDecodeTimes& d = t.at(k);
+      std::printf("| %s |", k.c_str());
+      for (int64_t b : batches) std::printf(" %.2f |", d.decode.at(b).ms_per_sample);
+      std::printf(" %.3f |\n", d.decode.at(batches.back()).ms_per_token_step);
+    }
+    size_t missing = 0;
+    for (const Cell& c : plan_.cells) missing += dirs_.finished(c) ? 0 : 1;
+    if (missing == 0) {
+      write_report();
+    } else {
+      std::printf("\n%zu of %zu cells not run yet: report.md is written, with these times, when the sweep has run them\n", missing,
+                  plan_.cells.size());
+    }
+  }
 
  private:
   static SweepPreset with_vocab(const SweepPreset& p, const Corpus& corpus) {
@@ -598,6 +649,11 @@ bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::st
   if (!run.run_cells()) return false;
   run.write_report();
   return true;
+}
+
+void retime_sweep_decoding(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet) {
+  SweepRun run(p, data_path, out_dir, quiet, StopToken());
+  run.retime_decoding();
 }
 
 }  // namespace tapelm

@@ -13,4 +13,9 @@ namespace tapelm {
 bool run_sweep(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet = false,
                const StopToken& stop = StopToken());
 
+/// Times every model shape's decoding again with this build, as the study does (so a study's
+/// decode columns follow a faster kernel without training again), writes OUT/decode/ and prints
+/// the times; when every cell has run, writes results.csv, report.md and the plots again with them.
+void retime_sweep_decoding(const SweepPreset& p, const std::string& data_path, const std::string& out_dir, bool quiet = false);
+
 }  // namespace tapelm
