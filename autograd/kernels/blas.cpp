@@ -133,15 +133,23 @@ namespace {
 
 // Products x·Wᵀ with a few rows (2 ≤ M ≤ 16: decoding a batch of sequences one token at a time).
 // OpenBLAS and oneDNN pack W for every call and reach a seventh of their peak there; this reads
-// each pair of W's rows once for all of x's rows, holding 8 rows × 2 W rows of vector
-// accumulators, and spreads the W row pairs over the threads. The sum order is fixed (lanes,
-// then a fixed tree), so the result does not depend on the thread count.
+// each pair of W's rows once for a block of x's rows, holding the block's rows × 2 W rows of
+// vector accumulators, and spreads the W row pairs over the threads. The sum order is fixed (lanes,
+// then the lanes one after another), so the result does not depend on the thread count.
 #ifdef __AVX512F__
 constexpr int kLanes = 16;
 #else
 constexpr int kLanes = 8;
 #endif
 constexpr int64_t kSmallM = 16;
+// x's rows a block: its 2·MB accumulators, two W vectors and one x vector fit the 16 (AVX2) or 32
+// (AVX-512) vector registers. Eight rows on AVX2 needed 19: the compiler kept them on the stack and
+// ran the loop at a third of the FMA peak (the `small` study's batch-16 decoding step).
+constexpr int kMaxBlockRows = kLanes == 16 ? 8 : 4;
+// One vector of kLanes floats (GCC's vector extension: one ymm or zmm register), and the same
+// loaded from an address with floats' alignment.
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float))));
+typedef float VecU __attribute__((vector_size(kLanes * sizeof(float)), aligned(4), may_alias));
 
 // W's rows stream from memory, two at a time per thread: too few streams for the hardware
 // prefetchers to hide the latency (the loop stalled on W's loads at a fifth of the bandwidth), so
@@ -149,21 +157,20 @@ constexpr int64_t kSmallM = 16;
 template <int MB>
 void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0, float* out1,
                    const char* pf0, const char* pf1) {
-  float acc0[MB][kLanes] = {}, acc1[MB][kLanes] = {};
+  Vec acc0[MB], acc1[MB];
+  for (int m = 0; m < MB; m++) acc0[m] = acc1[m] = Vec{};
   const int64_t Kv = K / kLanes * kLanes;
   for (int64_t k = 0; k < Kv; k += kLanes) {
     if (pf0) {
       __builtin_prefetch(pf0 + k * 4);
       __builtin_prefetch(pf1 + k * 4);
     }
+    const Vec b0 = *reinterpret_cast<const VecU*>(B0 + k), b1 = *reinterpret_cast<const VecU*>(B1 + k);
 #pragma GCC unroll 8
     for (int m = 0; m < MB; m++) {
-      const float* a = A + m * lda + k;
-#pragma omp simd
-      for (int v = 0; v < kLanes; v++) {
-        acc0[m][v] += a[v] * B0[k + v];
-        acc1[m][v] += a[v] * B1[k + v];
-      }
+      const Vec a = *reinterpret_cast<const VecU*>(A + m * lda + k);
+      acc0[m] += a * b0;  // contracted to one FMA, as the loop over lanes before was
+      acc1[m] += a * b1;
     }
   }
   for (int m = 0; m < MB; m++) {
@@ -178,8 +185,16 @@ void small_m_block(int64_t K, const float* A, int64_t lda, const float* B0, cons
 void small_m_rows(int64_t M, int64_t K, const float* A, int64_t lda, const float* B0, const float* B1, float* out0,
                   float* out1, const char* pf0, const char* pf1) {
   int64_t m = 0;
-  for (; m + 8 <= M; m += 8, pf0 = pf1 = nullptr) small_m_block<8>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
-  for (; m + 4 <= M; m += 4, pf0 = pf1 = nullptr) small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+  for (; m + kMaxBlockRows <= M; m += kMaxBlockRows, pf0 = pf1 = nullptr)
+    small_m_block<kMaxBlockRows>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+  if (kMaxBlockRows > 4 && m + 4 <= M) {
+    small_m_block<4>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+    m += 4, pf0 = pf1 = nullptr;
+  }
+  if (m + 2 <= M) {
+    small_m_block<2>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
+    m += 2, pf0 = pf1 = nullptr;
+  }
   for (; m < M; m++, pf0 = pf1 = nullptr) small_m_block<1>(K, A + m * lda, lda, B0, B1, out0 + m, out1 + m, pf0, pf1);
 }
 
