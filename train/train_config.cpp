@@ -120,7 +120,7 @@ double TrainConfig::train_flops_per_token() const {
   return m.train_flops_per_token - 2 * std::max(frozen, 0.0);
 }
 
-bool is_block_parameter(const std::string& name) { return name.rfind("blocks.", 0) == 0; }
+bool is_block_parameter(const std::string& name) { return block_index(name) >= 0; }
 
 std::map<std::string, int> deal_out(const TrainConfig& cfg, int world) {
   const std::vector<std::pair<std::string, Shape>> shapes = parameter_shapes(cfg.model);
@@ -146,9 +146,9 @@ BlockParams block_params(const GPTConfig& c) {
   BlockParams b;
   std::vector<double> per_layer(static_cast<size_t>(c.n_layer), 0.0);
   for (const auto& [name, shape] : parameter_shapes(c)) {
-    if (!is_block_parameter(name)) continue;
-    const size_t l = static_cast<size_t>(block_index(name));
-    per_layer.at(l) += static_cast<double>(shape_numel(shape));
+    const int64_t l = block_index(name);
+    if (l < 0) continue;
+    per_layer.at(static_cast<size_t>(l)) += static_cast<double>(shape_numel(shape));
   }
   for (double n : per_layer) {
     b.all += n;

@@ -340,9 +340,9 @@ void Trainer::keep_blocks_sharded() {
   size_t i = 0;
   for (const auto& [name, p] : model_.named_parameters()) {
     const Shape& shape = shapes.at(i++).second;
-    if (!is_block_parameter(name)) continue;
-    const size_t l = static_cast<size_t>(block_index(name));
-    layers.at(l).push_back({p, shape, keepers.at(name)});
+    const int64_t l = block_index(name);
+    if (l < 0) continue;
+    layers.at(static_cast<size_t>(l)).push_back({p, shape, keepers.at(name)});
     held_by_[p.id()] = keepers.at(name);
   }
   resident_ = std::make_shared<ShardedBlocks>(std::move(layers), rank_, res_.comm_seconds);
