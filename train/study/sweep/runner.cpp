@@ -470,16 +470,22 @@ class SweepRun {
                   omp_wait_description().c_str());
     const std::map<std::string, ShapeDecodeTimes>& t = decode_.retime(!quiet_);
     const std::vector<int64_t>& batches = plan_.preset.decode_batches;
+    const long b_hi = static_cast<long>(batches.back());
+    const ShapeDecodeTimes& first = t.at(decode_.keys().front());
     std::printf("\n| shape |");
     for (int64_t b : batches) std::printf(" ms/sample, batch %ld |", static_cast<long>(b));
-    std::printf(" ms/step, batch %ld |\n|---|", static_cast<long>(batches.back()));
-    for (size_t i = 0; i <= batches.size(); i++) std::printf("---:|");
+    std::printf(" ms/step, batch %ld |", b_hi);
+    if (first.long_context > 0) std::printf(" ms/sample, batch %ld, context %ld |", b_hi, static_cast<long>(first.long_context));
+    std::printf(" ms/sample, batch %ld, low-precision cache |\n|---|", b_hi);
+    for (size_t i = 0; i < batches.size() + (first.long_context > 0 ? 3 : 2); i++) std::printf("---:|");
     std::printf("\n");
     for (const std::string& k : decode_.keys()) {
       const ShapeDecodeTimes& d = t.at(k);
       std::printf("| %s |", k.c_str());
       for (int64_t b : batches) std::printf(" %.2f |", d.decode.at(b).ms_per_sample);
-      std::printf(" %.3f |\n", d.decode.at(batches.back()).ms_per_token_step);
+      std::printf(" %.3f |", d.decode.at(batches.back()).ms_per_token_step);
+      if (first.long_context > 0) std::printf(" %.2f |", d.decode_long.at(batches.back()).ms_per_sample);
+      std::printf(" %.2f (%s) |\n", d.decode_lowkv.at(batches.back()).ms_per_sample, d.lowkv_cache.c_str());
     }
     size_t missing = 0;
     for (const Cell& c : plan_.cells) missing += dirs_.finished(c) ? 0 : 1;
