@@ -156,8 +156,8 @@ std::vector<float> rounded(const Tensor& x, KvType type, int64_t hd) {
 // 5 rows over the same cache. For each storage type (f32; f16, bf16 and q8 widened as they are
 // read) checked against softmax(q kᵀ/√hd) v computed naively in double on the cache's values (the
 // old rows and the new ones as the type rounds them), and for bit-identical results on 1, 2 and 3
-// threads. 8 query heads over 8, 4, 2 and 1 KV heads: the products' register blocks of 1, 2 and 4
-// heads, with keys left over at the end of a chunk (255, 701 keys).
+// threads. 8 query heads over 8, 4, 2 and 1 KV heads: the products' register blocks of 1, 2, 4 and
+// 8 heads, with keys left over at the end of a chunk (255, 701 keys).
 BOOST_AUTO_TEST_CASE(decode_step_over_long_contexts) {
   const int64_t H = 8, hd = 32, max_len = 800;
   const int before = get_num_threads();
