@@ -392,48 +392,46 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
         const float* kg = k + b * s.kv_batch_stride + g * s.head_stride();
         const float* vg = v + b * s.kv_batch_stride + g * s.head_stride();
         const int32_t* keep = key_keep ? key_keep + b * s.Tk : nullptr;
-        {
-          const float* qh = q + b * s.Tq * C + h * s.hd;
-          float* P = probs ? probs + ((b * s.H + h) * s.Tq) * s.Tk : scratch.data();
-          float* yh = y + b * s.Tq * C + h * s.hd;
-          // Causal: query rows in blocks, each against only the keys its last row sees, so the
-          // masked upper triangle is neither multiplied nor exponentiated (about half of QKᵀ
-          // and P·V at T = 256). Entries past a row's limit are zero, as the backward expects.
-          for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
-            const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
-            float* Pb = block_scratch ? P : P + i0 * s.Tk;  // the block's first row
-            if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, RS, 0.f, Pb, s.Tk);
-            for (int64_t i = i0; i < i0 + nb; i++) {
-              float* row = Pb + (i - i0) * s.Tk;
-              const int64_t lim = key_limit(s, i);
-              float mx = -INFINITY;
-              for (int64_t j = 0; j < lim; j++)
-                if (!keep || keep[j]) mx = std::max(mx, row[j]);
-              if (mx == -INFINITY) {  // nothing visible
-                std::fill(row, row + s.Tk, 0.f);
-                continue;
-              }
-              float sum = 0;
-              for (int64_t j = 0; j < lim; j++) {
-                const float e = (!keep || keep[j]) ? exp_approx(row[j] - mx) : 0.f;
-                row[j] = e;
-                sum += e;
-              }
-              const float inv = 1.0f / sum;
-              for (int64_t j = 0; j < lim; j++) row[j] *= inv;
-              std::fill(row + lim, row + s.Tk, 0.f);
+        const float* qh = q + b * s.Tq * C + h * s.hd;
+        float* P = probs ? probs + ((b * s.H + h) * s.Tq) * s.Tk : scratch.data();
+        float* yh = y + b * s.Tq * C + h * s.hd;
+        // Causal: query rows in blocks, each against only the keys its last row sees, so the
+        // masked upper triangle is neither multiplied nor exponentiated (about half of QKᵀ
+        // and P·V at T = 256). Entries past a row's limit are zero, as the backward expects.
+        for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
+          const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
+          float* Pb = block_scratch ? P : P + i0 * s.Tk;  // the block's first row
+          if (kl > 0) sgemm(false, true, nb, kl, s.hd, scale, qh + i0 * C, C, kg, RS, 0.f, Pb, s.Tk);
+          for (int64_t i = i0; i < i0 + nb; i++) {
+            float* row = Pb + (i - i0) * s.Tk;
+            const int64_t lim = key_limit(s, i);
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < lim; j++)
+              if (!keep || keep[j]) mx = std::max(mx, row[j]);
+            if (mx == -INFINITY) {  // nothing visible
+              std::fill(row, row + s.Tk, 0.f);
+              continue;
             }
-            const float* Pv = Pb;
-            if (p_drop > 0) {
-              // y uses the dropped probabilities; probs keeps the softmax for backward.
-              dropout_rows(pd.data(), P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
-              Pv = pd.data() + i0 * s.Tk;
+            float sum = 0;
+            for (int64_t j = 0; j < lim; j++) {
+              const float e = (!keep || keep[j]) ? exp_approx(row[j] - mx) : 0.f;
+              row[j] = e;
+              sum += e;
             }
-            if (kl > 0) {
-              sgemm(false, false, nb, s.hd, kl, 1.f, Pv, s.Tk, vg, RS, 0.f, yh + i0 * C, C);
-            } else {
-              for (int64_t i = i0; i < i0 + nb; i++) std::fill(yh + i * C, yh + i * C + s.hd, 0.f);
-            }
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < lim; j++) row[j] *= inv;
+            std::fill(row + lim, row + s.Tk, 0.f);
+          }
+          const float* Pv = Pb;
+          if (p_drop > 0) {
+            // y uses the dropped probabilities; probs keeps the softmax for backward.
+            dropout_rows(pd.data(), P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
+            Pv = pd.data() + i0 * s.Tk;
+          }
+          if (kl > 0) {
+            sgemm(false, false, nb, s.hd, kl, 1.f, Pv, s.Tk, vg, RS, 0.f, yh + i0 * C, C);
+          } else {
+            for (int64_t i = i0; i < i0 + nb; i++) std::fill(yh + i * C, yh + i * C + s.hd, 0.f);
           }
         }
       }
