@@ -1,5 +1,6 @@
 #include "autograd/omp_wait.h"
 
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,7 +75,8 @@ int others_running_at_start() {
 }
 
 long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus) {
-  const bool shared = others_running >= 1 && static_cast<long>(others_running) + threads > cpus;
+  // an unknown load (-1) counts as none; more threads than cpus do not fit even alone
+  const bool shared = static_cast<long>(std::max(others_running, 0)) + threads > cpus;
   return shared ? 0 : spin_count_for(micros, ns_per_spin);
 }
 
@@ -90,12 +92,19 @@ int planned_threads(char** argv, int cpus) {
       break;
     }
   }
-  return n >= 1 && n <= cpus ? static_cast<int>(n) : cpus;
+  return n >= 1 && n <= 100000 ? static_cast<int>(n) : cpus;
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
 }
 
 std::string omp_spin_to_set(char** argv) {
   if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
-  const int cpus = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const int cpus = usable_cpus();
   const int threads = planned_threads(argv, cpus);
   // one thread never waits for another: no load to read
   const int others = threads > 1 ? others_running_at_start() : 0;
@@ -109,7 +118,7 @@ std::string omp_wait_description() {
   char b[256];
   if (!given(policy) && given(spin) && given(marker) && std::strcmp(spin, marker) == 0) {
     if (std::strcmp(spin, "0") == 0)
-      return "sleep at once (other programs were running at start-up): GOMP_SPINCOUNT=0 set by tapelm";
+      return "sleep at once (its threads and the programs running at start-up outnumber its cpus): GOMP_SPINCOUNT=0 set by tapelm";
     const double ns = measure_ns_per_spin();
     std::snprintf(b, sizeof b, "spin %s pauses (about %.0f us), then sleep: GOMP_SPINCOUNT set by tapelm", spin,
                   std::strtod(spin, nullptr) * ns / 1e3);

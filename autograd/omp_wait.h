@@ -17,7 +17,8 @@
 // Beside another busy program a waiting thread should not spin at all: the sibling it waits for
 // shares a core with that program, and the sooner the waiting thread's core is idle, the sooner
 // the scheduler moves the sibling there. So when other tasks are running as tapelm starts
-// (others_running_at_start) and they and tapelm's threads do not fit the cores, the count is 0:
+// (others_running_at_start) and they and tapelm's threads do not fit the cpus it may use (its
+// affinity, usable_cpus), or when its threads alone outnumber those cpus, the count is 0:
 // sleep at once, what OMP_WAIT_POLICY=passive does. On a quiet machine sleeping at once costs
 // 4-15 % of a training step of short kernels and a third of a small model's decoding step (the
 // time to wake a thread), which is why it is not the choice there (bench/CONTENTION.md). The load
@@ -47,12 +48,17 @@ double measure_ns_per_spin();
 int others_running_at_start();
 
 /// The spin count for a target time and a spin's cost (spin_count_for) while the other running
-/// tasks and this program's threads fit the machine's cpus; 0 (sleep at once) when they do not and
-/// at least one other task runs. An unknown load (-1) counts as none.
+/// tasks and this program's threads fit the cpus; 0 (sleep at once) when they do not, which
+/// includes more threads than cpus with no other task. An unknown load (-1) counts as none.
 long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus);
 
-/// The thread count a command line asks for (`--threads N` or `--threads=N`), or cpus when it
-/// asks for none, for 0 (all cores) or for more than there are.
+/// The cpus this thread may run on (its affinity mask, as `taskset` or a container's cpuset sets
+/// it, and as libgomp counts them for its default team); the machine's online cpus when the mask
+/// cannot be read. Read without touching libgomp, which must not load before GOMP_SPINCOUNT is set.
+int usable_cpus();
+
+/// The thread count a command line asks for (`--threads N` or `--threads=N`), also when it is more
+/// than cpus (tapelm runs that many), or cpus when it asks for none or for 0 (all cores).
 int planned_threads(char** argv, int cpus);
 
 /// The GOMP_SPINCOUNT tapelm sets at start-up (from this CPU's spin cost, the machine's load and
@@ -61,8 +67,8 @@ int planned_threads(char** argv, int cpus);
 std::string omp_spin_to_set(char** argv);
 
 /// One line for `inspect --system`, `bench` and `train`, read from the environment in force, e.g.
-/// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm", or, when other
-/// tasks were running at start-up, "sleep at once (other programs were running at start-up):
+/// "spin 1063 pauses (about 20 us), then sleep: GOMP_SPINCOUNT set by tapelm", or, when they do
+/// not fit, "sleep at once (its threads and the programs running at start-up outnumber its cpus):
 /// GOMP_SPINCOUNT=0 set by tapelm".
 std::string omp_wait_description();
 

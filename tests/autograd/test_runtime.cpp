@@ -1,6 +1,7 @@
 // The BLAS core guard, the OpenMP wait policy and the two FLOP/s peaks (autograd/cpu.h, autograd/runtime.h).
 #include <boost/test/unit_test.hpp>
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -386,9 +387,10 @@ BOOST_AUTO_TEST_CASE(the_spin_count_is_the_spin_time_over_one_pauses_cost) {
   BOOST_TEST(spin_count_for(20.0, NAN) == 1000);
 }
 
-// When the tasks running at start-up and tapelm's threads do not fit the cores, a waiting thread
-// sleeps at once (count 0); with no other task, room for all, or /proc/stat unreadable (-1), it
-// spins the measured count (1064 at 18.8 ns a spin, as above).
+// When the tasks running at start-up and tapelm's threads do not fit the cpus, or its threads
+// alone outnumber them, a waiting thread sleeps at once (count 0); with room for all (an unread
+// /proc/stat, -1, counting as no other task) it spins the measured count (1064 at 18.8 ns a
+// spin, as above).
 BOOST_AUTO_TEST_CASE(beside_other_running_tasks_threads_sleep_at_once) {
   BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, 2) == 1064);
   BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 2, 2) == 1064);
@@ -397,9 +399,12 @@ BOOST_AUTO_TEST_CASE(beside_other_running_tasks_threads_sleep_at_once) {
   BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 1, 2) == 1064);    // one thread beside one task: 2 of 2
   BOOST_TEST(spin_count_for_load(20.0, 18.8, 56, 8, 64) == 1064);  // 64 of 64
   BOOST_TEST(spin_count_for_load(20.0, 18.8, 57, 8, 64) == 0);     // 65 of 64
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 3, 2) == 0);       // its own 3 threads on 2
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 3, 2) == 0);
 }
 
-// The threads a command line asks for, as main's `--threads` reads them; all cores otherwise.
+// The threads a command line asks for, as main's `--threads` reads them, more than the cpus too;
+// all cpus otherwise.
 BOOST_AUTO_TEST_CASE(the_planned_thread_count_is_read_from_the_command_line) {
   auto planned = [](std::vector<std::string> args, int cpus) {
     std::vector<char*> argv;
@@ -410,9 +415,42 @@ BOOST_AUTO_TEST_CASE(the_planned_thread_count_is_read_from_the_command_line) {
   BOOST_TEST(planned({"tapelm", "--threads", "1", "train"}, 8) == 1);
   BOOST_TEST(planned({"tapelm", "--threads=3", "train"}, 8) == 3);
   BOOST_TEST(planned({"tapelm", "--threads", "0", "train"}, 8) == 8);
-  BOOST_TEST(planned({"tapelm", "--threads", "99", "train"}, 8) == 8);
+  BOOST_TEST(planned({"tapelm", "--threads", "99", "train"}, 8) == 99);  // tapelm runs 99
   BOOST_TEST(planned({"tapelm", "train", "--config", "c.json"}, 8) == 8);
   BOOST_TEST(planned({"tapelm", "--threads"}, 8) == 8);
+}
+
+// The cpus counted are the ones this thread may use, not the machine's: a thread bound to one cpu
+// (as `taskset -c N` binds a program) counts 1, so `--threads 2` there does not fit and sleeps at
+// once, where the machine's count would have let its threads spin on their shared core.
+BOOST_AUTO_TEST_CASE(the_cpus_counted_are_the_ones_the_affinity_allows) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  BOOST_REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  BOOST_TEST(usable_cpus() == CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) first++;
+  int bound = -1;
+  std::thread t([&] {  // a thread of its own, so the test's thread keeps its mask
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) bound = usable_cpus();
+  });
+  t.join();
+  BOOST_TEST(bound == 1);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, bound) == 0);
+  // and the program, started bound to that cpu with two threads (a child inherits the mask)
+  const Run r = run_cli("--threads 2 inspect --system",
+                        "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT taskset -c " +
+                            std::to_string(first) + " ");
+  if (r.code == 127) {  // the shell found no taskset
+    BOOST_TEST_MESSAGE("taskset (util-linux) is not installed: the bound program is not run");
+    return;
+  }
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(contains(r.out, "openmp wait sleep at once (its threads and the programs running at start-up outnumber its cpus)"),
+             r.out);
 }
 
 // The load tapelm reads at start-up: a thread of this process spinning through all the readings
@@ -434,7 +472,7 @@ BOOST_AUTO_TEST_CASE(a_busy_thread_counts_as_a_running_task_at_start_up) {
   }
   BOOST_TEST(seen >= 1);
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
-  BOOST_TEST(contains(r.out, "openmp wait sleep at once (other programs were running at start-up): GOMP_SPINCOUNT=0 set by tapelm"),
+  BOOST_TEST(contains(r.out, "openmp wait sleep at once (its threads and the programs running at start-up outnumber its cpus): GOMP_SPINCOUNT=0 set by tapelm"),
              r.out);
 }
 
@@ -469,7 +507,7 @@ BOOST_AUTO_TEST_CASE(inspect_says_how_openmp_threads_wait) {
   BOOST_REQUIRE_MESSAGE(mine.code == 0, mine.err);
   // spinning on a quiet machine, sleeping at once when another test ran beside this one
   const bool spins = contains(mine.out, "openmp wait spin ") && contains(mine.out, "then sleep: GOMP_SPINCOUNT set by tapelm");
-  const bool sleeps = contains(mine.out, "openmp wait sleep at once (other programs were running at start-up): GOMP_SPINCOUNT=0 set by tapelm");
+  const bool sleeps = contains(mine.out, "openmp wait sleep at once (its threads and the programs running at start-up outnumber its cpus): GOMP_SPINCOUNT=0 set by tapelm");
   BOOST_TEST((spins || sleeps), mine.out);
   const Run passive = run_cli("inspect --system", "env -u GOMP_SPINCOUNT -u TAPELM_GOMP_SPINCOUNT OMP_WAIT_POLICY=passive ");
   BOOST_REQUIRE_MESSAGE(passive.code == 0, passive.err);
