@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
+
+#include <omp.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -373,7 +376,7 @@ void attention_fwd(float* y, float* probs, const float* q, const float* k, const
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
   // Without kept probabilities or dropout (inference), a query block's rows are all that is ever
   // live: the scratch is one block, kQueryBlock × Tk per thread, not Tq × Tk (80,000² floats in a
-  // long prefill). attention_scratch_bytes counts it.
+  // long prefill). prefill_bytes (nn/accounting.h) counts it.
   const bool block_scratch = !probs && p_drop == 0;
   const int64_t qb = s.causal || block_scratch ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
   const bool big = s.B * s.KV > 1 || s.Tq * s.Tk * s.hd * s.H > (1 << 16);
@@ -444,53 +447,112 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
   const float keep_scale = p_drop > 0 ? 1.0f / (1.0f - p_drop) : 1.0f;
   const int64_t qb = s.causal ? kQueryBlock : std::max<int64_t>(s.Tq, 1);
+  // One head h of sequence b: its rows of dq, and its share of its group's dK and dV added into
+  // dkh and dvh (rows ld floats apart; null: not wanted). dP and Pd: the thread's Tq × Tk buffers.
+  auto head = [&](int64_t b, int64_t h, float* dkh, float* dvh, int64_t ld, float* dP, float* Pd) {
+    const int64_t g = h / rep;
+    const float* kg = k + b * s.kv_batch_stride + g * HS;
+    const float* vg = v + b * s.kv_batch_stride + g * HS;
+    const float* P = probs + ((b * s.H + h) * s.Tq) * s.Tk;
+    const float* dyh = dy + b * s.Tq * C + h * s.hd;
+    const float* qh = q + b * s.Tq * C + h * s.hd;
+    float* dqh = dq ? dq + b * s.Tq * C + h * s.hd : nullptr;
+    // Query rows in blocks against the keys they see (see attention_fwd): probabilities past a
+    // row's limit are zero, so every product below skips the upper triangle.
+    for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
+      const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
+      if (kl == 0) continue;
+      const float* Pb = P + i0 * s.Tk;
+      const float* Pused = Pb;
+      if (p_drop > 0) {
+        dropout_rows(Pd, P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
+        Pused = Pd + i0 * s.Tk;
+      }
+      // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
+      if (dvh) sgemm(true, false, kl, s.hd, nb, 1.f, Pused, s.Tk, dyh + i0 * C, C, 1.f, dvh, ld);
+      if (!dqh && !dkh) continue;
+      float* dPb = dP + i0 * s.Tk;
+      sgemm(false, true, nb, kl, s.hd, 1.f, dyh + i0 * C, C, vg, CK, 0.f, dPb, s.Tk);
+      // d loss / d P = the dropout mask applied to d loss / d P_used
+      if (p_drop > 0) dropout_rows(dP, dP, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
+      for (int64_t i = i0; i < i0 + nb; i++) {
+        float* d = dP + i * s.Tk;
+        const float* p = P + i * s.Tk;
+        float dot = 0;
+        for (int64_t j = 0; j < kl; j++) dot += d[j] * p[j];
+        // softmax backward, with the 1/√hd of the scores folded in
+        for (int64_t j = 0; j < kl; j++) d[j] = p[j] * (d[j] - dot) * scale;
+      }
+      if (dqh) sgemm(false, false, nb, s.hd, kl, 1.f, dPb, s.Tk, kg, CK, 1.f, dqh + i0 * C, C);
+      if (dkh) sgemm(true, false, kl, s.hd, nb, 1.f, dPb, s.Tk, qh + i0 * C, C, 1.f, dkh, ld);
+    }
+  };
+  float* const dkv[2] = {dk, dv};
+  const int64_t rows = key_limit(s, s.Tq - 1), part = s.Tk * s.hd;  // rows of dK, dV a head touches
   SerialBlas serial;
-  parallel_if(s.B * s.KV > 1, [&] {
+  // A group's heads share its dK and dV. With one head a group, or neither wanted, each head adds
+  // into them directly. Otherwise a head's share is summed alone, from zero, and added to the
+  // group's in head order: one (sequence, group) a work item where they are enough to share out,
+  // else one head a work item (MQA at batch 1 ran its whole backward on one thread), its share kept
+  // until all are done. Both add the same shares in the same order: the same bits on any number of
+  // threads.
+  if (rep == 1 || (!dk && !dv)) {
+    parallel_if(s.B * s.H > 1, [&] {
+      std::vector<float> dP(s.Tq * s.Tk), Pd(p_drop > 0 ? s.Tq * s.Tk : 0);
+#pragma omp for schedule(static) collapse(2)
+      for (int64_t b = 0; b < s.B; b++)
+        for (int64_t h = 0; h < s.H; h++) {
+          const int64_t at = b * s.kv_batch_stride + h / rep * HS;
+          head(b, h, dk ? dk + at : nullptr, dv ? dv + at : nullptr, CK, dP.data(), Pd.data());
+        }
+    });
+    return;
+  }
+  if (s.B * s.KV >= omp_get_max_threads()) {
+    parallel_if(s.B * s.KV > 1, [&] {
+      std::vector<float> dP(s.Tq * s.Tk), Pd(p_drop > 0 ? s.Tq * s.Tk : 0), share(2 * part);
+      float* const sh[2] = {dk ? share.data() : nullptr, dv ? share.data() + part : nullptr};
+#pragma omp for schedule(static) collapse(2)
+      for (int64_t b = 0; b < s.B; b++)
+        for (int64_t g = 0; g < s.KV; g++)
+          for (int64_t r = 0; r < rep; r++) {
+            std::fill(share.begin(), share.end(), 0.f);
+            head(b, g * rep + r, sh[0], sh[1], s.hd, dP.data(), Pd.data());
+            for (int w = 0; w < 2; w++)
+              if (dkv[w])
+                for (int64_t j = 0; j < rows; j++) {
+                  float* o = dkv[w] + b * s.kv_batch_stride + g * HS + j * CK;
+                  const float* x = sh[w] + j * s.hd;
+                  for (int64_t d = 0; d < s.hd; d++) o[d] += x[d];
+                }
+          }
+    });
+    return;
+  }
+  // every head's shares of dK and dV, [B, H, Tk, hd] each; each work item zeroes its own
+  std::unique_ptr<float[]> shares(new float[static_cast<size_t>(2 * s.B * s.H * part)]);
+  parallel_if(true, [&] {
     std::vector<float> dP(s.Tq * s.Tk), Pd(p_drop > 0 ? s.Tq * s.Tk : 0);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
-      for (int64_t g = 0; g < s.KV; g++) {
-        const float* kg = k + b * s.kv_batch_stride + g * HS;
-        const float* vg = v + b * s.kv_batch_stride + g * HS;
-        float* dkg = dk ? dk + b * s.kv_batch_stride + g * HS : nullptr;
-        float* dvg = dv ? dv + b * s.kv_batch_stride + g * HS : nullptr;
-        for (int64_t r = 0; r < rep; r++) {
-          const int64_t h = g * rep + r;
-          const float* P = probs + ((b * s.H + h) * s.Tq) * s.Tk;
-          const float* dyh = dy + b * s.Tq * C + h * s.hd;
-          const float* qh = q + b * s.Tq * C + h * s.hd;
-          float* dqh = dq ? dq + b * s.Tq * C + h * s.hd : nullptr;
-          // Query rows in blocks against the keys they see (see attention_fwd): probabilities
-          // past a row's limit are zero, so every product below skips the upper triangle.
-          for (int64_t i0 = 0; i0 < s.Tq; i0 += qb) {
-            const int64_t nb = std::min(qb, s.Tq - i0), kl = key_limit(s, i0 + nb - 1);
-            if (kl == 0) continue;
-            const float* Pb = P + i0 * s.Tk;
-            const float* Pused = Pb;
-            if (p_drop > 0) {
-              dropout_rows(Pd.data(), P, s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
-              Pused = Pd.data() + i0 * s.Tk;
-            }
-            // dV_g += P_usedᵀ · dY_h ;  dP_used = dY_h · V_gᵀ
-            if (dvg) sgemm(true, false, kl, s.hd, nb, 1.f, Pused, s.Tk, dyh + i0 * C, C, 1.f, dvg, CK);
-            if (!dqh && !dkg) continue;
-            float* dPb = dP.data() + i0 * s.Tk;
-            sgemm(false, true, nb, kl, s.hd, 1.f, dyh + i0 * C, C, vg, CK, 0.f, dPb, s.Tk);
-            // d loss / d P = the dropout mask applied to d loss / d P_used
-            if (p_drop > 0) dropout_rows(dP.data(), dP.data(), s, b, h, i0, nb, kl, p_drop, keep_scale, seed);
-            for (int64_t i = i0; i < i0 + nb; i++) {
-              float* d = dP.data() + i * s.Tk;
-              const float* p = P + i * s.Tk;
-              float dot = 0;
-              for (int64_t j = 0; j < kl; j++) dot += d[j] * p[j];
-              // softmax backward, with the 1/√hd of the scores folded in
-              for (int64_t j = 0; j < kl; j++) d[j] = p[j] * (d[j] - dot) * scale;
-            }
-            if (dqh) sgemm(false, false, nb, s.hd, kl, 1.f, dPb, s.Tk, kg, CK, 1.f, dqh + i0 * C, C);
-            if (dkg) sgemm(true, false, kl, s.hd, nb, 1.f, dPb, s.Tk, qh + i0 * C, C, 1.f, dkg, CK);
-          }
-        }
+      for (int64_t h = 0; h < s.H; h++) {
+        float* sk = shares.get() + 2 * (b * s.H + h) * part;
+        std::fill(sk, sk + 2 * part, 0.f);
+        head(b, h, dk ? sk : nullptr, dv ? sk + part : nullptr, s.hd, dP.data(), Pd.data());
       }
+    // then each row of dK and dV, its heads' shares in head order
+#pragma omp for schedule(static) collapse(3)
+    for (int64_t b = 0; b < s.B; b++)
+      for (int64_t g = 0; g < s.KV; g++)
+        for (int64_t j = 0; j < rows; j++)
+          for (int w = 0; w < 2; w++) {
+            if (!dkv[w]) continue;
+            float* o = dkv[w] + b * s.kv_batch_stride + g * HS + j * CK;
+            for (int64_t r = 0; r < rep; r++) {
+              const float* x = shares.get() + (2 * (b * s.H + g * rep + r) + w) * part + j * s.hd;
+              for (int64_t d = 0; d < s.hd; d++) o[d] += x[d];
+            }
+          }
   });
 }
 
