@@ -488,6 +488,9 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
     }
   };
   float* const dkv[2] = {dk, dv};
+  const auto add_row = [&](float* o, const float* x) {
+    for (int64_t d = 0; d < s.hd; d++) o[d] += x[d];
+  };
   const int64_t rows = key_limit(s, s.Tq - 1), part = s.Tk * s.hd;  // rows of dK, dV a head touches
   SerialBlas serial;
   // A group's heads share its dK and dV. With one head a group, or neither wanted, each head adds
@@ -520,11 +523,7 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
             head(b, g * rep + r, sh[0], sh[1], s.hd, dP.data(), Pd.data());
             for (int w = 0; w < 2; w++)
               if (dkv[w])
-                for (int64_t j = 0; j < rows; j++) {
-                  float* o = dkv[w] + b * s.kv_batch_stride + g * HS + j * CK;
-                  const float* x = sh[w] + j * s.hd;
-                  for (int64_t d = 0; d < s.hd; d++) o[d] += x[d];
-                }
+                for (int64_t j = 0; j < rows; j++) add_row(dkv[w] + b * s.kv_batch_stride + g * HS + j * CK, sh[w] + j * s.hd);
           }
     });
     return;
@@ -547,11 +546,9 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
         for (int64_t j = 0; j < rows; j++)
           for (int w = 0; w < 2; w++) {
             if (!dkv[w]) continue;
-            float* o = dkv[w] + b * s.kv_batch_stride + g * HS + j * CK;
-            for (int64_t r = 0; r < rep; r++) {
-              const float* x = shares.get() + (2 * (b * s.H + g * rep + r) + w) * part + j * s.hd;
-              for (int64_t d = 0; d < s.hd; d++) o[d] += x[d];
-            }
+            for (int64_t r = 0; r < rep; r++)
+              add_row(dkv[w] + b * s.kv_batch_stride + g * HS + j * CK,
+                      shares.get() + (2 * (b * s.H + g * rep + r) + w) * part + j * s.hd);
           }
   });
 }
