@@ -35,8 +35,8 @@ for kv in 8 4 2 1; do
     $T export --checkpoint "$work/kv$kv.h5" --format gguf --dtype $dt --out "$work/kv${kv}_$dt.gguf" > /dev/null
   done
 done
-# rows: batch, context (bench/decode.sh's)
-ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024")
+# rows: batch, context (bench/decode.sh's); ROWS="16 256;1 4096" runs only those rows again
+if [ -n "${ROWS:-}" ]; then IFS=';' read -r -a ROWS <<< "$ROWS"; else ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024"); fi
 # what runs per row: weights and cache of tapelm and of llama.cpp (RUNS overrides, e.g. RUNS=llama:f32:f32
 # for llama.cpp's f32 cache, off its fast path: 2-12x slower than its f16 cache in the 2026-11-25 table)
 RUNS=${RUNS:-tapelm:f32:f32 tapelm:q8_0:f16 tapelm:q8_0:q8 llama:f32:f16 llama:q8_0:f16 llama:q8_0:q8_0}
