@@ -74,9 +74,12 @@ int others_running_at_start() {
   return least;
 }
 
-long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus) {
-  // an unknown load (-1) counts as none; more threads than cpus do not fit even alone
-  const bool shared = static_cast<long>(std::max(others_running, 0)) + threads > cpus;
+long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus, int online) {
+  // An unknown load (-1) counts as none. The load is the machine's, so a process bound to some of
+  // its cpus counts the share of it on them, were the tasks spread evenly: 1 task on a 64-cpu
+  // machine is none on 4 of them, 10 are 1. More threads than cpus do not fit even alone.
+  const double others = std::max(others_running, 0) * (online > cpus ? static_cast<double>(cpus) / online : 1.0);
+  const bool shared = std::lround(others) + threads > cpus;
   return shared ? 0 : spin_count_for(micros, ns_per_spin);
 }
 
@@ -104,11 +107,11 @@ int usable_cpus() {
 
 std::string omp_spin_to_set(char** argv) {
   if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
-  const int cpus = usable_cpus();
+  const int cpus = usable_cpus(), online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
   const int threads = planned_threads(argv, cpus);
-  // one thread never waits for another: no load to read
-  const int others = threads > 1 ? others_running_at_start() : 0;
-  return std::to_string(spin_count_for_load(kSpinMicros, measure_ns_per_spin(), others, threads, cpus));
+  // one thread never waits for another, and more threads than cpus do not fit: no load to read
+  const int others = threads > 1 && threads <= cpus ? others_running_at_start() : 0;
+  return std::to_string(spin_count_for_load(kSpinMicros, measure_ns_per_spin(), others, threads, cpus, online));
 }
 
 std::string omp_wait_description() {

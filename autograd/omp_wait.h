@@ -48,9 +48,11 @@ double measure_ns_per_spin();
 int others_running_at_start();
 
 /// The spin count for a target time and a spin's cost (spin_count_for) while the other running
-/// tasks and this program's threads fit the cpus; 0 (sleep at once) when they do not, which
-/// includes more threads than cpus with no other task. An unknown load (-1) counts as none.
-long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus);
+/// tasks and this program's threads fit its cpus; 0 (sleep at once) when they do not, which
+/// includes more threads than cpus with no other task. The running tasks are the machine's (of
+/// `online` cpus), so a program bound to fewer counts their share on its `cpus`, rounded; an
+/// unknown load (-1) counts as none.
+long spin_count_for_load(double micros, double ns_per_spin, int others_running, int threads, int cpus, int online);
 
 /// The cpus this thread may run on (its affinity mask, as `taskset` or a container's cpuset sets
 /// it, and as libgomp counts them for its default team); the machine's online cpus when the mask

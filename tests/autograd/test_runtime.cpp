@@ -390,17 +390,24 @@ BOOST_AUTO_TEST_CASE(the_spin_count_is_the_spin_time_over_one_pauses_cost) {
 // When the tasks running at start-up and tapelm's threads do not fit the cpus, or its threads
 // alone outnumber them, a waiting thread sleeps at once (count 0); with room for all (an unread
 // /proc/stat, -1, counting as no other task) it spins the measured count (1064 at 18.8 ns a
-// spin, as above).
+// spin, as above). Bound to some of the machine's cpus, it counts the tasks' share on them.
 BOOST_AUTO_TEST_CASE(beside_other_running_tasks_threads_sleep_at_once) {
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, 2) == 1064);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 2, 2) == 1064);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 2, 2) == 0);
-  BOOST_TEST(spin_count_for_load(20.0, 45.0, 7, 2, 2) == 0);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 1, 2) == 1064);    // one thread beside one task: 2 of 2
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 56, 8, 64) == 1064);  // 64 of 64
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 57, 8, 64) == 0);     // 65 of 64
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 3, 2) == 0);       // its own 3 threads on 2
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 3, 2) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, 2, 2) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 2, 2, 2) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 2, 2, 2) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 45.0, 7, 2, 2, 2) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 1, 2, 2) == 1064);    // one thread beside one task: 2 of 2
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 56, 8, 64, 64) == 1064);  // 64 of 64
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 57, 8, 64, 64) == 0);     // 65 of 64
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 3, 2, 2) == 0);        // its own 3 threads on 2
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, -1, 3, 2, 2) == 0);
+  // bound to 4 of 64 cpus: 1 task elsewhere is 4/64 = 0.06 of one on them (none), 10 are 0.63 (1),
+  // 8 are 0.5 (rounded away from zero: 1)
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 1, 4, 4, 64) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 7, 4, 4, 64) == 1064);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 10, 4, 4, 64) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 8, 4, 4, 64) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 8, 3, 4, 64) == 1064);  // 1 + 3 of 4
 }
 
 // The threads a command line asks for, as main's `--threads` reads them, more than the cpus too;
@@ -443,7 +450,7 @@ BOOST_AUTO_TEST_CASE(the_cpus_counted_are_the_ones_the_affinity_allows) {
     return;
   }
   BOOST_TEST(bound == 1);
-  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, bound) == 0);
+  BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, bound, CPU_COUNT(&all)) == 0);
   // and the program, started bound to that cpu with two threads (a child inherits the mask)
   const Run r = run_cli("--threads 2 inspect --system",
                         "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT taskset -c " +
