@@ -530,7 +530,9 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
   }
   // every head's shares of dK and dV, [B, H, Tk, hd] each; each work item zeroes its own
   std::unique_ptr<float[]> shares(new float[static_cast<size_t>(2 * s.B * s.H * part)]);
-  parallel_if(true, [&] {
+  // no more threads than heads: each thread holds a Tq × Tk buffer
+#pragma omp parallel num_threads(static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.B * s.H)))
+  {
     std::vector<float> dP(s.Tq * s.Tk), Pd(p_drop > 0 ? s.Tq * s.Tk : 0);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < s.B; b++)
@@ -550,7 +552,7 @@ void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float
               add_row(dkv[w] + b * s.kv_batch_stride + g * HS + j * CK,
                       shares.get() + (2 * (b * s.H + g * rep + r) + w) * part + j * s.hd);
           }
-  });
+  }
 }
 
 void rope_tables(float* cos_t, float* sin_t, int64_t n_pos, int64_t rot, double theta) {

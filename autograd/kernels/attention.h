@@ -32,8 +32,10 @@ struct AttnShape {
 ///   key_keep: [B, Tk] or null; 0 masks a key out
 void attention_fwd(float* y, float* probs, const float* q, const float* k, const float* v, const AttnShape& s,
                    const int32_t* key_keep, float p_drop, uint64_t seed);
-/// Adds into dq, dk, dv (any may be null). Threads own (batch, kv head) pairs, so the group's
-/// dK and dV sums never race.
+/// Adds into dq, dk, dv (any may be null). A group's query heads share its dK and dV: each head's
+/// share is summed alone and the shares are added in head order, by one thread per (batch, kv head)
+/// or, where those pairs are fewer than the threads, after every head's share is done. The same
+/// bits on any thread count.
 ///   dq, dy, q: [B, Tq, H*hd]   dk, dv, k, v: as k in forward   probs: [B, H, Tq, Tk] (from forward)
 void attention_bwd(float* dq, float* dk, float* dv, const float* dy, const float* probs, const float* q,
                    const float* k, const float* v, const AttnShape& s, float p_drop, uint64_t seed);

@@ -97,27 +97,31 @@ BOOST_AUTO_TEST_CASE(attention_gradients_with_key_mask) {
 // The gradients are the same bits on any number of threads. Where the (sequence, KV head) pairs
 // are fewer than the threads, each query head is a work item and its share of its group's dK and dV
 // is added in head order, as one thread adds them. Batch 1, 2 and 3, T 70 (three query blocks of
-// 32), with dropout; MHA, GQA and MQA; the second backward adds to the gradients the first left.
+// 32), with dropout, causal and not; MHA, GQA and MQA; v with no gradient (dK alone); the second
+// backward adds to the gradients the first left.
 BOOST_AUTO_TEST_CASE(attention_gradients_are_the_same_bits_on_any_thread_count) {
   const int64_t T = 70, hd = 8;
-  for (auto [B, H, KV] : {std::tuple{1, 4, 1}, std::tuple{1, 4, 2}, std::tuple{3, 4, 1}, std::tuple{1, 4, 4}, std::tuple{2, 6, 3}}) {
-    std::vector<std::vector<float>> first;
-    for (int threads : {1, 2, 3, 4}) {
-      ThreadCount tc(threads);
-      Var q(randn({B, T, H * hd}, 11), true), k(randn({B, T, KV * hd}, 12), true), v(randn({B, T, KV * hd}, 13), true);
-      const Var w(randn({B, T, H * hd}, 14));
-      const AttentionOptions o{H, KV, true, 0.1f, 5, nullptr};
-      for (int pass = 0; pass < 2; pass++) backward(sum(mul(tapelm::attention(q, k, v, o), w)));
-      const std::vector<std::vector<float>> g{q.grad().to_vector(), k.grad().to_vector(), v.grad().to_vector()};
-      if (threads == 1) {
-        first = g;
-        continue;
+  for (auto [B, H, KV] : {std::tuple{1, 4, 1}, std::tuple{1, 4, 2}, std::tuple{3, 4, 1}, std::tuple{1, 4, 4}, std::tuple{2, 6, 3}})
+    for (bool causal : {true, false})
+      for (bool v_grad : {true, false}) {
+        std::vector<std::vector<float>> first;
+        for (int threads : {1, 2, 3, 4}) {
+          ThreadCount tc(threads);
+          Var q(randn({B, T, H * hd}, 11), true), k(randn({B, T, KV * hd}, 12), true), v(randn({B, T, KV * hd}, 13), v_grad);
+          const Var w(randn({B, T, H * hd}, 14));
+          const AttentionOptions o{H, KV, causal, 0.1f, 5, nullptr};
+          for (int pass = 0; pass < 2; pass++) backward(sum(mul(tapelm::attention(q, k, v, o), w)));
+          std::vector<std::vector<float>> g{q.grad().to_vector(), k.grad().to_vector()};
+          if (v_grad) g.push_back(v.grad().to_vector());
+          if (threads == 1) {
+            first = g;
+            continue;
+          }
+          for (size_t i = 0; i < g.size(); i++)
+            BOOST_TEST((g[i] == first[i]), "B=" << B << " H=" << H << " KV=" << KV << " causal=" << causal << " threads="
+                                                << threads << ": d" << "qkv"[i] << " differs from one thread's");
+        }
       }
-      for (int i = 0; i < 3; i++)
-        BOOST_TEST((g[i] == first[i]), "B=" << B << " H=" << H << " KV=" << KV << " threads=" << threads << ": d"
-                                            << "qkv"[i] << " differs from one thread's");
-    }
-  }
 }
 
 BOOST_AUTO_TEST_CASE(rope_values_and_gradient) {
