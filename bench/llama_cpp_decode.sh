@@ -19,6 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 modules=$1
 reps=${2:-3}
+# rows: batch, context (bench/decode.sh's); ROWS="16 256;1 4096" runs only those rows again
+if [[ ${ROWS:-} == *$'\n'* ]]; then echo "llama_cpp_decode.sh: ROWS: rows are separated by ';', not new lines" >&2; exit 1; fi
+if [ -n "${ROWS:-}" ]; then IFS=';' read -r -a ROWS <<< "$ROWS"; else ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024"); fi
+for row in "${ROWS[@]}"; do
+  [[ $row =~ ^[0-9]+\ [0-9]+$ ]] && [ "${row#* }" -gt 128 ] ||
+    { echo "llama_cpp_decode.sh: ROWS: '$row' is not 'BATCH CONTEXT' with CONTEXT above 128 (e.g. ROWS=\"16 256;1 4096\")" >&2; exit 1; }
+done
 T=build/tapelm
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -35,8 +42,6 @@ for kv in 8 4 2 1; do
     $T export --checkpoint "$work/kv$kv.h5" --format gguf --dtype $dt --out "$work/kv${kv}_$dt.gguf" > /dev/null
   done
 done
-# rows: batch, context (bench/decode.sh's); ROWS="16 256;1 4096" runs only those rows again
-if [ -n "${ROWS:-}" ]; then IFS=';' read -r -a ROWS <<< "$ROWS"; else ROWS=("1 256" "1 1024" "1 4096" "16 256" "16 1024"); fi
 # what runs per row: weights and cache of tapelm and of llama.cpp (RUNS overrides, e.g. RUNS=llama:f32:f32
 # for llama.cpp's f32 cache, off its fast path: 2-12x slower than its f16 cache in the 2026-11-25 table)
 RUNS=${RUNS:-tapelm:f32:f32 tapelm:q8_0:f16 tapelm:q8_0:q8 llama:f32:f16 llama:q8_0:f16 llama:q8_0:q8_0}
