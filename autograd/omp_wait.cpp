@@ -23,6 +23,7 @@ double now_ns() {
   return 1e9 * static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec);
 }
 bool given(const char* v) { return v && *v; }
+int online_cpus() { return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN))); }
 }  // namespace
 
 long spin_count_for(double micros, double ns_per_spin) {
@@ -95,6 +96,8 @@ int planned_threads(char** argv, int cpus) {
       break;
     }
   }
+  // main refuses more than it can run (max_threads, train/train_config.h); the bound here only
+  // keeps a stray value in an int
   return n >= 1 && n <= 100000 ? static_cast<int>(n) : cpus;
 }
 
@@ -102,12 +105,12 @@ int usable_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 1) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return online_cpus();
 }
 
 std::string omp_spin_to_set(char** argv) {
   if (given(std::getenv("OMP_WAIT_POLICY")) || given(std::getenv("GOMP_SPINCOUNT"))) return "";
-  const int cpus = usable_cpus(), online = static_cast<int>(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  const int cpus = usable_cpus(), online = online_cpus();
   const int threads = planned_threads(argv, cpus);
   // one thread never waits for another, and more threads than cpus do not fit: no load to read
   const int others = threads > 1 && threads <= cpus ? others_running_at_start() : 0;
