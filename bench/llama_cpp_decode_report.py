@@ -68,8 +68,12 @@ def plot(runs, out):
     shapes = sorted({k[:2] for k in runs})
     engines = [k for k in NAMES if any(r[3] == k for r in runs)]
     q8 = ("tapelm", "q8_0", "f16")
-    script = ["set terminal pngcairo noenhanced size 1500,900 font 'sans,10'", "set output OUT",
-              "set multiplot layout 2,3 title 'Decoding step against KV heads (8 query heads; median, min-max)'",
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        sys.exit(f"{out}: its folder {folder} does not exist")
+    layout = (len(shapes) + 1 + 2) // 3  # rows of three panels: one per shape, and the ratios
+    script = [f"set terminal pngcairo noenhanced size 1500,{450 * layout} font 'sans,10'", "set output OUT",
+              f"set multiplot layout {layout},3 title 'Decoding step against KV heads (8 query heads; median, min-max)'",
               "set logscale x 2", "set xrange [11:0.72]", "set xtics ('8 (MHA)' 8, '4' 4, '2' 2, '1 (MQA)' 1)",
               "set yrange [0:*]", "set offsets 0, 0, graph 0.4, 0", "set grid", "set key top right", "set xlabel 'KV heads'", "set ylabel 'ms per step'"]
     styles = ["lc rgb '#1f77b4' pt 7", "lc rgb '#d62728' pt 5", "lc rgb '#2ca02c' pt 9", "lc rgb '#9467bd' pt 11",
@@ -113,7 +117,6 @@ def plot(runs, out):
                "plot " + ", ".join(f"$ratio using {i + 2}:xtic(1) {styles[i % len(styles)].split(' pt')[0]} title {gq(t)}"
                                    for i, t in enumerate(titles))]
     script.append("unset multiplot")
-    folder = os.path.dirname(os.path.abspath(out))
     fd, drawn = tempfile.mkstemp(suffix=".png", prefix=".decode_plot_", dir=folder)
     os.close(fd)
     mask = os.umask(0)
@@ -121,14 +124,17 @@ def plot(runs, out):
     os.chmod(drawn, 0o666 & ~mask)  # as any file the user writes, not mkstemp's 0600
     try:
         text = "\n".join(script).replace("set output OUT", "set output " + gq(drawn)) + "\n"
-        r = subprocess.run(["gnuplot"], input=text, text=True, capture_output=True)
+        try:
+            r = subprocess.run(["gnuplot"], input=text, text=True, capture_output=True)
+        except FileNotFoundError:
+            sys.exit("gnuplot is not installed (apt-get install -y gnuplot-nox)")
         if r.returncode != 0:
             sys.exit("gnuplot failed: " + " ".join(r.stderr.split())[-300:])
         os.link(drawn, out)  # fails, rather than replaces, when out has appeared meanwhile
-    except FileNotFoundError:
-        sys.exit("gnuplot is not installed (apt-get install -y gnuplot-nox)")
     except FileExistsError:
         sys.exit(f"{out}: exists; name a new file for the figure")
+    except OSError as e:
+        sys.exit(f"{out}: cannot place the figure ({e.strerror})")
     finally:
         os.unlink(drawn)  # the temporary file this function made
 
