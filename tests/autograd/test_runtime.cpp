@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -427,6 +428,40 @@ BOOST_AUTO_TEST_CASE(the_planned_thread_count_is_read_from_the_command_line) {
   BOOST_TEST(planned({"tapelm", "--threads"}, 8) == 8);
 }
 
+namespace {
+// The first cpu this process may use, and that cpu alone set as the mask of a new thread: the
+// thread's count of usable cpus, or -1 when the call is refused (some sandboxes refuse it).
+int first_usable_cpu() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof all, &all) != 0) return 0;
+  int first = 0;
+  while (first < CPU_SETSIZE - 1 && !CPU_ISSET(first, &all)) first++;
+  return first;
+}
+int usable_cpus_on_one_cpu() {
+  int bound = -1;
+  std::thread t([&] {  // a thread of its own, so the caller keeps its mask
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first_usable_cpu(), &one);
+    if (sched_setaffinity(0, sizeof one, &one) == 0) bound = usable_cpus();
+  });
+  t.join();
+  return bound;
+}
+test::Precondition affinity_can_be_set(boost::unit_test::test_unit_id) {
+  test::Precondition r(usable_cpus_on_one_cpu() != -1);
+  if (!r) r.message() << "sched_setaffinity is refused here: no thread can be bound to one cpu";
+  return r;
+}
+test::Precondition taskset_runs(boost::unit_test::test_unit_id) {
+  test::Precondition r(std::system(("taskset -c " + std::to_string(first_usable_cpu()) + " true >/dev/null 2>&1").c_str()) == 0);
+  if (!r) r.message() << "taskset (util-linux) is missing or refused here: no program can be started bound to one cpu";
+  return r;
+}
+}  // namespace
+
 // The cpus counted are the ones this thread may use, not the machine's: a thread bound to one cpu
 // (as `taskset -c N` binds a program) counts 1, so `--threads 2` there does not fit and sleeps at
 // once, where the machine's count would have let its threads spin on their shared core.
@@ -435,30 +470,22 @@ BOOST_AUTO_TEST_CASE(the_cpus_counted_are_the_ones_the_affinity_allows) {
   CPU_ZERO(&all);
   BOOST_REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
   BOOST_TEST(usable_cpus() == CPU_COUNT(&all));
-  int first = 0;
-  while (!CPU_ISSET(first, &all)) first++;
-  int bound = -1;
-  std::thread t([&] {  // a thread of its own, so the test's thread keeps its mask
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(first, &one);
-    if (sched_setaffinity(0, sizeof one, &one) == 0) bound = usable_cpus();
-  });
-  t.join();
-  if (bound == -1) {  // a sandbox may refuse the call
-    BOOST_TEST_MESSAGE("sched_setaffinity was refused here: a bound thread is not tested");
-    return;
-  }
+}
+
+BOOST_AUTO_TEST_CASE(a_thread_bound_to_one_cpu_counts_one, *boost::unit_test::precondition(affinity_can_be_set)) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  BOOST_REQUIRE(sched_getaffinity(0, sizeof all, &all) == 0);
+  const int bound = usable_cpus_on_one_cpu();
   BOOST_TEST(bound == 1);
   BOOST_TEST(spin_count_for_load(20.0, 18.8, 0, 2, bound, CPU_COUNT(&all)) == 0);
-  // and the program, started bound to that cpu with two threads (a child inherits the mask)
+}
+
+// and the program, started bound to that cpu with two threads (a child inherits the mask)
+BOOST_AUTO_TEST_CASE(two_threads_started_on_one_cpu_sleep_at_once, *boost::unit_test::precondition(taskset_runs)) {
   const Run r = run_cli("--threads 2 inspect --system",
                         "env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY -u TAPELM_GOMP_SPINCOUNT taskset -c " +
-                            std::to_string(first) + " ");
-  if (r.code == 127 || (r.code != 0 && r.err.rfind("taskset:", 0) == 0)) {  // no taskset, or it was refused
-    BOOST_TEST_MESSAGE("taskset could not run here (" << r.err << "): the bound program is not tested");
-    return;
-  }
+                            std::to_string(first_usable_cpu()) + " ");
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   BOOST_TEST(contains(r.out, "openmp wait sleep at once (its threads and the programs running at start-up outnumber its cpus)"),
              r.out);
